@@ -1,0 +1,1 @@
+"""Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster."""

@@ -1,0 +1,40 @@
+"""The error type every layer raises on purpose: a stable code, a message, next actions."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class DponeError(Exception):
+    """An error with a stable machine-readable code and the next actions for a human.
+
+    Every error that dpone raises deliberately is a ``DponeError`` (or a subclass), so callers
+    can branch on :attr:`code` without parsing messages, and the Dagster layer can surface the
+    code and next actions as run-failure metadata.
+
+    Args:
+        code: A stable ``snake_case`` identifier such as ``backfill_checkpoint_stale``.
+        message: What went wrong, in one or two sentences. Never contains a password.
+        next_actions: What the operator can do about it, most useful first.
+    """
+
+    def __init__(self, code: str, message: str, next_actions: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.next_actions: tuple[str, ...] = tuple(next_actions)
+
+    def __str__(self) -> str:
+        text = f"[{self.code}] {self.message}"
+        if self.next_actions:
+            text += " Next: " + " ".join(self.next_actions)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the error as a JSON-ready mapping (code, message, next_actions)."""
+        return {"code": self.code, "message": self.message, "next_actions": list(self.next_actions)}
+
+
+class LifecycleError(DponeError):
+    """A lifecycle rule was broken: a receipt out of order or an artifact misused."""

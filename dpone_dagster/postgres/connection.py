@@ -1,0 +1,108 @@
+"""Opening PostgreSQL sessions: DSN checks, connection options, explicit transactions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import conninfo
+
+from dpone_dagster.lifecycle import DponeError, redact
+
+
+class ConnectionSettingsError(DponeError):
+    """A DSN or connection option that cannot work."""
+
+
+def check_dsn(dsn: str) -> dict[str, str]:
+    """Parses a DSN (URI or ``key=value`` form) without connecting.
+
+    Args:
+        dsn: A libpq connection string.
+
+    Returns:
+        The DSN's parameters.
+
+    Raises:
+        ConnectionSettingsError: ``dsn_invalid`` when libpq cannot parse it. The message never
+            repeats a password.
+    """
+    if not dsn or not dsn.strip():
+        raise ConnectionSettingsError(
+            "dsn_invalid",
+            "The DSN is empty.",
+            ["Set the DSN, e.g. postgresql://user@host:5432/dbname (EnvVar('DPONE_SOURCE_DSN'))."],
+        )
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConnectionSettingsError(
+            "dsn_invalid",
+            f"The DSN {redact(dsn)!r} cannot be parsed: {redact(str(exc))}",
+            ["Use a URI such as postgresql://user@host:5432/dbname or key=value pairs."],
+        ) from None
+    return {k: str(v) for k, v in params.items() if v is not None}
+
+
+def describe_dsn(dsn: str) -> str:
+    """Returns ``host:port/dbname`` for messages: never the user's password."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    host = params.get("host") or "localhost"
+    port = params.get("port") or "5432"
+    return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    """Returns ``dsn`` pointing at another database on the same server."""
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Options every dpone session is opened with.
+
+    Attributes:
+        application_name: Shown in ``pg_stat_activity``; makes dpone sessions easy to find.
+        connect_timeout: Seconds to wait for the server to answer.
+        statement_timeout_ms: Server-side statement timeout; 0 disables it.
+        extra: Further libpq parameters.
+    """
+
+    application_name: str = "dpone-dagster"
+    connect_timeout: int = 10
+    statement_timeout_ms: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def connect(
+    dsn: str, options: ConnectionOptions | None = None, *, autocommit: bool = False
+) -> psycopg.Connection[tuple[object, ...]]:
+    """Opens a session with dpone's options.
+
+    Args:
+        dsn: The server's DSN.
+        options: Application name and timeouts.
+        autocommit: Open in autocommit mode (no implicit transaction).
+
+    Raises:
+        ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
+        psycopg.OperationalError: the server could not be reached (message redacted).
+    """
+    check_dsn(dsn)
+    options = options or ConnectionOptions()
+    kwargs: dict[str, object] = {
+        "application_name": options.application_name,
+        "connect_timeout": options.connect_timeout,
+        **options.extra,
+    }
+    if options.statement_timeout_ms:
+        kwargs["options"] = f"-c statement_timeout={int(options.statement_timeout_ms)}"
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
+    except psycopg.OperationalError as exc:
+        raise psycopg.OperationalError(
+            f"could not connect to {describe_dsn(dsn)}: {redact(str(exc))}"
+        ) from None

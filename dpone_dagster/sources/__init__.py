@@ -1,0 +1,1 @@
+"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims."""

@@ -1,0 +1,281 @@
+"""Real-PostgreSQL helpers for the tests: databases, mixed-type tables, concurrent writers."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import conninfo, sql
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+START_HINT = (
+    "Start PostgreSQL 15 locally with `pg_ctlcluster --skip-systemctl-redirect 15 main start` "
+    "(or point DPONE_TEST_PG_DSN at a server where this user may CREATE DATABASE)."
+)
+
+
+def admin_dsn() -> str:
+    """The server the tests use, from ``DPONE_TEST_PG_DSN``."""
+    return os.environ.get("DPONE_TEST_PG_DSN", DEFAULT_DSN)
+
+
+def with_db(dsn: str, dbname: str) -> str:
+    """``dsn`` pointing at another database."""
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+def server_problem(dsn: str) -> str | None:
+    """None when the server answers, else a message that says how to start one."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        host = conninfo.conninfo_to_dict(dsn).get("host")
+        return f"PostgreSQL at {host} does not answer: {exc}\n{START_HINT}"
+    return None
+
+
+def create_database(prefix: str = "dpone_t") -> str:
+    """Creates a fresh, uniquely named database and returns its DSN."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_db(admin_dsn(), name)
+
+
+def drop_database(dsn: str) -> None:
+    """Drops a database made by :func:`create_database`, disconnecting its sessions."""
+    name = conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(admin_dsn(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))
+        )
+
+
+def execute(dsn: str, statement: str | sql.Composable, params: tuple[object, ...] = ()) -> None:
+    """Runs one statement in autocommit."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement, params)  # type: ignore[arg-type]
+
+
+def fetch_all(
+    dsn: str, query: str | sql.Composable, params: tuple[object, ...] = ()
+) -> list[tuple[object, ...]]:
+    """Runs one query in autocommit and returns all rows."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def fetch_one(dsn: str, query: str | sql.Composable, params: tuple[object, ...] = ()) -> object:
+    """Runs one query in autocommit and returns the first column of the first row."""
+    rows = fetch_all(dsn, query, params)
+    return rows[0][0] if rows else None
+
+
+def table_exists(dsn: str, schema: str, name: str) -> bool:
+    """True when ``schema.name`` exists (exact names, no quoting rules involved)."""
+    return bool(
+        fetch_one(
+            dsn,
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = %s)",
+            (schema, name),
+        )
+    )
+
+
+MIXED_COLUMNS = """
+    id bigint PRIMARY KEY,
+    small smallint,
+    qty integer NOT NULL DEFAULT 0,
+    amount numeric(14,2),
+    ratio double precision,
+    label text,
+    code varchar(40),
+    active boolean,
+    born date,
+    seen_at timestamp,
+    happened_at timestamptz,
+    span interval,
+    ref uuid,
+    doc jsonb,
+    tags integer[],
+    blob bytea
+"""
+
+
+_MIXED_VALUES = (
+    "g",
+    "(g % 30000)::smallint",
+    "g % 1000",
+    "round((g * 1.37)::numeric, 2)",
+    "g / 7.0",
+    "'label ' || md5(g::text) || md5((g + 1)::text)",
+    "'code-' || (g % 977)",
+    "g % 2 = 0",
+    "date '2020-01-01' + (g % 2000)::int",
+    "timestamp '2020-01-01' + g * interval '1 second'",
+    "timestamptz '2020-01-01 00:00+00' + g * interval '1 minute'",
+    "(g % 100) * interval '1 hour'",
+    "md5(g::text)::uuid",
+    "jsonb_build_object('g', g, 'k', md5(g::text))",
+    "ARRAY[g % 7, g % 11, g % 13]::integer[]",
+    "decode(md5(g::text), 'hex')",
+)
+
+
+def create_mixed_table(
+    dsn: str, schema: str = "public", name: str = "mixed", rows: int = 1000, *, start: int = 1
+) -> None:
+    """Creates ``schema.name`` with mixed column types (if missing) and appends ``rows`` rows.
+
+    Row ids run from ``start``. About 270 bytes per row, generated server-side. Every tenth row
+    has NULLs in the nullable columns.
+    """
+    table = sql.Identifier(schema, name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (" + MIXED_COLUMNS + ")").format(table))
+        # Every tenth row has NULLs in the nullable columns.
+        values = ", ".join(
+            expr if i < 3 else f"CASE WHEN g % 10 = 0 THEN NULL ELSE {expr} END"
+            for i, expr in enumerate(_MIXED_VALUES)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT "
+                + values
+                + " FROM generate_series(%s::bigint, %s::bigint) g"
+            ).format(table),
+            (start, start + rows - 1),
+        )
+
+
+def table_fingerprint(dsn: str, schema: str, name: str, order_by: str = "id") -> tuple[int, str]:
+    """Returns (row count, md5 of every row's text in ``order_by`` order)."""
+    query = sql.SQL(
+        "SELECT count(*), coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t.{})), '') FROM {} AS t"
+    ).format(sql.Identifier(order_by), sql.Identifier(schema, name))
+    row = fetch_all(dsn, query)[0]
+    return int(row[0]), str(row[1])  # type: ignore[call-overload]
+
+
+def open_transactions(dsn: str, application_name: str | None = None) -> list[tuple[object, ...]]:
+    """Sessions of ``dsn``'s database that sit inside a transaction (other than this query's)."""
+    dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
+    query = (
+        "SELECT pid, application_name, state, query FROM pg_stat_activity"
+        " WHERE datname = %s AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+    )
+    params: tuple[object, ...] = (dbname,)
+    if application_name is not None:
+        query += " AND application_name = %s"
+        params += (application_name,)
+    return fetch_all(admin_dsn(), query, params)
+
+
+def backends(dsn: str, application_name: str) -> list[int]:
+    """Backend pids of ``dsn``'s database whose application_name matches."""
+    dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
+    rows = fetch_all(
+        admin_dsn(),
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
+        (dbname, application_name),
+    )
+    return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+
+
+def terminate(pids: list[int]) -> None:
+    """``pg_terminate_backend`` each pid."""
+    for pid in pids:
+        execute(admin_dsn(), "SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@dataclass
+class ConcurrentWriter:
+    """A thread that inserts, updates and deletes rows of a mixed table until stopped.
+
+    Each statement commits on its own (autocommit), so a snapshot taken at any moment sees a
+    state that differs from the table's later states.
+    """
+
+    dsn: str
+    schema: str = "public"
+    name: str = "mixed"
+    first_new_id: int = 10_000_000
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _started: threading.Event = field(default_factory=threading.Event)
+
+    def _run(self) -> None:
+        table = sql.Identifier(self.schema, self.name)
+        next_id = self.first_new_id
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, application_name="dpone-test-writer"
+            ) as conn:
+                self._started.set()
+                while not self._stop.is_set():
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {} (id, qty, label) VALUES (%s, 1, 'written later')"
+                        ).format(table),
+                        (next_id,),
+                    )
+                    next_id += 1
+                    self.inserted += 1
+                    cur = conn.execute(
+                        sql.SQL(
+                            "UPDATE {} SET label = 'updated later', qty = qty + 1 WHERE id = "
+                            "(SELECT id FROM {} WHERE id < %s ORDER BY random() LIMIT 1)"
+                        ).format(table, table),
+                        (self.first_new_id,),
+                    )
+                    self.updated += cur.rowcount
+                    cur = conn.execute(
+                        sql.SQL(
+                            "DELETE FROM {} WHERE id = (SELECT id FROM {} WHERE id < %s "
+                            "ORDER BY random() LIMIT 1)"
+                        ).format(table, table),
+                        (self.first_new_id,),
+                    )
+                    self.deleted += cur.rowcount
+        except BaseException as exc:  # reported by stop()
+            self.errors.append(exc)
+            self._started.set()
+
+    def start(self) -> ConcurrentWriter:
+        """Starts writing; returns once the writer's session is connected."""
+        self._thread = threading.Thread(target=self._run, name="dpone-test-writer", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        """Stops writing and re-raises any error the writer met."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.errors:
+            raise self.errors[0]
+
+
+@contextmanager
+def concurrent_writer(
+    dsn: str, schema: str = "public", name: str = "mixed"
+) -> Iterator[ConcurrentWriter]:
+    """Runs a :class:`ConcurrentWriter` for the duration of the block."""
+    writer = ConcurrentWriter(dsn, schema, name).start()
+    try:
+        yield writer
+    finally:
+        writer.stop()

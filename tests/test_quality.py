@@ -1,0 +1,50 @@
+"""The codebase holds itself to its own rules: lint, types, layers, loadable definitions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_ruff_is_clean() -> None:
+    result = run(BIN / "ruff", "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_is_clean_on_the_package() -> None:
+    result = run(BIN / "mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_layers_hold() -> None:
+    result = run(BIN / "lint-imports")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broken" not in result.stdout.split("Contracts:")[-1].replace("0 broken", "")
+
+
+def test_definitions_load() -> None:
+    result = run(BIN / "dagster", "definitions", "validate", "-f", "definitions.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_readme_opens_with_the_two_commands_that_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    head = readme[: readme.index("## ")]
+    assert "<!-- demo-command -->" in head and "<!-- test-command -->" in head
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "test-command" in ci, ".ci/run must run the README's test command, extracted verbatim"
