@@ -145,7 +145,7 @@ def create_mixed_table(
         values = ", ".join(
             expr if i < 3 else f"CASE WHEN g % 10 = 0 THEN NULL ELSE {expr} END"
             for i, expr in enumerate(_MIXED_VALUES)
-        )
+        ).replace("%", "%%")
         conn.execute(
             sql.SQL(
                 "INSERT INTO {} SELECT "
