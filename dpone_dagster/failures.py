@@ -1,0 +1,50 @@
+"""Run-time errors as Dagster failures that carry the stable code and the next actions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+
+from dpone_dagster.lifecycle import DponeError
+
+ERROR_CODE_KEY = "dpone/error_code"
+NEXT_ACTIONS_KEY = "dpone/next_actions"
+
+
+class DponeFailure(dg.Failure):
+    """A :class:`dagster.Failure` raised for a :class:`~dpone_dagster.lifecycle.DponeError`.
+
+    The run's failure event shows the error's message; its metadata holds ``dpone/error_code``
+    (stable, for alerting rules) and ``dpone/next_actions`` (for the person on call).
+
+    Args:
+        error: The domain error.
+    """
+
+    def __init__(self, error: DponeError) -> None:
+        self.error = error
+        super().__init__(
+            description=f"[{error.code}] {error.message}",
+            metadata={
+                ERROR_CODE_KEY: dg.MetadataValue.text(error.code),
+                NEXT_ACTIONS_KEY: dg.MetadataValue.md(
+                    "\n".join(f"- {action}" for action in error.next_actions) or "-"
+                ),
+            },
+        )
+
+    @property
+    def code(self) -> str:
+        """The stable error code."""
+        return self.error.code
+
+
+@contextmanager
+def dagster_failures() -> Iterator[None]:
+    """Re-raises any :class:`DponeError` inside the block as a :class:`DponeFailure`."""
+    try:
+        yield
+    except DponeError as exc:
+        raise DponeFailure(exc) from exc
