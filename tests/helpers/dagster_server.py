@@ -1,0 +1,167 @@
+"""A real `dagster dev` (webserver and daemon) in a subprocess, driven through its GraphQL API.
+
+This is how the UI launches work: a partition-range backfill goes to the backfill daemon, which
+launches runs through the instance's run launcher. Tests use it to prove that path end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on InvalidSubsetError { message }
+    ... on UnauthorizedError { message }
+  }
+}
+"""
+
+BACKFILL_STATUS = """
+query($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill {
+      status
+      runs { runId status tags { key value } }
+    }
+    ... on PythonError { message }
+  }
+}
+"""
+
+TERMINATE_RUN = """
+mutation($runId: String!) {
+  terminateRun(runId: $runId) {
+    __typename
+    ... on TerminateRunSuccess { run { runId status } }
+    ... on TerminateRunFailure { message }
+    ... on PythonError { message }
+  }
+}
+"""
+
+RUN_STATUS = """
+query($runId: ID!) {
+  runOrError(runId: $runId) { __typename ... on Run { status tags { key value } } }
+}
+"""
+
+DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DagsterDev:
+    """`dagster dev -w <workspace>` with its own DAGSTER_HOME, stopped by :meth:`stop`.
+
+    Args:
+        dagster_home: An empty directory for the instance (a ``dagster.yaml`` may be in it).
+        env: Extra environment (the DSNs the code location reads).
+        workspace: The workspace file; the repository's ``workspace.yaml`` by default.
+    """
+
+    def __init__(
+        self, dagster_home: Path, env: dict[str, str], workspace: Path = ROOT / "workspace.yaml"
+    ) -> None:
+        self.port = free_port()
+        self.log_path = dagster_home / "dagster-dev.log"
+        full_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home)}
+        self._log = self.log_path.open("w")
+        dagster = Path(sys.executable).parent / "dagster"
+        self.process = subprocess.Popen(
+            [str(dagster), "dev", "-w", str(workspace), "-p", str(self.port), "-h", "127.0.0.1"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.url = f"http://127.0.0.1:{self.port}/graphql"
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"dagster dev exited:\n{self.log()}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/server_info", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.5)
+        raise TimeoutError(f"dagster dev did not answer in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()[-6000:]
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        body = json.dumps({"query": query, "variables": variables}).encode()
+        request = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload: dict[str, Any] = json.load(response)
+        if payload.get("errors"):
+            raise RuntimeError(f"GraphQL errors: {payload['errors']}")
+        data: dict[str, Any] = payload["data"]
+        return data
+
+    def launch_backfill(self, asset_path: list[str], partitions: list[str]) -> str:
+        params = {"assetSelection": [{"path": asset_path}], "partitionNames": partitions}
+        result = self.graphql(LAUNCH_BACKFILL, params=params)["launchPartitionBackfill"]
+        if result["__typename"] != "LaunchBackfillSuccess":
+            raise RuntimeError(f"backfill not launched: {result}")
+        return str(result["backfillId"])
+
+    def backfill(self, backfill_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.graphql(BACKFILL_STATUS, id=backfill_id)[
+            "partitionBackfillOrError"
+        ]
+        return result
+
+    def wait_backfill(self, backfill_id: str, timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.backfill(backfill_id)
+            if state.get("status") in DONE:
+                return state
+            time.sleep(1)
+        raise TimeoutError(f"backfill {backfill_id} still running:\n{self.log()}")
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.graphql(RUN_STATUS, runId=run_id)["runOrError"]
+        return result
+
+    def terminate(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.graphql(TERMINATE_RUN, runId=run_id)["terminateRun"]
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self._log.close()
