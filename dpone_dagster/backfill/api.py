@@ -33,6 +33,7 @@ from .protocol import (
     BackfillScope,
     BackfillStatus,
     BatchReceipt,
+    BatchRequest,
     BoundedWritePause,
     SnapshotLabel,
     TableRef,
@@ -264,7 +265,7 @@ class Backfill:
         existing = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
         if existing is not None:
             return existing
-        settle = 0.0 if self.write_pause is not None else self.settle_timeout
+        settle = None if self.write_pause is not None else self.settle_timeout
         mark = take_high_water_mark(
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
         )
@@ -322,9 +323,21 @@ class Backfill:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _attempt(self, run: BackfillRun) -> BatchResult:
-        request = next_request(run, self.batch_size)
-        shape, _ = self._resolve(self._open())
+    def apply(self, request: BatchRequest) -> BatchResult:
+        """Copies the batch ``request`` names and commits it with its receipt, or replays it.
+
+        :meth:`batches` builds each request with :func:`rules.next_request`; an orchestrator
+        that keeps its own state may send its own. A failure that hits the COMMIT (the response
+        is lost) is resolved here: if the ledger holds the batch's receipt, it is returned as a
+        replay.
+
+        Raises:
+            BackfillError: ``backfill_checkpoint_stale``, ``backfill_batch_changed``,
+                ``backfill_batch_unordered``, ``backfill_record_changed``,
+                ``backfill_run_invalid`` or ``backfill_persistence_failed``; the durable
+                checkpoint is intact.
+        """
+        shape, _ = self._guard(self._resolve)
         try:
             return copy_batch(self._open(), self.ledger, shape, request, on_phase=self.on_phase)
         except psycopg.Error as exc:
@@ -333,7 +346,8 @@ class Backfill:
             try:
                 stored = self._guard(
                     lambda s: replay(
-                        request, self.ledger.fetch_receipt(s.ledger, run.run_id, request.batch_id)
+                        request,
+                        self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id),
                     )
                 )
                 durable = self.load()
@@ -360,7 +374,7 @@ class Backfill:
         while run.status in (BackfillStatus.PLANNED, BackfillStatus.IN_PROGRESS):
             if max_batches is not None and done >= max_batches:
                 return
-            result = self._attempt(run)
+            result = self.apply(next_request(run, self.batch_size))
             run = result.run
             done += 1
             yield result

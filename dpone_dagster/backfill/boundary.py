@@ -78,7 +78,7 @@ def take_high_water_mark(
     lower: str | None,
     upper: str | None,
     *,
-    settle_timeout: float = 60.0,
+    settle_timeout: float | None = 60.0,
     poll_interval: float = 0.05,
 ) -> MarkReading:
     """Reads the mark in one snapshot, then waits out the transactions in flight at that moment.
@@ -88,7 +88,8 @@ def take_high_water_mark(
         shape: The resolved tables.
         lower: The partition's exclusive lower bound.
         upper: The partition's inclusive upper bound.
-        settle_timeout: Seconds to wait for in-flight transactions.
+        settle_timeout: Seconds to wait for in-flight transactions; ``None`` under a bounded
+            write pause (nobody writes, nothing to wait for).
         poll_interval: Seconds between checks.
 
     Raises:
@@ -126,12 +127,12 @@ def take_high_water_mark(
             ["Fill the NULL cursor values (or choose a NOT NULL cursor), then plan again."],
         )
     started = time.monotonic()
-    pending = [str(r[0]) for r in in_flight]
+    pending = [] if settle_timeout is None else [str(r[0]) for r in in_flight]
     while pending:
         running = conn.execute(_STILL_RUNNING, (pending,)).fetchall()
         if not running:
             break
-        if time.monotonic() - started > settle_timeout:
+        if settle_timeout is not None and time.monotonic() - started > settle_timeout:
             pids = ", ".join(str(r[1]) for r in running)
             raise backfill_error(
                 "backfill_high_water_mark_unsettled",
@@ -144,6 +145,6 @@ def take_high_water_mark(
         rows=int(mark[1]),  # type: ignore[call-overload]
         snapshot_token_digest=token_digest(str(snap[0])),
         taken_at=snap[1],  # type: ignore[arg-type]
-        awaited=len(in_flight),
+        awaited=len(pending),
         waited_seconds=time.monotonic() - started,
     )

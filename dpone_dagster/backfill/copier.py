@@ -177,6 +177,7 @@ def staged_apply(
             " WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {match})"
         ).format(target=shape.target.ident, cols=cols, stage=_STAGE, match=match)
     ).rowcount
+    tgt.execute(sql.SQL("DROP TABLE {}").format(_STAGE))
     return out_n, in_n, moved, inserted, equal, content
 
 
