@@ -4,7 +4,7 @@ Start with :class:`Backfill`; the documents it returns are in :mod:`.protocol`, 
 in :mod:`.rules`, the ledger in :mod:`.ledger`.
 """
 
-from .api import Backfill, BackfillReconciliationError, BackfillResult
+from .api import Backfill
 from .copier import BatchResult
 from .errors import BACKFILL_ERRORS, BackfillError, backfill_error
 from .ledger import DEFAULT_LEDGER_SCHEMA, Ledger, LedgerConfig
@@ -28,6 +28,7 @@ from .protocol import (
     TrustworthyCursor,
 )
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .results import BackfillReconciliationError, BackfillResult
 
 __all__ = [
     "BACKFILL_ERRORS",

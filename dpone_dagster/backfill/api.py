@@ -14,7 +14,6 @@ transaction open.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TypeVar
 
 import psycopg
@@ -26,7 +25,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from .boundary import take_high_water_mark
 from .copier import BatchResult, PhaseHook, Sessions, copy_batch
 from .errors import BackfillError, backfill_error
-from .ledger import Ledger, LedgerConfig
+from .ledger import Ledger, LedgerConfig, wait_for_backend_exit
 from .protocol import (
     BackfillEvidence,
     BackfillRun,
@@ -35,57 +34,17 @@ from .protocol import (
     BatchReceipt,
     BatchRequest,
     BoundedWritePause,
-    SnapshotLabel,
     TableRef,
     TrustworthyCursor,
 )
 from .reconcile import reconcile_ranges
-from .reconcile_model import RangeOutcome, ReconciliationReport
-from .rules import digest, next_request, replay, revise, run_id_for, start_run, verify_chain
-from .rules import with_evidence as _with_evidence
+from .reconcile_model import ReconciliationReport
+from .results import BackfillReconciliationError, BackfillResult, after_reconcile
+from .rules import next_request, replay, run_id_for, start_run, verify_chain
 from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape
 
 Conn = psycopg.Connection[tuple[object, ...]]
 _T = TypeVar("_T")
-
-
-class BackfillReconciliationError(BackfillError):
-    """The final reconciliation left ranges that differ; :attr:`report` lists them."""
-
-    def __init__(self, report: ReconciliationReport) -> None:
-        bad = report.differing
-        super().__init__(
-            "backfill_record_changed",
-            f"{len(bad)} batch range(s) of {report.run_id} differ from the source after repair "
-            f"(first: batch {bad[0].sequence}, {bad[0].detail})",
-            [
-                "Inspect the differing ranges (ledger table backfill_range_checks), fix the side "
-                "that is wrong, then call reconcile() again."
-            ],
-        )
-        self.report = report
-
-
-@dataclass(frozen=True)
-class BackfillResult:
-    """What :meth:`Backfill.run` did.
-
-    Attributes:
-        run: The durable run at the end.
-        committed: Batches this call committed.
-        replayed: Batches answered by replay (committed earlier; the response had been lost).
-        reconciliation: The final reconciliation, when the run reached its mark.
-    """
-
-    run: BackfillRun
-    committed: int
-    replayed: int
-    reconciliation: ReconciliationReport | None
-
-    @property
-    def snapshot_label(self) -> SnapshotLabel:
-        """One snapshot or several, reconciled or not."""
-        return self.run.snapshot_label
 
 
 class Backfill:
@@ -338,27 +297,41 @@ class Backfill:
                 checkpoint is intact.
         """
         shape, _ = self._guard(self._resolve)
+        sessions = self._open()
+        ledger_pid = sessions.ledger.info.backend_pid
         try:
-            return copy_batch(self._open(), self.ledger, shape, request, on_phase=self.on_phase)
+            return copy_batch(sessions, self.ledger, shape, request, on_phase=self.on_phase)
         except psycopg.Error as exc:
             self.close()
-            # The failure may have hit the COMMIT after the server committed: ask the ledger.
-            try:
-                stored = self._guard(
-                    lambda s: replay(
-                        request,
-                        self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id),
-                    )
-                )
-                durable = self.load()
-            except BackfillError:
-                stored = durable = None
-            if stored is not None and durable is not None:
-                return BatchResult(durable, stored, replayed=True)
+            resolved = self._lost_response(request, ledger_pid)
+            if resolved is not None:
+                return resolved
             raise backfill_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
         except BaseException:
             self.close()
             raise
+
+    def _lost_response(self, request: BatchRequest, ledger_pid: int) -> BatchResult | None:
+        """After a failure that may have hit the COMMIT: the stored receipt, if it committed.
+
+        Once the old ledger session is gone its transaction has ended one way or the other, and
+        the ledger says which.
+        """
+
+        def look(s: Sessions) -> BatchReceipt | None:
+            wait_for_backend_exit(s.ledger, ledger_pid)
+            return replay(
+                request, self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id)
+            )
+
+        try:
+            stored = self._guard(look)
+            durable = self.load()
+        except BackfillError:
+            return None
+        if stored is None or durable is None:
+            return None
+        return BatchResult(durable, stored, replayed=True)
 
     def batches(self, max_batches: int | None = None) -> Iterator[BatchResult]:
         """Plans (or loads) the run, then yields each committed batch until the mark.
@@ -443,37 +416,9 @@ class Backfill:
             assert durable is not None
             self.ledger.record_checks(lc, report)
             if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
-                self.ledger.save_run(lc, durable, _after_reconcile(durable, report))
+                self.ledger.save_run(lc, durable, after_reconcile(durable, report))
             lc.execute("COMMIT")
         except BaseException:
             sessions.abandon()
             raise
         return report
-
-
-def _after_reconcile(run: BackfillRun, report: ReconciliationReport) -> BackfillRun:
-    label = run.snapshot_label
-    if label in (SnapshotLabel.SEVERAL_SNAPSHOTS, SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED):
-        label = (
-            SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED
-            if report.ok
-            else SnapshotLabel.SEVERAL_SNAPSHOTS
-        )
-    counts = {o.value: report.count(o) for o in RangeOutcome}
-    evidence = BackfillEvidence(
-        kind="reconciliation",
-        subject=report.source_snapshot,
-        digest=digest(report),
-        detail=f"{len(report.ranges)} batch ranges under one source snapshot: {counts}.",
-    )
-    return revise(
-        run,
-        status=BackfillStatus.SUCCEEDED if report.ok else BackfillStatus.BLOCKED,
-        snapshot_label=label,
-        evidence=_with_evidence(run.evidence, evidence),
-        next_actions=(
-            ("Nothing left: the target equals the source at the mark.",)
-            if report.ok
-            else ("Inspect backfill_range_checks, fix the differing rows, reconcile again.",)
-        ),
-    )

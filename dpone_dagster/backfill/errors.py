@@ -68,8 +68,11 @@ BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ("Resume from the last integrity-valid durable revision; do not edit ledger rows.",),
     ),
     "backfill_persistence_failed": (
-        "PostgreSQL failed during the batch; nothing of it was committed.",
-        ("Restore PostgreSQL availability and resume: the last durable checkpoint is intact.",),
+        "PostgreSQL failed; the last durable checkpoint is intact.",
+        (
+            "Restore PostgreSQL availability and run again: it resumes after the last durable "
+            "checkpoint.",
+        ),
     ),
 }
 """Every code with its default message and next actions."""

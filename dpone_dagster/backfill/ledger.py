@@ -16,6 +16,7 @@ orchestrators on one run serialize batch by batch; the revision compare-and-swap
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -265,6 +266,22 @@ class Ledger:
                 ),
                 _check_rows(report),
             )
+
+
+def wait_for_backend_exit(conn: Conn, pid: int, timeout: float = 30.0) -> None:
+    """Waits until server backend ``pid`` is gone (its transaction has committed or aborted).
+
+    Used after a lost COMMIT response: until the old session has ended, the ledger cannot yet
+    tell whether the batch committed. Returns ``None`` so it can prefix an expression.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+        if not row or not row[0]:
+            return
+        time.sleep(0.02)
 
 
 def _check_rows(report: ReconciliationReport) -> Iterable[tuple[object, ...]]:

@@ -28,12 +28,15 @@ class Pair:
 def copy_rows(source: str, target: str, query: str, table: str = "mixed") -> None:
     """Copies the rows of ``query`` (run on ``source``) into ``target``'s ``table`` (test setup)."""
     with psycopg.connect(source) as src, psycopg.connect(target) as dst:
-        with src.cursor() as scur, dst.cursor() as dcur:
-            with scur.copy(f"COPY ({query}) TO STDOUT") as out, dcur.copy(
-                sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))
-            ) as inp:
-                for block in out:
-                    inp.write(block)
+        copy_in = sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))
+        with (
+            src.cursor() as scur,
+            dst.cursor() as dcur,
+            scur.copy(f"COPY ({query}) TO STDOUT") as out,
+            dcur.copy(copy_in) as inp,
+        ):
+            for block in out:
+                inp.write(block)
         dst.commit()
 
 

@@ -59,18 +59,21 @@ def test_a_new_process_loads_the_last_committed_state_and_resumes_after_it(pair:
 def test_timestamp_partitions_with_tied_cursor_values_copy_each_row_once(
     source_dsn: str, target_dsn: str
 ) -> None:
-    ddl = "CREATE TABLE ev (id int PRIMARY KEY, at timestamptz NOT NULL, v text); CREATE INDEX ON ev (at)"
+    ddl = (
+        "CREATE TABLE ev (id int PRIMARY KEY, at timestamptz NOT NULL, v text);"
+        " CREATE INDEX ON ev (at)"
+    )
     for dsn in (source_dsn, target_dsn):
         pg.execute(dsn, ddl)
     # 2,000 rows, five per minute: every batch boundary falls inside a run of ties.
     pg.execute(
         source_dsn,
-        "INSERT INTO ev SELECT g, timestamptz '2024-01-01 00:00+00' + (g / 5) * interval '1 minute',"
-        " md5(g::text) FROM generate_series(0, 1999) g",
+        "INSERT INTO ev SELECT g, timestamptz '2024-01-01 00:00+00'"
+        " + (g / 5) * interval '1 minute', md5(g::text) FROM generate_series(0, 1999) g",
     )
     bounds = [None, datetime(2024, 1, 1, 1, 0, tzinfo=UTC), "2024-01-01 03:00+00", None]
     run_ids = set()
-    for lower, upper in zip(bounds[:2] + [bounds[2]], [bounds[1], bounds[2], None], strict=True):
+    for lower, upper in zip([*bounds[:2], bounds[2]], [bounds[1], bounds[2], None], strict=True):
         backfill = Backfill(
             source_dsn, target_dsn, "ev", cursor="at", batch_size=7, lower=lower, upper=upper
         )
@@ -99,7 +102,12 @@ def test_the_run_document_in_the_ledger_does_not_grow_with_batches(pair: Pair) -
     for result in backfill.batches():
         if result.receipt.sequence in (10, 99):
             sizes.append(
-                pg.fetch_one(pair.target, "SELECT pg_column_size(run_json) FROM dpone_ledger.backfill_runs")
+                pg.fetch_one(
+                    pair.target, "SELECT pg_column_size(run_json) FROM dpone_ledger.backfill_runs"
+                )
             )
     assert len(sizes) == 2 and abs(int(sizes[0]) - int(sizes[1])) <= 16, sizes  # type: ignore[call-overload]
-    assert pg.fetch_one(pair.target, "SELECT count(*) FROM dpone_ledger.backfill_batch_receipts") == 100
+    assert (
+        pg.fetch_one(pair.target, "SELECT count(*) FROM dpone_ledger.backfill_batch_receipts")
+        == 100
+    )

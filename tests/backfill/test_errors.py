@@ -132,7 +132,11 @@ def test_a_target_row_that_differs_from_the_source_is_refused_and_nothing_advanc
     b = backfill(pair)
     assert code_of(b.run) == "backfill_record_changed"
     run = b.load()
-    assert run is not None and run.progress.batch_count == 1 and run.status is BackfillStatus.IN_PROGRESS
+    assert (
+        run is not None
+        and run.progress.batch_count == 1
+        and run.status is BackfillStatus.IN_PROGRESS
+    )
     assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1001
     assert pg.open_transactions(pair.target, "dpone-backfill") == []
 
@@ -152,8 +156,9 @@ def test_reconciliation_repairs_a_missing_row_and_reports_a_changed_one(pair: Pa
     assert report.differing[0].code == "backfill_record_changed"
     assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
     checks = pg.fetch_all(
-        pair.target, "SELECT sequence, outcome, code FROM dpone_ledger.backfill_range_checks"
-        " WHERE outcome <> 'equal'"
+        pair.target,
+        "SELECT sequence, outcome, code FROM dpone_ledger.backfill_range_checks"
+        " WHERE outcome <> 'equal'",
     )
     assert checks == [(4, "differs", "backfill_record_changed")]
     pg.execute(pair.target, "UPDATE mixed SET label = 'changed later' WHERE id = 3333")

@@ -75,10 +75,20 @@ def observe(
     first = str(int(after or 0) + 1) if count else None
     copied = count if copied is None else copied
     return BatchObservation(
-        upper=upper, first_cursor=first, last_cursor=upper if count else None,
-        source_count=count, copy_out_count=count, copy_in_count=count, target_count=count,
-        copied_count=copied, duplicate_count=count - copied, content_hash=f"h{upper}",
-        byte_count=count * 10, final=final, apply_path=ApplyPath.DIRECT, extraction=receipt,
+        upper=upper,
+        first_cursor=first,
+        last_cursor=upper if count else None,
+        source_count=count,
+        copy_out_count=count,
+        copy_in_count=count,
+        target_count=count,
+        copied_count=copied,
+        duplicate_count=count - copied,
+        content_hash=f"h{upper}",
+        byte_count=count * 10,
+        final=final,
+        apply_path=ApplyPath.DIRECT,
+        extraction=receipt,
     )
 
 
@@ -96,8 +106,12 @@ def code_of(exc: pytest.ExceptionInfo[BackfillError]) -> str:
 
 def test_a_missing_boundary_or_empty_mark_is_refused_with_backfill_cursor_missing() -> None:
     with pytest.raises(BackfillError) as missing:
-        start_run(scope(), MissingBoundary(), rows_at_boundary=0,
-                  boundary_evidence=BackfillEvidence(kind="k", subject="", digest="", detail=""))
+        start_run(
+            scope(),
+            MissingBoundary(),
+            rows_at_boundary=0,
+            boundary_evidence=BackfillEvidence(kind="k", subject="", digest="", detail=""),
+        )
     assert code_of(missing) == "backfill_cursor_missing"
     with pytest.raises(BackfillError) as empty:
         new_run(hwm="")
@@ -190,7 +204,9 @@ def test_counts_that_disagree_are_backfill_record_changed() -> None:
 def test_a_tampered_or_authority_claiming_run_is_invalid() -> None:
     run = new_run()
     assert run_integrity_is_valid(run)
-    tampered = run.model_copy(update={"progress": run.progress.model_copy(update={"copied_count": 5})})
+    tampered = run.model_copy(
+        update={"progress": run.progress.model_copy(update={"copied_count": 5})}
+    )
     claiming = run.model_copy(update={"candidate_authoritative": True})
     for bad in (tampered, claiming):
         assert not run_integrity_is_valid(bad)
@@ -224,14 +240,24 @@ def test_revise_bumps_the_revision_and_reseals() -> None:
     run = new_run()
     blocked = revise(run, status=BackfillStatus.BLOCKED)
     assert blocked.revision == run.revision + 1 and run_integrity_is_valid(blocked)
-    assert blocked.run_digest != run.run_digest == digest(run.model_dump(mode="json", exclude={"run_digest"}))
+    assert (
+        blocked.run_digest
+        != run.run_digest
+        == digest(run.model_dump(mode="json", exclude={"run_digest"}))
+    )
 
 
 def test_every_error_code_has_a_message_and_next_actions() -> None:
     seed = {
-        "plan_invalid", "destination_expansion_incomplete", "backfill_cursor_missing",
-        "backfill_batch_unordered", "backfill_checkpoint_stale", "backfill_batch_changed",
-        "backfill_record_changed", "backfill_run_invalid", "backfill_persistence_failed",
+        "plan_invalid",
+        "destination_expansion_incomplete",
+        "backfill_cursor_missing",
+        "backfill_batch_unordered",
+        "backfill_checkpoint_stale",
+        "backfill_batch_changed",
+        "backfill_record_changed",
+        "backfill_run_invalid",
+        "backfill_persistence_failed",
     }
     assert seed <= set(BACKFILL_ERRORS)
     for message, actions in BACKFILL_ERRORS.values():
@@ -241,11 +267,21 @@ def test_every_error_code_has_a_message_and_next_actions() -> None:
 def test_the_json_schema_export_names_every_document() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "dpone_dagster.backfill.schema"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     defs = json.loads(out)["$defs"]
-    for name in ("BackfillRun", "BatchReceipt", "BatchRequest", "TrustworthyCursor",
-                 "BoundedWritePause", "MissingBoundary", "ReconciliationReport"):
+    for name in (
+        "BackfillRun",
+        "BatchReceipt",
+        "BatchRequest",
+        "TrustworthyCursor",
+        "BoundedWritePause",
+        "MissingBoundary",
+        "ReconciliationReport",
+    ):
         assert name in defs
     assert "ExtractionLifecycleReceipt" in defs
 
