@@ -124,7 +124,8 @@ class Backfill:
     def _connect(self, dsn: str) -> Conn:
         conn = connect(dsn, self.options, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
-        # execution, so the first checkpoints cost what the thousandth does.
+        # execution, so the first checkpoints cost what the thousandth does. (Transaction
+        # control is sent with prepare=False everywhere: BEGIN/COMMIT stay plain statements.)
         conn.prepare_threshold = 0
         prepare_session(conn)
         return conn
@@ -250,10 +251,10 @@ class Backfill:
             f"{mark.waited_seconds:.3f}s.",
         )
         run = start_run(scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence)
-        sessions.ledger.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        sessions.ledger.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         try:
             stored = self.ledger.insert_run(sessions.ledger, run)
-            sessions.ledger.execute("COMMIT")
+            sessions.ledger.execute("COMMIT", prepare=False)
         except BaseException:
             sessions.abandon()
             raise
@@ -412,7 +413,7 @@ class Backfill:
         finally:
             reader.close()
         lc = sessions.ledger
-        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         try:
             self.ledger.lock_run(lc, run.run_id)
             durable = self.ledger.fetch_run(lc, run.run_id)
@@ -420,7 +421,7 @@ class Backfill:
             self.ledger.record_checks(lc, report)
             if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
                 self.ledger.save_run(lc, durable, after_reconcile(durable, report))
-            lc.execute("COMMIT")
+            lc.execute("COMMIT", prepare=False)
         except BaseException:
             sessions.abandon()
             raise

@@ -97,7 +97,7 @@ def take_high_water_mark(
             timeout.
     """
     where, params = shape.where(lower, upper)
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
     try:
         snap = conn.execute("SELECT pg_current_snapshot()::text, clock_timestamp()").fetchone()
         mark = conn.execute(
@@ -112,10 +112,10 @@ def take_high_water_mark(
             )
         ).fetchone()
         in_flight = conn.execute(_IN_FLIGHT).fetchall()
-        conn.execute("COMMIT")
+        conn.execute("COMMIT", prepare=False)
     except BaseException:
         if not conn.broken:
-            conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK", prepare=False)
         raise
     assert snap is not None
     assert mark is not None

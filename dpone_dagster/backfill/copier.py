@@ -77,7 +77,7 @@ class Sessions:
             try:
                 if conn.broken or status is pq.TransactionStatus.ACTIVE:
                     raise psycopg.OperationalError("session busy or broken")
-                conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK", prepare=False)
             except psycopg.Error:
                 conn.close()
 
@@ -201,7 +201,7 @@ def _move(
     """Reads the batch under its own snapshot and writes it into the open target transaction."""
     src, tgt = sessions.source, sessions.target
     authority = ExtractionLifecycleAuthority()
-    src.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    src.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
     snap = src.execute(
         "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
     ).fetchone()
@@ -247,7 +247,7 @@ def _move(
         on_phase("copy")
         select, params = shape.select_range(shape.source, after, upper)
         copy_out = copy_out_statement(select, shape.fmt)
-        tgt.execute("SAVEPOINT dpone_batch")
+        tgt.execute("SAVEPOINT dpone_batch", prepare=False)
         try:
             out_n, in_n, moved, content = hashed_relay(
                 src,
@@ -258,12 +258,12 @@ def _move(
             )
             copied, path = in_n, ApplyPath.DIRECT
         except psycopg.errors.UniqueViolation:
-            tgt.execute("ROLLBACK TO SAVEPOINT dpone_batch")
+            tgt.execute("ROLLBACK TO SAVEPOINT dpone_batch", prepare=False)
             out_n, in_n, moved, copied, equal, content = staged_apply(
                 sessions, shape, copy_out, params
             )
             path = ApplyPath.STAGED
-        tgt.execute("RELEASE SAVEPOINT dpone_batch")
+        tgt.execute("RELEASE SAVEPOINT dpone_batch", prepare=False)
         counted = tgt.execute(
             sql.SQL("SELECT count(*) FROM {} WHERE {}").format(shape.target.ident, where), params
         ).fetchone()
@@ -272,7 +272,7 @@ def _move(
     done = src.execute("SELECT clock_timestamp()").fetchone()
     assert done is not None
     receipt = authority.complete(row_count=out_n, byte_count=moved, completed_at=done[0])  # type: ignore[arg-type]
-    src.execute("COMMIT")
+    src.execute("COMMIT", prepare=False)
     return BatchObservation(
         upper=upper,
         first_cursor=first,
@@ -311,25 +311,27 @@ def copy_batch(
     """
     lc, tgt = sessions.ledger, sessions.target
     try:
-        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         ledger.lock_run(lc, request.run_id)
         durable = ledger.fetch_run(lc, request.run_id)
         if durable is None:
             raise backfill_error("backfill_run_invalid", f"The ledger has no run {request.run_id}.")
         stored = replay(request, ledger.fetch_receipt(lc, request.run_id, request.batch_id))
         if stored is not None:
-            lc.execute("COMMIT")
+            lc.execute("COMMIT", prepare=False)
             return BatchResult(durable, stored, replayed=True)
         check_request(durable, request)
         if not sessions.ledger_in_target:
-            tgt.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            tgt.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         seen = _move(sessions, shape, request, on_phase)
         run, receipt = apply_batch(durable, request, seen)
         on_phase("commit")
         if not sessions.ledger_in_target:
-            tgt.execute("COMMIT")  # rows first: a crash before the receipt is repaired by replay
+            tgt.execute(
+                "COMMIT", prepare=False
+            )  # rows first: a crash before the receipt is repaired by replay
         ledger.record_batch(lc, durable, run, receipt)
-        lc.execute("COMMIT")
+        lc.execute("COMMIT", prepare=False)
     except BaseException:
         sessions.abandon()
         raise

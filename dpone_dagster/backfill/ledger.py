@@ -127,7 +127,7 @@ class Ledger:
         Idempotent and safe when several processes start at once: creation is serialized by an
         advisory lock (``CREATE ... IF NOT EXISTS`` alone can still collide in the catalog).
         """
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         try:
             conn.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -138,7 +138,7 @@ class Ledger:
             )
             for ddl in (_RUNS, _RECEIPTS, _CHECKS):
                 conn.execute(self._sql(ddl))
-            conn.execute("COMMIT")
+            conn.execute("COMMIT", prepare=False)
         except BaseException:
             _rollback_quietly(conn)
             raise
@@ -299,6 +299,6 @@ def _rollback_quietly(conn: Conn) -> None:
     if conn.closed or conn.broken:
         return
     try:
-        conn.execute("ROLLBACK")
+        conn.execute("ROLLBACK", prepare=False)
     except psycopg.Error:
         conn.close()

@@ -58,7 +58,7 @@ def _read_side(
 
 
 def _snapshot(conn: Conn) -> str:
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
     row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
     assert row is not None
     return token_digest(str(row[0]))
@@ -69,15 +69,15 @@ def _repair(
 ) -> RangeCheck:
     tgt = sessions.target
     select, params = shape.select_range(shape.source, rng.after, rng.upper)
-    tgt.execute("SAVEPOINT dpone_repair")
+    tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
         _, _, _, inserted, _, _ = staged_apply(
             sessions, shape, copy_out_statement(select, shape.fmt), params
         )
-        tgt.execute("RELEASE SAVEPOINT dpone_repair")
+        tgt.execute("RELEASE SAVEPOINT dpone_repair", prepare=False)
     except BackfillError as exc:
-        tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair")
+        tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
         code, detail = exc.code, exc.message
     count, target_hash = _hash_range(tgt, shape, shape.target, rng)
     equal = (count, target_hash) == source
@@ -138,7 +138,7 @@ def reconcile_ranges(
             src_side = pool.submit(_read_side, src, shape, shape.source, ranges)
             tgt_side = pool.submit(_read_side, reader, shape, shape.target, ranges)
             source_sums, target_sums = src_side.result(), tgt_side.result()
-        reader.execute("COMMIT")
+        reader.execute("COMMIT", prepare=False)
         checks: list[RangeCheck] = []
         began = False
         for rng, s, t in zip(ranges, source_sums, target_sums, strict=True):
@@ -175,19 +175,19 @@ def reconcile_ranges(
                 )
                 continue
             if not began:
-                sessions.target.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+                sessions.target.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
                 sessions.target.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (run_id,)
                 )
                 began = True
             checks.append(_repair(sessions, shape, rng, s))
         if began:
-            sessions.target.execute("COMMIT")
-        src.execute("COMMIT")
+            sessions.target.execute("COMMIT", prepare=False)
+        src.execute("COMMIT", prepare=False)
     except BaseException:
         sessions.abandon()
         if not reader.closed and not reader.broken:
-            reader.execute("ROLLBACK")
+            reader.execute("ROLLBACK", prepare=False)
         raise
     return ReconciliationReport(
         run_id=run_id,

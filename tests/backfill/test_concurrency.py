@@ -1,4 +1,4 @@
-"""Several processes on one run: each batch is applied once; a loser waits or is told it is stale."""
+"""Several processes on one run: each batch applied once; a loser waits (or is told it is stale)."""
 
 from __future__ import annotations
 
