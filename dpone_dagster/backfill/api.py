@@ -22,26 +22,23 @@ from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
 
-from .boundary import take_high_water_mark
+from .boundary import mark_boundary, take_high_water_mark
+from .chain import verify_chain
 from .copier import BatchResult, PhaseHook, Sessions, copy_batch
 from .errors import BackfillError, backfill_error
 from .ledger import Ledger, LedgerConfig, wait_for_backend_exit
 from .protocol import (
-    BackfillEvidence,
     BackfillRun,
     BackfillScope,
     BackfillStatus,
     BatchReceipt,
     BatchRequest,
-    BoundedWritePause,
-    TableRef,
-    TrustworthyCursor,
 )
 from .reconcile import reconcile_ranges
 from .reconcile_model import ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, after_reconcile
-from .rules import next_request, replay, run_id_for, start_run, verify_chain
-from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape
+from .rules import next_request, replay, run_id_for, start_run
+from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape, scope_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
 _T = TypeVar("_T")
@@ -178,21 +175,8 @@ class Backfill:
             upper = (
                 None if self.upper is None else canonical_cursor(sessions.source, shape, self.upper)
             )
-            self._scope = BackfillScope(
-                label=self.label,
-                source=TableRef(
-                    database=src_db, schema_name=self.source.schema, name=self.source.name
-                ),
-                target=TableRef(
-                    database=tgt_db, schema_name=self.target.schema, name=self.target.name
-                ),
-                cursor=self.cursor,
-                cursor_type=shape.cursor.type_sql,
-                key=shape.key,
-                columns=tuple(c.name for c in shape.columns),
-                copy_format=shape.fmt,
-                lower=lower,
-                upper=upper,
+            self._scope = scope_for(
+                shape, src_db, tgt_db, label=self.label, lower=lower, upper=upper
             )
             self._shape = shape
         return self._shape, self._scope
@@ -232,24 +216,7 @@ class Backfill:
         mark = take_high_water_mark(
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
         )
-        if self.write_pause is not None:
-            boundary: TrustworthyCursor | BoundedWritePause = BoundedWritePause(
-                cursor=self.cursor,
-                source_high_water_mark=mark.high_water_mark,
-                pause_reference=self.write_pause,
-            )
-        else:
-            boundary = TrustworthyCursor(
-                cursor=self.cursor, source_high_water_mark=mark.high_water_mark
-            )
-        evidence = BackfillEvidence(
-            kind="source_boundary",
-            subject=str(mark.high_water_mark),
-            digest=mark.snapshot_token_digest,
-            detail=f"Mark read at {mark.taken_at.isoformat()} (postgresql.clock_timestamp) over "
-            f"{mark.rows} rows; {mark.awaited} in-flight transaction(s) waited out in "
-            f"{mark.waited_seconds:.3f}s.",
-        )
+        boundary, evidence = mark_boundary(mark, self.cursor, self.write_pause)
         run = start_run(scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence)
         sessions.ledger.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         try:
@@ -369,7 +336,7 @@ class Backfill:
             on_batch: Called after each committed batch with its receipt and the run (the
                 checkpoint, counts, mark and remaining estimate are in ``result.run.progress``).
             max_batches: Stop after this many batches.
-            reconcile: Reconcile once the run reaches its mark.
+            reconcile: Reconcile once the run reaches its mark (again while it is blocked).
 
         Raises:
             BackfillReconciliationError: a range still differs after repair (run is blocked).
@@ -385,7 +352,7 @@ class Backfill:
                 on_batch(result)
         run = run or self.plan()
         report = None
-        if reconcile and run.status is BackfillStatus.SUCCEEDED:
+        if reconcile and _needs_reconciliation(run):
             report = self.reconcile()
             run = self.load() or run
             if not report.ok:
@@ -426,3 +393,11 @@ class Backfill:
             sessions.abandon()
             raise
         return report
+
+
+def _needs_reconciliation(run: BackfillRun) -> bool:
+    """At the mark and not yet reconciled, or blocked by an earlier reconciliation."""
+    if run.status is BackfillStatus.BLOCKED:
+        return True
+    reconciled = any(e.kind == "reconciliation" for e in run.evidence)
+    return run.status is BackfillStatus.SUCCEEDED and not reconciled

@@ -32,6 +32,7 @@ from psycopg import sql
 from dpone_dagster.lifecycle import token_digest
 
 from .errors import backfill_error
+from .protocol import BackfillEvidence, BoundedWritePause, TrustworthyCursor
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -148,3 +149,27 @@ def take_high_water_mark(
         awaited=len(pending),
         waited_seconds=time.monotonic() - started,
     )
+
+
+def mark_boundary(
+    mark: MarkReading, cursor: str, write_pause: str | None
+) -> tuple[TrustworthyCursor | BoundedWritePause, BackfillEvidence]:
+    """The run's boundary from a mark reading, and the evidence that backs it."""
+    boundary: TrustworthyCursor | BoundedWritePause
+    if write_pause is not None:
+        boundary = BoundedWritePause(
+            cursor=cursor,
+            source_high_water_mark=mark.high_water_mark,
+            pause_reference=write_pause,
+        )
+    else:
+        boundary = TrustworthyCursor(cursor=cursor, source_high_water_mark=mark.high_water_mark)
+    evidence = BackfillEvidence(
+        kind="source_boundary",
+        subject=str(mark.high_water_mark),
+        digest=mark.snapshot_token_digest,
+        detail=f"Mark read at {mark.taken_at.isoformat()} (postgresql.clock_timestamp) over "
+        f"{mark.rows} rows; {mark.awaited} in-flight transaction(s) waited out in "
+        f"{mark.waited_seconds:.3f}s.",
+    )
+    return boundary, evidence

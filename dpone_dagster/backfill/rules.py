@@ -109,7 +109,8 @@ def run_integrity_is_valid(run: BackfillRun) -> bool:
     )
 
 
-def _require_valid(run: BackfillRun) -> None:
+def require_valid(run: BackfillRun) -> None:
+    """Raises ``backfill_run_invalid`` unless ``run`` passes :func:`run_integrity_is_valid`."""
     if not run_integrity_is_valid(run):
         raise backfill_error("backfill_run_invalid", f"Run {run.run_id} does not verify.")
 
@@ -214,7 +215,7 @@ def check_request(run: BackfillRun, request: BatchRequest) -> None:
             checkpoint; ``backfill_batch_unordered`` for a request that does not start at the
             run's position or follows the final batch.
     """
-    _require_valid(run)
+    require_valid(run)
     if request.run_id != run.run_id:
         raise backfill_error("backfill_run_invalid", "The request belongs to another run.")
     if run.status is BackfillStatus.BLOCKED:
@@ -376,49 +377,5 @@ def apply_batch(
 
 def revise(run: BackfillRun, **changes: Any) -> BackfillRun:
     """A new revision of ``run`` with ``changes`` (status, evidence, label...), resealed."""
-    _require_valid(run)
+    require_valid(run)
     return _sealed(run.model_copy(update={**changes, "revision": run.revision + 1}))
-
-
-def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:
-    """Checks that ``receipts`` (in sequence order) are exactly the run's checkpoint chain.
-
-    Raises:
-        BackfillError: ``backfill_run_invalid`` naming the first broken link.
-    """
-    _require_valid(run)
-    previous: str | None = None
-    after = run.scope.lower
-    copied = duplicates = 0
-    for index, receipt in enumerate(receipts, start=1):
-        seen = receipt.observation
-        recomputed = checkpoint_for(run.run_id, previous, receipt.batch_digest, seen)
-        if (
-            receipt.sequence != index
-            or receipt.run_id != run.run_id
-            or receipt.previous_checkpoint != previous
-            or receipt.checkpoint != recomputed
-            or receipt.after != after
-            or (
-                seen.first_cursor is not None
-                and after is not None
-                and not cursor_is_strictly_before(after, seen.first_cursor)
-            )
-        ):
-            raise backfill_error(
-                "backfill_run_invalid", f"The checkpoint chain breaks at batch {index}."
-            )
-        previous = receipt.checkpoint
-        after = seen.upper if seen.upper is not None else after
-        copied += seen.copied_count
-        duplicates += seen.duplicate_count
-    p = run.progress
-    if (previous, len(receipts), copied, duplicates) != (
-        p.checkpoint,
-        p.batch_count,
-        p.copied_count,
-        p.duplicate_count,
-    ):
-        raise backfill_error(
-            "backfill_run_invalid", "The receipts do not add up to the run's progress."
-        )

@@ -28,6 +28,7 @@ from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
 from dpone_dagster.postgres.identifiers import TableName
 
 from .errors import backfill_error
+from .protocol import BackfillScope, TableRef
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -214,3 +215,31 @@ def _check_target(
             f"No index on target {target} starts with {cursor!r} (needed to count and compare "
             "each batch range).",
         )
+
+
+def scope_for(
+    shape: TableShape,
+    source_database: str,
+    target_database: str,
+    *,
+    label: str = "",
+    lower: str | None = None,
+    upper: str | None = None,
+) -> BackfillScope:
+    """The run's scope: the tables (with their databases), cursor, key, columns and range."""
+    return BackfillScope(
+        label=label,
+        source=TableRef(
+            database=source_database, schema_name=shape.source.schema, name=shape.source.name
+        ),
+        target=TableRef(
+            database=target_database, schema_name=shape.target.schema, name=shape.target.name
+        ),
+        cursor=shape.cursor.name,
+        cursor_type=shape.cursor.type_sql,
+        key=shape.key,
+        columns=tuple(c.name for c in shape.columns),
+        copy_format=shape.fmt,
+        lower=lower,
+        upper=upper,
+    )

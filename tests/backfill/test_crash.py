@@ -24,7 +24,9 @@ BATCH = 4_000
 def start_child(source: str, target: str, batch: int = BATCH) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.backfill.child", source, target, str(batch)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -89,7 +91,10 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     assert src == dst and src[0] == ROWS, f"seed {seed}"
     assert pg.fetch_one(pair.target, "SELECT count(DISTINCT id) FROM mixed") == ROWS
     with psycopg.connect(pair.target) as conn:
-        sequences = [r[0] for r in conn.execute(
-            "SELECT sequence FROM dpone_ledger.backfill_batch_receipts ORDER BY sequence"
-        )]
+        sequences = [
+            r[0]
+            for r in conn.execute(
+                "SELECT sequence FROM dpone_ledger.backfill_batch_receipts ORDER BY sequence"
+            )
+        ]
     assert sequences == list(range(1, ROWS // BATCH + 1))

@@ -23,6 +23,7 @@ from dpone_dagster.backfill import (
     TableRef,
     TrustworthyCursor,
 )
+from dpone_dagster.backfill.chain import verify_chain
 from dpone_dagster.backfill.rules import (
     apply_batch,
     cursor_is_strictly_before,
@@ -32,7 +33,6 @@ from dpone_dagster.backfill.rules import (
     revise,
     run_integrity_is_valid,
     start_run,
-    verify_chain,
 )
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
 
