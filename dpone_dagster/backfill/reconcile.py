@@ -64,6 +64,24 @@ def _snapshot(conn: Conn) -> str:
     return token_digest(str(row[0]))
 
 
+def _compared(rng: _Range, source: tuple[int, str], target: tuple[int, str]) -> RangeCheck:
+    """The check of a range read on both sides and not repaired."""
+    equal = source == target
+    return RangeCheck(
+        sequence=rng.sequence,
+        after=rng.after,
+        upper=rng.upper,
+        source_count=source[0],
+        target_count=target[0],
+        source_hash=source[1],
+        target_hash=target[1],
+        receipt_hash=rng.receipt_hash,
+        outcome=RangeOutcome.EQUAL if equal else RangeOutcome.DIFFERS,
+        code=None if equal else "backfill_record_changed",
+        detail="" if equal else "Not repaired (repair=False).",
+    )
+
+
 def _repair(
     sessions: Sessions, shape: TableShape, rng: _Range, source: tuple[int, str]
 ) -> RangeCheck:
@@ -142,37 +160,8 @@ def reconcile_ranges(
         checks: list[RangeCheck] = []
         began = False
         for rng, s, t in zip(ranges, source_sums, target_sums, strict=True):
-            if s == t:
-                checks.append(
-                    RangeCheck(
-                        sequence=rng.sequence,
-                        after=rng.after,
-                        upper=rng.upper,
-                        source_count=s[0],
-                        target_count=t[0],
-                        source_hash=s[1],
-                        target_hash=t[1],
-                        receipt_hash=rng.receipt_hash,
-                        outcome=RangeOutcome.EQUAL,
-                    )
-                )
-                continue
-            if not repair:
-                checks.append(
-                    RangeCheck(
-                        sequence=rng.sequence,
-                        after=rng.after,
-                        upper=rng.upper,
-                        source_count=s[0],
-                        target_count=t[0],
-                        source_hash=s[1],
-                        target_hash=t[1],
-                        receipt_hash=rng.receipt_hash,
-                        outcome=RangeOutcome.DIFFERS,
-                        code="backfill_record_changed",
-                        detail="Not repaired (repair=False).",
-                    )
-                )
+            if s == t or not repair:
+                checks.append(_compared(rng, s, t))
                 continue
             if not began:
                 sessions.target.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)

@@ -145,6 +145,9 @@ def test_reconciliation_repairs_a_missing_row_and_reports_a_changed_one(pair: Pa
     b = backfill(pair)
     b.run()
     pg.execute(pair.target, "DELETE FROM mixed WHERE id IN (10, 2500)")
+    unrepaired = b.reconcile(repair=False)
+    assert [r.sequence for r in unrepaired.differing] == [1, 3]
+    assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
     report = b.reconcile()
     outcomes = [r.outcome.value for r in report.ranges]
     assert report.ok and outcomes == ["repaired", "equal", "repaired", "equal", "equal"]
