@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dpone_dagster.backfill import (
@@ -111,3 +112,17 @@ def test_the_run_document_in_the_ledger_does_not_grow_with_batches(pair: Pair) -
         pg.fetch_one(pair.target, "SELECT count(*) FROM dpone_ledger.backfill_batch_receipts")
         == 100
     )
+
+
+def test_the_snapshot_label_tells_one_snapshot_from_none(
+    pair: Pair, make_database: Callable[[str], str]
+) -> None:
+    one = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=5000).run()
+    assert one.snapshot_label is SnapshotLabel.ONE_SNAPSHOT and one.run.progress.batch_count == 1
+    empty_source = make_database("dpone_empty")
+    pg.create_mixed_table(empty_source, rows=0)
+    nothing = Backfill(empty_source, pair.target, "public.mixed", cursor="id").run()
+    assert nothing.run.status is BackfillStatus.SUCCEEDED
+    assert nothing.run.boundary.source_high_water_mark is None  # type: ignore[union-attr]
+    assert nothing.snapshot_label is SnapshotLabel.NONE and nothing.run.progress.batch_count == 1
+    assert nothing.reconciliation is not None and nothing.reconciliation.ranges == ()
