@@ -70,9 +70,10 @@ class Backfill:
         IdentifierError: ``identifier_invalid`` for a name PostgreSQL cannot hold exactly.
 
     Examples:
-        >>> backfill = Backfill(src, dst, "public.orders", cursor="id", batch_size=50_000)
-        ... # doctest: +SKIP
-        >>> result = backfill.run(on_batch=lambda b: print(b.run.progress))  # doctest: +SKIP
+        Copy ``public.orders`` in 50,000-row batches, printing progress after each commit::
+
+            backfill = Backfill(src, dst, "public.orders", cursor="id", batch_size=50_000)
+            result = backfill.run(on_batch=lambda b: print(b.run.progress))
     """
 
     def __init__(
