@@ -1,0 +1,351 @@
+"""Partitioned COPY: worker sessions that import one exported snapshot and copy key ranges.
+
+A coordinator session exports its snapshot (``pg_export_snapshot()``). For every table it
+computes the split bounds (``min``, ``max`` and ``count(*)`` of the first primary-key column)
+inside that snapshot, so the ranges describe exactly the rows the workers will see. Each worker
+is a distinct session that imports the snapshot with ``SET TRANSACTION SNAPSHOT`` and relays
+ranges, from any of the tables, into the target's staging tables through its own target
+session. Several tables share the one coordinator, so the whole set is read in one snapshot.
+
+The staging tables must already be committed (workers write from their own sessions); a worker
+commits its target transaction once all its ranges are loaded. The coordinator's transaction
+stays open, as the artifacts' live source, until the terminal outcome.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.lifecycle import DponeError, ExtractResult
+
+from .artifacts import TableArtifact, open_window
+from .catalog import Column
+from .connection import ConnectionOptions, connect
+from .copy import (
+    CopyFormat,
+    RelayResult,
+    copy_in_statement,
+    copy_out_statement,
+    relay,
+    select_columns,
+)
+from .identifiers import TableName
+from .progress import ProgressCallback, progress_hook
+from .snapshot import SnapshotSession
+
+INTEGER_TYPES = frozenset({20, 21, 23})
+"""OIDs of int8, int2 and int4: the key types split by MIN/MAX arithmetic."""
+RANGES_PER_WORKER = 4
+"""Ranges per worker: smaller ranges balance the workers and let a failure stop them sooner."""
+
+
+class PartitionedCopyError(DponeError):
+    """A worker failed, or the workers' rows disagree with the snapshot's count."""
+
+
+@dataclass(frozen=True)
+class KeyBounds:
+    """The split bounds of one table, computed inside the exported snapshot.
+
+    Attributes:
+        column: The split column (the first primary-key column), or None when the table has
+            no integer key and is copied as one range.
+        minimum: ``min(column)`` in the snapshot (None for an empty table).
+        maximum: ``max(column)`` in the snapshot.
+        count: ``count(*)`` in the snapshot.
+    """
+
+    column: str | None
+    minimum: int | None
+    maximum: int | None
+    count: int
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """An inclusive range of the split column (both None: the whole table)."""
+
+    lower: int | None
+    upper: int | None
+
+
+def split_column(columns: Sequence[Column], key: Sequence[str]) -> str | None:
+    """The first primary-key column when it is an integer, else None."""
+    by_name = {c.name: c for c in columns}
+    if key and key[0] in by_name and by_name[key[0]].type_oid in INTEGER_TYPES:
+        return key[0]
+    return None
+
+
+def compute_bounds(session: SnapshotSession, table: TableName, column: str | None) -> KeyBounds:
+    """Reads ``min``, ``max`` and ``count(*)`` of ``column`` in ``session``'s snapshot."""
+    if column is None:
+        query = sql.SQL("SELECT NULL::bigint, NULL::bigint, count(*) FROM {}").format(table.ident)
+    else:
+        query = sql.SQL("SELECT min({c}), max({c}), count(*) FROM {t}").format(
+            c=sql.Identifier(column), t=table.ident
+        )
+    row = session.conn.execute(query).fetchone()
+    assert row is not None
+    low, high, count = row
+    return KeyBounds(
+        column=column,
+        minimum=None if low is None else int(low),  # type: ignore[call-overload]
+        maximum=None if high is None else int(high),  # type: ignore[call-overload]
+        count=int(count),  # type: ignore[call-overload]
+    )
+
+
+def split_ranges(bounds: KeyBounds, parts: int) -> list[KeyRange]:
+    """Splits ``[minimum, maximum]`` into at most ``parts`` ordered, contiguous ranges.
+
+    The ranges are in ascending order, do not overlap and cover the bounds exactly; a table
+    without a split column (or without rows) is one whole-table range.
+    """
+    if bounds.column is None or bounds.minimum is None or bounds.maximum is None:
+        return [KeyRange(None, None)]
+    span = bounds.maximum - bounds.minimum + 1
+    parts = max(1, min(parts, span))
+    step = -(-span // parts)
+    ranges = []
+    low = bounds.minimum
+    while low <= bounds.maximum:
+        high = min(low + step - 1, bounds.maximum)
+        ranges.append(KeyRange(low, high))
+        low = high + 1
+    return ranges
+
+
+class PartitionedCopyArtifact(TableArtifact):
+    """One table of a partitioned copy: its bounds, its ranges, and what the workers moved.
+
+    Args:
+        table: The source table.
+        columns: The columns read.
+        copy_format: The COPY format.
+        column: The split column, or None to copy the table as one range.
+
+    Attributes:
+        bounds: The split bounds read inside the exported snapshot.
+        ranges: The ranges the workers copy, in key order.
+        worker_pids: Backend pids of the worker sessions that read this table's ranges.
+        rows_read: Rows the workers' source command tags reported.
+        rows_loaded: Rows the workers' target command tags reported.
+        bytes_read: Bytes relayed.
+    """
+
+    def __init__(
+        self,
+        table: TableName,
+        columns: Sequence[Column],
+        copy_format: CopyFormat | None,
+        column: str | None,
+    ) -> None:
+        super().__init__(table, columns, copy_format)
+        self.bounds = KeyBounds(column, None, None, 0)
+        self.ranges: tuple[KeyRange, ...] = ()
+        self.worker_pids: set[int] = set()
+        self.rows_read = 0
+        self.rows_loaded = 0
+        self.bytes_read = 0
+        self._lock = threading.Lock()
+
+    def range_statement(self, key_range: KeyRange) -> sql.Composed:
+        """``COPY (SELECT ... WHERE column BETWEEN lower AND upper) TO STDOUT``."""
+        where = None
+        if self.bounds.column is not None and key_range.lower is not None:
+            where = sql.SQL("{} BETWEEN {} AND {}").format(
+                sql.Identifier(self.bounds.column),
+                sql.Literal(key_range.lower),
+                sql.Literal(key_range.upper),
+            )
+        select = select_columns(self.table, self.columns, where=where)
+        return copy_out_statement(select, self.copy_format)
+
+    def _record(self, pid: int, result: RelayResult) -> None:
+        with self._lock:
+            self.worker_pids.add(pid)
+            self.rows_read += result.rows_out
+            self.rows_loaded += result.rows_in
+            self.bytes_read += result.bytes
+
+    def load_into(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        staging: TableName,
+        *,
+        progress: ProgressCallback | None = None,
+        progress_every: int = 64 << 20,
+    ) -> int:
+        """The workers already loaded the rows (see :meth:`PartitionedCopy.run`): returns the
+        rows they loaded."""
+        return self.rows_loaded
+
+
+@dataclass(frozen=True)
+class _Job:
+    artifact: PartitionedCopyArtifact
+    key_range: KeyRange
+    staging: TableName
+
+
+class PartitionedCopy:
+    """A coordinator, its exported snapshot, and the tables its workers will copy.
+
+    Args:
+        coordinator: A session opened with ``SnapshotSession.open(dsn, export=True)``.
+        workers: Worker sessions to run (each a distinct source and target session).
+    """
+
+    def __init__(self, coordinator: SnapshotSession, *, workers: int = 2) -> None:
+        if not coordinator.exported:
+            raise PartitionedCopyError(
+                "snapshot_not_exported",
+                "A partitioned copy needs a coordinator that exported its snapshot.",
+                ["Open the coordinator with SnapshotSession.open(dsn, export=True)."],
+            )
+        self.coordinator = coordinator
+        self.workers = max(1, workers)
+        self.artifacts: list[PartitionedCopyArtifact] = []
+
+    def add_table(
+        self,
+        table: TableName,
+        columns: Sequence[Column],
+        *,
+        key: Sequence[str] = (),
+        copy_format: CopyFormat | None = None,
+    ) -> ExtractResult[PartitionedCopyArtifact]:
+        """Opens a table's window and computes its bounds inside the exported snapshot.
+
+        Args:
+            table: The source table.
+            columns: The columns to read.
+            key: The primary-key columns; an integer first column is the split column.
+            copy_format: ``binary`` or ``text``; chosen from the column types when omitted.
+        """
+        artifact = PartitionedCopyArtifact(table, columns, copy_format, split_column(columns, key))
+        artifact.attach_source(self.coordinator.transaction)
+        # The window opens before the bounds query, the table's first read.
+        open_window(artifact.lifecycle, self.coordinator)
+        artifact.bounds = compute_bounds(self.coordinator, table, artifact.bounds.column)
+        artifact.ranges = tuple(split_ranges(artifact.bounds, self.workers * RANGES_PER_WORKER))
+        self.artifacts.append(artifact)
+        return ExtractResult(artifact)
+
+    def run(
+        self,
+        target_dsn: str,
+        stagings: Sequence[TableName],
+        *,
+        target_options: ConnectionOptions | None = None,
+        progress: ProgressCallback | None = None,
+        progress_every: int = 64 << 20,
+    ) -> None:
+        """Runs the workers: every range of every table into that table's staging table.
+
+        Each worker imports the snapshot in its own source session and writes through its own
+        target session, which it commits when its ranges are done. Afterwards every receipt
+        completes (coordinator's clock) with the rows the workers read, which must equal the
+        count read inside the snapshot.
+
+        Args:
+            target_dsn: The target database.
+            stagings: The committed staging table of each table, in :attr:`artifacts` order.
+            target_options: Options of the workers' target sessions.
+            progress: Called as bytes move (per range).
+            progress_every: Bytes between two progress calls.
+
+        Raises:
+            PartitionedCopyError: ``partition_rows_mismatch`` when the rows read differ from
+                the snapshot's count. A worker's own error is re-raised as it was.
+        """
+        jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        total = 0
+        for artifact, staging in zip(self.artifacts, stagings, strict=True):
+            for key_range in artifact.ranges:
+                jobs.put(_Job(artifact, key_range, staging))
+                total += 1
+        failed = threading.Event()
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(
+                target=self._work,
+                args=(jobs, target_dsn, target_options, progress, progress_every, failed, errors),
+                name=f"dpone-copy-worker-{i}",
+                daemon=True,
+            )
+            for i in range(min(self.workers, total))
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+        finally:
+            for thread in threads:
+                if thread.is_alive() or thread.ident is not None:
+                    thread.join()
+        if errors:
+            raise errors[0]
+        completed_at = self.coordinator.clock_timestamp()
+        for artifact in self.artifacts:
+            if artifact.rows_read != artifact.bounds.count:
+                raise PartitionedCopyError(
+                    "partition_rows_mismatch",
+                    f"Workers read {artifact.rows_read} rows of {artifact.table}, but the "
+                    f"snapshot counts {artifact.bounds.count}.",
+                    ["Report this: the workers did not read the coordinator's snapshot."],
+                )
+            artifact.lifecycle.complete(
+                row_count=artifact.rows_read,
+                byte_count=artifact.bytes_read,
+                completed_at=completed_at,
+            )
+
+    def _work(
+        self,
+        jobs: queue.SimpleQueue[_Job],
+        target_dsn: str,
+        target_options: ConnectionOptions | None,
+        progress: ProgressCallback | None,
+        progress_every: int,
+        failed: threading.Event,
+        errors: list[BaseException],
+    ) -> None:
+        source: SnapshotSession | None = None
+        target: psycopg.Connection[tuple[object, ...]] | None = None
+        try:
+            source = self.coordinator.worker()
+            target = connect(target_dsn, target_options, autocommit=True)
+            target.execute("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
+            # A failed worker stops the others at their next range boundary.
+            while not failed.is_set():
+                try:
+                    job = jobs.get_nowait()
+                except queue.Empty:
+                    break
+                artifact = job.artifact
+                result = relay(
+                    source.conn.cursor(),
+                    artifact.range_statement(job.key_range),
+                    target.cursor(),
+                    copy_in_statement(job.staging, artifact.columns, artifact.copy_format),
+                    on_block=progress_hook(progress, artifact.table, "load", progress_every),
+                )
+                artifact._record(source.backend_pid, result)
+            if not failed.is_set():
+                target.commit()
+                source.commit_and_close()
+        except BaseException as exc:  # reported by run() in the calling thread
+            errors.append(exc)
+            failed.set()
+        finally:
+            if target is not None:
+                target.close()  # after a commit: nothing open; otherwise the server rolls back
+            if source is not None:
+                source.rollback_and_close()  # a no-op after commit_and_close

@@ -1,0 +1,66 @@
+"""Progress of a copy, reported to a caller's callback (a Dagster log, a progress bar)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from .identifiers import TableName
+
+Phase = Literal["extract", "load"]
+
+
+@dataclass(frozen=True)
+class CopyProgress:
+    """How far one table's copy has come.
+
+    Attributes:
+        table: The source table.
+        phase: ``extract`` while reading the source into a file, ``load`` while writing the
+            target (a relay does both at once and reports ``load``).
+        bytes: Bytes moved so far in this phase.
+    """
+
+    table: TableName
+    phase: Phase
+    bytes: int
+
+
+ProgressCallback = Callable[[CopyProgress], None]
+
+
+class ProgressMeter:
+    """Counts bytes and calls ``callback`` each time another ``every`` bytes have moved.
+
+    Called with each COPY block's size (the ``on_block`` hook of :func:`.copy.relay`).
+
+    Args:
+        callback: Receives the progress; None makes the meter count only.
+        table: The table being copied.
+        phase: The phase being measured.
+        every: Bytes between two calls.
+    """
+
+    def __init__(
+        self, callback: ProgressCallback | None, table: TableName, phase: Phase, every: int
+    ) -> None:
+        self.callback = callback
+        self.table = table
+        self.phase = phase
+        self.every = max(1, every)
+        self.bytes = 0
+        self._next = self.every
+
+    def __call__(self, nbytes: int) -> None:
+        self.bytes += nbytes
+        if self.callback is not None and self.bytes >= self._next:
+            self._next = self.bytes + self.every
+            self.callback(CopyProgress(self.table, self.phase, self.bytes))
+
+
+def progress_hook(
+    callback: ProgressCallback | None, table: TableName, phase: Phase, every: int
+) -> ProgressMeter | None:
+    """A :class:`ProgressMeter`, or None when nobody listens (the relay then skips the call)."""
+    return None if callback is None else ProgressMeter(callback, table, phase, every)
