@@ -52,9 +52,14 @@ def child(strategy: str, source: str, target: str, workers: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
     started = time.perf_counter()
     report = copy_tables(
-        source, target, ["public.mixed"], strategy=strategy, sink="replace", workers=workers,
+        source,
+        target,
+        ["public.mixed"],
+        strategy=strategy,
+        sink="replace",
+        workers=workers,
         options=CopyOptions(),
-    )  # fmt: skip
+    )
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "rows": report.rows_loaded, "rss_mb": peak_rss_mb()}))
 
@@ -62,10 +67,20 @@ def child(strategy: str, source: str, target: str, workers: int) -> None:
 def psql_args(dsn: str) -> list[str]:
     params = conninfo.conninfo_to_dict(dsn)
     return [
-        "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
-        "-h", str(params.get("host") or "127.0.0.1"), "-p", str(params.get("port") or 5432),
-        "-U", str(params.get("user") or "postgres"), "-d", str(params["dbname"]),
-    ]  # fmt: skip
+        "psql",
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        str(params.get("host") or "127.0.0.1"),
+        "-p",
+        str(params.get("port") or 5432),
+        "-U",
+        str(params.get("user") or "postgres"),
+        "-d",
+        str(params["dbname"]),
+    ]
 
 
 def settle_server(target: str) -> None:
@@ -76,8 +91,8 @@ def settle_server(target: str) -> None:
 def raw_pipe(source: str, target: str) -> float:
     pg.execute(target, "TRUNCATE public.mixed")
     settle_server(target)
-    out = psql_args(source) + ["-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
-    inp = psql_args(target) + ["-c", "COPY public.mixed FROM STDIN (FORMAT binary)"]
+    out = [*psql_args(source), "-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
+    inp = [*psql_args(target), "-c", "COPY public.mixed FROM STDIN (FORMAT binary)"]
     started = time.perf_counter()
     producer = subprocess.Popen(out, stdout=subprocess.PIPE)
     consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
@@ -91,10 +106,22 @@ def raw_pipe(source: str, target: str) -> float:
 def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, float]:
     settle_server(target)
     result = subprocess.run(
-        [sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,
-         "--workers", str(workers)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            strategy,
+            "--source",
+            source,
+            "--target",
+            target,
+            "--workers",
+            str(workers),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
     return figures
 
@@ -128,21 +155,29 @@ def main() -> None:
         )
         pipe = [raw_pipe(source, target) for _ in range(args.repeat)]
         pipe_best, pipe_median = min(pipe), statistics.median(pipe)
-        print(f"{'raw binary psql pipe':<22} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
-              f"{args.rows / pipe_best:>12,.0f} rows/s")  # fmt: skip
-        print(f"{'strategy':<22} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
-              f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}")  # fmt: skip
+        print(
+            f"{'raw binary psql pipe':<22} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
+            f"{args.rows / pipe_best:>12,.0f} rows/s"
+        )
+        print(
+            f"{'strategy':<22} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
+            f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
+        )
         for strategy in args.strategies:
-            runs = [run_strategy(strategy, source, target, args.workers) for _ in range(args.repeat)]
+            runs = [
+                run_strategy(strategy, source, target, args.workers) for _ in range(args.repeat)
+            ]
             if any(int(r["rows"]) != args.rows for r in runs):
                 raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
             seconds = [r["seconds"] for r in runs]
             best, median = min(seconds), statistics.median(seconds)
             rss = max(r["rss_mb"] for r in runs)
             name = f"{strategy} ({args.workers} workers)" if strategy == "partitioned" else strategy
-            print(f"{name:<22} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
-                  f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "
-                  f"{TARGETS[strategy]:>7.2f} {rss:>12.0f}")  # fmt: skip
+            print(
+                f"{name:<22} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
+                f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "
+                f"{TARGETS[strategy]:>7.2f} {rss:>12.0f}"
+            )
         if pg.table_fingerprint(source, "public", "mixed") != pg.table_fingerprint(
             target, "public", "mixed"
         ):

@@ -212,7 +212,10 @@ class BatchedCopyArtifact(TableArtifact):
         query = sql.SQL("SELECT {} FROM ({}) AS batch ORDER BY {} LIMIT 1").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in self.key),
             inner,
-            sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in self.key),
+            # Qualified: a bare name would sort by the ::text output column of the same name.
+            sql.SQL(", ").join(
+                sql.SQL("batch.{} DESC").format(sql.Identifier(k)) for k in self.key
+            ),
         )
         row = session.conn.execute(query).fetchone()
         return None if row is None else tuple(str(v) for v in row)
