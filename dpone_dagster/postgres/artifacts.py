@@ -117,6 +117,34 @@ class WholeCopyArtifact(TableArtifact):
         self.path = Path(directory) / f"{self.artifact_id}.copy"
         self.register_file(self.path)
 
+    def write(
+        self,
+        session: SnapshotSession,
+        *,
+        progress: ProgressCallback | None = None,
+        progress_every: int = 64 << 20,
+    ) -> None:
+        """Writes the file under ``session``'s snapshot and completes the receipt.
+
+        The window opens (server clock) before the COPY starts; the receipt completes after
+        the last byte is written and its row count (the COPY command tag) and byte count (the
+        file's size) are known. The read-only transaction stays open for the caller to commit.
+        """
+        meter = progress_hook(progress, self.table, "extract", progress_every)
+        statement = copy_out_statement(select_columns(self.table, self.columns), self.copy_format)
+        open_window(self.lifecycle, session)
+        cur = session.conn.cursor()
+        with open(self.path, "wb") as handle, cur.copy(statement) as copy:
+            for block in copy:
+                handle.write(block)
+                if meter is not None:
+                    meter(len(block))
+        self.lifecycle.complete(
+            row_count=cur.rowcount,
+            byte_count=self.path.stat().st_size,
+            completed_at=session.clock_timestamp(),
+        )
+
     def load_into(
         self,
         conn: psycopg.Connection[tuple[object, ...]],
@@ -166,21 +194,12 @@ def extract_whole_copy(
         progress_every: Bytes between two progress calls.
 
     Returns:
-        The completed artifact.
+        The completed artifact (on failure it is settled with ``abort`` and the error raised).
     """
     artifact = WholeCopyArtifact(table, columns, copy_format, directory=directory)
-    meter = progress_hook(progress, table, "extract", progress_every)
-    statement = copy_out_statement(select_columns(table, artifact.columns), artifact.copy_format)
-    open_window(artifact.lifecycle, session)
-    cur = session.conn.cursor()
-    with open(artifact.path, "wb") as handle, cur.copy(statement) as copy:
-        for block in copy:
-            handle.write(block)
-            if meter is not None:
-                meter(len(block))
-    artifact.lifecycle.complete(
-        row_count=cur.rowcount,
-        byte_count=artifact.path.stat().st_size,
-        completed_at=session.clock_timestamp(),
-    )
+    try:
+        artifact.write(session, progress=progress, progress_every=progress_every)
+    except BaseException:
+        artifact.abort()  # releases a partial file; nobody else holds the artifact yet
+        raise
     return ExtractResult(artifact)

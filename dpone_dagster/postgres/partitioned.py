@@ -14,15 +14,16 @@ stays open, as the artifacts' live source, until the terminal outcome.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 
-from dpone_dagster.lifecycle import DponeError, ExtractResult
+from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
 
 from .artifacts import TableArtifact, open_window
 from .catalog import Column
@@ -342,10 +343,39 @@ class PartitionedCopy:
                 target.commit()
                 source.commit_and_close()
         except BaseException as exc:  # reported by run() in the calling thread
-            errors.append(exc)
+            errors.append(_worker_failure(exc, source, target))
             failed.set()
         finally:
             if target is not None:
                 target.close()  # after a commit: nothing open; otherwise the server rolls back
             if source is not None:
-                source.rollback_and_close()  # a no-op after commit_and_close
+                with contextlib.suppress(psycopg.Error):  # a dead session is closed anyway
+                    source.rollback_and_close()  # a no-op after commit_and_close
+
+
+def _worker_failure(
+    exc: BaseException,
+    source: SnapshotSession | None,
+    target: psycopg.Connection[tuple[object, ...]] | None,
+) -> BaseException:
+    """Names the side a worker's database error came from (the worker alone can tell)."""
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    source_side = (
+        source is None
+        or source.conn.broken
+        or (
+            target is not None
+            and not target.broken
+            and source.conn.info.transaction_status == pq.TransactionStatus.INERROR
+        )
+    )
+    code = "source_read_failed" if source_side else "target_load_failed"
+    what = "reading the source" if source_side else "loading the target"
+    error = PartitionedCopyError(
+        code,
+        f"A partitioned-copy worker failed {what}: {redact(str(exc)).strip().rstrip('.')}.",
+        ["Check the server named in the message, then run the copy again."],
+    )
+    error.__cause__ = exc
+    return error

@@ -35,7 +35,7 @@ from dpone_dagster.lifecycle import (
     token_digest,
 )
 
-from .artifacts import TableArtifact, extract_whole_copy
+from .artifacts import TableArtifact, WholeCopyArtifact
 from .batched import BatchedCopyArtifact
 from .connection import ConnectionOptions, connect
 from .internal import InternalQueryArtifact
@@ -52,7 +52,7 @@ from .sinks import (
     staging_table,
 )
 from .snapshot import LazySnapshot, SnapshotSession, read_snapshot
-from .streamed import stream_rows
+from .streamed import StreamedRowsArtifact
 
 _BEGIN_TARGET = sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 # The internal query reads the source in the target session: REPEATABLE READ gives every
@@ -257,15 +257,13 @@ class _CopyRun:
         else:
             directory = self.spool = Path(tempfile.mkdtemp(prefix="dpone-copy-"))
         for index, plan in enumerate(self.plans):
-            self.artifacts[index] = extract_whole_copy(
-                session,
-                plan.source,
-                plan.columns,
-                directory,
-                copy_format=plan.copy_format,
-                progress=self.options.progress,
-                progress_every=self.options.progress_every,
-            ).artifact
+            artifact = WholeCopyArtifact(
+                plan.source, plan.columns, plan.copy_format, directory=directory
+            )
+            self.artifacts[index] = artifact
+            artifact.write(
+                session, progress=self.options.progress, progress_every=self.options.progress_every
+            )
         # Every file is written and receipted: the read-only transaction commits now.
         session.commit_and_close()
 
@@ -301,14 +299,16 @@ class _CopyRun:
         if artifact is None:
             plan = self.plans[index]
             if self.strategy == "streamed":
-                artifact = stream_rows(
+                rows = StreamedRowsArtifact(
                     self.sessions[0], plan.source, plan.columns, fetch_rows=self.options.fetch_rows
-                ).artifact
+                )
+                self.artifacts[index] = artifact = rows
+                rows.declare()
             else:
                 artifact = InternalQueryArtifact(
                     plan.source, plan.columns, session_snapshot=self.internal_evidence
                 )
-            self.artifacts[index] = artifact
+                self.artifacts[index] = artifact
         return artifact
 
     # -- outcome ------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ class _CopyRun:
         )
 
     def _source_failed(self) -> bool:
-        sources = [s.conn for s in self.sessions if not s.conn.closed]
+        sources = [s.conn for s in self.sessions]
         if any(c.broken for c in sources):
             return True
         if self.target.broken:

@@ -56,7 +56,8 @@ class StreamedRowsArtifact(TableArtifact):
         self._cursor = session.conn.cursor(name=f"dpone_rows_{uuid.uuid4().hex[:12]}")
         session.transaction.add_cursor(self._cursor)
 
-    def _declare(self) -> None:
+    def declare(self) -> None:
+        """Opens the window (server clock) and declares the cursor: the read begins."""
         # Every value as text: the type's own output function, exact for every value.
         select = sql.SQL("SELECT {} FROM {}").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(c.ident) for c in self.columns),
@@ -131,5 +132,9 @@ def stream_rows(
         The artifact, acquired and not yet completed.
     """
     artifact = StreamedRowsArtifact(session, table, columns, fetch_rows=fetch_rows)
-    artifact._declare()
+    try:
+        artifact.declare()
+    except BaseException:
+        artifact.abort()  # rolls back and closes the session; nobody else holds the artifact
+        raise
     return ExtractResult(artifact)
