@@ -18,7 +18,7 @@ import contextlib
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import pq, sql
@@ -268,29 +268,27 @@ class PartitionedCopy:
                 the snapshot's count. A worker's own error is re-raised as it was.
         """
         jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        total = 0
         for artifact, staging in zip(self.artifacts, stagings, strict=True):
             for key_range in artifact.ranges:
                 jobs.put(_Job(artifact, key_range, staging))
-                total += 1
-        failed = threading.Event()
-        errors: list[BaseException] = []
+        count = min(self.workers, jobs.qsize())
+        shared = _Shared(
+            jobs, target_dsn, target_options, progress, progress_every, threading.Barrier(count)
+        )
         threads = [
             threading.Thread(
-                target=self._work,
-                args=(jobs, target_dsn, target_options, progress, progress_every, failed, errors),
-                name=f"dpone-copy-worker-{i}",
-                daemon=True,
+                target=self._work, args=(shared,), name=f"dpone-copy-worker-{i}", daemon=True
             )
-            for i in range(min(self.workers, total))
+            for i in range(count)
         ]
         try:
             for thread in threads:
                 thread.start()
         finally:
             for thread in threads:
-                if thread.is_alive() or thread.ident is not None:
+                if thread.ident is not None:  # started
                     thread.join()
+        errors = shared.errors
         if errors:
             raise errors[0]
         completed_at = self.coordinator.clock_timestamp()
@@ -308,26 +306,19 @@ class PartitionedCopy:
                 completed_at=completed_at,
             )
 
-    def _work(
-        self,
-        jobs: queue.SimpleQueue[_Job],
-        target_dsn: str,
-        target_options: ConnectionOptions | None,
-        progress: ProgressCallback | None,
-        progress_every: int,
-        failed: threading.Event,
-        errors: list[BaseException],
-    ) -> None:
+    def _work(self, shared: _Shared) -> None:
         source: SnapshotSession | None = None
         target: psycopg.Connection[tuple[object, ...]] | None = None
         try:
             source = self.coordinator.worker()
-            target = connect(target_dsn, target_options, autocommit=True)
+            target = connect(shared.target_dsn, shared.target_options, autocommit=True)
             target.execute("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
+            # Every worker holds the snapshot before any takes a range: the ranges spread.
+            shared.ready.wait()
             # A failed worker stops the others at their next range boundary.
-            while not failed.is_set():
+            while not shared.failed.is_set():
                 try:
-                    job = jobs.get_nowait()
+                    job = shared.jobs.get_nowait()
                 except queue.Empty:
                     break
                 artifact = job.artifact
@@ -336,21 +327,38 @@ class PartitionedCopy:
                     artifact.range_statement(job.key_range),
                     target.cursor(),
                     copy_in_statement(job.staging, artifact.columns, artifact.copy_format),
-                    on_block=progress_hook(progress, artifact.table, "load", progress_every),
+                    on_block=progress_hook(
+                        shared.progress, artifact.table, "load", shared.progress_every
+                    ),
                 )
                 artifact._record(source.backend_pid, result)
-            if not failed.is_set():
+            if not shared.failed.is_set():
                 target.commit()
                 source.commit_and_close()
         except BaseException as exc:  # reported by run() in the calling thread
-            errors.append(_worker_failure(exc, source, target))
-            failed.set()
+            shared.errors.append(_worker_failure(exc, source, target))
+            shared.failed.set()
+            shared.ready.abort()  # release workers still waiting for this one
         finally:
             if target is not None:
                 target.close()  # after a commit: nothing open; otherwise the server rolls back
             if source is not None:
                 with contextlib.suppress(psycopg.Error):  # a dead session is closed anyway
                     source.rollback_and_close()  # a no-op after commit_and_close
+
+
+@dataclass
+class _Shared:
+    """What the workers of one run share."""
+
+    jobs: queue.SimpleQueue[_Job]
+    target_dsn: str
+    target_options: ConnectionOptions | None
+    progress: ProgressCallback | None
+    progress_every: int
+    ready: threading.Barrier
+    failed: threading.Event = field(default_factory=threading.Event)
+    errors: list[BaseException] = field(default_factory=list)
 
 
 def _worker_failure(

@@ -36,14 +36,14 @@ class ProgressMeter:
     Called with each COPY block's size (the ``on_block`` hook of :func:`.copy.relay`).
 
     Args:
-        callback: Receives the progress; None makes the meter count only.
+        callback: Receives the progress.
         table: The table being copied.
         phase: The phase being measured.
         every: Bytes between two calls.
     """
 
     def __init__(
-        self, callback: ProgressCallback | None, table: TableName, phase: Phase, every: int
+        self, callback: ProgressCallback, table: TableName, phase: Phase, every: int
     ) -> None:
         self.callback = callback
         self.table = table
@@ -54,7 +54,7 @@ class ProgressMeter:
 
     def __call__(self, nbytes: int) -> None:
         self.bytes += nbytes
-        if self.callback is not None and self.bytes >= self._next:
+        if self.bytes >= self._next:
             self._next = self.bytes + self.every
             self.callback(CopyProgress(self.table, self.phase, self.bytes))
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -206,3 +207,78 @@ def test_a_session_terminated_mid_copy_aborts_and_leaves_the_target_unchanged(
     assert terminal.retained_files == ()
     assert _fingerprint(target_dsn, ORDERS) == loaded_target
     assert pg.fetch_one(target_dsn, sql.SQL("SELECT count(*) FROM {}").format(ORDERS.ident)) == 10
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_interrupt_mid_copy_settles_everything_and_propagates(
+    source_dsn: str,
+    target_dsn: str,
+    loaded_target: tuple[int, str],
+    strategy: str,
+    tmp_path: Path,
+) -> None:
+    def interrupt(progress: CopyProgress) -> None:
+        # What Dagster raises to stop a step: a BaseException that `except Exception` misses.
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        copy_tables(
+            source_dsn,
+            target_dsn,
+            ["public.mixed"],
+            strategy=strategy,  # type: ignore[arg-type]
+            options=CopyOptions(progress=interrupt, progress_every=256 << 10, spool_dir=tmp_path),
+        )
+    assert list(tmp_path.iterdir()) == [], "a partial COPY file is released"
+    assert _fingerprint(target_dsn, ORDERS) == loaded_target
+
+
+def test_the_internal_query_reads_every_table_in_one_snapshot(source_dsn: str) -> None:
+    """A writer commits rows into both tables in one transaction, over and over, while the
+    internal query copies them one statement after the other: one snapshot for the set means
+    both copies hold the same ids; a snapshot per statement would give the second more."""
+    pg.create_mixed_table(source_dsn, name="first", rows=100_000)
+    pg.create_mixed_table(source_dsn, name="second", rows=10)
+    pg.execute(source_dsn, 'CREATE SCHEMA "Copies"')
+    stop = threading.Event()
+    commits: list[int] = []
+
+    def write() -> None:
+        with psycopg.connect(source_dsn, autocommit=True) as conn:
+            next_id = 1_000_000
+            while not stop.is_set():
+                with conn.transaction():
+                    for table in ("first", "second"):
+                        conn.execute(
+                            sql.SQL("INSERT INTO {} (id, qty) VALUES (%s, 1)").format(
+                                sql.Identifier("public", table)
+                            ),
+                            (next_id,),
+                        )
+                commits.append(next_id)
+                next_id += 1
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        while len(commits) < 5:
+            time.sleep(0.01)
+        before = len(commits)
+        report = copy_tables(
+            source_dsn,
+            source_dsn,
+            [("public.first", '"Copies".first'), ("public.second", '"Copies".second')],
+            strategy="internal",
+        )
+        during = len(commits) - before
+    finally:
+        stop.set()
+        writer.join(10)
+    assert during > 0, "the writer committed while the copy ran"
+    new_ids = 'SELECT array_agg(id ORDER BY id) FROM "Copies".{} WHERE id >= 1000000'
+    first = pg.fetch_one(source_dsn, new_ids.format("first"))
+    second = pg.fetch_one(source_dsn, new_ids.format("second"))
+    assert first == second and first, "both tables were read in one snapshot"
+    assert report.snapshot_label == "single_snapshot"
+    receipts = [t.extraction_receipt for t in report.tables]
+    assert all(r is not None and r.source_token == report.source_token for r in receipts)
