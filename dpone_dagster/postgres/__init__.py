@@ -9,10 +9,11 @@ themselves.
 
 from .artifacts import TableArtifact, WholeCopyArtifact, extract_whole_copy
 from .batched import BatchedCopyArtifact, CopyBatch, batched_copy
+from .bounds import KeyBounds, KeyRange
 from .connection import ConnectionOptions, ConnectionSettingsError, check_dsn, connect
 from .identifiers import IdentifierError, TableName, check_identifier, quote_identifier
 from .internal import InternalQueryArtifact
-from .partitioned import KeyBounds, KeyRange, PartitionedCopy, PartitionedCopyArtifact
+from .partitioned import PartitionedCopy, PartitionedCopyArtifact
 from .plan import CopyPlanError, Sink, TableMapping, TablePlan, plan_tables
 from .progress import CopyProgress
 from .report import CopyError, CopyReport, SnapshotLabel, Strategy, TableCopyReport

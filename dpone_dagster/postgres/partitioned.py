@@ -26,6 +26,7 @@ from psycopg import pq, sql
 from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
 
 from .artifacts import TableArtifact, open_window
+from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
 from .catalog import Column
 from .connection import ConnectionOptions, connect
 from .copy import (
@@ -37,90 +38,15 @@ from .copy import (
     select_columns,
 )
 from .identifiers import TableName
-from .progress import ProgressCallback, progress_hook
+from .progress import ProgressCallback, ProgressMeter, progress_hook
 from .snapshot import SnapshotSession
 
-INTEGER_TYPES = frozenset({20, 21, 23})
-"""OIDs of int8, int2 and int4: the key types split by MIN/MAX arithmetic."""
 RANGES_PER_WORKER = 4
 """Ranges per worker: smaller ranges balance the workers and let a failure stop them sooner."""
 
 
 class PartitionedCopyError(DponeError):
     """A worker failed, or the workers' rows disagree with the snapshot's count."""
-
-
-@dataclass(frozen=True)
-class KeyBounds:
-    """The split bounds of one table, computed inside the exported snapshot.
-
-    Attributes:
-        column: The split column (the first primary-key column), or None when the table has
-            no integer key and is copied as one range.
-        minimum: ``min(column)`` in the snapshot (None for an empty table).
-        maximum: ``max(column)`` in the snapshot.
-        count: ``count(*)`` in the snapshot.
-    """
-
-    column: str | None
-    minimum: int | None
-    maximum: int | None
-    count: int
-
-
-@dataclass(frozen=True)
-class KeyRange:
-    """An inclusive range of the split column (both None: the whole table)."""
-
-    lower: int | None
-    upper: int | None
-
-
-def split_column(columns: Sequence[Column], key: Sequence[str]) -> str | None:
-    """The first primary-key column when it is an integer, else None."""
-    by_name = {c.name: c for c in columns}
-    if key and key[0] in by_name and by_name[key[0]].type_oid in INTEGER_TYPES:
-        return key[0]
-    return None
-
-
-def compute_bounds(session: SnapshotSession, table: TableName, column: str | None) -> KeyBounds:
-    """Reads ``min``, ``max`` and ``count(*)`` of ``column`` in ``session``'s snapshot."""
-    if column is None:
-        query = sql.SQL("SELECT NULL::bigint, NULL::bigint, count(*) FROM {}").format(table.ident)
-    else:
-        query = sql.SQL("SELECT min({c}), max({c}), count(*) FROM {t}").format(
-            c=sql.Identifier(column), t=table.ident
-        )
-    row = session.conn.execute(query).fetchone()
-    assert row is not None
-    low, high, count = row
-    return KeyBounds(
-        column=column,
-        minimum=None if low is None else int(low),  # type: ignore[call-overload]
-        maximum=None if high is None else int(high),  # type: ignore[call-overload]
-        count=int(count),  # type: ignore[call-overload]
-    )
-
-
-def split_ranges(bounds: KeyBounds, parts: int) -> list[KeyRange]:
-    """Splits ``[minimum, maximum]`` into at most ``parts`` ordered, contiguous ranges.
-
-    The ranges are in ascending order, do not overlap and cover the bounds exactly; a table
-    without a split column (or without rows) is one whole-table range.
-    """
-    if bounds.column is None or bounds.minimum is None or bounds.maximum is None:
-        return [KeyRange(None, None)]
-    span = bounds.maximum - bounds.minimum + 1
-    parts = max(1, min(parts, span))
-    step = -(-span // parts)
-    ranges = []
-    low = bounds.minimum
-    while low <= bounds.maximum:
-        high = min(low + step - 1, bounds.maximum)
-        ranges.append(KeyRange(low, high))
-        low = high + 1
-    return ranges
 
 
 class PartitionedCopyArtifact(TableArtifact):
@@ -194,6 +120,7 @@ class _Job:
     artifact: PartitionedCopyArtifact
     key_range: KeyRange
     staging: TableName
+    meter: ProgressMeter | None
 
 
 class PartitionedCopy:
@@ -260,7 +187,7 @@ class PartitionedCopy:
             target_dsn: The target database.
             stagings: The committed staging table of each table, in :attr:`artifacts` order.
             target_options: Options of the workers' target sessions.
-            progress: Called as bytes move (per range).
+            progress: Called as bytes move (per table, over all workers).
             progress_every: Bytes between two progress calls.
 
         Raises:
@@ -269,12 +196,11 @@ class PartitionedCopy:
         """
         jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         for artifact, staging in zip(self.artifacts, stagings, strict=True):
+            meter = progress_hook(progress, artifact.table, "load", progress_every)
             for key_range in artifact.ranges:
-                jobs.put(_Job(artifact, key_range, staging))
+                jobs.put(_Job(artifact, key_range, staging, meter))
         count = min(self.workers, jobs.qsize())
-        shared = _Shared(
-            jobs, target_dsn, target_options, progress, progress_every, threading.Barrier(count)
-        )
+        shared = _Shared(jobs, target_dsn, target_options, threading.Barrier(count))
         threads = [
             threading.Thread(
                 target=self._work, args=(shared,), name=f"dpone-copy-worker-{i}", daemon=True
@@ -327,9 +253,7 @@ class PartitionedCopy:
                     artifact.range_statement(job.key_range),
                     target.cursor(),
                     copy_in_statement(job.staging, artifact.columns, artifact.copy_format),
-                    on_block=progress_hook(
-                        shared.progress, artifact.table, "load", shared.progress_every
-                    ),
+                    on_block=job.meter,
                 )
                 artifact._record(source.backend_pid, result)
             if not shared.failed.is_set():
@@ -354,8 +278,6 @@ class _Shared:
     jobs: queue.SimpleQueue[_Job]
     target_dsn: str
     target_options: ConnectionOptions | None
-    progress: ProgressCallback | None
-    progress_every: int
     ready: threading.Barrier
     failed: threading.Event = field(default_factory=threading.Event)
     errors: list[BaseException] = field(default_factory=list)

@@ -8,7 +8,7 @@ nothing written.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
 import psycopg
@@ -187,65 +187,69 @@ def _plan_one(
     source_columns = tuple(table_columns(source, mapping.source))
     columns = tuple(c for c in source_columns if not c.generated)
     key = tuple(primary_key(source, mapping.source))
+    plan = TablePlan(  # as a new target, created from the source
+        source=mapping.source,
+        target=mapping.target,
+        columns=columns,
+        written=columns,
+        source_columns=source_columns,
+        key=key,
+        target_exists=False,
+        target_key=key,
+        target_pk_name=None,
+        copy_format=copy_format_for(columns),
+        swap=True,
+    )
     oid = relation_oid(target, mapping.target)
     if oid is None:
         _check_user_types(target, mapping.target, source_columns)
-        return TablePlan(
-            source=mapping.source,
-            target=mapping.target,
-            columns=columns,
-            written=columns,
-            source_columns=source_columns,
-            key=key,
-            target_exists=False,
-            target_key=key,
-            target_pk_name=None,
-            copy_format=copy_format_for(columns),
-            swap=True,
-        )
+        return plan
+    return _onto_existing(target, oid, plan, sink)
+
+
+def _onto_existing(
+    target: psycopg.Connection[tuple[object, ...]], oid: int, plan: TablePlan, sink: Sink
+) -> TablePlan:
+    """The plan for a target that exists: its columns, key and shape decide."""
+    columns = plan.columns
     row = target.execute(_TARGET_FACTS, (oid,)).fetchone()
     assert row is not None
     relkind, persistence, pk_name, swappable = str(row[0]), str(row[1]), row[2], bool(row[3])
     if relkind not in ("r", "p"):
         raise CopyPlanError(
             "target_not_a_table",
-            f"Target {mapping.target} exists but is not a table (relkind {relkind!r}).",
+            f"Target {plan.target} exists but is not a table (relkind {relkind!r}).",
             ["Name a table as the target, or drop the object that holds its name."],
         )
-    target_columns = {c.name: c for c in table_columns(target, mapping.target)}
+    target_columns = {c.name: c for c in table_columns(target, plan.target)}
     unwritable = [
         c.name for c in columns if c.name not in target_columns or target_columns[c.name].generated
     ]
     if unwritable:
         raise CopyPlanError(
             "target_columns_mismatch",
-            f"Target {mapping.target} has no writable column for source column(s) "
-            f"{', '.join(repr(n) for n in unwritable)} of {mapping.source}.",
+            f"Target {plan.target} has no writable column for source column(s) "
+            f"{', '.join(repr(n) for n in unwritable)} of {plan.source}.",
             ["Add the columns to the target, or copy into a new target table."],
         )
-    target_key = tuple(primary_key(target, mapping.target))
+    target_key = tuple(primary_key(target, plan.target))
     names = {c.name for c in columns}
     if sink == "merge" and (not target_key or not set(target_key) <= names):
         raise CopyPlanError(
             "merge_needs_primary_key",
-            f"A merge into {mapping.target} needs a target primary key made of copied columns "
+            f"A merge into {plan.target} needs a target primary key made of copied columns "
             f"(target key: {list(target_key) or 'none'}).",
             ["Add a primary key to the target, or use the replace or append sink."],
         )
     written = tuple(target_columns[c.name] for c in columns)
     same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
-    fmt = copy_format_for([*columns, *written]) if same_types else "text"
-    return TablePlan(
-        source=mapping.source,
-        target=mapping.target,
-        columns=columns,
+    return replace(
+        plan,
         written=written,
-        source_columns=source_columns,
-        key=key,
         target_exists=True,
         target_key=target_key,
         target_pk_name=None if pk_name is None else str(pk_name),
-        copy_format=fmt,
+        copy_format=copy_format_for([*columns, *written]) if same_types else "text",
         swap=sink == "replace" and swappable,
         unlogged_target=persistence == "u",
     )

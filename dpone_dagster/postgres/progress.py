@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -33,7 +34,8 @@ ProgressCallback = Callable[[CopyProgress], None]
 class ProgressMeter:
     """Counts bytes and calls ``callback`` each time another ``every`` bytes have moved.
 
-    Called with each COPY block's size (the ``on_block`` hook of :func:`.copy.relay`).
+    Called with each COPY block's size (the ``on_block`` hook of :func:`.copy.relay`), from
+    one thread or several.
 
     Args:
         callback: Receives the progress.
@@ -51,12 +53,16 @@ class ProgressMeter:
         self.every = max(1, every)
         self.bytes = 0
         self._next = self.every
+        self._lock = threading.Lock()
 
     def __call__(self, nbytes: int) -> None:
-        self.bytes += nbytes
-        if self.bytes >= self._next:
+        with self._lock:  # partitioned workers share a table's meter
+            self.bytes += nbytes
+            if self.bytes < self._next:
+                return
             self._next = self.bytes + self.every
-            self.callback(CopyProgress(self.table, self.phase, self.bytes))
+            progress = CopyProgress(self.table, self.phase, self.bytes)
+        self.callback(progress)
 
 
 def progress_hook(

@@ -38,6 +38,7 @@ from dpone_dagster.lifecycle import (
 from .artifacts import TableArtifact, WholeCopyArtifact
 from .batched import BatchedCopyArtifact
 from .connection import ConnectionOptions, connect
+from .identifiers import TableName
 from .internal import InternalQueryArtifact
 from .partitioned import PartitionedCopy
 from .plan import Sink, TableMapping, TablePlan, TableSpec, plan_tables
@@ -58,6 +59,7 @@ _BEGIN_TARGET = sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
 # The internal query reads the source in the target session: REPEATABLE READ gives every
 # table of the set the one snapshot of that transaction.
 _BEGIN_INTERNAL = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ WRITE")
+_BEGIN_CATALOG = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 _IDENTITY = (
     "SELECT current_database(), pg_postmaster_start_time()::text, "
     "coalesce(inet_server_port(), 0), (SELECT oid::int FROM pg_database "
@@ -91,7 +93,7 @@ class CopyOptions:
 def copy_tables(
     source_dsn: str,
     target_dsn: str,
-    tables: Sequence[TableSpec],
+    tables: Sequence[TableSpec] | str | TableName,
     *,
     strategy: Strategy = "batched",
     sink: Sink = "replace",
@@ -125,6 +127,8 @@ def copy_tables(
             f"Unknown strategy {strategy!r} or workers={workers}.",
             [f"Use one of {', '.join(STRATEGIES)} and at least one worker."],
         )
+    if isinstance(tables, str | TableName | TableMapping):
+        tables = [tables]  # one table named on its own
     mappings = [TableMapping.of(t) for t in tables]
     return _CopyRun(source_dsn, target_dsn, strategy, sink, workers, options or CopyOptions()).run(
         mappings
@@ -162,7 +166,7 @@ class _CopyRun:
     # -- the run ------------------------------------------------------------------------------
 
     def run(self, mappings: list[TableMapping]) -> CopyReport:
-        self.target = connect(self.target_dsn, self.options.target_options, autocommit=True)
+        self.target = _connect(self.target_dsn, self.options.target_options, "target")
         try:
             self._plan(mappings)
             try:
@@ -185,7 +189,9 @@ class _CopyRun:
             self.target.close()
 
     def _plan(self, mappings: list[TableMapping]) -> None:
-        with connect(self.source_dsn, self.options.source_options, autocommit=True) as source:
+        with _connect(self.source_dsn, self.options.source_options, "source") as source:
+            source.execute(_BEGIN_CATALOG)
+            self.target.execute(_BEGIN_CATALOG)
             if self.strategy == "internal" and _identity(source) != _identity(self.target):
                 raise CopyError(
                     "internal_query_needs_same_database",
@@ -193,7 +199,10 @@ class _CopyRun:
                     "and target DSNs reach different databases.",
                     ["Use another strategy, or point both DSNs at the same database."],
                 )
-            self.plans = plan_tables(source, self.target, mappings, self.sink)
+            try:
+                self.plans = plan_tables(source, self.target, mappings, self.sink)
+            finally:
+                self.target.rollback()  # read only: nothing to keep
         count = len(self.plans)
         self.artifacts, self.loaded, self.results = [None] * count, [None] * count, [None] * count
 
@@ -206,9 +215,7 @@ class _CopyRun:
             self._prepare_partitions()
         elif self.strategy == "streamed":
             self._open_session()
-        staged_outside = self.partitioned is not None
-        if not staged_outside:
-            self._begin()
+        self._begin()
         with ExitStack() as stack:
             guards, stagings = [], []
             for plan in self.plans:
@@ -218,6 +225,8 @@ class _CopyRun:
                 guards.append(stack.enter_context(owned_staging_handle(staging)))
                 stagings.append(staging.name)
             if self.partitioned is not None:
+                # Workers load from their own sessions: the staging tables must be committed.
+                self.target.commit()
                 self.partitioned.run(
                     self.target_dsn,
                     stagings,
@@ -376,6 +385,21 @@ class _CopyRun:
         if self.strategy == "internal":
             return self.internal_evidence
         return self.sessions[0].evidence if self.sessions else None
+
+
+def _connect(
+    dsn: str, options: ConnectionOptions, side: str
+) -> psycopg.Connection[tuple[object, ...]]:
+    """Opens an autocommit session (transactions are begun explicitly), or says which side
+    could not be reached."""
+    try:
+        return connect(dsn, options, autocommit=True)
+    except psycopg.OperationalError as exc:  # the message is already redacted
+        raise CopyError(
+            f"{side}_unreachable",
+            f"The {side} database could not be reached: {exc}",
+            [f"Check the {side} DSN, the server and the network, then run the copy again."],
+        ) from None
 
 
 def _check_rows(artifact: TableArtifact, loaded: int) -> None:
