@@ -11,8 +11,10 @@ from .artifacts import TableArtifact, WholeCopyArtifact, extract_whole_copy
 from .batched import BatchedCopyArtifact, CopyBatch, batched_copy
 from .bounds import KeyBounds, KeyRange
 from .connection import ConnectionOptions, ConnectionSettingsError, check_dsn, connect
+from .extraction import Extraction
 from .identifiers import IdentifierError, TableName, check_identifier, quote_identifier
 from .internal import InternalQueryArtifact
+from .options import CopyOptions
 from .partitioned import PartitionedCopy, PartitionedCopyArtifact
 from .plan import CopyPlanError, Sink, TableMapping, TablePlan, plan_tables
 from .progress import CopyProgress
@@ -27,7 +29,7 @@ from .snapshot import (
     SnapshotError,
     SnapshotSession,
 )
-from .snapshot_copy import CopyOptions, copy_tables
+from .snapshot_copy import SnapshotCopy, copy_tables
 from .staging import PostgresStagingTable, StagingDropError, staging_name_for
 from .streamed import StreamedRowsArtifact, stream_rows
 
@@ -44,6 +46,7 @@ __all__ = [
     "CopyPlanError",
     "CopyProgress",
     "CopyReport",
+    "Extraction",
     "IdentifierError",
     "InternalQueryArtifact",
     "KeyBounds",
@@ -54,6 +57,7 @@ __all__ = [
     "PostgresStagingTable",
     "Sink",
     "SinkResult",
+    "SnapshotCopy",
     "SnapshotError",
     "SnapshotLabel",
     "SnapshotSession",

@@ -15,34 +15,26 @@ The steps, whatever the strategy:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
 from dpone_dagster.lifecycle import (
     DponeError,
-    SnapshotEvidence,
     TerminalOutcome,
     owned_staging_handle,
     redact,
     token_digest,
 )
 
-from .artifacts import TableArtifact, WholeCopyArtifact
-from .batched import BatchedCopyArtifact
+from .artifacts import TableArtifact
 from .connection import ConnectionOptions, connect
+from .extraction import Extraction
 from .identifiers import TableName
-from .internal import InternalQueryArtifact
-from .partitioned import PartitionedCopy
+from .options import CopyOptions
 from .plan import Sink, TableMapping, TablePlan, TableSpec, plan_tables
-from .progress import ProgressCallback
 from .report import STRATEGIES, CopyError, CopyReport, SnapshotLabel, Strategy, TableCopyReport
 from .sinks import (
     SinkResult,
@@ -52,42 +44,13 @@ from .sinks import (
     ensure_schema,
     staging_table,
 )
-from .snapshot import LazySnapshot, SnapshotSession, read_snapshot
-from .streamed import StreamedRowsArtifact
 
-_BEGIN_TARGET = sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
-# The internal query reads the source in the target session: REPEATABLE READ gives every
-# table of the set the one snapshot of that transaction.
-_BEGIN_INTERNAL = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ WRITE")
 _BEGIN_CATALOG = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 _IDENTITY = (
     "SELECT current_database(), pg_postmaster_start_time()::text, "
     "coalesce(inet_server_port(), 0), (SELECT oid::int FROM pg_database "
     "WHERE datname = current_database())"
 )
-
-
-@dataclass(frozen=True)
-class CopyOptions:
-    """Tuning and hooks of a copy; the defaults suit most tables.
-
-    Attributes:
-        batch_rows: Rows per batch (batched COPY).
-        fetch_rows: Rows per fetch (streamed rows).
-        spool_dir: Directory of whole-COPY files; a new temporary directory when None.
-        source_options: Options of every source session.
-        target_options: Options of every target session.
-        progress: Called as bytes move.
-        progress_every: Bytes between two progress calls.
-    """
-
-    batch_rows: int = 250_000
-    fetch_rows: int = 5_000
-    spool_dir: str | os.PathLike[str] | None = None
-    source_options: ConnectionOptions = field(default_factory=ConnectionOptions)
-    target_options: ConnectionOptions = field(default_factory=ConnectionOptions)
-    progress: ProgressCallback | None = None
-    progress_every: int = 64 << 20
 
 
 def copy_tables(
@@ -121,101 +84,187 @@ def copy_tables(
         CopyError: the copy failed and every artifact was settled; ``.report`` says how
             (``target_commit_unknown`` when the target's COMMIT acknowledgement was lost).
     """
-    if strategy not in STRATEGIES or workers < 1:
-        raise CopyError(
-            "copy_options_invalid",
-            f"Unknown strategy {strategy!r} or workers={workers}.",
-            [f"Use one of {', '.join(STRATEGIES)} and at least one worker."],
-        )
-    if isinstance(tables, str | TableName | TableMapping):
-        tables = [tables]  # one table named on its own
-    mappings = [TableMapping.of(t) for t in tables]
-    return _CopyRun(source_dsn, target_dsn, strategy, sink, workers, options or CopyOptions()).run(
-        mappings
-    )
+    copy = SnapshotCopy(
+        source_dsn, target_dsn, tables, strategy=strategy, sink=sink, workers=workers,
+        options=options,
+    )  # fmt: skip
+    with copy:
+        copy.plan()
+        copy.extract()
+        return copy.load()
 
 
-class _CopyRun:
-    """One call of :func:`copy_tables`: its sessions, artifacts and results."""
+class SnapshotCopy:
+    """One snapshot copy, step by step: :meth:`plan`, :meth:`extract`, :meth:`load`.
+
+    :func:`copy_tables` runs the three steps; a caller that runs them apart (a Dagster job of
+    ``acquire -> extract -> load -> settle`` ops in one process) holds this object between them.
+    A failed step settles every artifact (``abort``, or ``retain_commit_unknown`` when the
+    target's COMMIT acknowledgement was lost) and raises :class:`CopyError` with the report.
+    Leaving the ``with`` block (or :meth:`close`) settles whatever is still undecided with
+    ``abort`` and closes every session: nothing stays open after a failed or abandoned step.
+
+    Args:
+        source_dsn: The source database.
+        target_dsn: The target database (for ``internal``, the same database).
+        tables: Table names, or ``(source, target)`` pairs.
+        strategy: ``whole``, ``streamed``, ``batched``, ``partitioned`` or ``internal``.
+        sink: ``replace``, ``append`` or ``merge``.
+        workers: Worker sessions of a partitioned copy.
+        options: Tuning and hooks.
+
+    Raises:
+        CopyError: ``copy_options_invalid`` for an unknown strategy or no worker.
+        IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
+    """
 
     def __init__(
         self,
         source_dsn: str,
         target_dsn: str,
-        strategy: Strategy,
-        sink: Sink,
-        workers: int,
-        options: CopyOptions,
+        tables: Sequence[TableSpec] | str | TableName,
+        *,
+        strategy: Strategy = "batched",
+        sink: Sink = "replace",
+        workers: int = 2,
+        options: CopyOptions | None = None,
     ) -> None:
+        if strategy not in STRATEGIES or workers < 1:
+            raise CopyError(
+                "copy_options_invalid",
+                f"Unknown strategy {strategy!r} or workers={workers}.",
+                [f"Use one of {', '.join(STRATEGIES)} and at least one worker."],
+            )
+        if isinstance(tables, str | TableName | TableMapping):
+            tables = [tables]  # one table named on its own
+        self.mappings = [TableMapping.of(t) for t in tables]
         self.source_dsn = source_dsn
         self.target_dsn = target_dsn
         self.strategy: Strategy = strategy
         self.sink: Sink = sink
         self.workers = workers
-        self.options = options
+        self.options = options or CopyOptions()
         self.plans: list[TablePlan] = []
-        self.artifacts: list[TableArtifact | None] = []
         self.loaded: list[int | None] = []
         self.results: list[SinkResult | None] = []
-        self.sessions: list[SnapshotSession] = []
-        self.lazy: LazySnapshot | None = None
-        self.partitioned: PartitionedCopy | None = None
-        self.internal_evidence: SnapshotEvidence | None = None
-        self.spool: Path | None = None
+        self.report: CopyReport | None = None
+        self._extraction: Extraction | None = None
+        self._target: psycopg.Connection[tuple[object, ...]] | None = None
 
-    # -- the run ------------------------------------------------------------------------------
+    def __enter__(self) -> SnapshotCopy:
+        return self
 
-    def run(self, mappings: list[TableMapping]) -> CopyReport:
-        self.target = _connect(self.target_dsn, self.options.target_options, "target")
-        try:
-            self._plan(mappings)
-            try:
-                self._copy()
-            except TargetCommitUnknownError as exc:
-                report = self._settle(TerminalOutcome.RETAIN_COMMIT_UNKNOWN)
-                raise CopyError(exc.code, exc.message, exc.next_actions, report=report) from exc
-            except Exception as exc:
-                code, message, actions = self._failure(exc)
-                report = self._settle(TerminalOutcome.ABORT)
-                raise CopyError(code, message, actions, report=report) from exc
-            except BaseException:  # interrupted (Dagster, Ctrl-C): settle, then let it through
-                self._settle(TerminalOutcome.ABORT)
-                raise
-            return self._settle(TerminalOutcome.SUCCESS)
-        finally:
-            for session in self.sessions:  # a backstop: settling closed the attached ones
-                with contextlib.suppress(psycopg.Error):
-                    session.rollback_and_close()
-            self.target.close()
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
-    def _plan(self, mappings: list[TableMapping]) -> None:
+    @property
+    def target(self) -> psycopg.Connection[tuple[object, ...]]:
+        """The target session (opened by :meth:`plan`)."""
+        if self._target is None:
+            raise _not_planned()
+        return self._target
+
+    @property
+    def extraction(self) -> Extraction:
+        """The source side: sessions and artifacts (built by :meth:`plan`)."""
+        if self._extraction is None:
+            raise _not_planned()
+        return self._extraction
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def plan(self) -> list[TablePlan]:
+        """Reads both catalogs and plans every table; nothing is read or written yet.
+
+        Raises:
+            CatalogError: ``table_not_found``.
+            CopyPlanError: see :func:`.plan.plan_tables`.
+            CopyError: ``source_unreachable``, ``target_unreachable``,
+                ``internal_query_needs_same_database``.
+        """
+        self._target = _connect(self.target_dsn, self.options.target_options, "target")
         with _connect(self.source_dsn, self.options.source_options, "source") as source:
             source.execute(_BEGIN_CATALOG)
             self.target.execute(_BEGIN_CATALOG)
-            if self.strategy == "internal" and _identity(source) != _identity(self.target):
-                raise CopyError(
-                    "internal_query_needs_same_database",
-                    "The internal-query strategy copies inside one database, but the source "
-                    "and target DSNs reach different databases.",
-                    ["Use another strategy, or point both DSNs at the same database."],
-                )
             try:
-                self.plans = plan_tables(source, self.target, mappings, self.sink)
+                if self.strategy == "internal" and _identity(source) != _identity(self.target):
+                    raise CopyError(
+                        "internal_query_needs_same_database",
+                        "The internal-query strategy copies inside one database, but the "
+                        "source and target DSNs reach different databases.",
+                        ["Use another strategy, or point both DSNs at the same database."],
+                    )
+                self.plans = plan_tables(source, self.target, self.mappings, self.sink)
             finally:
                 self.target.rollback()  # read only: nothing to keep
-        count = len(self.plans)
-        self.artifacts, self.loaded, self.results = [None] * count, [None] * count, [None] * count
+        self.loaded, self.results = [None] * len(self.plans), [None] * len(self.plans)
+        self._extraction = Extraction(
+            self.source_dsn, self.plans, self.strategy, workers=self.workers, options=self.options
+        )
+        return self.plans
 
-    def _copy(self) -> None:
-        if self.strategy == "whole":
-            self._extract_files()
-        elif self.strategy == "batched":
-            self._prepare_batches()
-        elif self.strategy == "partitioned":
-            self._prepare_partitions()
-        elif self.strategy == "streamed":
-            self._open_session()
-        self._begin()
+    def extract(self) -> None:
+        """Acquires the snapshot and extracts what the strategy extracts before the load.
+
+        ``whole`` writes and receipts every file, then commits its read-only transaction;
+        ``partitioned`` exports the snapshot and computes every table's bounds inside it;
+        ``batched`` builds its lazy artifacts (they acquire when the load consumes them);
+        ``streamed`` opens the snapshot session; ``internal`` reads in the load's transaction.
+        """
+        self._step(self.extraction.extract)
+
+    def load(self) -> CopyReport:
+        """Stages, loads and applies every table in one target transaction, commits, and
+        settles every artifact by the commit's answer.
+
+        Returns:
+            The report of a ``success``.
+
+        Raises:
+            CopyError: the load failed (``abort``) or its acknowledgement was lost
+                (``target_commit_unknown``, ``retain_commit_unknown``); ``.report`` tells.
+        """
+        self._step(self._load)
+        return self._settle(TerminalOutcome.SUCCESS)
+
+    def abort(self) -> CopyReport:
+        """Settles every artifact still undecided with ``abort``; returns the report."""
+        return self._settle(TerminalOutcome.ABORT)
+
+    def close(self) -> None:
+        """Settles what is undecided (``abort``) and closes every session."""
+        try:
+            if self._extraction is not None:
+                self.abort()
+        finally:
+            if self._extraction is not None:
+                self._extraction.close()
+            if self._target is not None:
+                self._target.close()
+
+    def _step(self, step: Callable[[], None]) -> None:
+        if self.report is not None:
+            raise CopyError(
+                "copy_already_settled",
+                f"This copy was already settled ({self.report.outcome.value}).",
+                ["Start a new copy."],
+            )
+        try:
+            step()
+        except TargetCommitUnknownError as exc:
+            report = self._settle(TerminalOutcome.RETAIN_COMMIT_UNKNOWN)
+            raise CopyError(exc.code, exc.message, exc.next_actions, report=report) from exc
+        except Exception as exc:
+            code, message, actions = self._failure(exc)
+            report = self._settle(TerminalOutcome.ABORT)
+            raise CopyError(code, message, actions, report=report) from exc
+        except BaseException:  # interrupted (Dagster, Ctrl-C): settle, then let it through
+            self._settle(TerminalOutcome.ABORT)
+            raise
+
+    def _load(self) -> None:
+        extraction = self.extraction
+        extraction.begin(self.target)
         with ExitStack() as stack:
             guards, stagings = [], []
             for plan in self.plans:
@@ -224,19 +273,13 @@ class _CopyRun:
                 staging = staging_table(self.target, plan, dsn=self.target_dsn)
                 guards.append(stack.enter_context(owned_staging_handle(staging)))
                 stagings.append(staging.name)
-            if self.partitioned is not None:
+            if extraction.partitioned is not None:
                 # Workers load from their own sessions: the staging tables must be committed.
                 self.target.commit()
-                self.partitioned.run(
-                    self.target_dsn,
-                    stagings,
-                    target_options=self.options.target_options,
-                    progress=self.options.progress,
-                    progress_every=self.options.progress_every,
-                )
-                self._begin()
+                extraction.run_workers(self.target_dsn, stagings)
+                extraction.begin(self.target)
             for index, plan in enumerate(self.plans):
-                artifact = self._artifact(index)
+                artifact = extraction.artifact(index)
                 loaded = artifact.load_into(
                     self.target,
                     stagings[index],
@@ -254,72 +297,6 @@ class _CopyRun:
 
     # -- strategies ---------------------------------------------------------------------------
 
-    def _open_session(self, *, export: bool = False) -> SnapshotSession:
-        session = SnapshotSession.open(self.source_dsn, self.options.source_options, export=export)
-        self.sessions.append(session)
-        return session
-
-    def _extract_files(self) -> None:
-        session = self._open_session()
-        if self.options.spool_dir is not None:
-            directory = Path(self.options.spool_dir)
-        else:
-            directory = self.spool = Path(tempfile.mkdtemp(prefix="dpone-copy-"))
-        for index, plan in enumerate(self.plans):
-            artifact = WholeCopyArtifact(
-                plan.source, plan.columns, plan.copy_format, directory=directory
-            )
-            self.artifacts[index] = artifact
-            artifact.write(
-                session, progress=self.options.progress, progress_every=self.options.progress_every
-            )
-        # Every file is written and receipted: the read-only transaction commits now.
-        session.commit_and_close()
-
-    def _prepare_batches(self) -> None:
-        self.lazy = LazySnapshot(self._open_session)
-        for index, plan in enumerate(self.plans):
-            self.artifacts[index] = BatchedCopyArtifact(
-                self.lazy,
-                plan.source,
-                plan.columns,
-                plan.copy_format,
-                key=plan.key,
-                batch_rows=self.options.batch_rows,
-            )
-
-    def _prepare_partitions(self) -> None:
-        self.partitioned = PartitionedCopy(self._open_session(export=True), workers=self.workers)
-        for index, plan in enumerate(self.plans):
-            self.artifacts[index] = self.partitioned.add_table(
-                plan.source, plan.columns, key=plan.key, copy_format=plan.copy_format
-            ).artifact
-
-    def _begin(self) -> None:
-        if self.strategy == "internal":
-            self.target.execute(_BEGIN_INTERNAL)
-            self.internal_evidence, _ = read_snapshot(self.target)
-        else:
-            self.target.execute(_BEGIN_TARGET)
-
-    def _artifact(self, index: int) -> TableArtifact:
-        """The table's artifact; streamed rows and internal queries open theirs at the read."""
-        artifact = self.artifacts[index]
-        if artifact is None:
-            plan = self.plans[index]
-            if self.strategy == "streamed":
-                rows = StreamedRowsArtifact(
-                    self.sessions[0], plan.source, plan.columns, fetch_rows=self.options.fetch_rows
-                )
-                self.artifacts[index] = artifact = rows
-                rows.declare()
-            else:
-                artifact = InternalQueryArtifact(
-                    plan.source, plan.columns, session_snapshot=self.internal_evidence
-                )
-                self.artifacts[index] = artifact
-        return artifact
-
     # -- outcome ------------------------------------------------------------------------------
 
     def _failure(self, exc: Exception) -> tuple[str, str, list[str]]:
@@ -328,7 +305,7 @@ class _CopyRun:
             return exc.code, exc.message, list(exc.next_actions)
         unchanged = "The target was left unchanged and the staging tables were dropped."
         cause = redact(str(exc)).strip().rstrip(".")
-        if self._source_failed():
+        if self.extraction.source_failed(self.target):
             return (
                 "source_read_failed",
                 f"Reading the source failed: {cause}. {unchanged}",
@@ -340,26 +317,13 @@ class _CopyRun:
             ["Fix the cause named in the message, then run the copy again."],
         )
 
-    def _source_failed(self) -> bool:
-        sources = [s.conn for s in self.sessions]
-        if any(c.broken for c in sources):
-            return True
-        if self.target.broken:
-            return False
-        errored = pq.TransactionStatus.INERROR
-        return any(c.info.transaction_status == errored for c in sources) and (
-            self.target.info.transaction_status != errored
-        )
-
     def _settle(self, outcome: TerminalOutcome) -> CopyReport:
-        for artifact in self.artifacts:
-            if artifact is not None:
-                artifact.settle(outcome)
-        if self.spool is not None and outcome is not TerminalOutcome.RETAIN_COMMIT_UNKNOWN:
-            with contextlib.suppress(OSError):
-                self.spool.rmdir()
-        evidence = self._evidence()
-        return CopyReport(
+        if self.report is not None:  # the first decision wins
+            return self.report
+        extraction = self.extraction
+        extraction.settle(outcome)
+        evidence = extraction.evidence
+        self.report = CopyReport(
             strategy=self.strategy,
             sink=self.sink,
             outcome=outcome,
@@ -376,15 +340,11 @@ class _CopyRun:
                     copy_format=plan.copy_format,
                 )
                 for plan, artifact, loaded, result in zip(
-                    self.plans, self.artifacts, self.loaded, self.results, strict=True
+                    self.plans, extraction.artifacts, self.loaded, self.results, strict=True
                 )
             ),
         )
-
-    def _evidence(self) -> SnapshotEvidence | None:
-        if self.strategy == "internal":
-            return self.internal_evidence
-        return self.sessions[0].evidence if self.sessions else None
+        return self.report
 
 
 def _connect(
@@ -400,6 +360,10 @@ def _connect(
             f"The {side} database could not be reached: {exc}",
             [f"Check the {side} DSN, the server and the network, then run the copy again."],
         ) from None
+
+
+def _not_planned() -> CopyError:
+    return CopyError("copy_step_out_of_order", "The copy was not planned.", ["Call plan() first."])
 
 
 def _check_rows(artifact: TableArtifact, loaded: int) -> None:
