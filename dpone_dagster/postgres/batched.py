@@ -200,25 +200,29 @@ class BatchedCopyArtifact(TableArtifact):
         return sql.SQL(" AND ").join(parts) if parts else None
 
     def _next_upper(self, session: SnapshotSession, lower: KeyValue | None) -> KeyValue | None:
-        """The key of the last row of the next batch, read from the key index (None: no rows)."""
-        keys = column_list(self.key)
-        inner = select_columns(
-            self.table,
-            self.key,
-            where=self._where(lower, None),
-            order_by=keys,
-            limit=sql.Literal(self.batch_rows),
+        """The key of the last row of the next batch, read from the key index (None: no rows).
+
+        That is the ``batch_rows``-th key after ``lower`` (an index-only scan that skips the
+        keys before it) or, when fewer rows remain, the last key.
+        """
+        # Qualified: a bare name would sort by the ::text output column of the same name.
+        keys = [sql.Identifier(self.table.schema, self.table.name, k) for k in self.key]
+        where = self._where(lower, None)
+        base = sql.SQL("SELECT {} FROM {}{}").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in keys),
+            self.table.ident,
+            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where),
         )
-        query = sql.SQL("SELECT {} FROM ({}) AS batch ORDER BY {} LIMIT 1").format(
-            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k)) for k in self.key),
-            inner,
-            # Qualified: a bare name would sort by the ::text output column of the same name.
-            sql.SQL(", ").join(
-                sql.SQL("batch.{} DESC").format(sql.Identifier(k)) for k in self.key
-            ),
-        )
-        row = session.conn.execute(query).fetchone()
-        return None if row is None else tuple(str(v) for v in row)
+        ascending = sql.SQL(", ").join(keys)
+        descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(k) for k in keys)
+        for order, offset in ((ascending, self.batch_rows - 1), (descending, 0)):
+            query = sql.SQL("{} ORDER BY {} LIMIT 1 OFFSET {}").format(
+                base, order, sql.Literal(offset)
+            )
+            row = session.conn.execute(query).fetchone()
+            if row is not None:
+                return tuple(str(v) for v in row)
+        return None
 
     def load_into(
         self,
