@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 
@@ -21,9 +22,10 @@ class DponeFailure(dg.Failure):
 
     Args:
         error: The domain error.
+        metadata: More metadata for the failure event (a terminal outcome, a partition).
     """
 
-    def __init__(self, error: DponeError) -> None:
+    def __init__(self, error: DponeError, metadata: Mapping[str, Any] | None = None) -> None:
         self.error = error
         super().__init__(
             description=f"[{error.code}] {error.message}",
@@ -32,6 +34,7 @@ class DponeFailure(dg.Failure):
                 NEXT_ACTIONS_KEY: dg.MetadataValue.md(
                     "\n".join(f"- {action}" for action in error.next_actions) or "-"
                 ),
+                **(metadata or {}),
             },
         )
 

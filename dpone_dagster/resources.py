@@ -12,7 +12,7 @@ open.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
 import psycopg
@@ -23,6 +23,17 @@ from dpone_dagster.postgres import ConnectionOptions, check_dsn, connect
 from dpone_dagster.postgres.identifiers import check_identifier
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """Something that settles what it owns and closes its sessions when closed."""
+
+    def close(self) -> None:
+        """Settles undecided artifacts (abort) and closes every session."""
+
+
+_T = TypeVar("_T", bound="ExtractionArtifact | Closeable")
 
 
 def _checked_dsn(value: Any) -> Any:
@@ -58,7 +69,7 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _sessions: list[psycopg.Connection[tuple[object, ...]]] = PrivateAttr(default_factory=list)
-    _artifacts: list[ExtractionArtifact] = PrivateAttr(default_factory=list)
+    _artifacts: list[ExtractionArtifact | Closeable] = PrivateAttr(default_factory=list)
 
     @field_validator("dsn", mode="before")
     @classmethod
@@ -81,16 +92,15 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             self._sessions.append(conn)
         return conn
 
-    def track(self, artifact: ExtractionArtifact) -> ExtractionArtifact:
-        """Registers an artifact; teardown settles it with ``abort`` if it is still undecided."""
+    def track(self, artifact: _T) -> _T:
+        """Registers an artifact (or a copy that owns artifacts and sessions).
+
+        Teardown settles an undecided artifact with ``abort``, and closes anything else (a
+        :class:`~dpone_dagster.postgres.SnapshotCopy` settles its own artifacts when closed).
+        """
         with self._lock:
             self._artifacts.append(artifact)
         return artifact
-
-    def open_artifacts(self) -> list[ExtractionArtifact]:
-        """Tracked artifacts that have no terminal outcome yet."""
-        with self._lock:
-            return [a for a in self._artifacts if not a.terminal.decided]
 
     def close_all(self, log: Any | None = None) -> None:
         """Settles undecided artifacts (``abort``) and closes every tracked session."""
@@ -98,7 +108,9 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             artifacts, self._artifacts = self._artifacts, []
             sessions, self._sessions = self._sessions, []
         for artifact in artifacts:
-            if not artifact.terminal.decided:
+            if not isinstance(artifact, ExtractionArtifact):
+                artifact.close()
+            elif not artifact.terminal.decided:
                 receipt = artifact.abort()
                 if log is not None:
                     log.warning(

@@ -1,0 +1,145 @@
+"""``build_extraction_job``: a snapshot copy as a job of ``acquire -> extract -> load -> settle``.
+
+The steps hand a live copy (source sessions, a target session, artifacts) to each other. A live
+session cannot be pickled across processes, so the job runs on Dagster's in-process executor with
+the in-memory IO manager. Whatever step fails, the copy is settled before the failure propagates
+(``abort``, or ``retain_commit_unknown`` when the target's COMMIT acknowledgement was lost), the
+outcome is written to the run's log as a structured ``dpone terminal outcome`` line, and no
+source transaction stays open; the source resource's teardown is the backstop that settles and
+closes anything a step left behind.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import dagster as dg
+
+from dpone_dagster.assets.metadata import table_metadata
+from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, check_strategy, copy_failure
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
+from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+
+_T = TypeVar("_T")
+
+
+def _outcome_line(copy: SnapshotCopy) -> str:
+    """The terminal outcome of every table, as one JSON log line."""
+    report = copy.report
+    if report is None:
+        return json.dumps({"dpone_terminal_outcome": None})
+    return json.dumps(
+        {
+            "dpone_terminal_outcome": report.outcome.value,
+            "tables": [
+                {
+                    "table": t.target.qualified,
+                    "outcome": t.terminal_receipt.outcome.value if t.terminal_receipt else None,
+                    "sources_closed": t.terminal_receipt.sources_closed
+                    if t.terminal_receipt
+                    else None,
+                }
+                for t in report.tables
+            ],
+        }
+    )
+
+
+def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[[], _T]) -> _T:
+    """Runs one step; on any failure settles the copy, logs its outcome and re-raises."""
+    try:
+        return step()
+    except BaseException as exc:
+        copy.close()  # settles what is undecided (abort) and closes every session
+        context.log.error(f"dpone terminal outcome: {_outcome_line(copy)}")
+        if isinstance(exc, DponeError):
+            raise copy_failure(exc) from exc
+        raise
+
+
+def build_extraction_job(
+    table: str | CopyTableSpec,
+    *,
+    strategy: CopyStrategy = "whole_copy",
+    sink: CopySink = "replace",
+    workers: int = 2,
+    name: str | None = None,
+    translator: DponeTranslator | None = None,
+) -> dg.JobDefinition:
+    """A job that copies one table in four visible steps.
+
+    ``acquire`` plans the copy (both catalogs, the target session), ``extract`` acquires the
+    snapshot and extracts, ``load`` stages, applies the sink and commits, ``settle`` records the
+    terminal outcome and materializes the target table's asset.
+
+    Args:
+        table: The source table (``"schema.table"``) or a spec with a renamed target.
+        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
+            ``internal_query``.
+        sink: ``replace``, ``append`` or ``merge``.
+        workers: Worker sessions of ``partitioned_copy``.
+        name: The job's name (``extract_<schema>_<table>`` by default).
+        translator: Maps the table to the asset key its materialization is recorded under.
+
+    Returns:
+        The job (in-process executor, in-memory IO manager; resources ``source``, ``target``).
+
+    Raises:
+        DponeError: at definition time, for a bad name, strategy or sink.
+    """
+    engine_strategy = check_strategy(strategy, sink, workers)
+    spec = CopyTableSpec.coerce(table)
+    key = (translator or DponeTranslator()).get_asset_key(spec)
+    mapping = (spec.source_table, spec.target_table)
+
+    @dg.op(name="acquire")
+    def acquire(
+        context: dg.OpExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+    ) -> SnapshotCopy:
+        copy = SnapshotCopy(
+            source.dsn, target.dsn, [mapping], strategy=engine_strategy, sink=sink,
+            workers=workers,
+            options=CopyOptions(source_options=source.options, target_options=target.options),
+        )  # fmt: skip
+        source.track(copy)
+        _guarded(context, copy, copy.plan)
+        return copy
+
+    @dg.op(name="extract")
+    def extract(context: dg.OpExecutionContext, copy: SnapshotCopy) -> SnapshotCopy:
+        _guarded(context, copy, copy.extract)
+        return copy
+
+    @dg.op(name="load")
+    def load(context: dg.OpExecutionContext, copy: SnapshotCopy) -> SnapshotCopy:
+        _guarded(context, copy, copy.load)
+        return copy
+
+    @dg.op(name="settle")
+    def settle(
+        context: dg.OpExecutionContext, copy: SnapshotCopy
+    ) -> Iterator[dg.AssetMaterialization]:
+        report: CopyReport | None = _guarded(context, copy, lambda: copy.report)
+        copy.close()
+        context.log.info(f"dpone terminal outcome: {_outcome_line(copy)}")
+        if report is not None:
+            for table_report in report.tables:
+                metadata: dict[str, Any] = table_metadata(report, table_report)
+                metadata["dagster/row_count"] = table_report.rows_loaded or 0
+                yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
+
+    @dg.job(
+        name=name or f"extract_{key.to_python_identifier()}",
+        executor_def=dg.in_process_executor,
+        resource_defs={"io_manager": dg.mem_io_manager},
+        tags={"dpone/source_table": spec.source_table.qualified},
+    )
+    def _job() -> None:
+        settle(load(extract(acquire())))
+
+    return _job

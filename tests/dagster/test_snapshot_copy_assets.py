@@ -1,0 +1,119 @@
+"""snapshot_copy_assets materialized through Dagster, asserting on the target and the metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from dpone_dagster.assets.snapshot_copy import snapshot_copy_assets
+from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.translator import CopyTableSpec, key_part
+from tests.helpers import pg
+
+APP = "dpone-test-assets"
+
+
+def resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
+    return {
+        "source": PostgresSourceResource(dsn=source_dsn, application_name=APP),
+        "target": PostgresTargetResource(dsn=target_dsn, application_name=APP),
+    }
+
+
+def metadata_by_key(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, Any]]:
+    return {
+        m.asset_key: {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+        for m in result.get_asset_materialization_events()
+        for m in [m.materialization]
+    }
+
+
+@pytest.fixture
+def shop(source_dsn: str) -> str:
+    pg.create_mixed_table(source_dsn, "shop", "orders", rows=2000)
+    pg.create_mixed_table(source_dsn, "shop", "Order Items", rows=700)
+    return source_dsn
+
+
+@pytest.mark.parametrize(
+    "strategy", ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"]
+)
+def test_every_strategy_copies_all_tables_under_one_snapshot(
+    shop: str, target_dsn: str, strategy: str
+) -> None:
+    internal = strategy == "internal_query"
+    target = shop if internal else target_dsn
+    tables = [
+        CopyTableSpec(source="shop.orders", target="copy.orders" if internal else None),
+        CopyTableSpec(
+            source='shop."Order Items"', target='copy."Order Items"' if internal else None
+        ),
+    ]
+    assets = snapshot_copy_assets(tables, strategy=strategy, workers=2)  # type: ignore[arg-type]
+    result = dg.materialize([assets], resources=resources(shop, target))
+    assert result.success
+    md = metadata_by_key(result)
+    schema = "copy" if internal else "shop"
+    assert set(md) == {
+        dg.AssetKey([schema, "orders"]),
+        dg.AssetKey([schema, key_part("Order Items")]),
+    }
+    for name, rows in (("orders", 2000), ("Order Items", 700)):
+        assert pg.table_fingerprint(shop, "shop", name) == pg.table_fingerprint(
+            target, schema, name
+        )
+        table_md = md[dg.AssetKey([schema, key_part(name)])]
+        assert table_md["dagster/row_count"] == rows
+        assert table_md["dpone/terminal_outcome"] == "success"
+        assert table_md["dpone/extraction_started_at"] <= table_md["dpone/extraction_completed_at"]
+    labels = {m["dpone/snapshot_label"] for m in md.values()}
+    tokens = {m["dpone/snapshot_token_digest"] for m in md.values()}
+    assert labels == {"single_snapshot"}
+    assert len(tokens) == 1 and next(iter(tokens)).startswith("sha256:")
+    assert not pg.open_transactions(shop, APP)
+
+
+def test_a_subset_copies_only_the_selected_tables(shop: str, target_dsn: str) -> None:
+    assets = snapshot_copy_assets(["shop.orders", 'shop."Order Items"'])
+    result = dg.materialize(
+        [assets], resources=resources(shop, target_dsn), selection=[dg.AssetKey(["shop", "orders"])]
+    )
+    assert result.success
+    assert pg.table_exists(target_dsn, "shop", "orders")
+    assert not pg.table_exists(target_dsn, "shop", "Order Items")
+
+
+def test_a_run_time_error_is_a_failure_with_its_code_and_nothing_left_open(
+    source_dsn: str, target_dsn: str
+) -> None:
+    assets = snapshot_copy_assets(["public.nowhere"])
+    result = dg.materialize(
+        [assets], resources=resources(source_dsn, target_dsn), raise_on_error=False
+    )
+    assert not result.success
+    failure = result.failure_data_for_node("snapshot_copy")
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "table_not_found"
+    assert not pg.open_transactions(source_dsn, APP)
+    assert not pg.open_transactions(target_dsn, APP)
+
+
+@pytest.mark.parametrize(
+    ("tables", "kwargs", "code"),
+    [
+        (["shop.order items"], {}, "identifier_invalid"),
+        (["shop.orders"], {"strategy": "fastest"}, "copy_options_invalid"),
+        (["shop.orders"], {"sink": "upsert"}, "copy_options_invalid"),
+        (["a.t", {"source": "b.t", "target": "a.t"}], {}, "plan_invalid"),
+        ([], {}, "plan_invalid"),
+    ],
+)
+def test_bad_definitions_fail_when_they_load(
+    tables: list[Any], kwargs: dict[str, Any], code: str
+) -> None:
+    with pytest.raises((DponeError, ValueError), match=code):
+        snapshot_copy_assets(tables, **kwargs)
