@@ -1,8 +1,11 @@
 """``build_extraction_job``: a snapshot copy as a job of ``acquire -> extract -> load -> settle``.
 
 The steps hand a live copy (source sessions, a target session, artifacts) to each other. A live
-session cannot be pickled across processes, so the job runs on Dagster's in-process executor with
-the in-memory IO manager. Whatever step fails, the copy is settled before the failure propagates
+session cannot be pickled, so the job runs on Dagster's in-process executor, the source resource
+holds the live copy, and the steps pass its handle (a string) through the IO manager. (An
+in-memory IO manager bound to the job would do too, but Dagster then demands that the job bind
+every resource it uses, and ``source``/``target`` belong to the user's ``Definitions``.)
+Whatever step fails, the copy is settled before the failure propagates
 (``abort``, or ``retain_commit_unknown`` when the target's COMMIT acknowledgement was lost), the
 outcome is written to the run's log as a structured ``dpone terminal outcome`` line, and no
 source transaction stays open; the source resource's teardown is the backstop that settles and
@@ -85,7 +88,7 @@ def build_extraction_job(
         translator: Maps the table to the asset key its materialization is recorded under.
 
     Returns:
-        The job (in-process executor, in-memory IO manager; resources ``source``, ``target``).
+        The job (in-process executor; resources ``source`` and ``target``).
 
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
@@ -100,33 +103,36 @@ def build_extraction_job(
         context: dg.OpExecutionContext,
         source: PostgresSourceResource,
         target: PostgresTargetResource,
-    ) -> SnapshotCopy:
+    ) -> str:
         copy = SnapshotCopy(
             source.dsn, target.dsn, [mapping], strategy=engine_strategy, sink=sink,
             workers=workers,
             options=CopyOptions(source_options=source.options, target_options=target.options),
         )  # fmt: skip
-        source.track(copy)
+        handle = source.hold(copy)
         _guarded(context, copy, copy.plan)
-        return copy
+        return handle
 
     @dg.op(name="extract")
-    def extract(context: dg.OpExecutionContext, copy: SnapshotCopy) -> SnapshotCopy:
-        _guarded(context, copy, copy.extract)
+    def extract(context: dg.OpExecutionContext, source: PostgresSourceResource, copy: str) -> str:
+        live = source.held(copy, SnapshotCopy)
+        _guarded(context, live, live.extract)
         return copy
 
     @dg.op(name="load")
-    def load(context: dg.OpExecutionContext, copy: SnapshotCopy) -> SnapshotCopy:
-        _guarded(context, copy, copy.load)
+    def load(context: dg.OpExecutionContext, source: PostgresSourceResource, copy: str) -> str:
+        live = source.held(copy, SnapshotCopy)
+        _guarded(context, live, live.load)
         return copy
 
-    @dg.op(name="settle")
+    @dg.op(name="settle", out={})
     def settle(
-        context: dg.OpExecutionContext, copy: SnapshotCopy
+        context: dg.OpExecutionContext, source: PostgresSourceResource, copy: str
     ) -> Iterator[dg.AssetMaterialization]:
-        report: CopyReport | None = _guarded(context, copy, lambda: copy.report)
-        copy.close()
-        context.log.info(f"dpone terminal outcome: {_outcome_line(copy)}")
+        live = source.held(copy, SnapshotCopy)
+        report: CopyReport | None = live.report
+        live.close()
+        context.log.info(f"dpone terminal outcome: {_outcome_line(live)}")
         if report is not None:
             for table_report in report.tables:
                 metadata: dict[str, Any] = table_metadata(report, table_report)
@@ -136,7 +142,6 @@ def build_extraction_job(
     @dg.job(
         name=name or f"extract_{key.to_python_identifier()}",
         executor_def=dg.in_process_executor,
-        resource_defs={"io_manager": dg.mem_io_manager},
         tags={"dpone/source_table": spec.source_table.qualified},
     )
     def _job() -> None:

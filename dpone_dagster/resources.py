@@ -12,6 +12,7 @@ open.
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
@@ -34,6 +35,7 @@ class Closeable(Protocol):
 
 
 _T = TypeVar("_T", bound="ExtractionArtifact | Closeable")
+_H = TypeVar("_H")
 
 
 def _checked_dsn(value: Any) -> Any:
@@ -70,6 +72,7 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _sessions: list[psycopg.Connection[tuple[object, ...]]] = PrivateAttr(default_factory=list)
     _artifacts: list[ExtractionArtifact | Closeable] = PrivateAttr(default_factory=list)
+    _held: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("dsn", mode="before")
     @classmethod
@@ -102,11 +105,45 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             self._artifacts.append(artifact)
         return artifact
 
+    def hold(self, live: _T) -> str:
+        """Keeps a live object (a copy with open sessions) for later steps of the same run.
+
+        Live sessions cannot be pickled between steps; the steps pass the returned handle
+        instead. The object is tracked: teardown closes it if no step did.
+
+        Returns:
+            A handle for :meth:`held`.
+        """
+        handle = f"dpone-live-{uuid.uuid4().hex}"
+        with self._lock:
+            self._held[handle] = live
+        self.track(live)
+        return handle
+
+    def held(self, handle: str, kind: type[_H]) -> _H:
+        """The live object a previous step of this run put on hold.
+
+        Raises:
+            DponeError: ``live_handle_unknown`` when the handle was made in another process (the
+                job must run on the in-process executor) or the object was released.
+        """
+        with self._lock:
+            live = self._held.get(handle)
+        if not isinstance(live, kind):
+            raise DponeError(
+                "live_handle_unknown",
+                f"No live {kind.__name__} is held for {handle}: live sessions stay in the process "
+                "that opened them.",
+                ["Run this job on Dagster's in-process executor (the default of its factory)."],
+            )
+        return live
+
     def close_all(self, log: Any | None = None) -> None:
         """Settles undecided artifacts (``abort``) and closes every tracked session."""
         with self._lock:
             artifacts, self._artifacts = self._artifacts, []
             sessions, self._sessions = self._sessions, []
+            self._held.clear()
         for artifact in artifacts:
             if not isinstance(artifact, ExtractionArtifact):
                 artifact.close()

@@ -17,8 +17,14 @@ from psycopg import conninfo
 
 
 def is_commit(chunk: bytes) -> bool:
-    """True for a simple-protocol ``COMMIT`` query message (what psycopg's commit() sends)."""
-    return chunk.startswith(b"Q") and b"COMMIT" in chunk.upper()
+    """True for a simple-protocol ``COMMIT`` query message (what psycopg's commit() sends).
+
+    Only the statement ``COMMIT`` itself: ``BEGIN ISOLATION LEVEL READ COMMITTED`` is not one.
+    """
+    if not chunk.startswith(b"Q"):
+        return False
+    query = chunk[5:].split(b"\0", 1)[0].strip().rstrip(b";").strip().upper()
+    return query in (b"COMMIT", b"END", b"COMMIT TRANSACTION", b"COMMIT WORK")
 
 
 class TcpProxy:
