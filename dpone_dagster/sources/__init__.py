@@ -1,1 +1,37 @@
-"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims."""
+"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims.
+
+Imports no Dagster. Every adapter implements :class:`SourceAdapter`: ``describe()`` maps its types
+before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` whose receipt opens
+at the first read and completes only when the source is exhausted.
+"""
+
+from .mysql import MySQLSettings, MySQLSource, MySQLStream
+from .mysql_catalog import quote_mysql_identifier
+from .protocol import (
+    ByteMeter,
+    Row,
+    RowStreamArtifact,
+    SourceAdapter,
+    SourceColumn,
+    SourceError,
+    extract_stream,
+)
+from .staging import StagedRows, copy_rows, stage_rows, staging_columns
+
+__all__ = [
+    "ByteMeter",
+    "MySQLSettings",
+    "MySQLSource",
+    "MySQLStream",
+    "Row",
+    "RowStreamArtifact",
+    "SourceAdapter",
+    "SourceColumn",
+    "SourceError",
+    "StagedRows",
+    "copy_rows",
+    "extract_stream",
+    "quote_mysql_identifier",
+    "stage_rows",
+    "staging_columns",
+]
