@@ -16,13 +16,32 @@ from .protocol import (
     SourceError,
     extract_stream,
 )
+from .rest import (
+    CursorPagination,
+    HttpSession,
+    NextLinkPagination,
+    PageNumberPagination,
+    PageRequest,
+    Pagination,
+    RestSettings,
+    RestSource,
+)
+from .rest_schema import model_columns
 from .staging import StagedRows, copy_rows, stage_rows, staging_columns
 
 __all__ = [
     "ByteMeter",
+    "CursorPagination",
+    "HttpSession",
     "MySQLSettings",
     "MySQLSource",
     "MySQLStream",
+    "NextLinkPagination",
+    "PageNumberPagination",
+    "PageRequest",
+    "Pagination",
+    "RestSettings",
+    "RestSource",
     "Row",
     "RowStreamArtifact",
     "SourceAdapter",
@@ -31,6 +50,7 @@ __all__ = [
     "StagedRows",
     "copy_rows",
     "extract_stream",
+    "model_columns",
     "quote_mysql_identifier",
     "stage_rows",
     "staging_columns",

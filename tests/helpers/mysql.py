@@ -7,8 +7,6 @@ import os
 import uuid
 from urllib.parse import unquote, urlsplit
 
-import pymysql
-
 from dpone_dagster.sources import MySQLSettings, quote_mysql_identifier
 
 DEFAULT_DSN = "mysql://root@127.0.0.1:3306"
@@ -76,7 +74,9 @@ def create_database(prefix: str = "dpone_my") -> MySQLSettings:
 
 def drop_database(settings: MySQLSettings) -> None:
     """Drops a database made by :func:`create_database`."""
-    execute(admin_settings(), f"DROP DATABASE IF EXISTS {quote_mysql_identifier(settings.database)}")
+    execute(
+        admin_settings(), f"DROP DATABASE IF EXISTS {quote_mysql_identifier(settings.database)}"
+    )
 
 
 def sessions(settings: MySQLSettings) -> list[tuple]:

@@ -12,7 +12,8 @@ import pytest
 from dpone_dagster.lifecycle import ORCHESTRATOR_UTC, ReceiptState, TerminalOutcome
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import MySQLSettings, MySQLSource, SourceError, stage_rows
-from tests.helpers import mysql, pg
+from tests.helpers import mysql
+from tests.helpers.pg import staging_tables
 from tests.helpers.proxy import TcpProxy
 
 ALL_TYPES = """
@@ -73,7 +74,9 @@ def _staged(dsn: str, table: TableName, source: MySQLSource) -> tuple:
     return result, staged, rows, types
 
 
-def test_types_map_faithfully_and_values_round_trip(mysql_db: MySQLSettings, target_dsn: str) -> None:
+def test_types_map_faithfully_and_values_round_trip(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
     _fill(mysql_db)
     result, staged, rows, types = _staged(
         target_dsn, TableName("public", "all_types"), MySQLSource(mysql_db, table="all_types")
@@ -146,11 +149,13 @@ def test_an_unmappable_type_fails_before_any_row_moves(
     assert caught.value.code == "mysql_type_unmappable"
     assert "'spot'" in caught.value.message and "point" in caught.value.message
     # The error comes from extract(): no artifact, no read, no staging table.
-    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM pg_class WHERE relname LIKE '_dpone%%'") == 0
+    assert staging_tables(target_dsn) == []
     assert mysql.sessions(mysql_db) == []
     # Leaving the column out copies the rest.
     _, _, rows, _ = _staged(
-        target_dsn, TableName("public", "places"), MySQLSource(mysql_db, table="places", columns=["id"])
+        target_dsn,
+        TableName("public", "places"),
+        MySQLSource(mysql_db, table="places", columns=["id"]),
     )
     assert rows == [(1,)]
 
@@ -158,9 +163,7 @@ def test_an_unmappable_type_fails_before_any_row_moves(
 def test_completion_only_after_exhaustion_and_never_a_snapshot_claim(
     mysql_db: MySQLSettings,
 ) -> None:
-    mysql.execute(
-        mysql_db, "CREATE TABLE t (id int)", "INSERT INTO t SELECT seq FROM seq_1_to_3"
-    )
+    mysql.execute(mysql_db, "CREATE TABLE t (id int)", "INSERT INTO t SELECT seq FROM seq_1_to_3")
     result = MySQLSource(mysql_db, table="t").extract()
     artifact = result.artifact
     assert result.extraction_receipt.state is ReceiptState.PENDING
@@ -231,12 +234,12 @@ def test_a_killed_connection_mid_stream_aborts_and_drops_staging(
     assert result.extraction_receipt.state is ReceiptState.ACQUIRED
     assert result.extraction_receipt.extraction_completed_at is None
     assert terminal.outcome is TerminalOutcome.ABORT and terminal.sources_closed
-    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM pg_class WHERE relname LIKE '_dpone%%'") == 0
+    assert staging_tables(target_dsn) == []
 
 
 def test_hostile_names_are_quoted_on_both_sides(mysql_db: MySQLSettings, target_dsn: str) -> None:
     db = "we`ird db; --"
-    table = "Tab`le \"x\"; DROP TABLE t; --"
+    table = 'Tab`le "x"; DROP TABLE t; --'
     column = "co`l 'y' \"z\""
     mysql.execute(mysql_db, f"CREATE DATABASE {mysql.quote_mysql_identifier(db)}")
     try:
@@ -268,4 +271,4 @@ def test_a_zero_date_stops_the_load_with_a_clear_code(
         stage_rows(conn, TableName("public", "z"), result.artifact, dsn=target_dsn)
     result.artifact.abort()
     assert caught.value.code == "mysql_value_unmappable" and "'d'" in caught.value.message
-    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM pg_class WHERE relname LIKE '_dpone%%'") == 0
+    assert staging_tables(target_dsn) == []
