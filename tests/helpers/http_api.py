@@ -62,7 +62,7 @@ class ApiServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 split = urlsplit(self.path)
                 request = Request(
                     split.path, dict(parse_qsl(split.query)), dict(self.headers), time.monotonic()

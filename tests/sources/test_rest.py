@@ -1,4 +1,4 @@
-"""The REST adapter against a real HTTP server started by each test, and a real PostgreSQL target."""
+"""The REST adapter against a real HTTP server started per test, and a real PostgreSQL target."""
 
 from __future__ import annotations
 
@@ -208,11 +208,11 @@ def test_a_timeout_is_retried_then_fails() -> None:
 
 def test_an_invalid_record_aborts_the_load_and_names_it(api: ApiServer, target_dsn: str) -> None:
     bad = dict(item(4), price="not a price")
-    PAGES_WITH_BAD = [PAGES[0], [item(3), bad], PAGES[2]]
+    pages_with_bad = [PAGES[0], [item(3), bad], PAGES[2]]
 
     def respond(request: Request) -> Reply:
         page = int(request.query["page"])
-        return Reply({"data": PAGES_WITH_BAD[page - 1] if page <= 3 else []})
+        return Reply({"data": pages_with_bad[page - 1] if page <= 3 else []})
 
     with ApiServer(respond) as server:
         source = RestSource(
