@@ -41,7 +41,16 @@ def check_dsn(dsn: str) -> dict[str, str]:
             f"The DSN {redact(dsn)!r} cannot be parsed: {redact(str(exc))}",
             ["Use a URI such as postgresql://user@host:5432/dbname or key=value pairs."],
         ) from None
-    return {k: str(v) for k, v in params.items() if v is not None}
+    result = {k: str(v) for k, v in params.items() if v is not None}
+    # libpq parses "port=" or "port=abc" and only fails when connecting: fail now instead.
+    for port in result.get("port", "5432").split(","):
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConnectionSettingsError(
+                "dsn_invalid",
+                f"The DSN {redact(dsn)!r} has port {port!r}; a port is a number from 1 to 65535.",
+                ["Fix the port in the DSN, e.g. postgresql://user@host:5432/dbname."],
+            )
+    return result
 
 
 def describe_dsn(dsn: str) -> str:

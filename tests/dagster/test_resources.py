@@ -1,0 +1,74 @@
+"""Resources: DSN shape checked at load, sessions and artifacts settled at teardown."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
+from dpone_dagster.postgres import SourceTransaction
+from dpone_dagster.resources import (
+    BackfillLedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from tests.helpers import pg
+
+
+def test_a_malformed_dsn_fails_when_the_resource_is_built() -> None:
+    with pytest.raises(Exception, match="dsn_invalid"):
+        PostgresSourceResource(dsn="host=db port=")
+    with pytest.raises(Exception, match="dsn_invalid"):
+        PostgresTargetResource(dsn="")
+    with pytest.raises(Exception, match="identifier_invalid"):
+        BackfillLedgerResource(schema_name="x" * 64)
+
+
+def test_an_env_var_dsn_is_checked_when_set_and_never_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DPONE_BAD_DSN", "postgresql://u:hunter2@host:notaport/db")
+    with pytest.raises(Exception, match="DPONE_BAD_DSN") as err:
+        PostgresSourceResource(dsn=dg.EnvVar("DPONE_BAD_DSN"))
+    assert "hunter2" not in str(err.value)
+    monkeypatch.delenv("DPONE_BAD_DSN")
+    PostgresSourceResource(dsn=dg.EnvVar("DPONE_BAD_DSN"))  # unset at load: checked at run time
+
+
+def test_the_ledger_defaults_to_the_target_database() -> None:
+    target = PostgresTargetResource(dsn="postgresql://postgres@127.0.0.1/t")
+    ledger = BackfillLedgerResource()
+    assert ledger.ledger_dsn(target) == target.dsn and ledger.in_target(target)
+    assert ledger.schema_name == "dpone_ledger"
+    elsewhere = BackfillLedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
+    assert not elsewhere.in_target(target)
+
+
+def test_teardown_closes_sessions_and_settles_undecided_artifacts(source_dsn: str) -> None:
+    """A step that dies with an open source transaction still ends with it rolled back."""
+    app = "dpone-test-teardown"
+    seen: dict[str, object] = {}
+
+    @dg.asset
+    def leaky(source: PostgresSourceResource) -> None:
+        conn = source.connect()
+        conn.execute("SELECT 1")
+        artifact = source.track(ExtractionArtifact())
+        artifact.attach_source(SourceTransaction(source.connect()))
+        seen["artifact"] = artifact
+        seen["open"] = len(pg.open_transactions(source_dsn, app))
+        raise RuntimeError("the step fails with everything open")
+
+    result = dg.materialize(
+        [leaky],
+        resources={"source": PostgresSourceResource(dsn=source_dsn, application_name=app)},
+        raise_on_error=False,
+    )
+    assert not result.success
+    assert seen["open"] == 1
+    artifact = seen["artifact"]
+    assert isinstance(artifact, ExtractionArtifact)
+    assert artifact.terminal_receipt is not None
+    assert artifact.terminal_receipt.outcome is TerminalOutcome.ABORT
+    assert not pg.open_transactions(source_dsn, app)
+    assert not pg.backends(source_dsn, app)
