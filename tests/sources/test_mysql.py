@@ -15,6 +15,7 @@ from dpone_dagster.sources import MySQLSettings, MySQLSource, SourceError, stage
 from tests.helpers import mysql
 from tests.helpers.pg import staging_tables
 from tests.helpers.proxy import TcpProxy
+from tests.helpers.staged import stage_and_read
 
 ALL_TYPES = """
 CREATE TABLE all_types (
@@ -55,31 +56,12 @@ def _fill(settings: MySQLSettings) -> None:
     mysql.execute(settings, "INSERT INTO all_types (id) VALUES (2)")
 
 
-def _staged(dsn: str, table: TableName, source: MySQLSource) -> tuple:
-    result = source.extract()
-    with psycopg.connect(dsn) as conn:
-        staged = stage_rows(conn, table, result.artifact, dsn=dsn)
-        rows = conn.execute(
-            psycopg.sql.SQL("SELECT * FROM {} ORDER BY 1").format(staged.staging.name.ident)
-        ).fetchall()
-        types = dict(
-            conn.execute(
-                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-                " WHERE attrelid = %s::regclass AND attnum > 0",
-                (staged.staging.name.qualified,),
-            ).fetchall()
-        )
-        conn.rollback()
-    result.artifact.success()
-    return result, staged, rows, types
-
-
 def test_types_map_faithfully_and_values_round_trip(
     mysql_db: MySQLSettings, target_dsn: str
 ) -> None:
     _fill(mysql_db)
-    result, staged, rows, types = _staged(
-        target_dsn, TableName("public", "all_types"), MySQLSource(mysql_db, table="all_types")
+    result, staged, rows, types = stage_and_read(
+        MySQLSource(mysql_db, table="all_types"), target_dsn, TableName("public", "all_types")
     )
     assert types == {
         "id": "integer", "ti": "smallint", "tiu": "smallint", "si": "integer", "mi": "integer",
@@ -129,7 +111,7 @@ def test_a_query_maps_its_result_metadata(mysql_db: MySQLSettings, target_dsn: s
         ("vb", "bytea"),
         ("shout", "text"),
     ]
-    _, _, rows, _ = _staged(target_dsn, TableName("public", "q"), source)
+    _, _, rows, _ = stage_and_read(source, target_dsn, TableName("public", "q"))
     assert rows == [
         (1, 2**64 - 1, Decimal("12345678901234567890.0123456789"), Decimal("-246913578024.68"),
          datetime(9999, 12, 31, 23, 59, 59, 999999), b"\xff\x00\\N", "héllo wörld ✓!"),
@@ -152,10 +134,10 @@ def test_an_unmappable_type_fails_before_any_row_moves(
     assert staging_tables(target_dsn) == []
     assert mysql.sessions(mysql_db) == []
     # Leaving the column out copies the rest.
-    _, _, rows, _ = _staged(
+    _, _, rows, _ = stage_and_read(
+        MySQLSource(mysql_db, table="places", columns=["id"]),
         target_dsn,
         TableName("public", "places"),
-        MySQLSource(mysql_db, table="places", columns=["id"]),
     )
     assert rows == [(1,)]
 
@@ -250,7 +232,7 @@ def test_hostile_names_are_quoted_on_both_sides(mysql_db: MySQLSettings, target_
             f"INSERT INTO {q(db)}.{q(table)} VALUES (1, 'ok')",
         )
         source = MySQLSource(mysql_db, table=table, database=db)
-        _, _, rows, types = _staged(target_dsn, TableName("public", table), source)
+        _, _, rows, types = stage_and_read(source, target_dsn, TableName("public", table))
     finally:
         mysql.execute(mysql_db, f"DROP DATABASE {mysql.quote_mysql_identifier(db)}")
     assert rows == [(1, "ok")]

@@ -26,6 +26,7 @@ from dpone_dagster.sources import (
 )
 from tests.helpers.http_api import DROP, ApiServer, Reply, Request
 from tests.helpers.pg import staging_tables
+from tests.helpers.staged import stage_and_read
 
 
 class Size(enum.Enum):
@@ -62,6 +63,7 @@ def item(i: int) -> dict[str, Any]:
 
 
 PAGES = [[item(1), item(2)], [item(3), item(4)], [item(5)]]
+ITEMS = TableName("public", "items")
 
 
 def settings(server: ApiServer, **changes: Any) -> RestSettings:
@@ -74,23 +76,16 @@ def page_numbers(request: Request) -> Reply:
     return Reply({"data": PAGES[page - 1] if page <= len(PAGES) else []})
 
 
-def stage(source: RestSource, dsn: str) -> tuple[Any, list[tuple[Any, ...]], dict[str, str]]:
-    result = source.extract()
-    with psycopg.connect(dsn) as conn:
-        staged = stage_rows(conn, TableName("public", "items"), result.artifact, dsn=dsn)
-        rows = conn.execute(
-            psycopg.sql.SQL("SELECT * FROM {} ORDER BY 1").format(staged.staging.name.ident)
-        ).fetchall()
-        types = dict(
-            conn.execute(
-                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-                " WHERE attrelid = %s::regclass AND attnum > 0",
-                (staged.staging.name.qualified,),
-            ).fetchall()
+def stage_failing(respond: Any, dsn: str) -> tuple[ApiServer, Any, Any, Any]:
+    """Stages a paged source from a server expected to fail; settles it ``abort``."""
+    with ApiServer(respond) as server:
+        source = RestSource(
+            settings(server), "/items", Item, records_path="data", pagination=PageNumberPagination()
         )
-        conn.rollback()
-    result.artifact.success()
-    return result, rows, types
+        result = source.extract()
+        with psycopg.connect(dsn) as conn, pytest.raises(SourceError) as caught:
+            stage_rows(conn, ITEMS, result.artifact, dsn=dsn)
+    return server, result, caught, result.artifact.abort()
 
 
 @pytest.fixture
@@ -103,7 +98,7 @@ def test_pages_are_validated_typed_and_staged(api: ApiServer, target_dsn: str) -
     source = RestSource(
         settings(api), "/items", Item, records_path="data", pagination=PageNumberPagination()
     )
-    result, rows, types = stage(source, target_dsn)
+    result, _, rows, types = stage_and_read(source, target_dsn, ITEMS)
     assert types == {
         "id": "bigint", "name": "text", "price": "numeric", "size": "text", "active": "boolean",
         "born": "date", "seen_at": "timestamp with time zone", "ref": "uuid", "tags": "jsonb",
@@ -159,7 +154,7 @@ def test_cursor_and_next_link_pagination(
         source = RestSource(
             settings(server), path, Item, records_path="items", pagination=pagination
         )
-        result, rows, _ = stage(source, target_dsn)
+        result, _, rows, _ = stage_and_read(source, target_dsn, ITEMS)
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
     assert len(server.requests) == 3
     assert result.extraction_receipt.row_count == 5
@@ -173,7 +168,7 @@ def test_retries_back_off_and_honour_retry_after(target_dsn: str) -> None:
 
     with ApiServer(respond) as server:
         source = RestSource(settings(server, backoff_seconds=0.05), "/items", Item)
-        _, rows, _ = stage(source, target_dsn)
+        _, _, rows, _ = stage_and_read(source, target_dsn, ITEMS)
     assert [r[0] for r in rows] == [1]
     first, second, third = (r.at for r in server.requests)
     assert 0.04 <= second - first < 0.9  # exponential backoff: 0.05 s
@@ -214,14 +209,7 @@ def test_an_invalid_record_aborts_the_load_and_names_it(api: ApiServer, target_d
         page = int(request.query["page"])
         return Reply({"data": pages_with_bad[page - 1] if page <= 3 else []})
 
-    with ApiServer(respond) as server:
-        source = RestSource(
-            settings(server), "/items", Item, records_path="data", pagination=PageNumberPagination()
-        )
-        result = source.extract()
-        with psycopg.connect(target_dsn) as conn, pytest.raises(SourceError) as caught:
-            stage_rows(conn, TableName("public", "items"), result.artifact, dsn=target_dsn)
-    terminal = result.artifact.abort()
+    server, result, caught, terminal = stage_failing(respond, target_dsn)
     assert caught.value.code == "rest_record_invalid"
     assert "Page 2, record 1 (id=4)" in caught.value.message
     assert "price" in caught.value.message and "not a price" not in caught.value.message
@@ -236,14 +224,7 @@ def test_a_server_that_drops_the_socket_midway_aborts_with_staging_gone(target_d
         page = int(request.query["page"])
         return DROP if page == 3 else Reply({"data": PAGES[page - 1]})
 
-    with ApiServer(respond) as server:
-        source = RestSource(
-            settings(server), "/items", Item, records_path="data", pagination=PageNumberPagination()
-        )
-        result = source.extract()
-        with psycopg.connect(target_dsn) as conn, pytest.raises(SourceError) as caught:
-            stage_rows(conn, TableName("public", "items"), result.artifact, dsn=target_dsn)
-    terminal = result.artifact.abort()
+    server, result, caught, terminal = stage_failing(respond, target_dsn)
     assert caught.value.code == "rest_request_failed"
     assert "RemoteProtocolError" in caught.value.message
     assert [r.query["page"] for r in server.requests] == ["1", "2", "3", "3", "3"]
