@@ -16,15 +16,13 @@ from .protocol import (
     SourceError,
     extract_stream,
 )
-from .rest import (
+from .rest import HttpSession, RestSettings, RestSource
+from .rest_pagination import (
     CursorPagination,
-    HttpSession,
     NextLinkPagination,
     PageNumberPagination,
     PageRequest,
     Pagination,
-    RestSettings,
-    RestSource,
 )
 from .rest_schema import model_columns
 from .staging import StagedRows, copy_rows, stage_rows, staging_columns
