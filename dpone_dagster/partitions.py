@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import dagster as dg
 
 from dpone_dagster.lifecycle import DponeError
 
 _RANGE_KEY = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class PartitionError(DponeError):
@@ -18,14 +19,15 @@ class PartitionError(DponeError):
 
 
 def cursor_range_partitions(start: int, stop: int, step: int) -> dg.StaticPartitionsDefinition:
-    """Static partitions whose keys encode half-open integer cursor ranges.
+    """Static partitions whose keys encode integer cursor ranges.
 
     ``cursor_range_partitions(0, 250, 100)`` has keys ``0..100``, ``100..200``, ``200..250``:
-    partition ``lo..hi`` holds the rows with ``lo <= cursor < hi``.
+    partition ``lo..hi`` holds the rows with ``lo < cursor <= hi`` (so ids counted from 1 fall
+    in ``0..100`` first, and the last key's ``hi`` is the largest id covered).
 
     Args:
-        start: The first cursor value covered.
-        stop: The end (exclusive) of the last range.
+        start: The lower (exclusive) bound of the first range.
+        stop: The upper (inclusive) bound of the last range.
         step: The width of each range.
 
     Raises:
@@ -47,7 +49,7 @@ def cursor_range_partitions(start: int, stop: int, step: int) -> dg.StaticPartit
 
 @dataclass(frozen=True)
 class CursorRange:
-    """A half-open cursor range ``[lower, upper)`` that one partition covers."""
+    """The cursor range ``lower < cursor <= upper`` that one partition covers."""
 
     lower: int | datetime
     upper: int | datetime
@@ -70,8 +72,12 @@ def parse_range_key(key: str) -> CursorRange:
 
 
 def partition_cursor_range(partitions_def: dg.PartitionsDefinition, key: str) -> CursorRange:
-    """The cursor range of one partition: integer range keys, or a time window."""
+    """The cursor range of one partition: integer range keys, or a time window.
+
+    A time window ``[start, end)`` becomes ``start - 1µs < cursor <= end - 1µs``: PostgreSQL
+    timestamps have microsecond resolution, so both describe the same rows.
+    """
     if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition):
         window = partitions_def.time_window_for_partition_key(key)
-        return CursorRange(window.start, window.end)
+        return CursorRange(window.start - _MICROSECOND, window.end - _MICROSECOND)
     return parse_range_key(key)

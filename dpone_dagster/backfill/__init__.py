@@ -1,1 +1,64 @@
-"""Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster."""
+"""Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster.
+
+Start with :class:`Backfill`; the documents it returns are in :mod:`.protocol`, the pure rules
+in :mod:`.rules`, the ledger in :mod:`.ledger`.
+"""
+
+from .api import Backfill
+from .copier import BatchResult
+from .errors import BACKFILL_ERRORS, BackfillError, backfill_error
+from .ledger import DEFAULT_LEDGER_SCHEMA, Ledger, LedgerConfig
+from .protocol import (
+    BACKFILL_PROTOCOL,
+    ApplyPath,
+    BackfillEffects,
+    BackfillEvidence,
+    BackfillProgress,
+    BackfillRun,
+    BackfillScope,
+    BackfillStatus,
+    BatchObservation,
+    BatchReceipt,
+    BatchRequest,
+    Boundary,
+    BoundedWritePause,
+    MissingBoundary,
+    SnapshotLabel,
+    TableRef,
+    TrustworthyCursor,
+)
+from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .results import BackfillReconciliationError, BackfillResult
+
+__all__ = [
+    "BACKFILL_ERRORS",
+    "BACKFILL_PROTOCOL",
+    "DEFAULT_LEDGER_SCHEMA",
+    "ApplyPath",
+    "Backfill",
+    "BackfillEffects",
+    "BackfillError",
+    "BackfillEvidence",
+    "BackfillProgress",
+    "BackfillReconciliationError",
+    "BackfillResult",
+    "BackfillRun",
+    "BackfillScope",
+    "BackfillStatus",
+    "BatchObservation",
+    "BatchReceipt",
+    "BatchRequest",
+    "BatchResult",
+    "Boundary",
+    "BoundedWritePause",
+    "Ledger",
+    "LedgerConfig",
+    "MissingBoundary",
+    "RangeCheck",
+    "RangeOutcome",
+    "ReconciliationReport",
+    "SnapshotLabel",
+    "TableRef",
+    "TrustworthyCursor",
+    "backfill_error",
+]

@@ -1,0 +1,404 @@
+"""The backfill's public entry point: plan, run batch by batch, load, reconcile.
+
+A :class:`Backfill` is one scope: a source table, a target table, a cursor and an optional
+partition range ``(lower, upper]``. Its run id is the digest of that scope, so a restarted
+process (or a Dagster retry, or a second orchestrator) finds the same durable run and resumes
+after its last committed batch. The boundary (high-water mark) is fixed once, when the run is
+first planned.
+
+Sessions are opened lazily, in autocommit mode (every transaction is begun explicitly with its
+isolation level) and closed on any failure or interrupt, so an interrupted step never leaves a
+transaction open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import psycopg
+
+from dpone_dagster.lifecycle import redact
+from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.identifiers import TableName
+
+from .boundary import mark_boundary, take_high_water_mark
+from .chain import verify_chain
+from .copier import BatchResult, PhaseHook, Sessions, copy_batch
+from .errors import BackfillError, backfill_error
+from .ledger import Ledger, LedgerConfig, wait_for_backend_exit
+from .protocol import (
+    BackfillRun,
+    BackfillScope,
+    BackfillStatus,
+    BatchReceipt,
+    BatchRequest,
+)
+from .reconcile import reconcile_ranges
+from .reconcile_model import ReconciliationReport
+from .results import BackfillReconciliationError, BackfillResult, after_reconcile
+from .rules import next_request, replay, run_id_for, start_run
+from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape, scope_for
+
+Conn = psycopg.Connection[tuple[object, ...]]
+_T = TypeVar("_T")
+
+
+class Backfill:
+    """An ordered, checkpointed copy of one table (or one cursor range of it).
+
+    Args:
+        source_dsn: The source database.
+        target_dsn: The target database (and, by default, the ledger's).
+        table: The source table (``TableName`` or text such as ``'sales."Order Items"'``).
+        cursor: The cursor column's exact name; ``None`` is refused (``backfill_cursor_missing``).
+        target_table: The target table; defaults to the source table's name.
+        ledger: Where the ledger lives (default: schema ``dpone_ledger`` of the target).
+        batch_size: Rows per batch (rows tied on the last cursor value are added).
+        lower: Exclusive lower bound of the partition (an int, datetime, date or text).
+        upper: Inclusive upper bound of the partition.
+        write_pause: A reference to a bounded write pause (ticket, window) when the cursor does
+            not grow with commit order; the plan then does not wait for in-flight writers.
+        label: Distinguishes runs whose databases and tables share names on different servers.
+        settle_timeout: Seconds the plan waits for transactions in flight at the mark.
+        options: Session options (application name, timeouts).
+        on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
+
+    Raises:
+        BackfillError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
+            batch size below 1 or a target that is the source itself.
+        IdentifierError: ``identifier_invalid`` for a name PostgreSQL cannot hold exactly.
+
+    Examples:
+        Copy ``public.orders`` in 50,000-row batches, printing progress after each commit::
+
+            backfill = Backfill(src, dst, "public.orders", cursor="id", batch_size=50_000)
+            result = backfill.run(on_batch=lambda b: print(b.run.progress))
+    """
+
+    def __init__(
+        self,
+        source_dsn: str,
+        target_dsn: str,
+        table: TableName | str,
+        *,
+        cursor: str | None,
+        target_table: TableName | str | None = None,
+        ledger: LedgerConfig | None = None,
+        batch_size: int = 50_000,
+        lower: object = None,
+        upper: object = None,
+        write_pause: str | None = None,
+        label: str = "",
+        settle_timeout: float = 60.0,
+        options: ConnectionOptions | None = None,
+        on_phase: PhaseHook | None = None,
+    ) -> None:
+        if cursor is None:
+            raise backfill_error("backfill_cursor_missing", "No cursor column was given.")
+        if batch_size < 1:
+            raise backfill_error(
+                "plan_invalid", f"batch_size must be at least 1, not {batch_size}."
+            )
+        self.source = table if isinstance(table, TableName) else TableName.parse(table)
+        target = target_table if target_table is not None else self.source
+        self.target = target if isinstance(target, TableName) else TableName.parse(target)
+        self.cursor = cursor
+        self.source_dsn, self.target_dsn = source_dsn, target_dsn
+        self.ledger_config = ledger or LedgerConfig()
+        self.ledger = Ledger(self.ledger_config.schema)
+        self.batch_size = batch_size
+        self.lower, self.upper = lower, upper
+        self.write_pause, self.label = write_pause, label
+        self.settle_timeout = settle_timeout
+        self.options = options or ConnectionOptions(application_name="dpone-backfill")
+        self.on_phase: PhaseHook = on_phase or (lambda _: None)
+        self._sessions: Sessions | None = None
+        self._shape: TableShape | None = None
+        self._scope: BackfillScope | None = None
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def _connect(self, dsn: str) -> Conn:
+        conn = connect(dsn, self.options, autocommit=True)
+        # Every batch runs the same ledger and range statements: prepare them from the first
+        # execution, so the first checkpoints cost what the thousandth does. (Transaction
+        # control is sent with prepare=False everywhere: BEGIN/COMMIT stay plain statements.)
+        conn.prepare_threshold = 0
+        prepare_session(conn)
+        return conn
+
+    def _open(self) -> Sessions:
+        if self._sessions is None:
+            source = self._connect(self.source_dsn)
+            target = self._connect(self.target_dsn)
+            ledger = (
+                target if self.ledger_config.dsn is None else self._connect(self.ledger_config.dsn)
+            )
+            self.ledger.ensure(ledger)
+            self._sessions = Sessions(source, target, ledger)
+        return self._sessions
+
+    def close(self) -> None:
+        """Closes every session (any open transaction is rolled back by the server)."""
+        sessions, self._sessions = self._sessions, None
+        if sessions is not None:
+            for conn in {
+                id(c): c for c in (sessions.source, sessions.target, sessions.ledger)
+            }.values():
+                conn.close()
+
+    def __enter__(self) -> Backfill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def _resolve(self, sessions: Sessions) -> tuple[TableShape, BackfillScope]:
+        if self._shape is None or self._scope is None:
+            shape = resolve_shape(
+                sessions.source, sessions.target, self.source, self.target, self.cursor
+            )
+            src_db = str(sessions.source.info.dbname)
+            tgt_db = str(sessions.target.info.dbname)
+            if (sessions.source.info.host, sessions.source.info.port, src_db, self.source) == (
+                sessions.target.info.host,
+                sessions.target.info.port,
+                tgt_db,
+                self.target,
+            ):
+                raise backfill_error("plan_invalid", "The target table is the source table.")
+            lower = (
+                None if self.lower is None else canonical_cursor(sessions.source, shape, self.lower)
+            )
+            upper = (
+                None if self.upper is None else canonical_cursor(sessions.source, shape, self.upper)
+            )
+            self._scope = scope_for(
+                shape, src_db, tgt_db, label=self.label, lower=lower, upper=upper
+            )
+            self._shape = shape
+        return self._shape, self._scope
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (reads both catalogs on first use)."""
+        return run_id_for(self._guard(lambda s: self._resolve(s)[1]))
+
+    def _guard(self, step: Callable[[Sessions], _T]) -> _T:
+        """Runs ``step`` on open sessions; a database failure closes them and is translated."""
+        try:
+            return step(self._open())
+        except psycopg.Error as exc:
+            self.close()
+            raise backfill_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def plan(self) -> BackfillRun:
+        """Loads the run of this scope, or takes the high-water mark and stores a new run.
+
+        Raises:
+            BackfillError: ``plan_invalid``, ``backfill_cursor_missing``,
+                ``destination_expansion_incomplete``, ``backfill_high_water_mark_unsettled``,
+                ``backfill_run_invalid``, ``backfill_persistence_failed``.
+        """
+        return self._guard(self._plan)
+
+    def _plan(self, sessions: Sessions) -> BackfillRun:
+        shape, scope = self._resolve(sessions)
+        existing = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
+        if existing is not None:
+            return existing
+        settle = None if self.write_pause is not None else self.settle_timeout
+        mark = take_high_water_mark(
+            sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
+        )
+        boundary, evidence = mark_boundary(mark, self.cursor, self.write_pause)
+        run = start_run(scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence)
+        sessions.ledger.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
+        try:
+            stored = self.ledger.insert_run(sessions.ledger, run)
+            sessions.ledger.execute("COMMIT", prepare=False)
+        except BaseException:
+            sessions.abandon()
+            raise
+        return stored
+
+    def load(self) -> BackfillRun | None:
+        """The last committed state of this scope's run (``None`` before the first plan)."""
+        return self._guard(
+            lambda s: self.ledger.fetch_run(s.ledger, run_id_for(self._resolve(s)[1]))
+        )
+
+    def receipts(self) -> list[BatchReceipt]:
+        """Every committed batch receipt, in order."""
+        return self._guard(
+            lambda s: self.ledger.receipts(s.ledger, run_id_for(self._resolve(s)[1]))
+        )
+
+    def verify(self) -> BackfillRun:
+        """Checks the run's integrity and its whole checkpoint chain; returns the run.
+
+        Raises:
+            BackfillError: ``backfill_run_invalid`` naming the first broken link.
+        """
+        run = self.load()
+        if run is None:
+            raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
+        verify_chain(run, self.receipts())
+        return run
+
+    # -- running ----------------------------------------------------------------------------
+
+    def apply(self, request: BatchRequest) -> BatchResult:
+        """Copies the batch ``request`` names and commits it with its receipt, or replays it.
+
+        :meth:`batches` builds each request with :func:`rules.next_request`; an orchestrator
+        that keeps its own state may send its own. A failure that hits the COMMIT (the response
+        is lost) is resolved here: if the ledger holds the batch's receipt, it is returned as a
+        replay.
+
+        Raises:
+            BackfillError: ``backfill_checkpoint_stale``, ``backfill_batch_changed``,
+                ``backfill_batch_unordered``, ``backfill_record_changed``,
+                ``backfill_run_invalid`` or ``backfill_persistence_failed``; the durable
+                checkpoint is intact.
+        """
+        shape, _ = self._guard(self._resolve)
+        sessions = self._open()
+        ledger_pid = sessions.ledger.info.backend_pid
+        try:
+            return copy_batch(sessions, self.ledger, shape, request, on_phase=self.on_phase)
+        except psycopg.Error as exc:
+            self.close()
+            resolved = self._lost_response(request, ledger_pid)
+            if resolved is not None:
+                return resolved
+            raise backfill_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+        except BaseException:
+            self.close()
+            raise
+
+    def _lost_response(self, request: BatchRequest, ledger_pid: int) -> BatchResult | None:
+        """After a failure that may have hit the COMMIT: the stored receipt, if it committed.
+
+        Once the old ledger session is gone its transaction has ended one way or the other, and
+        the ledger says which.
+        """
+
+        def look(s: Sessions) -> BatchReceipt | None:
+            wait_for_backend_exit(s.ledger, ledger_pid)
+            return replay(
+                request, self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id)
+            )
+
+        try:
+            stored = self._guard(look)
+            durable = self.load()
+        except BackfillError:
+            return None
+        if stored is None or durable is None:
+            return None
+        return BatchResult(durable, stored, replayed=True)
+
+    def batches(self, max_batches: int | None = None) -> Iterator[BatchResult]:
+        """Plans (or loads) the run, then yields each committed batch until the mark.
+
+        Args:
+            max_batches: Stop after this many batches (``None``: until the run succeeds).
+
+        Yields:
+            Each committed (or replayed) batch with the run after it.
+        """
+        run = self.plan()
+        done = 0
+        while run.status in (BackfillStatus.PLANNED, BackfillStatus.IN_PROGRESS):
+            if max_batches is not None and done >= max_batches:
+                return
+            result = self.apply(next_request(run, self.batch_size))
+            run = result.run
+            done += 1
+            yield result
+
+    def run(
+        self,
+        on_batch: Callable[[BatchResult], None] | None = None,
+        *,
+        max_batches: int | None = None,
+        reconcile: bool = True,
+    ) -> BackfillResult:
+        """Runs the backfill to its mark (or ``max_batches``), then reconciles.
+
+        Args:
+            on_batch: Called after each committed batch with its receipt and the run (the
+                checkpoint, counts, mark and remaining estimate are in ``result.run.progress``).
+            max_batches: Stop after this many batches.
+            reconcile: Reconcile once the run reaches its mark (again while it is blocked).
+
+        Raises:
+            BackfillReconciliationError: a range still differs after repair (run is blocked).
+            BackfillError: any other code; the last durable checkpoint is intact.
+        """
+        committed = replayed = 0
+        run = None
+        for result in self.batches(max_batches):
+            run = result.run
+            committed += not result.replayed
+            replayed += result.replayed
+            if on_batch is not None:
+                on_batch(result)
+        run = run or self.plan()
+        report = None
+        if reconcile and _needs_reconciliation(run):
+            report = self.reconcile()
+            run = self.load() or run
+            if not report.ok:
+                raise BackfillReconciliationError(report)
+        return BackfillResult(run, committed, replayed, report)
+
+    def reconcile(self, *, repair: bool = True) -> ReconciliationReport:
+        """Compares source and target per batch range (count and hash) and repairs what it can.
+
+        Records every range check in the ledger; a run at its mark becomes ``succeeded`` (label
+        ``several_snapshots_reconciled`` when several batch snapshots were used) or ``blocked``.
+        """
+        return self._guard(lambda s: self._reconcile(s, repair))
+
+    def _reconcile(self, sessions: Sessions, repair: bool) -> ReconciliationReport:
+        shape, scope = self._resolve(sessions)
+        run = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
+        if run is None:
+            raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
+        receipts = self.ledger.receipts(sessions.ledger, run.run_id)
+        verify_chain(run, receipts)
+        reader = self._connect(self.target_dsn)
+        try:
+            report = reconcile_ranges(sessions, reader, shape, run.run_id, receipts, repair=repair)
+        finally:
+            reader.close()
+        lc = sessions.ledger
+        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
+        try:
+            self.ledger.lock_run(lc, run.run_id)
+            durable = self.ledger.fetch_run(lc, run.run_id)
+            assert durable is not None
+            self.ledger.record_checks(lc, report)
+            if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
+                self.ledger.save_run(lc, durable, after_reconcile(durable, report))
+            lc.execute("COMMIT", prepare=False)
+        except BaseException:
+            sessions.abandon()
+            raise
+        return report
+
+
+def _needs_reconciliation(run: BackfillRun) -> bool:
+    """At the mark and not yet reconciled, or blocked by an earlier reconciliation."""
+    if run.status is BackfillStatus.BLOCKED:
+        return True
+    reconciled = any(e.kind == "reconciliation" for e in run.evidence)
+    return run.status is BackfillStatus.SUCCEEDED and not reconciled

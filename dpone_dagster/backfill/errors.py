@@ -1,0 +1,100 @@
+"""The backfill's error codes: one stable code, one message and the next actions for each.
+
+The codes are the seed's (``lenso.extraction-backfill.v1``), so an operator who knows one system
+knows the other. One code is added: ``backfill_high_water_mark_unsettled``, raised when a
+transaction that was in flight when the high-water mark was taken does not finish in time (the
+seed had no in-flight protection, so it never needed the code).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from dpone_dagster.lifecycle import DponeError
+
+
+class BackfillError(DponeError):
+    """A deliberate backfill failure with a stable code (see :data:`BACKFILL_ERRORS`)."""
+
+
+BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "plan_invalid": (
+        "The backfill plan is invalid.",
+        ("Fix the source table, cursor or partition range and plan again.",),
+    ),
+    "destination_expansion_incomplete": (
+        "The target table is not ready to receive the backfill.",
+        (
+            "Create the target table with the source's columns and types, the same primary "
+            "key and an index whose first column is the cursor, then plan again.",
+        ),
+    ),
+    "backfill_cursor_missing": (
+        "An online backfill needs a trustworthy cursor or a bounded write pause.",
+        (
+            "Declare a trustworthy cursor column (monotonic, indexed) or run inside a "
+            "bounded write pause.",
+        ),
+    ),
+    "backfill_high_water_mark_unsettled": (
+        "Transactions that were in flight when the high-water mark was taken did not finish.",
+        (
+            "End or wait out the listed sessions, then plan again; a transaction that reserved "
+            "a cursor value below the mark could otherwise commit after its batch was copied.",
+        ),
+    ),
+    "backfill_batch_unordered": (
+        "The batch does not advance strictly beyond the durable checkpoint in cursor order.",
+        ("Resume the source query strictly after the checkpoint's cursor value.",),
+    ),
+    "backfill_checkpoint_stale": (
+        "The expected checkpoint is stale: newer durable progress exists for this run.",
+        ("Reload the durable run (Backfill.load) and resume from its current checkpoint.",),
+    ),
+    "backfill_batch_changed": (
+        "A committed batch id was reused with different contents.",
+        ("Resume with the original batch or allocate the next ordered batch id.",),
+    ),
+    "backfill_record_changed": (
+        "A copied record differs from the source.",
+        (
+            "Reconcile the differing rows (Backfill.reconcile) and decide which side is right "
+            "before resuming.",
+        ),
+    ),
+    "backfill_run_invalid": (
+        "The backfill run failed its integrity validation.",
+        ("Resume from the last integrity-valid durable revision; do not edit ledger rows.",),
+    ),
+    "backfill_persistence_failed": (
+        "PostgreSQL failed; the last durable checkpoint is intact.",
+        (
+            "Restore PostgreSQL availability and run again: it resumes after the last durable "
+            "checkpoint.",
+        ),
+    ),
+}
+"""Every code with its default message and next actions."""
+
+
+def backfill_error(
+    code: str, detail: str | None = None, next_actions: Sequence[str] | None = None
+) -> BackfillError:
+    """Builds the error for ``code`` with its catalogued message and next actions.
+
+    Args:
+        code: A key of :data:`BACKFILL_ERRORS`.
+        detail: A sentence appended to the message (what exactly was found).
+        next_actions: Replaces the catalogued next actions when given.
+
+    Returns:
+        The error, ready to raise.
+
+    Raises:
+        KeyError: for a code that is not catalogued (a programming error).
+    """
+    message, actions = BACKFILL_ERRORS[code]
+    if detail:
+        message = f"{message} {detail}"
+    return BackfillError(code, message, tuple(next_actions) if next_actions else actions)

@@ -1,0 +1,83 @@
+"""The reconciliation's documents (pure): one check per batch range, and the report."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RangeOutcome(StrEnum):
+    """What a reconciliation found for one batch range."""
+
+    EQUAL = "equal"
+    REPAIRED = "repaired"
+    """Rows missing from the target were copied; the range is now equal."""
+    DIFFERS = "differs"
+    """Still different after repair; ``code`` says why. Never silently accepted."""
+
+
+class RangeCheck(BaseModel):
+    """Source and target compared over one batch range ``(after, upper]``.
+
+    Attributes:
+        sequence: The batch whose range this is.
+        after: Exclusive lower cursor bound.
+        upper: Inclusive upper cursor bound.
+        source_count: Rows of the range in the source (reconciliation snapshot).
+        target_count: Rows of the range in the target, after any repair.
+        source_hash: ``sha256:`` of the source range's COPY stream.
+        target_hash: The same over the target, after any repair.
+        receipt_hash: The batch receipt's content hash (the source range when copied).
+        inserted: Rows copied by the repair.
+        outcome: equal, repaired or differs.
+        code: The error code of a difference (``backfill_record_changed``).
+        detail: What differs, in words.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sequence: int = Field(ge=1)
+    after: str | None
+    upper: str | None
+    source_count: int = Field(ge=0)
+    target_count: int = Field(ge=0)
+    source_hash: str
+    target_hash: str
+    receipt_hash: str
+    inserted: int = Field(default=0, ge=0)
+    outcome: RangeOutcome
+    code: str | None = None
+    detail: str = ""
+
+
+class ReconciliationReport(BaseModel):
+    """The final reconciliation of a run at its high-water mark.
+
+    Attributes:
+        run_id: The run.
+        source_snapshot: Digest of the ONE source snapshot every range was read under.
+        target_snapshot: Digest of the ONE target snapshot the ranges were first read under.
+        ranges: One check per batch range, in cursor order.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    source_snapshot: str
+    target_snapshot: str
+    ranges: tuple[RangeCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no range differs."""
+        return all(r.outcome is not RangeOutcome.DIFFERS for r in self.ranges)
+
+    @property
+    def differing(self) -> tuple[RangeCheck, ...]:
+        """The ranges that still differ."""
+        return tuple(r for r in self.ranges if r.outcome is RangeOutcome.DIFFERS)
+
+    def count(self, outcome: RangeOutcome) -> int:
+        """How many ranges ended with ``outcome``."""
+        return sum(1 for r in self.ranges if r.outcome is outcome)

@@ -1,0 +1,78 @@
+"""What a backfill call returns: the result of :meth:`Backfill.run`, and the run after a
+reconciliation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import BackfillError
+from .protocol import BackfillEvidence, BackfillRun, BackfillStatus, SnapshotLabel
+from .reconcile_model import RangeOutcome, ReconciliationReport
+from .rules import digest, revise, with_evidence
+
+
+class BackfillReconciliationError(BackfillError):
+    """The final reconciliation left ranges that differ; :attr:`report` lists them."""
+
+    def __init__(self, report: ReconciliationReport) -> None:
+        bad = report.differing
+        super().__init__(
+            "backfill_record_changed",
+            f"{len(bad)} batch range(s) of {report.run_id} differ from the source after repair "
+            f"(first: batch {bad[0].sequence}, {bad[0].detail})",
+            [
+                "Inspect the differing ranges (ledger table backfill_range_checks), fix the side "
+                "that is wrong, then call reconcile() again."
+            ],
+        )
+        self.report = report
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """What :meth:`Backfill.run` did.
+
+    Attributes:
+        run: The durable run at the end.
+        committed: Batches this call committed.
+        replayed: Batches answered by replay (committed earlier; the response had been lost).
+        reconciliation: The final reconciliation, when the run reached its mark.
+    """
+
+    run: BackfillRun
+    committed: int
+    replayed: int
+    reconciliation: ReconciliationReport | None
+
+    @property
+    def snapshot_label(self) -> SnapshotLabel:
+        """One snapshot or several, reconciled or not."""
+        return self.run.snapshot_label
+
+
+def after_reconcile(run: BackfillRun, report: ReconciliationReport) -> BackfillRun:
+    label = run.snapshot_label
+    if label in (SnapshotLabel.SEVERAL_SNAPSHOTS, SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED):
+        label = (
+            SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED
+            if report.ok
+            else SnapshotLabel.SEVERAL_SNAPSHOTS
+        )
+    counts = {o.value: report.count(o) for o in RangeOutcome}
+    evidence = BackfillEvidence(
+        kind="reconciliation",
+        subject=report.source_snapshot,
+        digest=digest(report),
+        detail=f"{len(report.ranges)} batch ranges under one source snapshot: {counts}.",
+    )
+    return revise(
+        run,
+        status=BackfillStatus.SUCCEEDED if report.ok else BackfillStatus.BLOCKED,
+        snapshot_label=label,
+        evidence=with_evidence(run.evidence, evidence),
+        next_actions=(
+            ("Nothing left: the target equals the source at the mark.",)
+            if report.ok
+            else ("Inspect backfill_range_checks, fix the differing rows, reconcile again.",)
+        ),
+    )

@@ -1,0 +1,249 @@
+"""The shape of a backfill: which columns move, which key identifies a row, how the cursor sorts.
+
+The seed refused every name that was not ASCII letters, digits and underscores (so
+``"Order Items"`` could not be backfilled) and then pasted the names it accepted into SQL text.
+Here any legal PostgreSQL identifier works, because no name is ever pasted: every name (schema,
+table, column, the cursor's type) reaches SQL through :class:`psycopg.sql.Identifier`. Every
+cursor value is a bind parameter cast from text to the cursor's own type
+(``%s::text::"pg_catalog"."int8"``), so values compare by the column's ordering, never as text,
+and the seed's ``jsonb_populate_record`` cast trick is not needed. Cursor values are kept as the
+server's canonical text in a session pinned to ``TimeZone=UTC`` and ISO dates, so the same value
+always has the same spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.postgres.catalog import (
+    CatalogError,
+    Column,
+    column_list,
+    primary_key,
+    relation_oid,
+    table_columns,
+)
+from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
+from dpone_dagster.postgres.identifiers import TableName
+
+from .errors import backfill_error
+from .protocol import BackfillScope, TableRef
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+CURSOR_TYPES = frozenset({"int2", "int4", "int8", "numeric", "date", "timestamp", "timestamptz"})
+"""Cursor types whose order PostgreSQL and :func:`rules.cursor_is_strictly_before` agree on."""
+
+_SESSION = (
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO, YMD"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+)
+
+
+def prepare_session(conn: Conn) -> None:
+    """Pins the settings that decide how cursor values and rows are spelled as text."""
+    for name, value in _SESSION:
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+
+_CURSOR_INDEX = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+    WHERE i.indrelid = %s AND a.attname = %s AND i.indisvalid AND i.indpred IS NULL)
+"""
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """A resolved source/target pair.
+
+    Attributes:
+        source: The source table.
+        target: The target table.
+        columns: The copied columns (the source's, generated ones left out).
+        key: The primary-key columns (equal on both sides).
+        cursor: The cursor column.
+        fmt: ``binary``, or ``text`` when a user-defined type is copied.
+    """
+
+    source: TableName
+    target: TableName
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    cursor: Column
+    fmt: CopyFormat
+
+    @property
+    def cursor_type(self) -> sql.Identifier:
+        """The cursor's type, composed for SQL (``"pg_catalog"."timestamptz"``)."""
+        return sql.Identifier(self.cursor.type_schema, self.cursor.type_name)
+
+    def value(self) -> sql.Composed:
+        """A bind parameter cast to the cursor's type."""
+        return sql.SQL("%s::text::{}").format(self.cursor_type)
+
+    def where(self, after: str | None, upper: str | None) -> tuple[sql.Composable, list[str]]:
+        """``cursor > after AND cursor <= upper`` (omitting absent bounds) and its parameters."""
+        parts: list[sql.Composable] = []
+        params: list[str] = []
+        if after is not None:
+            parts.append(sql.SQL("{} > {}").format(self.cursor.ident, self.value()))
+            params.append(after)
+        if upper is not None:
+            parts.append(sql.SQL("{} <= {}").format(self.cursor.ident, self.value()))
+            params.append(upper)
+        return (sql.SQL(" AND ").join(parts) if parts else sql.SQL("true")), params
+
+    def order_by(self) -> sql.Composed:
+        """The cursor, then the key: a total, deterministic order of the rows."""
+        names = [self.cursor.name, *(k for k in self.key if k != self.cursor.name)]
+        return column_list(names)
+
+    def select_range(
+        self, table: TableName, after: str | None, upper: str | None
+    ) -> tuple[sql.Composed, list[str]]:
+        """``SELECT <columns> FROM table WHERE <range> ORDER BY cursor, key`` and parameters."""
+        where, params = self.where(after, upper)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
+            column_list(self.columns), table.ident, where, self.order_by()
+        )
+        return query, params
+
+
+def cursor_text(value: object) -> str:
+    """A Python cursor bound (int, datetime, date, str) as text the server can cast."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
+    """The server's canonical spelling of ``value`` as the cursor's type.
+
+    Raises:
+        BackfillError: ``plan_invalid`` when the value is not of the cursor's type.
+    """
+    try:
+        row = conn.execute(
+            sql.SQL("SELECT {}::text").format(shape.value()), (cursor_text(value),)
+        ).fetchone()
+    except psycopg.DataError as exc:
+        raise backfill_error(
+            "plan_invalid",
+            f"{value!r} is not a {shape.cursor.type_sql}: {exc.diag.message_primary}",
+        ) from None
+    assert row is not None
+    return str(row[0])
+
+
+def _has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
+    oid = relation_oid(conn, table)
+    row = conn.execute(_CURSOR_INDEX, (oid, cursor)).fetchone()
+    return bool(row and row[0])
+
+
+def _columns(conn: Conn, table: TableName, code: str) -> list[Column]:
+    try:
+        return table_columns(conn, table)
+    except CatalogError as exc:
+        raise backfill_error(code, exc.message) from None
+
+
+def resolve_shape(
+    src: Conn, tgt: Conn, source: TableName, target: TableName, cursor: str
+) -> TableShape:
+    """Reads both catalogs and checks that the backfill can run and prove what it copies.
+
+    Raises:
+        BackfillError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
+            type, no index on the source cursor), ``backfill_cursor_missing`` (no such cursor
+            column), ``destination_expansion_incomplete`` (no target table, a missing or
+            differently typed column, another primary key, no index on the target cursor).
+    """
+    columns = [c for c in _columns(src, source, "plan_invalid") if not c.generated]
+    by_name = {c.name: c for c in columns}
+    if cursor not in by_name:
+        raise backfill_error("backfill_cursor_missing", f"Table {source} has no column {cursor!r}.")
+    cur = by_name[cursor]
+    if cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
+        raise backfill_error(
+            "plan_invalid",
+            f"Cursor {cursor!r} is a {cur.type_sql}; supported: integers, numeric, date, "
+            "timestamp, timestamptz.",
+        )
+    key = tuple(primary_key(src, source))
+    if not key:
+        raise backfill_error(
+            "plan_invalid",
+            f"Table {source} has no primary key; rows need one to be matched in the target.",
+        )
+    if not _has_cursor_index(src, source, cursor):
+        raise backfill_error(
+            "plan_invalid",
+            f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
+        )
+    _check_target(tgt, target, columns, key, cursor)
+    return TableShape(source, target, tuple(columns), key, cur, copy_format_for(columns))
+
+
+def _check_target(
+    tgt: Conn, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
+) -> None:
+    have = {c.name: c for c in _columns(tgt, target, "destination_expansion_incomplete")}
+    problems = [
+        f"{c.name!r} {c.type_sql}"
+        for c in columns
+        if c.name not in have or have[c.name].type_sql != c.type_sql or have[c.name].generated
+    ]
+    if problems:
+        raise backfill_error(
+            "destination_expansion_incomplete",
+            f"Target {target} lacks or retypes columns: {', '.join(problems)}.",
+        )
+    if tuple(primary_key(tgt, target)) != key:
+        raise backfill_error(
+            "destination_expansion_incomplete",
+            f"Target {target} needs the primary key ({', '.join(key)}).",
+        )
+    if not _has_cursor_index(tgt, target, cursor):
+        raise backfill_error(
+            "destination_expansion_incomplete",
+            f"No index on target {target} starts with {cursor!r} (needed to count and compare "
+            "each batch range).",
+        )
+
+
+def scope_for(
+    shape: TableShape,
+    source_database: str,
+    target_database: str,
+    *,
+    label: str = "",
+    lower: str | None = None,
+    upper: str | None = None,
+) -> BackfillScope:
+    """The run's scope: the tables (with their databases), cursor, key, columns and range."""
+    return BackfillScope(
+        label=label,
+        source=TableRef(
+            database=source_database, schema_name=shape.source.schema, name=shape.source.name
+        ),
+        target=TableRef(
+            database=target_database, schema_name=shape.target.schema, name=shape.target.name
+        ),
+        cursor=shape.cursor.name,
+        cursor_type=shape.cursor.type_sql,
+        key=shape.key,
+        columns=tuple(c.name for c in shape.columns),
+        copy_format=shape.fmt,
+        lower=lower,
+        upper=upper,
+    )

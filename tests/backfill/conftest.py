@@ -1,0 +1,52 @@
+"""Fixtures for the backfill tests: a mixed source table and an empty target of the same shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import pg
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A source database holding ``public.mixed`` and a target with the same empty table."""
+
+    source: str
+    target: str
+
+    def fingerprints(self, table: str = "mixed") -> tuple[tuple[int, str], tuple[int, str]]:
+        return (
+            pg.table_fingerprint(self.source, "public", table),
+            pg.table_fingerprint(self.target, "public", table),
+        )
+
+
+def copy_rows(source: str, target: str, query: str, table: str = "mixed") -> None:
+    """Copies the rows of ``query`` (run on ``source``) into ``target``'s ``table`` (test setup)."""
+    with psycopg.connect(source) as src, psycopg.connect(target) as dst:
+        copy_in = sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))
+        with (
+            src.cursor() as scur,
+            dst.cursor() as dcur,
+            scur.copy(f"COPY ({query}) TO STDOUT") as out,
+            dcur.copy(copy_in) as inp,
+        ):
+            for block in out:
+                inp.write(block)
+        dst.commit()
+
+
+def make_pair(source: str, target: str, rows: int) -> Pair:
+    pg.create_mixed_table(source, rows=rows)
+    pg.create_mixed_table(target, rows=0)
+    return Pair(source, target)
+
+
+@pytest.fixture
+def pair(source_dsn: str, target_dsn: str) -> Pair:
+    """5,000 mixed rows in the source, an empty target."""
+    return make_pair(source_dsn, target_dsn, 5000)

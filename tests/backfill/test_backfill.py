@@ -1,0 +1,128 @@
+"""The backfill end to end against real databases: batches, receipts, resume, partitions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from dpone_dagster.backfill import (
+    ApplyPath,
+    Backfill,
+    BackfillStatus,
+    BatchResult,
+    SnapshotLabel,
+)
+from tests.backfill.conftest import Pair, copy_rows
+from tests.helpers import pg
+
+
+def test_batches_copy_every_row_with_receipts_that_prove_it(pair: Pair) -> None:
+    seen: list[BatchResult] = []
+    result = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=700).run(
+        on_batch=seen.append
+    )
+    src, dst = pair.fingerprints()
+    assert src == dst and src[0] == 5000
+    assert result.run.status is BackfillStatus.SUCCEEDED
+    assert result.snapshot_label is SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED
+    assert result.reconciliation is not None and result.reconciliation.ok
+    assert [r.receipt.sequence for r in seen] == list(range(1, 9))
+    assert [r.run.progress.remaining_estimate for r in seen][-1] == 0
+    uppers = []
+    for r in seen:
+        o = r.receipt.observation
+        assert o.source_count == o.copy_out_count == o.copy_in_count == o.target_count
+        assert o.copied_count == o.source_count and o.apply_path is ApplyPath.DIRECT
+        assert o.extraction.source_token and o.extraction.source_token.startswith("sha256:")
+        assert o.extraction.extraction_completed_at is not None
+        assert o.extraction.clock_authority == "postgresql.clock_timestamp"
+        uppers.append(int(o.upper or 0))
+    assert uppers == [700, 1400, 2100, 2800, 3500, 4200, 4900, 5000]
+    assert seen[0].receipt.observation.first_cursor == "1"
+
+
+def test_a_new_process_loads_the_last_committed_state_and_resumes_after_it(pair: Pair) -> None:
+    first = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    partial = first.run(max_batches=2)
+    first.close()
+    assert partial.run.status is BackfillStatus.IN_PROGRESS and partial.reconciliation is None
+    again = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    loaded = again.load()
+    assert loaded == partial.run
+    assert loaded is not None and loaded.progress.next_after == "2000"
+    done = again.run()
+    assert done.committed == 3 and done.run.progress.copied_count == 5000
+    again.verify()
+    assert pair.fingerprints()[0] == pair.fingerprints()[1]
+    assert Backfill(pair.source, pair.target, "public.mixed", cursor="id").run().committed == 0
+
+
+def test_timestamp_partitions_with_tied_cursor_values_copy_each_row_once(
+    source_dsn: str, target_dsn: str
+) -> None:
+    ddl = (
+        "CREATE TABLE ev (id int PRIMARY KEY, at timestamptz NOT NULL, v text);"
+        " CREATE INDEX ON ev (at)"
+    )
+    for dsn in (source_dsn, target_dsn):
+        pg.execute(dsn, ddl)
+    # 2,000 rows, five per minute: every batch boundary falls inside a run of ties.
+    pg.execute(
+        source_dsn,
+        "INSERT INTO ev SELECT g, timestamptz '2024-01-01 00:00+00'"
+        " + (g / 5) * interval '1 minute', md5(g::text) FROM generate_series(0, 1999) g",
+    )
+    bounds = [None, datetime(2024, 1, 1, 1, 0, tzinfo=UTC), "2024-01-01 03:00+00", None]
+    run_ids = set()
+    for lower, upper in zip([*bounds[:2], bounds[2]], [bounds[1], bounds[2], None], strict=True):
+        backfill = Backfill(
+            source_dsn, target_dsn, "ev", cursor="at", batch_size=7, lower=lower, upper=upper
+        )
+        result = backfill.run()
+        run_ids.add(result.run.run_id)
+        assert result.reconciliation is not None and result.reconciliation.ok
+        sizes = {r.observation.source_count for r in backfill.receipts()[:-1]}
+        assert sizes == {10}, sizes  # 7 rows rounded up to whole minutes of 5 ties
+    assert len(run_ids) == 3
+    assert pg.table_fingerprint(source_dsn, "public", "ev") == pg.table_fingerprint(
+        target_dsn, "public", "ev"
+    )
+
+
+def test_existing_equal_rows_are_counted_as_duplicates_not_copied_twice(pair: Pair) -> None:
+    copy_rows(pair.source, pair.target, "SELECT * FROM mixed WHERE id BETWEEN 1200 AND 1300")
+    result = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000).run()
+    assert result.run.progress.copied_count == 4899
+    assert result.run.progress.duplicate_count == 101
+    assert pair.fingerprints()[0] == pair.fingerprints()[1]
+
+
+def test_the_run_document_in_the_ledger_does_not_grow_with_batches(pair: Pair) -> None:
+    backfill = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=50)
+    sizes = []
+    for result in backfill.batches():
+        if result.receipt.sequence in (10, 99):
+            sizes.append(
+                pg.fetch_one(
+                    pair.target, "SELECT pg_column_size(run_json) FROM dpone_ledger.backfill_runs"
+                )
+            )
+    assert len(sizes) == 2 and abs(int(sizes[0]) - int(sizes[1])) <= 16, sizes  # type: ignore[call-overload]
+    assert (
+        pg.fetch_one(pair.target, "SELECT count(*) FROM dpone_ledger.backfill_batch_receipts")
+        == 100
+    )
+
+
+def test_the_snapshot_label_tells_one_snapshot_from_none(
+    pair: Pair, make_database: Callable[[str], str]
+) -> None:
+    one = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=5000).run()
+    assert one.snapshot_label is SnapshotLabel.ONE_SNAPSHOT and one.run.progress.batch_count == 1
+    empty_source = make_database("dpone_empty")
+    pg.create_mixed_table(empty_source, rows=0)
+    nothing = Backfill(empty_source, pair.target, "public.mixed", cursor="id").run()
+    assert nothing.run.status is BackfillStatus.SUCCEEDED
+    assert nothing.run.boundary.source_high_water_mark is None  # type: ignore[union-attr]
+    assert nothing.snapshot_label is SnapshotLabel.NONE and nothing.run.progress.batch_count == 1
+    assert nothing.reconciliation is not None and nothing.reconciliation.ranges == ()

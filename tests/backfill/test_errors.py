@@ -1,0 +1,168 @@
+"""Every refusal of the backfill against real databases: a stable code, and nothing advanced."""
+
+from __future__ import annotations
+
+import socket
+
+import psycopg
+import pytest
+
+from dpone_dagster.backfill import Backfill, BackfillError, BackfillStatus, LedgerConfig
+from dpone_dagster.backfill.rules import next_request
+from tests.backfill.conftest import Pair
+from tests.helpers import pg
+
+
+def code_of(call: object) -> str:
+    with pytest.raises(BackfillError) as err:
+        call()  # type: ignore[operator]
+    assert err.value.message and err.value.next_actions
+    return err.value.code
+
+
+def backfill(pair: Pair, **kw: object) -> Backfill:
+    options: dict[str, object] = {"cursor": "id", "batch_size": 1000, **kw}
+    return Backfill(pair.source, pair.target, "public.mixed", **options)  # type: ignore[arg-type]
+
+
+def test_a_missing_cursor_is_refused(pair: Pair) -> None:
+    assert code_of(lambda: backfill(pair, cursor=None)) == "backfill_cursor_missing"
+    assert code_of(lambda: backfill(pair, cursor="nope").plan()) == "backfill_cursor_missing"
+
+
+def test_plans_that_cannot_work_are_plan_invalid(pair: Pair) -> None:
+    assert code_of(lambda: backfill(pair, batch_size=0)) == "plan_invalid"
+    assert code_of(lambda: backfill(pair, cursor="label").plan()) == "plan_invalid"  # text cursor
+    assert code_of(lambda: backfill(pair, cursor="qty").plan()) == "plan_invalid"  # no index
+    assert code_of(lambda: backfill(pair, lower="yesterday").plan()) == "plan_invalid"
+    pg.execute(pair.source, "CREATE INDEX ON mixed (happened_at)")
+    pg.execute(pair.target, "CREATE INDEX ON mixed (happened_at)")
+    # Every tenth row has a NULL happened_at: no keyset range would ever hold it.
+    assert code_of(lambda: backfill(pair, cursor="happened_at").plan()) == "plan_invalid"
+    pg.execute(pair.source, "ALTER TABLE mixed DROP CONSTRAINT mixed_pkey")
+    assert code_of(lambda: backfill(pair).plan()) == "plan_invalid"
+    assert pg.fetch_one(pair.target, "SELECT to_regclass('dpone_ledger.backfill_runs') IS NOT NULL")
+    assert pg.fetch_one(pair.target, "SELECT count(*) FROM dpone_ledger.backfill_runs") == 0
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    [
+        "DROP TABLE mixed",
+        "ALTER TABLE mixed ALTER COLUMN qty TYPE bigint",
+        "ALTER TABLE mixed DROP COLUMN blob",
+        "ALTER TABLE mixed DROP CONSTRAINT mixed_pkey, ADD PRIMARY KEY (id, qty)",
+    ],
+)
+def test_a_target_that_is_not_ready_is_destination_expansion_incomplete(
+    pair: Pair, ddl: str
+) -> None:
+    pg.execute(pair.target, ddl)
+    assert code_of(lambda: backfill(pair).plan()) == "destination_expansion_incomplete"
+
+
+def test_a_transaction_in_flight_at_the_mark_that_never_ends_is_unsettled(pair: Pair) -> None:
+    with psycopg.connect(pair.source) as writer:
+        writer.execute("INSERT INTO mixed (id, qty) VALUES (999999, 1)")  # open, uncommitted
+        assert code_of(lambda: backfill(pair, settle_timeout=0.3).plan()) == (
+            "backfill_high_water_mark_unsettled"
+        )
+        writer.rollback()
+    # A bounded write pause vouches that nobody writes: no wait.
+    with psycopg.connect(pair.source) as idle:
+        idle.execute("SELECT 1")
+        run = backfill(pair, write_pause="maintenance window 42", settle_timeout=0.3).plan()
+        assert run.boundary.kind == "bounded_write_pause"
+
+
+def test_an_unreachable_ledger_is_backfill_persistence_failed(pair: Pair) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: connections are refused
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/nowhere?connect_timeout=2"
+        error = code_of(lambda: backfill(pair, ledger=LedgerConfig(dsn=dsn)).plan())
+    assert error == "backfill_persistence_failed"
+
+
+def test_a_tampered_ledger_row_is_backfill_run_invalid(pair: Pair) -> None:
+    b = backfill(pair)
+    b.run(max_batches=1)
+    pg.execute(
+        pair.target,
+        "UPDATE dpone_ledger.backfill_runs SET run_json = jsonb_set(run_json,"
+        " '{progress,copied_count}', '999999')",
+    )
+    fresh = backfill(pair)
+    assert code_of(fresh.load) == "backfill_run_invalid"
+    assert code_of(fresh.run) == "backfill_run_invalid"
+    assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1000
+
+
+def test_a_reused_batch_id_replays_or_is_refused_and_a_stale_request_is_refused(
+    pair: Pair,
+) -> None:
+    b = backfill(pair)
+    planned = b.plan()
+    b.run(max_batches=1)
+    again = b.apply(next_request(planned, 1000))
+    assert again.replayed and again.receipt == b.receipts()[0]
+    assert code_of(lambda: b.apply(next_request(planned, 500))) == "backfill_batch_changed"
+    stale = next_request(planned, 1000).model_copy(update={"batch_id": "elsewhere"})
+    assert code_of(lambda: b.apply(stale)) == "backfill_checkpoint_stale"
+    assert b.load().progress.batch_count == 1  # type: ignore[union-attr]
+    assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1000
+
+
+def test_the_ledger_compare_and_swap_refuses_an_older_revision(pair: Pair) -> None:
+    b = backfill(pair)
+    planned = b.plan()
+    b.run(max_batches=1)
+    ledger = b.ledger
+    with psycopg.connect(pair.target, autocommit=True) as conn:
+        current = ledger.fetch_run(conn, planned.run_id)
+        assert current is not None and current.revision == planned.revision + 1
+        error = code_of(lambda: ledger.save_run(conn, planned, current))
+    assert error == "backfill_checkpoint_stale"
+
+
+def test_a_target_row_that_differs_from_the_source_is_refused_and_nothing_advances(
+    pair: Pair,
+) -> None:
+    pg.execute(pair.target, "INSERT INTO mixed (id, qty, label) VALUES (1500, 7, 'not the source')")
+    b = backfill(pair)
+    assert code_of(b.run) == "backfill_record_changed"
+    run = b.load()
+    assert (
+        run is not None
+        and run.progress.batch_count == 1
+        and run.status is BackfillStatus.IN_PROGRESS
+    )
+    assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1001
+    assert pg.open_transactions(pair.target, "dpone-backfill") == []
+
+
+def test_reconciliation_repairs_a_missing_row_and_reports_a_changed_one(pair: Pair) -> None:
+    b = backfill(pair)
+    b.run()
+    pg.execute(pair.target, "DELETE FROM mixed WHERE id IN (10, 2500)")
+    unrepaired = b.reconcile(repair=False)
+    assert [r.sequence for r in unrepaired.differing] == [1, 3]
+    assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
+    report = b.reconcile()
+    outcomes = [r.outcome.value for r in report.ranges]
+    assert report.ok and outcomes == ["repaired", "equal", "repaired", "equal", "equal"]
+    assert sum(r.inserted for r in report.ranges) == 2
+    assert pair.fingerprints()[0] == pair.fingerprints()[1]
+    pg.execute(pair.source, "UPDATE mixed SET label = 'changed later' WHERE id = 3333")
+    report = b.reconcile()
+    assert not report.ok and [r.sequence for r in report.differing] == [4]
+    assert report.differing[0].code == "backfill_record_changed"
+    assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
+    checks = pg.fetch_all(
+        pair.target,
+        "SELECT sequence, outcome, code FROM dpone_ledger.backfill_range_checks"
+        " WHERE outcome <> 'equal'",
+    )
+    assert checks == [(4, "differs", "backfill_record_changed")]
+    pg.execute(pair.target, "UPDATE mixed SET label = 'changed later' WHERE id = 3333")
+    assert b.reconcile().ok and b.load().status is BackfillStatus.SUCCEEDED  # type: ignore[union-attr]

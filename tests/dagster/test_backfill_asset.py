@@ -1,0 +1,196 @@
+"""backfill_asset materialized through Dagster, asserting on the target, the ledger and events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from dpone_dagster.assets import backfill_asset
+from dpone_dagster.assets.backfill import CHECK_NAME
+from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.partitions import cursor_range_partitions
+from dpone_dagster.resources import (
+    BackfillLedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from tests.helpers import pg
+
+KEY = dg.AssetKey(["public", "mixed"])
+PARTS = cursor_range_partitions(0, 3000, 1000)
+
+
+def resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
+    return {
+        "source": PostgresSourceResource(dsn=source_dsn),
+        "target": PostgresTargetResource(dsn=target_dsn),
+        "ledger": BackfillLedgerResource(),
+    }
+
+
+def partition_range(start: str, end: str) -> dict[str, str]:
+    return {
+        "dagster/asset_partition_range_start": start,
+        "dagster/asset_partition_range_end": end,
+    }
+
+
+@pytest.fixture
+def tables(source_dsn: str, target_dsn: str) -> tuple[str, str]:
+    pg.create_mixed_table(source_dsn, rows=3000)
+    pg.create_mixed_table(target_dsn, rows=0)
+    return source_dsn, target_dsn
+
+
+def materializations(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
+    return {
+        str(m.partition): {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+        for m in result.asset_materializations_for_node(result.job_def.nodes[0].name)
+    }
+
+
+def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
+    tables: tuple[str, str], tmp_path: Any
+) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, batch_size=300)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            tags=partition_range("0..1000", "2000..3000"),
+        )  # fmt: skip
+        assert result.success
+        run_tags = instance.get_run_by_id(result.run_id).tags  # type: ignore[union-attr]
+    assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
+        target_dsn, "public", "mixed"
+    )
+    observations = [
+        e.event_specific_data.asset_observation  # type: ignore[union-attr]
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    partitions = [o.partition for o in observations]
+    assert partitions == sorted(partitions, key=lambda p: int(p.split("..")[0]))
+    assert len(observations) == 12, "4 batches of at most 300 rows per 1,000-row partition"
+    assert {"dpone/checkpoint", "dpone/copied", "dpone/remaining_estimate"} <= set(
+        observations[0].metadata
+    )
+    assert observations[-1].metadata["dpone/remaining_estimate"].value == 0
+    mats = materializations(result)
+    assert set(mats) == {"0..1000", "1000..2000", "2000..3000"}
+    for partition, md in mats.items():
+        assert md["dagster/row_count"] == 1000, partition
+        assert md["dpone/checkpoint"].startswith("sha256:") or md["dpone/checkpoint"]
+        assert md["dpone/snapshot_label"] == "several_snapshots_reconciled"
+        assert md["dpone/receipts_summary"]["batches"] == 4
+        assert md["dpone/extraction_started_at"] <= md["dpone/extraction_completed_at"]
+    assert run_tags["dpone/partition"] == "2000..3000"
+    assert run_tags["dpone/checkpoint"] == mats["2000..3000"]["dpone/checkpoint"]
+    assert run_tags["dpone/copied"] == "1000"
+    checks = result.get_asset_check_evaluations()
+    assert [c.check_name for c in checks] == [CHECK_NAME] and checks[0].passed
+
+
+def test_a_rerun_resumes_from_the_ledger_and_copies_nothing_twice(
+    tables: tuple[str, str], tmp_path: Any
+) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, batch_size=500)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        first = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="1000..2000",
+        )  # fmt: skip
+        again = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="1000..2000",
+        )  # fmt: skip
+    one, two = materializations(first)["1000..2000"], materializations(again)["1000..2000"]
+    assert one["dpone/batches_committed_now"] == 2
+    assert two["dpone/batches_committed_now"] == 0
+    assert one["dpone/checkpoint"] == two["dpone/checkpoint"]
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 1000
+    assert pg.fetch_one(target_dsn, "SELECT min(id) || '..' || max(id) FROM mixed") == "1001..2000"
+
+
+def test_a_ledger_that_disagrees_with_dagster_stops_the_run(
+    tables: tuple[str, str], tmp_path: Any
+) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, batch_size=500)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="0..1000",
+        )  # fmt: skip
+        pg.execute(target_dsn, "DROP SCHEMA dpone_ledger CASCADE")  # the ledger is lost
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="0..1000", raise_on_error=False,
+        )  # fmt: skip
+    assert not result.success
+    failure = result.failure_data_for_node(result.job_def.nodes[0].name)
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "backfill_ledger_mismatch"
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 1000, "nothing overwritten"
+
+
+def test_each_partition_can_be_its_own_run(tables: tuple[str, str], tmp_path: Any) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset(
+        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=1000,
+        backfill_policy=dg.BackfillPolicy.multi_run(1),
+    )  # fmt: skip
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        for key in PARTS.get_partition_keys():
+            assert dg.materialize(
+                [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+                partition_key=key,
+            ).success  # fmt: skip
+    assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
+        target_dsn, "public", "mixed"
+    )
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.backfill_runs") == 3
+
+
+def test_daily_partitions_backfill_a_timestamp_cursor(
+    source_dsn: str, target_dsn: str, tmp_path: Any
+) -> None:
+    ddl = "CREATE TABLE ev (at timestamptz PRIMARY KEY, n int)"
+    pg.execute(source_dsn, ddl)
+    pg.execute(target_dsn, ddl)
+    pg.execute(
+        source_dsn,
+        "INSERT INTO ev SELECT timestamptz '2026-01-01 00:00+00' + g * interval '1 hour', g"
+        " FROM generate_series(0, 71) g",
+    )
+    daily = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_date="2026-01-04")
+    asset = backfill_asset("ev", cursor="at", partitions_def=daily, batch_size=10)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="2026-01-02",
+        )  # fmt: skip
+    assert materializations(result)["2026-01-02"]["dagster/row_count"] == 24
+    hours = pg.fetch_all(target_dsn, "SELECT min(n), max(n) FROM ev")
+    assert hours == [(24, 47)], "exactly the rows of 2026-01-02, midnight included"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        ({"table": "public.order items"}, "identifier_invalid"),
+        ({"cursor": "x" * 64}, "identifier_invalid"),
+        ({"partitions_def": dg.StaticPartitionsDefinition(["a", "b"])}, "plan_invalid"),
+        ({"batch_size": 0}, "plan_invalid"),
+    ],
+)
+def test_bad_definitions_fail_when_they_load(kwargs: dict[str, Any], code: str) -> None:
+    args: dict[str, Any] = {"table": "public.mixed", "cursor": "id", "partitions_def": PARTS}
+    args.update(kwargs)
+    table = args.pop("table")
+    with pytest.raises((DponeError, ValueError), match=code):
+        backfill_asset(table, **args)
