@@ -14,17 +14,22 @@ from dpone_dagster.lifecycle import (
     TerminalOutcome,
     owned_staging_handle,
 )
+from dpone_dagster.postgres import CopyError, CopyOptions, CopyReport, copy_tables
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ORCHESTRATOR_UTC",
     "ArtifactTerminalReceipt",
+    "CopyError",
+    "CopyOptions",
+    "CopyReport",
     "DponeError",
     "ExtractResult",
     "ExtractionLifecycleAuthority",
     "ExtractionLifecycleReceipt",
     "TerminalOutcome",
     "__version__",
+    "copy_tables",
     "owned_staging_handle",
 ]

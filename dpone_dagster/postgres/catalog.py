@@ -32,6 +32,7 @@ class Column:
             its OID differs between databases, so binary COPY cannot carry it across.
         type_schema: Schema of a user-defined type, for messages.
         type_name: Name of a user-defined type (the element type for arrays).
+        generation_sql: The expression of a generated column, else None.
     """
 
     name: str
@@ -43,6 +44,7 @@ class Column:
     user_type: bool
     type_schema: str
     type_name: str
+    generation_sql: str | None = None
 
     @property
     def ident(self) -> sql.Identifier:
@@ -61,7 +63,8 @@ SELECT a.attname,
        a.attgenerated <> '',
        base.oid >= 16384,
        bn.nspname,
-       base.typname
+       base.typname,
+       CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -121,6 +124,7 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
             user_type=bool(r[6]),
             type_schema=str(r[7]),
             type_name=str(r[8]),
+            generation_sql=None if r[9] is None else str(r[9]),
         )
         for r in rows
     ]

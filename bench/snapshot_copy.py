@@ -1,0 +1,192 @@
+"""Benchmark: each snapshot-copy strategy against the raw binary COPY pipe, in one run.
+
+Builds a table of mixed types (1,000,000 rows, about 330 bytes a row, by default) in a fresh
+source database and an indexed copy of its shape in a fresh target database, then times:
+
+- the raw pipe: ``psql -c "COPY ... TO STDOUT (FORMAT binary)" | psql -c "COPY ... FROM STDIN
+  (FORMAT binary)"`` into the indexed target table (truncated first);
+- every strategy end to end through ``copy_tables(..., sink="replace")`` into that same table,
+  each in a child process, so the reported peak RSS (``VmHWM``) is that strategy's alone.
+
+It prints rows/s, the ratio to the raw pipe (pipe seconds / strategy seconds: 1.0 is as fast
+as the pipe) and the client's peak RSS, for the best and the median of ``--repeat`` runs.
+
+Run from the repository root::
+
+    .venv/bin/python bench/snapshot_copy.py                 # 1M rows, every strategy
+    .venv/bin/python bench/snapshot_copy.py --rows 3000000  # memory must stay flat
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from psycopg import conninfo  # noqa: E402
+
+from dpone_dagster.postgres import CopyOptions, copy_tables  # noqa: E402
+from tests.helpers import pg  # noqa: E402
+
+STRATEGIES = ("batched", "partitioned", "whole", "streamed")
+TARGETS = {"batched": 0.85, "partitioned": 0.85, "whole": 0.55, "streamed": 0.18}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (VmHWM), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def child(strategy: str, source: str, target: str, workers: int) -> None:
+    """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
+    started = time.perf_counter()
+    report = copy_tables(
+        source,
+        target,
+        ["public.mixed"],
+        strategy=strategy,
+        sink="replace",
+        workers=workers,
+        options=CopyOptions(),
+    )
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "rows": report.rows_loaded, "rss_mb": peak_rss_mb()}))
+
+
+def psql_args(dsn: str) -> list[str]:
+    params = conninfo.conninfo_to_dict(dsn)
+    return [
+        "psql",
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        str(params.get("host") or "127.0.0.1"),
+        "-p",
+        str(params.get("port") or 5432),
+        "-U",
+        str(params.get("user") or "postgres"),
+        "-d",
+        str(params["dbname"]),
+    ]
+
+
+def settle_server(target: str) -> None:
+    """Starts every measurement from the same state: a checkpoint, no dirty WAL backlog."""
+    pg.execute(target, "CHECKPOINT")
+
+
+def raw_pipe(source: str, target: str) -> float:
+    pg.execute(target, "TRUNCATE public.mixed")
+    settle_server(target)
+    out = [*psql_args(source), "-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
+    inp = [*psql_args(target), "-c", "COPY public.mixed FROM STDIN (FORMAT binary)"]
+    started = time.perf_counter()
+    producer = subprocess.Popen(out, stdout=subprocess.PIPE)
+    consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
+    assert producer.stdout is not None
+    producer.stdout.close()
+    if producer.wait() != 0 or consumer.returncode != 0:
+        raise RuntimeError("the raw psql pipe failed")
+    return time.perf_counter() - started
+
+
+def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, float]:
+    settle_server(target)
+    result = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            strategy,
+            "--source",
+            source,
+            "--target",
+            target,
+            "--workers",
+            str(workers),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the table")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
+    parser.add_argument("--workers", type=int, default=2, help="partitioned COPY workers")
+    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--source", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.source, args.target, args.workers)
+        return
+
+    source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_tgt")
+    try:
+        started = time.perf_counter()
+        for start in range(1, args.rows + 1, 500_000):
+            pg.create_mixed_table(source, rows=min(500_000, args.rows - start + 1), start=start)
+        pg.execute(source, "VACUUM (FREEZE, ANALYZE) public.mixed")
+        pg.create_mixed_table(target, rows=0)
+        size = pg.fetch_one(source, "SELECT pg_total_relation_size('public.mixed')")
+        print(
+            f"table: {args.rows:,} rows, {int(size) / 1e6:.0f} MB "  # type: ignore[call-overload]
+            f"(built in {time.perf_counter() - started:.0f} s); {os.cpu_count()} cores; "
+            f"best and median of {args.repeat} runs"
+        )
+        pipe = [raw_pipe(source, target) for _ in range(args.repeat)]
+        pipe_best, pipe_median = min(pipe), statistics.median(pipe)
+        print(
+            f"{'raw binary psql pipe':<22} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
+            f"{args.rows / pipe_best:>12,.0f} rows/s"
+        )
+        print(
+            f"{'strategy':<22} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
+            f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
+        )
+        for strategy in args.strategies:
+            runs = [
+                run_strategy(strategy, source, target, args.workers) for _ in range(args.repeat)
+            ]
+            if any(int(r["rows"]) != args.rows for r in runs):
+                raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
+            seconds = [r["seconds"] for r in runs]
+            best, median = min(seconds), statistics.median(seconds)
+            rss = max(r["rss_mb"] for r in runs)
+            name = f"{strategy} ({args.workers} workers)" if strategy == "partitioned" else strategy
+            print(
+                f"{name:<22} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
+                f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "
+                f"{TARGETS[strategy]:>7.2f} {rss:>12.0f}"
+            )
+        if pg.table_fingerprint(source, "public", "mixed") != pg.table_fingerprint(
+            target, "public", "mixed"
+        ):
+            raise RuntimeError("the target differs from the source after the last copy")
+        print("target equals source (count and md5 of every row)")
+    finally:
+        pg.drop_database(source)
+        pg.drop_database(target)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Batched COPY: a lazy generator of key-range batches, all read under one snapshot.
+
+Nothing happens when the artifact is built. The first ``next()`` opens (or joins) the
+``REPEATABLE READ READ ONLY`` snapshot transaction and opens the receipt's window. Each batch is
+one ``COPY (SELECT ... WHERE key > lower AND key <= upper) TO STDOUT`` whose upper key is read
+first from the primary-key index; the batches follow the key order. When no key lies beyond the
+last batch, the generator completes the receipt and yields the terminal empty batch: exhaustion
+is proved, not assumed. A table without a primary key is one batch.
+
+Key values go back to the server as the text PostgreSQL printed for them (exact for every key
+type), composed with :class:`psycopg.sql.Literal` because ``COPY`` takes no bind parameters.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+
+import psycopg
+from psycopg import sql
+from psycopg.abc import Buffer
+
+from dpone_dagster.lifecycle import ExtractResult, LifecycleError
+
+from .artifacts import TableArtifact, open_window
+from .catalog import Column, column_list
+from .copy import (
+    CopyFormat,
+    RelayResult,
+    copy_in_statement,
+    copy_out_statement,
+    relay,
+    select_columns,
+)
+from .identifiers import TableName
+from .progress import ProgressCallback, progress_hook
+from .snapshot import LazySnapshot, SnapshotSession
+
+KeyValue = tuple[str, ...]
+
+
+class CopyBatch:
+    """One batch: the rows whose key lies in ``(lower, upper]``, read by one COPY.
+
+    A batch is read live from the source session and must be consumed (through :meth:`blocks`
+    or :meth:`relay_into`) before the next batch is requested.
+
+    Attributes:
+        index: The batch's position, from 0.
+        lower: The exclusive lower key (None for the first batch).
+        upper: The inclusive upper key (None for an unkeyed batch and the terminal batch).
+        terminal: The empty batch that proves the table is exhausted.
+        rows: Rows read, from the COPY command tag (known once consumed).
+        bytes: Bytes read.
+    """
+
+    def __init__(
+        self,
+        session: SnapshotSession | None,
+        statement: sql.Composed | None,
+        *,
+        index: int,
+        lower: KeyValue | None,
+        upper: KeyValue | None,
+    ) -> None:
+        self._session = session
+        self._statement = statement
+        self.index = index
+        self.lower = lower
+        self.upper = upper
+        self.terminal = statement is None
+        self.rows: int | None = 0 if self.terminal else None
+        self.bytes = 0
+
+    @property
+    def consumed(self) -> bool:
+        """True once the batch's rows were read."""
+        return self.rows is not None
+
+    def _start(self) -> tuple[SnapshotSession, sql.Composed]:
+        if self.consumed or self._session is None or self._statement is None:
+            raise LifecycleError(
+                "batch_already_consumed",
+                f"Batch {self.index} was already consumed (or is the terminal batch).",
+                ["Read each batch once."],
+            )
+        return self._session, self._statement
+
+    def blocks(self) -> Iterator[Buffer]:
+        """Yields the batch's COPY blocks as the server sends them (the terminal batch: none)."""
+        if self.terminal:
+            return
+        session, statement = self._start()
+        cur = session.conn.cursor()
+        with cur.copy(statement) as copy:
+            for block in copy:
+                self.bytes += len(block)
+                yield block
+        self.rows = cur.rowcount
+
+    def relay_into(
+        self,
+        target: psycopg.Cursor[tuple[object, ...]],
+        copy_in: sql.Composed,
+        *,
+        on_block: Callable[[int], None] | None = None,
+    ) -> RelayResult:
+        """Relays the batch into a target ``COPY ... FROM STDIN`` without parsing rows."""
+        if self.terminal:
+            return RelayResult(rows_out=0, rows_in=0, bytes=0)
+        session, statement = self._start()
+        result = relay(session.conn.cursor(), statement, target, copy_in, on_block=on_block)
+        self.rows, self.bytes = result.rows_out, result.bytes
+        return result
+
+
+class BatchedCopyArtifact(TableArtifact):
+    """A table read as a lazy sequence of :class:`CopyBatch` under one snapshot.
+
+    Args:
+        snapshot: Opens (or shares) the snapshot session on first consumption.
+        table: The source table.
+        columns: The columns read.
+        copy_format: The COPY format.
+        key: The primary-key columns, in key order (empty: one batch).
+        batch_rows: Rows per batch.
+    """
+
+    def __init__(
+        self,
+        snapshot: LazySnapshot,
+        table: TableName,
+        columns: Sequence[Column],
+        copy_format: CopyFormat | None = None,
+        *,
+        key: Sequence[str] = (),
+        batch_rows: int = 250_000,
+    ) -> None:
+        super().__init__(table, columns, copy_format)
+        self.key = tuple(key)
+        self.batch_rows = max(1, batch_rows)
+        self._snapshot = snapshot
+        self._started = False
+
+    def batches(self) -> Iterator[CopyBatch]:
+        """The batches, then the terminal empty batch; can be iterated once.
+
+        Raises:
+            LifecycleError: ``batches_already_iterated`` on a second call;
+                ``batch_not_consumed`` when a batch was skipped without reading it.
+        """
+        if self._started:
+            raise LifecycleError(
+                "batches_already_iterated",
+                f"The batches of {self.table} were already iterated.",
+                ["Extract again for a second pass."],
+            )
+        self._started = True
+        return self._generate()
+
+    def _generate(self) -> Iterator[CopyBatch]:
+        session = self._snapshot.get()  # the first consumption opens the transaction
+        self.attach_source(session.transaction)
+        open_window(self.lifecycle, session)
+        rows = size = 0
+        lower: KeyValue | None = None
+        for index in itertools.count():
+            upper = self._next_upper(session, lower) if self.key else None
+            if (upper is None) if self.key else index > 0:
+                # No key beyond the last batch (or the one unkeyed batch was read): exhausted.
+                self.lifecycle.complete(
+                    row_count=rows, byte_count=size, completed_at=session.clock_timestamp()
+                )
+                yield CopyBatch(None, None, index=index, lower=lower, upper=None)
+                return
+            statement = copy_out_statement(
+                select_columns(self.table, self.columns, where=self._where(lower, upper)),
+                self.copy_format,
+            )
+            batch = CopyBatch(session, statement, index=index, lower=lower, upper=upper)
+            yield batch
+            if batch.rows is None:
+                raise LifecycleError(
+                    "batch_not_consumed",
+                    f"Batch {index} of {self.table} was not read before the next was requested.",
+                    ["Read every batch (blocks() or relay_into()) before asking for the next."],
+                )
+            rows, size, lower = rows + batch.rows, size + batch.bytes, upper
+
+    def _row(self, values: KeyValue) -> sql.Composed:
+        return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
+
+    def _where(self, lower: KeyValue | None, upper: KeyValue | None) -> sql.Composable | None:
+        keys = sql.SQL("({})").format(column_list(self.key))
+        parts: list[sql.Composable] = []
+        if lower is not None:
+            parts.append(sql.SQL("{} > {}").format(keys, self._row(lower)))
+        if upper is not None:
+            parts.append(sql.SQL("{} <= {}").format(keys, self._row(upper)))
+        return sql.SQL(" AND ").join(parts) if parts else None
+
+    def _next_upper(self, session: SnapshotSession, lower: KeyValue | None) -> KeyValue | None:
+        """The key of the last row of the next batch, read from the key index (None: no rows).
+
+        That is the ``batch_rows``-th key after ``lower`` (an index-only scan that skips the
+        keys before it) or, when fewer rows remain, the last key.
+        """
+        # Qualified: a bare name would sort by the ::text output column of the same name.
+        keys = [sql.Identifier(self.table.schema, self.table.name, k) for k in self.key]
+        where = self._where(lower, None)
+        base = sql.SQL("SELECT {} FROM {}{}").format(
+            sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in keys),
+            self.table.ident,
+            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where),
+        )
+        ascending = sql.SQL(", ").join(keys)
+        descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(k) for k in keys)
+        for order, offset in ((ascending, self.batch_rows - 1), (descending, 0)):
+            query = sql.SQL("{} ORDER BY {} LIMIT 1 OFFSET {}").format(
+                base, order, sql.Literal(offset)
+            )
+            row = session.conn.execute(query).fetchone()
+            if row is not None:
+                return tuple(str(v) for v in row)
+        return None
+
+    def load_into(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        staging: TableName,
+        *,
+        progress: ProgressCallback | None = None,
+        progress_every: int = 64 << 20,
+    ) -> int:
+        """Relays every batch into ``staging``, one COPY per batch; see the base class."""
+        meter = progress_hook(progress, self.table, "load", progress_every)
+        copy_in = copy_in_statement(staging, self.columns, self.copy_format)
+        cur = conn.cursor()
+        return sum(
+            batch.relay_into(cur, copy_in, on_block=meter).rows_in for batch in self.batches()
+        )
+
+
+def batched_copy(
+    snapshot: LazySnapshot,
+    table: TableName,
+    columns: Sequence[Column],
+    *,
+    key: Sequence[str] = (),
+    batch_rows: int = 250_000,
+    copy_format: CopyFormat | None = None,
+) -> ExtractResult[BatchedCopyArtifact]:
+    """Builds a lazy batched-COPY artifact; nothing is read (and the receipt stays pending)
+    until its batches are first consumed.
+
+    Args:
+        snapshot: The (lazy) snapshot session the batches read in.
+        table: The source table.
+        columns: The columns to read.
+        key: The primary-key columns in key order; empty reads the table as one batch.
+        batch_rows: Rows per batch.
+        copy_format: ``binary`` or ``text``; chosen from the column types when omitted.
+
+    Returns:
+        The pending artifact.
+    """
+    return ExtractResult(
+        BatchedCopyArtifact(snapshot, table, columns, copy_format, key=key, batch_rows=batch_rows)
+    )

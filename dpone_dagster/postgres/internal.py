@@ -1,0 +1,67 @@
+"""Internal query: a same-database copy by ``INSERT INTO staging ... SELECT``.
+
+No file and no cursor exist: the target session reads the source table itself. The receipt's
+window opens right before that statement and completes right after it, by the server's clock.
+Extraction completion does not mean target commit: the sink runs afterwards in the same
+transaction. The receipt claims a snapshot only when the session supplies native evidence of
+one (a ``REPEATABLE READ`` transaction whose ``pg_current_snapshot()`` was read first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.lifecycle import SnapshotEvidence
+
+from .artifacts import TableArtifact
+from .catalog import Column, column_list
+from .identifiers import TableName
+from .progress import ProgressCallback
+from .snapshot import POSTGRES_CLOCK, server_clock
+
+
+class InternalQueryArtifact(TableArtifact):
+    """A table copied inside one database by the target session's ``INSERT ... SELECT``.
+
+    Args:
+        table: The source table (in the target session's database).
+        columns: The columns copied.
+        session_snapshot: The snapshot evidence of the target session's transaction, when it
+            has one; without it the receipt makes no snapshot claim.
+    """
+
+    def __init__(
+        self,
+        table: TableName,
+        columns: Sequence[Column],
+        *,
+        session_snapshot: SnapshotEvidence | None = None,
+    ) -> None:
+        super().__init__(table, columns, "text")
+        self.session_snapshot = session_snapshot
+
+    def load_into(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        staging: TableName,
+        *,
+        progress: ProgressCallback | None = None,
+        progress_every: int = 64 << 20,
+    ) -> int:
+        """Runs ``INSERT INTO staging (...) SELECT ... FROM table`` and publishes the receipt.
+
+        See :meth:`TableArtifact.load_into`; no progress is reported (one statement).
+        """
+        names = column_list(self.columns)
+        statement = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+            staging.ident, names, names, self.table.ident
+        )
+        self.lifecycle.acquire(started_at=server_clock(conn), clock_authority=POSTGRES_CLOCK)
+        if self.session_snapshot is not None:
+            self.lifecycle.acquire_snapshot(self.session_snapshot)
+        rows = conn.execute(statement).rowcount
+        self.lifecycle.complete(row_count=rows, completed_at=server_clock(conn))
+        return rows

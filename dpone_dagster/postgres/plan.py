@@ -1,0 +1,285 @@
+"""Planning a copy: which columns move, in which COPY format, and how the target takes them.
+
+A plan is read from both catalogs before any row moves, so that a bad table name, a missing
+user-defined type or a target that cannot take the rows fails at once with a clear error and
+nothing written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, TypeAlias
+
+import psycopg
+
+from dpone_dagster.lifecycle import DponeError
+
+from .catalog import Column, primary_key, relation_oid, table_columns
+from .copy import CopyFormat, copy_format_for
+from .identifiers import TableName
+
+Sink = Literal["replace", "append", "merge"]
+SINKS: tuple[Sink, ...] = ("replace", "append", "merge")
+
+
+class CopyPlanError(DponeError):
+    """The copy cannot be planned: a table, a type or a key the copy needs is missing."""
+
+
+@dataclass(frozen=True)
+class TableMapping:
+    """A source table and the target table it is copied into.
+
+    Attributes:
+        source: The source table.
+        target: The target table (the source's name when not given).
+    """
+
+    source: TableName
+    target: TableName
+
+    @classmethod
+    def of(cls, spec: TableSpec) -> TableMapping:
+        """Builds a mapping from a name (same name on both sides) or a (source, target) pair.
+
+        Names given as text are parsed as SQL would read them (``sales."Order Items"``).
+
+        Raises:
+            IdentifierError: ``identifier_invalid`` for a name PostgreSQL would not read.
+        """
+        if isinstance(spec, TableMapping):
+            return spec
+        if isinstance(spec, tuple):
+            source, target = spec
+            return cls(_table(source), _table(target))
+        table = _table(spec)
+        return cls(table, table)
+
+
+TableSpec: TypeAlias = "str | TableName | TableMapping | tuple[str | TableName, str | TableName]"
+
+
+def _table(value: str | TableName) -> TableName:
+    return value if isinstance(value, TableName) else TableName.parse(value)
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """Everything the copy of one table needs to know before it starts.
+
+    Attributes:
+        source: The source table.
+        target: The target table.
+        columns: The columns that move (the source's, generated columns excluded).
+        written: The target's columns that receive them, in the same order (the source's
+            columns when the target does not exist yet).
+        source_columns: Every source column (the definition of a target to create).
+        key: The source's primary key, in key order (empty when it has none).
+        target_exists: The target table exists already.
+        target_key: The primary key the target has, or will have when it is created.
+        target_pk_name: The name of the target's primary-key constraint, when it exists.
+        copy_format: ``binary`` when both ends agree on every column type, else ``text``.
+        swap: The sink installs the loaded staging table as the target (a missing target, or a
+            ``replace`` into a plain table nothing else depends on).
+        unlogged_target: The target is an ``UNLOGGED`` table.
+    """
+
+    source: TableName
+    target: TableName
+    columns: tuple[Column, ...]
+    written: tuple[Column, ...]
+    source_columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    target_exists: bool
+    target_key: tuple[str, ...]
+    target_pk_name: str | None
+    copy_format: CopyFormat
+    swap: bool
+    unlogged_target: bool = False
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """Names of the columns that move, in source order."""
+        return tuple(c.name for c in self.columns)
+
+
+# A replace can swap the staging table in (drop the old table, rename the new one) only when
+# the old table carries nothing that a swap would lose: no index but its primary key, no view,
+# trigger, foreign key, policy, publication, owned sequence, statistics object, inheritance,
+# grant, storage option or comment. Anything else is replaced row by row in one transaction.
+_TARGET_FACTS = """
+SELECT c.relkind::text, c.relpersistence::text,
+       (SELECT conname FROM pg_constraint WHERE conrelid = c.oid AND contype = 'p'),
+       c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL AND c.reloptions IS NULL
+       AND NOT c.relrowsecurity AND c.reltablespace = 0 AND c.relreplident = 'd'
+       AND pg_get_userbyid(c.relowner) = current_user
+       AND obj_description(c.oid, 'pg_class') IS NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE c.oid IN (i.inhrelid, i.inhparent))
+       AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid
+                       AND a.attacl IS NOT NULL)
+       AND NOT EXISTS (
+         SELECT 1 FROM pg_depend d
+         WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
+           AND NOT ((d.classid = 'pg_type'::regclass AND d.objid = c.reltype)
+                    OR d.classid = 'pg_attrdef'::regclass
+                    OR (d.classid = 'pg_constraint'::regclass
+                        AND EXISTS (SELECT 1 FROM pg_constraint k
+                                    WHERE k.oid = d.objid AND k.contype IN ('p', 'c')))
+                    OR (d.classid = 'pg_class'::regclass
+                        AND (d.objid = c.reltoastrelid
+                             OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
+                                        AND x.indisprimary)))))
+FROM pg_class c WHERE c.oid = %s
+"""
+
+_TYPE_EXISTS = """
+SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+               WHERE n.nspname = %s AND t.typname = %s)
+"""
+
+
+def plan_tables(
+    source: psycopg.Connection[tuple[object, ...]],
+    target: psycopg.Connection[tuple[object, ...]],
+    mappings: Sequence[TableMapping],
+    sink: Sink,
+) -> list[TablePlan]:
+    """Plans the copy of every table from both catalogs.
+
+    Args:
+        source: A session of the source database.
+        target: A session of the target database.
+        mappings: The tables to copy.
+        sink: How the target takes the rows.
+
+    Raises:
+        CatalogError: ``table_not_found`` for a source table that does not exist.
+        CopyPlanError: ``copy_options_invalid`` (no tables, one target twice),
+            ``target_not_a_table``, ``target_columns_mismatch``, ``target_type_missing``,
+            ``merge_needs_primary_key``.
+    """
+    if sink not in SINKS:
+        raise CopyPlanError(
+            "copy_options_invalid",
+            f"Unknown sink {sink!r}.",
+            [f"Use one of {', '.join(SINKS)}."],
+        )
+    if not mappings:
+        raise CopyPlanError("copy_options_invalid", "No tables to copy.", ["Name a table."])
+    targets = [m.target for m in mappings]
+    twice = sorted({str(t) for t in targets if targets.count(t) > 1})
+    if twice:
+        raise CopyPlanError(
+            "copy_options_invalid",
+            f"Target table {', '.join(twice)} is named more than once.",
+            ["Copy each source into its own target table."],
+        )
+    return [_plan_one(source, target, m, sink) for m in mappings]
+
+
+def _plan_one(
+    source: psycopg.Connection[tuple[object, ...]],
+    target: psycopg.Connection[tuple[object, ...]],
+    mapping: TableMapping,
+    sink: Sink,
+) -> TablePlan:
+    source_columns = tuple(table_columns(source, mapping.source))
+    columns = tuple(c for c in source_columns if not c.generated)
+    key = tuple(primary_key(source, mapping.source))
+    plan = TablePlan(  # as a new target, created from the source
+        source=mapping.source,
+        target=mapping.target,
+        columns=columns,
+        written=columns,
+        source_columns=source_columns,
+        key=key,
+        target_exists=False,
+        target_key=key,
+        target_pk_name=None,
+        copy_format=copy_format_for(columns),
+        swap=True,
+    )
+    oid = relation_oid(target, mapping.target)
+    if oid is None:
+        _check_user_types(target, mapping.target, source_columns)
+        return plan
+    return _onto_existing(target, oid, plan, sink)
+
+
+def _onto_existing(
+    target: psycopg.Connection[tuple[object, ...]], oid: int, plan: TablePlan, sink: Sink
+) -> TablePlan:
+    """The plan for a target that exists: its columns, key and shape decide."""
+    columns = plan.columns
+    row = target.execute(_TARGET_FACTS, (oid,)).fetchone()
+    assert row is not None
+    relkind, persistence, pk_name, swappable = str(row[0]), str(row[1]), row[2], bool(row[3])
+    if relkind not in ("r", "p"):
+        raise CopyPlanError(
+            "target_not_a_table",
+            f"Target {plan.target} exists but is not a table (relkind {relkind!r}).",
+            ["Name a table as the target, or drop the object that holds its name."],
+        )
+    target_columns = {c.name: c for c in table_columns(target, plan.target)}
+    unwritable = [
+        c.name for c in columns if c.name not in target_columns or target_columns[c.name].generated
+    ]
+    if unwritable:
+        raise CopyPlanError(
+            "target_columns_mismatch",
+            f"Target {plan.target} has no writable column for source column(s) "
+            f"{', '.join(repr(n) for n in unwritable)} of {plan.source}.",
+            ["Add the columns to the target, or copy into a new target table."],
+        )
+    target_key = tuple(primary_key(target, plan.target))
+    names = {c.name for c in columns}
+    if sink == "merge" and (not target_key or not set(target_key) <= names):
+        raise CopyPlanError(
+            "merge_needs_primary_key",
+            f"A merge into {plan.target} needs a target primary key made of copied columns "
+            f"(target key: {list(target_key) or 'none'}).",
+            ["Add a primary key to the target, or use the replace or append sink."],
+        )
+    written = tuple(target_columns[c.name] for c in columns)
+    same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
+    return replace(
+        plan,
+        written=written,
+        target_exists=True,
+        target_key=target_key,
+        target_pk_name=None if pk_name is None else str(pk_name),
+        copy_format=copy_format_for([*columns, *written]) if same_types else "text",
+        swap=sink == "replace" and swappable,
+        unlogged_target=persistence == "u",
+    )
+
+
+def _check_user_types(
+    target: psycopg.Connection[tuple[object, ...]], table: TableName, columns: Sequence[Column]
+) -> None:
+    """A target created from the source needs every user-defined type the source uses."""
+    missing = sorted(
+        {
+            f"{c.type_schema}.{c.type_name}"
+            for c in columns
+            if c.user_type and not _fetch_bool(target, _TYPE_EXISTS, (c.type_schema, c.type_name))
+        }
+    )
+    if missing:
+        raise CopyPlanError(
+            "target_type_missing",
+            f"Target table {table} would need user-defined type(s) {', '.join(missing)}, "
+            f"which database {target.info.dbname!r} does not have.",
+            [
+                "Create the type(s) in the target database first (same schema and name).",
+                "Or create the target table yourself with types the target has.",
+            ],
+        )
+
+
+def _fetch_bool(
+    conn: psycopg.Connection[tuple[object, ...]], query: str, params: tuple[object, ...]
+) -> bool:
+    row = conn.execute(query, params).fetchone()
+    return bool(row and row[0])

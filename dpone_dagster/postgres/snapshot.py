@@ -1,0 +1,251 @@
+"""Snapshot sessions: a source transaction whose snapshot is known, exported and imported.
+
+Every session here runs one explicit ``REPEATABLE READ READ ONLY`` transaction. Its first
+statement fixes the transaction's snapshot and, in the same statement, reads the server-issued
+token (``pg_current_snapshot()`` or ``pg_export_snapshot()``) and the server's
+``clock_timestamp()``: that pair is the :class:`SnapshotEvidence` a receipt may carry.
+
+A coordinator that exported its snapshot lets any number of worker sessions import it with
+``SET TRANSACTION SNAPSHOT``. PostgreSQL accepts no bind parameter there, so the server-issued
+token is composed with :class:`psycopg.sql.Literal`; it never comes from user text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.lifecycle import DponeError, SnapshotEvidence, redact
+
+from .connection import ConnectionOptions, connect
+from .session import SourceTransaction
+
+POSTGRES_CLOCK = "postgresql.clock_timestamp"
+"""Clock authority of timestamps read from the server's ``clock_timestamp()``."""
+CURRENT_SNAPSHOT = "postgresql.pg_current_snapshot"
+"""Snapshot authority of a transaction's own snapshot (``pg_current_snapshot()``)."""
+EXPORTED_SNAPSHOT = "postgresql.pg_export_snapshot"
+"""Snapshot authority of a snapshot exported to worker sessions (``pg_export_snapshot()``)."""
+
+_BEGIN_READ_ONLY = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+
+class SnapshotError(DponeError):
+    """A snapshot could not be taken, exported or imported."""
+
+
+class SnapshotSession:
+    """A source session inside a ``REPEATABLE READ READ ONLY`` transaction with a known snapshot.
+
+    Open one with :meth:`open` (a coordinator), or :meth:`worker` / :meth:`import_snapshot` (a
+    session that imports a coordinator's exported snapshot). The session is a live source:
+    :attr:`transaction` is the :class:`SourceTransaction` that an artifact's terminal decision
+    commits or rolls back and closes.
+
+    Attributes:
+        conn: The session (autocommit mode; the transaction is opened explicitly).
+        evidence: The snapshot's token, issuer and server time, for ``acquire_snapshot``.
+        backend_pid: The server process serving this session.
+        options: The options the session was opened with (workers reuse them).
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[tuple[object, ...]],
+        evidence: SnapshotEvidence,
+        backend_pid: int,
+        *,
+        dsn: str,
+        options: ConnectionOptions,
+    ) -> None:
+        self.conn = conn
+        self.evidence = evidence
+        self.backend_pid = backend_pid
+        self.options = options
+        self._dsn = dsn
+        self.transaction = SourceTransaction(conn)
+
+    @property
+    def exported(self) -> bool:
+        """True when the snapshot was exported (or imported) and workers can share it."""
+        return self.evidence.authority == EXPORTED_SNAPSHOT
+
+    @property
+    def closed(self) -> bool:
+        """True once the transaction ended."""
+        return self.transaction.closed
+
+    @classmethod
+    def open(
+        cls, dsn: str, options: ConnectionOptions | None = None, *, export: bool = False
+    ) -> SnapshotSession:
+        """Opens a session, starts its read-only transaction and fixes its snapshot.
+
+        Args:
+            dsn: The source database.
+            options: Connection options.
+            export: Export the snapshot (``pg_export_snapshot()``) so worker sessions can
+                import it; otherwise the token is ``pg_current_snapshot()``.
+
+        Raises:
+            SnapshotError: ``snapshot_unavailable`` when the server refuses the transaction.
+        """
+        options = options or ConnectionOptions()
+        conn = connect(dsn, options, autocommit=True)
+        try:
+            conn.execute(_BEGIN_READ_ONLY)
+            evidence, pid = read_snapshot(conn, export=export)
+        except psycopg.Error as exc:
+            conn.close()
+            raise SnapshotError(
+                "snapshot_unavailable",
+                f"Could not open a read-only snapshot transaction: {redact(str(exc))}",
+                ["Check that the source accepts connections and that the user may read."],
+            ) from None
+        return cls(conn, evidence, pid, dsn=dsn, options=options)
+
+    @classmethod
+    def import_snapshot(
+        cls, dsn: str, token: str, options: ConnectionOptions | None = None
+    ) -> SnapshotSession:
+        """Opens a session that imports an exported snapshot.
+
+        Args:
+            dsn: The source database (the one that exported the snapshot).
+            token: The server-issued ``pg_export_snapshot()`` token.
+            options: Connection options.
+
+        Raises:
+            SnapshotError: ``snapshot_import_failed`` when the token is unknown, the exporting
+                transaction has ended, or the database differs.
+        """
+        options = options or ConnectionOptions()
+        conn = connect(dsn, options, autocommit=True)
+        try:
+            conn.execute(_BEGIN_READ_ONLY)
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(token)))
+            row = conn.execute("SELECT clock_timestamp(), pg_backend_pid()").fetchone()
+        except psycopg.Error as exc:
+            conn.close()
+            raise SnapshotError(
+                "snapshot_import_failed",
+                f"Could not import the exported snapshot: {redact(str(exc))}",
+                [
+                    "Import while the coordinator's transaction is still open.",
+                    "Import into a session of the same database as the coordinator.",
+                ],
+            ) from None
+        assert row is not None
+        evidence = SnapshotEvidence(
+            authority=EXPORTED_SNAPSHOT,
+            token=token,
+            acquired_at=_timestamp(row[0]),
+            clock_authority=POSTGRES_CLOCK,
+        )
+        return cls(conn, evidence, _pid(row[1]), dsn=dsn, options=options)
+
+    def worker(self) -> SnapshotSession:
+        """Opens a new session that imports this session's exported snapshot.
+
+        Raises:
+            SnapshotError: ``snapshot_not_exported`` when this session did not export its
+                snapshot; ``snapshot_import_failed`` as :meth:`import_snapshot`.
+        """
+        if not self.exported:
+            raise SnapshotError(
+                "snapshot_not_exported",
+                "Worker sessions can only import an exported snapshot.",
+                ["Open the coordinator with SnapshotSession.open(dsn, export=True)."],
+            )
+        return SnapshotSession.import_snapshot(self._dsn, self.evidence.token, self.options)
+
+    def clock_timestamp(self) -> datetime:
+        """The server's ``clock_timestamp()`` now (the clock receipts name)."""
+        return server_clock(self.conn)
+
+    def commit_and_close(self) -> None:
+        """Ends the read-only transaction with COMMIT and closes the session."""
+        self.transaction.commit_and_close()
+
+    def rollback_and_close(self) -> None:
+        """Ends the read-only transaction with ROLLBACK and closes the session."""
+        self.transaction.rollback_and_close()
+
+
+class LazySnapshot:
+    """Opens one :class:`SnapshotSession` on first use and hands the same one to every caller.
+
+    Lazy artifacts (batched COPY) acquire their window when they are first consumed, not when
+    they are built; several of them share this opener so that they all read one snapshot.
+
+    Args:
+        opener: Opens the session, e.g. ``lambda: SnapshotSession.open(dsn)``.
+    """
+
+    def __init__(self, opener: Callable[[], SnapshotSession]) -> None:
+        self._opener = opener
+        self._lock = threading.Lock()
+        self._session: SnapshotSession | None = None
+
+    @property
+    def opened(self) -> SnapshotSession | None:
+        """The session if it was opened, else None (never opens one)."""
+        return self._session
+
+    def get(self) -> SnapshotSession:
+        """The session, opened now if this is the first call."""
+        with self._lock:
+            if self._session is None:
+                self._session = self._opener()
+            return self._session
+
+
+def read_snapshot(
+    conn: psycopg.Connection[tuple[object, ...]], *, export: bool = False
+) -> tuple[SnapshotEvidence, int]:
+    """Reads the snapshot evidence of ``conn``'s open ``REPEATABLE READ`` transaction.
+
+    Run it as the transaction's first statement: the snapshot that statement runs under becomes
+    the transaction's snapshot, and its token and the server time are read under it.
+
+    Args:
+        conn: A session inside a ``REPEATABLE READ`` (or ``SERIALIZABLE``) transaction.
+        export: Export the snapshot with ``pg_export_snapshot()`` (workers can import it)
+            instead of reading ``pg_current_snapshot()``.
+
+    Returns:
+        The evidence and the session's backend pid.
+    """
+    token = sql.SQL("pg_export_snapshot()" if export else "pg_current_snapshot()::text")
+    row = conn.execute(
+        sql.SQL("SELECT {}, clock_timestamp(), pg_backend_pid()").format(token)
+    ).fetchone()
+    assert row is not None
+    evidence = SnapshotEvidence(
+        authority=EXPORTED_SNAPSHOT if export else CURRENT_SNAPSHOT,
+        token=str(row[0]),
+        acquired_at=_timestamp(row[1]),
+        clock_authority=POSTGRES_CLOCK,
+    )
+    return evidence, _pid(row[2])
+
+
+def server_clock(conn: psycopg.Connection[tuple[object, ...]]) -> datetime:
+    """The server's ``clock_timestamp()`` now, read on ``conn``."""
+    row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    return _timestamp(row[0])
+
+
+def _timestamp(value: object) -> datetime:
+    assert isinstance(value, datetime)
+    return value
+
+
+def _pid(value: object) -> int:
+    assert isinstance(value, int)
+    return value
