@@ -5,6 +5,7 @@ before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` wh
 at the first read and completes only when the source is exhausted.
 """
 
+from .load import SourceLoadError, SourceLoadReport, check_sink, load_source
 from .mysql import MySQLSettings, MySQLSource, MySQLStream
 from .mysql_catalog import quote_mysql_identifier
 from .protocol import (
@@ -45,9 +46,13 @@ __all__ = [
     "SourceAdapter",
     "SourceColumn",
     "SourceError",
+    "SourceLoadError",
+    "SourceLoadReport",
     "StagedRows",
+    "check_sink",
     "copy_rows",
     "extract_stream",
+    "load_source",
     "model_columns",
     "quote_mysql_identifier",
     "stage_rows",
