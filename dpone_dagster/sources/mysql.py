@@ -6,10 +6,12 @@ transaction. The session reads ``TIMESTAMP`` columns in UTC (``time_zone = '+00:
 
 The receipt makes no snapshot claim: InnoDB's consistent read has no server-issued token that
 could be proved afterwards, so ``snapshot_authority`` and ``source_token`` stay empty and the
-window is dated by the orchestrator's clock. ``success`` commits the read-only transaction and
-closes the session; ``abort`` and ``retain_commit_unknown`` roll it back and close it (mid-stream,
-by closing the session, which the server answers with a rollback: a ROLLBACK cannot be sent while
-a result set is still streaming).
+window is dated by the orchestrator's clock. Its row count is the rows streamed; its byte count
+stays empty (PyMySQL does not expose the bytes it read, and an estimate is not evidence).
+
+``success`` commits the read-only transaction and closes the session; ``abort`` and
+``retain_commit_unknown`` roll it back and close it (mid-stream, by closing the session, which the
+server answers with a rollback: a ROLLBACK cannot be sent while a result set is still streaming).
 """
 
 from __future__ import annotations
