@@ -65,10 +65,17 @@ def child(source: str, target: str, batch: int) -> None:
     report = backfill.reconcile()
     reconcile_seconds = time.perf_counter() - started
     backfill.close()
-    print(json.dumps({
-        "batches": batches, "copy_seconds": copy_seconds, "reconcile_seconds": reconcile_seconds,
-        "reconciled": report.ok, "checkpoints": ledger.timings,
-    }))
+    print(
+        json.dumps(
+            {
+                "batches": batches,
+                "copy_seconds": copy_seconds,
+                "reconcile_seconds": reconcile_seconds,
+                "reconciled": report.ok,
+                "checkpoints": ledger.timings,
+            }
+        )
+    )
 
 
 def raw_pipe(source: str, target: str) -> float:
@@ -78,7 +85,8 @@ def raw_pipe(source: str, target: str) -> float:
     started = time.perf_counter()
     subprocess.run(
         f"psql -X -q -d '{source}' -c '{out}' | psql -X -q -d '{target}' -c '{inp}'",
-        shell=True, check=True,  # our own DSNs; the shell pipe is the point
+        shell=True,
+        check=True,  # our own DSNs; the shell pipe is the point
     )
     return time.perf_counter() - started
 
@@ -124,7 +132,8 @@ def run_child(source: str, target: str, batch: int) -> tuple[dict[str, Any], flo
     """The backfill in its own process: (its timings, its peak RSS in MB)."""
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", source, target, str(batch)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     output = proc.stdout.read()
@@ -176,15 +185,23 @@ def main() -> None:
     at_end = checkpoint_at(stats["checkpoints"], args.rows)
     print(f"rows {args.rows:,}, batch {args.batch:,}, {stats['batches']} batches")
     print(f"raw binary COPY pipe      {raw:7.2f} s  {raw_rate:12,.0f} rows/s  1.00")
-    print(f"backfill (batches)        {stats['copy_seconds']:7.2f} s  {rate:12,.0f} rows/s  "
-          f"{rate / raw_rate:.2f}")
-    print(f"backfill + reconciliation {stats['copy_seconds'] + stats['reconcile_seconds']:7.2f} s"
-          f"  {total_rate:12,.0f} rows/s  {total_rate / raw_rate:.2f}  "
-          f"(reconciled: {stats['reconciled']})")
-    print(f"seed row-by-row ({seed_rows:,})  {seed:7.2f} s  {seed_rate:12,.0f} rows/s  "
-          f"{seed_rate / raw_rate:.3f}")
-    print(f"checkpoint write (median of 5) near 100k copied {at_100k:.2f} ms, near "
-          f"{args.rows:,} copied {at_end:.2f} ms (ratio {at_end / at_100k:.2f})")
+    print(
+        f"backfill (batches)        {stats['copy_seconds']:7.2f} s  {rate:12,.0f} rows/s  "
+        f"{rate / raw_rate:.2f}"
+    )
+    print(
+        f"backfill + reconciliation {stats['copy_seconds'] + stats['reconcile_seconds']:7.2f} s"
+        f"  {total_rate:12,.0f} rows/s  {total_rate / raw_rate:.2f}  "
+        f"(reconciled: {stats['reconciled']})"
+    )
+    print(
+        f"seed row-by-row ({seed_rows:,})  {seed:7.2f} s  {seed_rate:12,.0f} rows/s  "
+        f"{seed_rate / raw_rate:.3f}"
+    )
+    print(
+        f"checkpoint write (median of 5) near 100k copied {at_100k:.2f} ms, near "
+        f"{args.rows:,} copied {at_end:.2f} ms (ratio {at_end / at_100k:.2f})"
+    )
     print(f"backfill client peak RSS  {rss:.1f} MB")
 
 

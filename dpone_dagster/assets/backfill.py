@@ -26,6 +26,7 @@ from dpone_dagster.backfill import (
     BatchReceipt,
     BatchResult,
     LedgerConfig,
+    prepare_target,
 )
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
@@ -331,6 +332,11 @@ class _PartitionRunner:
 
     def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
         """Runs one partition's backfill to its mark; returns its check summary."""
+        if prepare_target(
+            self.source.dsn, self.target.dsn, self.source_table, self.target_table, self.cursor,
+            options=self.source.options,
+        ):  # fmt: skip
+            self.context.log.info(f"dpone: created target table {self.target_table}")
         with Backfill(
             self.source.dsn,
             self.target.dsn,

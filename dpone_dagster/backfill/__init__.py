@@ -29,6 +29,7 @@ from .protocol import (
 )
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult
+from .target import prepare_target
 
 __all__ = [
     "BACKFILL_ERRORS",
@@ -61,4 +62,5 @@ __all__ = [
     "TableRef",
     "TrustworthyCursor",
     "backfill_error",
+    "prepare_target",
 ]

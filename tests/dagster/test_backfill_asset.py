@@ -159,9 +159,7 @@ def test_each_partition_can_be_its_own_run(tables: tuple[str, str], tmp_path: An
 def test_daily_partitions_backfill_a_timestamp_cursor(
     source_dsn: str, target_dsn: str, tmp_path: Any
 ) -> None:
-    ddl = "CREATE TABLE ev (at timestamptz PRIMARY KEY, n int)"
-    pg.execute(source_dsn, ddl)
-    pg.execute(target_dsn, ddl)
+    pg.execute(source_dsn, "CREATE TABLE ev (at timestamptz PRIMARY KEY, n int)")
     pg.execute(
         source_dsn,
         "INSERT INTO ev SELECT timestamptz '2026-01-01 00:00+00' + g * interval '1 hour', g"
@@ -177,6 +175,30 @@ def test_daily_partitions_backfill_a_timestamp_cursor(
     assert materializations(result)["2026-01-02"]["dagster/row_count"] == 24
     hours = pg.fetch_all(target_dsn, "SELECT min(n), max(n) FROM ev")
     assert hours == [(24, 47)], "exactly the rows of 2026-01-02, midnight included"
+
+
+def test_a_missing_target_is_created_from_the_source_even_with_quoted_names(
+    source_dsn: str, target_dsn: str, tmp_path: Any
+) -> None:
+    pg.create_mixed_table(source_dsn, "Sales Ops", "Order Items", rows=500)
+    pg.execute(source_dsn, 'CREATE INDEX ON "Sales Ops"."Order Items" (qty)')
+    asset = backfill_asset(
+        '"Sales Ops"."Order Items"', cursor="qty", target_table='copy."Items"',
+        partitions_def=cursor_range_partitions(-1, 999, 500), batch_size=200,
+    )  # fmt: skip
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            tags=partition_range("-1..499", "499..999"),
+        )  # fmt: skip
+    assert result.success
+    assert pg.table_fingerprint(source_dsn, "Sales Ops", "Order Items") == pg.table_fingerprint(
+        target_dsn, "copy", "Items"
+    )
+    index = pg.fetch_one(
+        target_dsn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'Items' AND indexdef ~ 'qty'"
+    )
+    assert index is not None, "the cursor got an index in the created target"
 
 
 @pytest.mark.parametrize(

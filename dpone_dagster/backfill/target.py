@@ -1,0 +1,71 @@
+"""Destination expansion: create the backfill's target table from the source when it is missing.
+
+The copier refuses a target that does not match the source (``destination_expansion_incomplete``);
+this step makes the common case work without hand-written DDL: a missing target is created with
+the source's columns (types, NOT NULL, constant defaults; generated columns as generated), its
+primary key, and an index on the cursor when the key does not start with it. An existing target
+is never altered: if it differs, the copier's check reports exactly how.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from dpone_dagster.postgres.catalog import column_list, primary_key, relation_oid, table_columns
+from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.sinks import ensure_schema, table_definition
+
+from .errors import backfill_error
+
+
+def prepare_target(
+    source_dsn: str,
+    target_dsn: str,
+    source: TableName,
+    target: TableName,
+    cursor: str,
+    *,
+    options: ConnectionOptions | None = None,
+) -> bool:
+    """Creates ``target`` shaped like ``source`` if it does not exist yet.
+
+    Two orchestrators racing here are safe: the creation takes a transaction-scoped advisory
+    lock on the target's name and re-checks under it.
+
+    Returns:
+        True when the table was created, False when it already existed.
+
+    Raises:
+        BackfillError: ``plan_invalid`` when the source table does not exist or has no primary
+            key (the copier could not match rows without one).
+    """
+    with connect(source_dsn, options, autocommit=True) as src:
+        src.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if relation_oid(src, source) is None:
+            raise backfill_error("plan_invalid", f"Source table {source} does not exist.")
+        columns = table_columns(src, source)
+        key = primary_key(src, source)
+        src.execute("ROLLBACK")
+    if not key:
+        raise backfill_error(
+            "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
+        )
+    with connect(target_dsn, options, autocommit=True) as tgt:
+        tgt.execute("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
+        tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"dpone:{target.qualified}",))
+        if relation_oid(tgt, target) is not None:
+            tgt.execute("ROLLBACK")
+            return False
+        ensure_schema(tgt, target.schema)
+        tgt.execute(
+            sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
+                target.ident, table_definition(columns), column_list(key)
+            )
+        )
+        if key[0] != cursor:
+            tgt.execute(
+                sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor))
+            )
+        tgt.execute("COMMIT")
+    return True
