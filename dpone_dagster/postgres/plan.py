@@ -200,15 +200,44 @@ def _plan_one(
         copy_format=copy_format_for(columns),
         swap=True,
     )
-    oid = relation_oid(target, mapping.target)
+    return plan_target(target, plan, sink)
+
+
+def plan_target(
+    target: psycopg.Connection[tuple[object, ...]],
+    plan: TablePlan,
+    sink: Sink,
+    *,
+    source_label: str | None = None,
+) -> TablePlan:
+    """Completes a plan made for a new target with what the target's catalog says.
+
+    Shared by the PostgreSQL copies and the generic sources (``dpone_dagster.sources``), whose
+    plan comes from their type mapping instead of a source catalog.
+
+    Args:
+        target: A session of the target database.
+        plan: The plan as if the target did not exist (created from the source's columns).
+        sink: How the target takes the rows.
+        source_label: How messages name the source (``plan.source`` by default).
+
+    Raises:
+        CopyPlanError: ``target_not_a_table``, ``target_columns_mismatch``,
+            ``target_type_missing``, ``merge_needs_primary_key``.
+    """
+    oid = relation_oid(target, plan.target)
     if oid is None:
-        _check_user_types(target, mapping.target, source_columns)
+        _check_user_types(target, plan.target, plan.source_columns)
         return plan
-    return _onto_existing(target, oid, plan, sink)
+    return _onto_existing(target, oid, plan, sink, source_label or str(plan.source))
 
 
 def _onto_existing(
-    target: psycopg.Connection[tuple[object, ...]], oid: int, plan: TablePlan, sink: Sink
+    target: psycopg.Connection[tuple[object, ...]],
+    oid: int,
+    plan: TablePlan,
+    sink: Sink,
+    source_label: str,
 ) -> TablePlan:
     """The plan for a target that exists: its columns, key and shape decide."""
     columns = plan.columns
@@ -229,7 +258,7 @@ def _onto_existing(
         raise CopyPlanError(
             "target_columns_mismatch",
             f"Target {plan.target} has no writable column for source column(s) "
-            f"{', '.join(repr(n) for n in unwritable)} of {plan.source}.",
+            f"{', '.join(repr(n) for n in unwritable)} of {source_label}.",
             ["Add the columns to the target, or copy into a new target table."],
         )
     target_key = tuple(primary_key(target, plan.target))

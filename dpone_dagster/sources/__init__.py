@@ -1,1 +1,60 @@
-"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims."""
+"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims.
+
+Imports no Dagster. Every adapter implements :class:`SourceAdapter`: ``describe()`` maps its types
+before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` whose receipt opens
+at the first read and completes only when the source is exhausted.
+"""
+
+from .load import SourceLoadError, SourceLoadReport, check_sink, load_source
+from .mysql import MySQLSettings, MySQLSource, MySQLStream
+from .mysql_catalog import quote_mysql_identifier
+from .protocol import (
+    ByteMeter,
+    Row,
+    RowStreamArtifact,
+    SourceAdapter,
+    SourceColumn,
+    SourceError,
+    extract_stream,
+)
+from .rest import HttpSession, RestSettings, RestSource
+from .rest_pagination import (
+    CursorPagination,
+    NextLinkPagination,
+    PageNumberPagination,
+    PageRequest,
+    Pagination,
+)
+from .rest_schema import model_columns
+from .staging import StagedRows, copy_rows, stage_rows, staging_columns
+
+__all__ = [
+    "ByteMeter",
+    "CursorPagination",
+    "HttpSession",
+    "MySQLSettings",
+    "MySQLSource",
+    "MySQLStream",
+    "NextLinkPagination",
+    "PageNumberPagination",
+    "PageRequest",
+    "Pagination",
+    "RestSettings",
+    "RestSource",
+    "Row",
+    "RowStreamArtifact",
+    "SourceAdapter",
+    "SourceColumn",
+    "SourceError",
+    "SourceLoadError",
+    "SourceLoadReport",
+    "StagedRows",
+    "check_sink",
+    "copy_rows",
+    "extract_stream",
+    "load_source",
+    "model_columns",
+    "quote_mysql_identifier",
+    "stage_rows",
+    "staging_columns",
+]

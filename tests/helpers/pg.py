@@ -89,6 +89,12 @@ def table_exists(dsn: str, schema: str, name: str) -> bool:
     )
 
 
+def staging_tables(dsn: str) -> list[str]:
+    """Names of dpone staging tables (``_dpone_stg_*``) that exist in ``dsn``'s database."""
+    rows = fetch_all(dsn, "SELECT relname FROM pg_class WHERE relname LIKE '\\_dpone\\_stg\\_%%'")
+    return [str(r[0]) for r in rows]
+
+
 MIXED_COLUMNS = """
     id bigint PRIMARY KEY,
     small smallint,

@@ -1,0 +1,122 @@
+"""The generic sources from Dagster: resources, asset factories, materializations, failures."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from pydantic import BaseModel
+
+from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.resources import PostgresTargetResource
+from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
+from dpone_dagster.sources_dagster import (
+    MySQLSourceResource,
+    RestSourceResource,
+    mysql_copy_asset,
+    rest_copy_asset,
+)
+from tests.helpers import mysql, pg
+from tests.helpers.http_api import DROP, ApiServer, Reply, Request
+
+
+def _mysql_resource(settings: MySQLSettings) -> MySQLSourceResource:
+    return MySQLSourceResource(
+        host=settings.host,
+        port=settings.port,
+        user=settings.user,
+        password=settings.password,
+        database=settings.database,
+    )
+
+
+def test_a_mysql_asset_materializes_into_the_target(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    mysql.execute(
+        mysql_db,
+        "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL)",
+        "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
+    )
+    asset = mysql_copy_asset(key=["shop", "orders"], table="orders", target_table="raw.orders")
+    result = dg.materialize(
+        [asset],
+        resources={
+            "mysql": _mysql_resource(mysql_db),
+            "target": PostgresTargetResource(dsn=target_dsn),
+        },
+    )
+    assert result.success
+    assert pg.fetch_all(target_dsn, "SELECT id, total::text FROM raw.orders ORDER BY id") == [
+        (1, "9.99"),
+        (2, "20.00"),
+    ]
+    metadata = result.asset_materializations_for_node("shop__orders")[0].metadata
+    assert metadata["dagster/row_count"].value == 2
+    assert metadata["dpone/snapshot_label"].value == "no_snapshot_claim"
+    assert metadata["dpone/terminal_outcome"].value == "success"
+    receipt = metadata["dpone/extraction_receipt"].value
+    assert receipt["snapshot_authority"] is None and receipt["source_token"] is None
+    assert receipt["clock_authority"] == "dpone.orchestrator.utc" and receipt["row_count"] == 2
+
+
+class Item(BaseModel):
+    id: int
+    name: str
+
+
+def test_a_rest_asset_materializes_and_a_failure_carries_its_code(target_dsn: str) -> None:
+    broken = {"on": False}
+
+    def respond(request: Request) -> Reply | object:
+        page = int(request.query["page"])
+        if broken["on"] and page == 2:
+            return DROP
+        return Reply({"data": [{"id": page, "name": f"p{page}"}] if page <= 2 else []})
+
+    asset = rest_copy_asset(
+        key="items",
+        target_table="raw.items",
+        path="/items",
+        model=Item,
+        records_path="data",
+        pagination=PageNumberPagination(),
+        primary_key=["id"],
+    )
+    with ApiServer(respond) as server:
+        resources = {
+            "rest": RestSourceResource(
+                base_url=server.url, bearer_token="t0ken", max_retries=1, backoff_seconds=0.01
+            ),
+            "target": PostgresTargetResource(dsn=target_dsn),
+        }
+        assert dg.materialize([asset], resources=resources).success
+        assert server.requests[0].headers["Authorization"] == "Bearer t0ken"
+        broken["on"] = True
+        failed = dg.materialize([asset], resources=resources, raise_on_error=False)
+    assert not failed.success
+    failure = next(e for e in failed.all_events if e.is_step_failure)
+    assert failure.step_failure_data.user_failure_data is not None
+    code = failure.step_failure_data.user_failure_data.metadata[ERROR_CODE_KEY]
+    assert code.value == "rest_request_failed"
+    assert pg.fetch_all(target_dsn, "SELECT * FROM raw.items ORDER BY id") == [(1, "p1"), (2, "p2")]
+    assert pg.staging_tables(target_dsn) == []
+
+
+def test_bad_definitions_fail_when_they_load() -> None:
+    class Odd(BaseModel):
+        id: int
+        value: int | str
+
+    with pytest.raises(SourceError) as unmappable:
+        rest_copy_asset(key="odd", target_table="raw.odd", path="/odd", model=Odd)
+    assert unmappable.value.code == "rest_type_unmappable"
+    with pytest.raises(DponeError) as bad_name:
+        mysql_copy_asset(key="x", table="t", target_table='raw."unterminated')
+    assert bad_name.value.code == "identifier_invalid"
+    with pytest.raises(DponeError) as bad_sink:
+        mysql_copy_asset(key="x", table="t", target_table="raw.t", sink="upsert")  # type: ignore[arg-type]
+    assert bad_sink.value.code == "copy_options_invalid"
+    with pytest.raises(DponeError) as neither:
+        mysql_copy_asset(key="x", target_table="raw.t")
+    assert neither.value.code == "mysql_source_invalid"
