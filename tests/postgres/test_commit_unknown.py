@@ -9,12 +9,7 @@ import pytest
 
 from dpone_dagster.postgres import CopyError, CopyOptions, copy_tables
 from tests.helpers import pg
-from tests.helpers.proxy import TcpProxy
-
-
-def is_bare_commit(chunk: bytes) -> bool:
-    """A simple-protocol query message whose text is exactly COMMIT (not READ COMMITTED)."""
-    return chunk.startswith(b"Q") and chunk[5:].rstrip(b"\x00").strip().upper() == b"COMMIT"
+from tests.helpers.proxy import TcpProxy, is_commit
 
 
 @pytest.fixture
@@ -29,7 +24,7 @@ def test_a_lost_commit_acknowledgement_retains_the_files_and_closes_the_source(
     source_dsn: str, target_dsn: str, proxy: TcpProxy, tmp_path: Path, strategy: str
 ) -> None:
     pg.create_mixed_table(source_dsn, rows=500)
-    proxy.cut_after_client_message(is_bare_commit)
+    proxy.cut_after_client_message(is_commit)
     with pytest.raises(CopyError) as err:
         copy_tables(
             source_dsn,

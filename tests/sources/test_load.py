@@ -22,7 +22,7 @@ from dpone_dagster.sources import (
 )
 from tests.helpers import mysql, pg
 from tests.helpers.http_api import DROP, ApiServer, Reply, Request
-from tests.helpers.proxy import TcpProxy
+from tests.helpers.proxy import TcpProxy, is_commit
 
 TARGET = TableName("raw", 'Orders "x"')
 
@@ -174,9 +174,7 @@ def test_a_lost_commit_answer_retains_and_still_rolls_back_the_source(
     proxy = TcpProxy("127.0.0.1", 5432)
     try:
         # Forward the COMMIT (not the BEGIN ... READ COMMITTED), then drop its answer.
-        proxy.cut_after_client_message(
-            lambda chunk: chunk.startswith(b"Q") and b"COMMIT\x00" in chunk
-        )
+        proxy.cut_after_client_message(is_commit)
         with pytest.raises(SourceLoadError) as caught:
             load_source(MySQLSource(mysql_db, table="orders"), proxy.dsn(target_dsn), TARGET)
     finally:
