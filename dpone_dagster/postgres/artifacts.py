@@ -22,8 +22,10 @@ from dpone_dagster.lifecycle import ExtractionArtifact, ExtractionLifecycleAutho
 from .catalog import Column
 from .copy import CopyFormat, copy_format_for, copy_in_statement, copy_out_statement, select_columns
 from .identifiers import TableName
-from .progress import ProgressCallback, progress_hook
+from .progress import ProgressCallback, ProgressMeter, progress_hook
 from .snapshot import POSTGRES_CLOCK, SnapshotSession
+
+Connection = psycopg.Connection[tuple[object, ...]]
 
 FILE_CHUNK = 1 << 20
 """Bytes read from a COPY file per write to the target."""
@@ -71,6 +73,12 @@ class TableArtifact(ExtractionArtifact):
         Returns:
             The rows the target's command tag reported.
         """
+        meter = progress_hook(progress, self.table, "load", progress_every)
+        return self._load(conn, staging, meter)
+
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """Writes the rows (the strategy's own way); ``meter`` counts the bytes, if anyone
+        listens."""
         raise NotImplementedError
 
 
@@ -145,16 +153,8 @@ class WholeCopyArtifact(TableArtifact):
             completed_at=session.clock_timestamp(),
         )
 
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """Streams the file into ``staging`` with ``COPY ... FROM STDIN``; see the base class."""
-        meter = progress_hook(progress, self.table, "load", progress_every)
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """Streams the file into ``staging`` with ``COPY ... FROM STDIN``."""
         cur = conn.cursor()
         with (
             open(self.path, "rb") as handle,

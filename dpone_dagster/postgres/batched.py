@@ -22,7 +22,7 @@ from psycopg.abc import Buffer
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifacts import TableArtifact, open_window
+from .artifacts import Connection, TableArtifact, open_window
 from .catalog import Column, column_list
 from .copy import (
     CopyFormat,
@@ -33,7 +33,7 @@ from .copy import (
     select_columns,
 )
 from .identifiers import TableName
-from .progress import ProgressCallback, progress_hook
+from .progress import ProgressMeter
 from .snapshot import LazySnapshot, SnapshotSession
 
 KeyValue = tuple[str, ...]
@@ -224,16 +224,8 @@ class BatchedCopyArtifact(TableArtifact):
                 return tuple(str(v) for v in row)
         return None
 
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """Relays every batch into ``staging``, one COPY per batch; see the base class."""
-        meter = progress_hook(progress, self.table, "load", progress_every)
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """Relays every batch into ``staging``, one COPY per batch."""
         copy_in = copy_in_statement(staging, self.columns, self.copy_format)
         cur = conn.cursor()
         return sum(

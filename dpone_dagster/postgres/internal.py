@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import SnapshotEvidence
 
-from .artifacts import TableArtifact
+from .artifacts import Connection, TableArtifact
 from .catalog import Column, column_list
 from .identifiers import TableName
-from .progress import ProgressCallback
+from .progress import ProgressMeter
 from .snapshot import POSTGRES_CLOCK, server_clock
 
 
@@ -43,18 +42,9 @@ class InternalQueryArtifact(TableArtifact):
         super().__init__(table, columns, "text")
         self.session_snapshot = session_snapshot
 
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """Runs ``INSERT INTO staging (...) SELECT ... FROM table`` and publishes the receipt.
-
-        See :meth:`TableArtifact.load_into`; no progress is reported (one statement).
-        """
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """Runs ``INSERT INTO staging (...) SELECT ... FROM table`` and publishes the receipt
+        (no progress: one statement)."""
         names = column_list(self.columns)
         statement = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
             staging.ident, names, names, self.table.ident

@@ -25,7 +25,7 @@ from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
 
-from .artifacts import TableArtifact, open_window
+from .artifacts import Connection, TableArtifact, open_window
 from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
 from .catalog import Column
 from .connection import ConnectionOptions, connect
@@ -102,16 +102,8 @@ class PartitionedCopyArtifact(TableArtifact):
             self.rows_loaded += result.rows_in
             self.bytes_read += result.bytes
 
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """The workers already loaded the rows (see :meth:`PartitionedCopy.run`): returns the
-        rows they loaded."""
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """The workers already loaded the rows (:meth:`PartitionedCopy.run`): their count."""
         return self.rows_loaded
 
 

@@ -137,6 +137,9 @@ def apply_sink(
         staging: The loaded staging table.
         sink: ``replace``, ``append`` or ``merge``.
         staged_rows: Rows in the staging table.
+
+    Returns:
+        What the sink did, with the rows the target gained or changed.
     """
     if plan.swap:
         return _swap(conn, plan, staging, staged_rows)

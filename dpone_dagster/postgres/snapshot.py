@@ -74,11 +74,6 @@ class SnapshotSession:
         """True when the snapshot was exported (or imported) and workers can share it."""
         return self.evidence.authority == EXPORTED_SNAPSHOT
 
-    @property
-    def closed(self) -> bool:
-        """True once the transaction ended."""
-        return self.transaction.closed
-
     @classmethod
     def open(
         cls, dsn: str, options: ConnectionOptions | None = None, *, export: bool = False
@@ -190,11 +185,6 @@ class LazySnapshot:
         self._opener = opener
         self._lock = threading.Lock()
         self._session: SnapshotSession | None = None
-
-    @property
-    def opened(self) -> SnapshotSession | None:
-        """The session if it was opened, else None (never opens one)."""
-        return self._session
 
     def get(self) -> SnapshotSession:
         """The session, opened now if this is the first call."""

@@ -11,16 +11,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifacts import TableArtifact, open_window
+from .artifacts import Connection, TableArtifact, open_window
 from .catalog import Column
 from .copy import copy_in_statement
 from .identifiers import TableName
-from .progress import ProgressCallback, progress_hook
+from .progress import ProgressMeter
 from .snapshot import SnapshotSession
 
 TextRow = tuple[str | None, ...]
@@ -88,19 +87,9 @@ class StreamedRowsArtifact(TableArtifact):
             yield from batch  # type: ignore[misc]
         self.lifecycle.complete(row_count=count, completed_at=self._session.clock_timestamp())
 
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """Writes every row into ``staging`` with a text ``COPY ... FROM STDIN``.
-
-        See :meth:`TableArtifact.load_into`. Progress counts the characters of the values.
-        """
-        meter = progress_hook(progress, self.table, "load", progress_every)
+    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
+        """Writes every row into ``staging`` with a text ``COPY ... FROM STDIN`` (progress
+        counts the characters of the values)."""
         cur = conn.cursor()
         with cur.copy(copy_in_statement(staging, self.columns, "text")) as copy:
             for row in self.rows():

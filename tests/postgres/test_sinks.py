@@ -166,3 +166,24 @@ def test_a_failed_load_leaves_every_target_unchanged_and_no_staging_table(
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.strict") == 0
     assert pg.fetch_all(target_dsn, STAGING_TABLES) == []
     assert pg.open_transactions(source_dsn) == pg.open_transactions(target_dsn) == []
+
+
+def test_a_commit_the_target_refuses_is_an_abort_not_an_unknown(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.create_mixed_table(source_dsn, rows=100)
+    pg.create_mixed_table(target_dsn, rows=1, start=5000)
+    pg.execute(target_dsn, "UPDATE public.mixed SET code = 'code-7'")
+    pg.execute(
+        target_dsn,
+        "ALTER TABLE public.mixed ADD CONSTRAINT one_code UNIQUE (code) "
+        "DEFERRABLE INITIALLY DEFERRED",
+    )
+    before = pg.table_fingerprint(target_dsn, "public", "mixed")
+    with pytest.raises(CopyError) as err:
+        copy_tables(source_dsn, target_dsn, ["public.mixed"], sink="append")
+    # The deferred check runs at COMMIT: the server answered, and its answer was no.
+    assert err.value.code == "target_load_failed" and "one_code" in err.value.message
+    assert err.value.report is not None and err.value.report.outcome == "abort"
+    assert pg.table_fingerprint(target_dsn, "public", "mixed") == before
+    assert pg.fetch_all(target_dsn, STAGING_TABLES) == []
