@@ -94,7 +94,8 @@ def test_a_ui_launched_backfill_survives_termination_and_resumes_exactly_once(
     receipts = pg.fetch_all(
         target,
         "SELECT run_id, sequence, (receipt_json->'observation'->>'copied_count')::int, "
-        "(receipt_json->'observation'->>'duplicate_count')::int FROM dpone_ledger.backfill_batch_receipts",
+        "(receipt_json->'observation'->>'duplicate_count')::int "
+        "FROM dpone_ledger.backfill_batch_receipts",
     )
     assert len({(r[0], r[1]) for r in receipts}) == len(receipts), "each batch once per run"
     assert sum(int(r[2]) for r in receipts) == day_rows(source)  # type: ignore[call-overload]
