@@ -20,7 +20,7 @@ import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
-from dpone_dagster.postgres import ConnectionOptions, check_dsn, connect
+from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn, connect
 from dpone_dagster.postgres.identifiers import check_identifier
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
@@ -34,7 +34,7 @@ class Closeable(Protocol):
         """Settles undecided artifacts (abort) and closes every session."""
 
 
-_T = TypeVar("_T", bound="ExtractionArtifact | Closeable")
+_T = TypeVar("_T", bound="ExtractionArtifact | Closeable | SnapshotSession")
 _H = TypeVar("_H")
 
 
@@ -71,7 +71,9 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _sessions: list[psycopg.Connection[tuple[object, ...]]] = PrivateAttr(default_factory=list)
-    _artifacts: list[ExtractionArtifact | Closeable] = PrivateAttr(default_factory=list)
+    _artifacts: list[ExtractionArtifact | Closeable | SnapshotSession] = PrivateAttr(
+        default_factory=list
+    )
     _held: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("dsn", mode="before")
@@ -145,7 +147,9 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             sessions, self._sessions = self._sessions, []
             self._held.clear()
         for artifact in artifacts:
-            if not isinstance(artifact, ExtractionArtifact):
+            if isinstance(artifact, SnapshotSession):
+                artifact.rollback_and_close()  # idempotent: a no-op once the session ended
+            elif not isinstance(artifact, ExtractionArtifact):
                 artifact.close()
             elif not artifact.terminal.decided:
                 receipt = artifact.abort()
@@ -170,11 +174,34 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 class PostgresSourceResource(_PostgresResource):
     """The PostgreSQL database dpone reads from.
 
+    Besides the DSN and options, it opens the snapshot sessions the copies are built on:
+    :meth:`open_snapshot` (a coordinator, optionally exporting its snapshot) and
+    :meth:`import_snapshot` (a worker that reads under an exported snapshot). Every session it
+    opens is rolled back and closed at the step's teardown if nobody ended it before.
+
     Examples:
         >>> source = PostgresSourceResource(dsn="postgresql://reader@db:5432/shop")
         >>> source.application_name
         'dpone-dagster'
     """
+
+    def open_snapshot(self, *, export: bool = False) -> SnapshotSession:
+        """Opens a ``REPEATABLE READ READ ONLY`` session with a fixed snapshot.
+
+        Args:
+            export: Export the snapshot (``pg_export_snapshot()``) so that other sessions can
+                import it with :meth:`import_snapshot`.
+        """
+        return self.track(SnapshotSession.open(self.dsn, self.options, export=export))
+
+    def import_snapshot(self, token: str) -> SnapshotSession:
+        """Opens a session that reads under an exported snapshot (``SET TRANSACTION SNAPSHOT``).
+
+        Raises:
+            SnapshotError: ``snapshot_import_failed`` when the token is unknown or its exporting
+                transaction has ended.
+        """
+        return self.track(SnapshotSession.import_snapshot(self.dsn, token, self.options))
 
 
 class PostgresTargetResource(_PostgresResource):

@@ -72,3 +72,30 @@ def test_teardown_closes_sessions_and_settles_undecided_artifacts(source_dsn: st
     assert artifact.terminal_receipt.outcome is TerminalOutcome.ABORT
     assert not pg.open_transactions(source_dsn, app)
     assert not pg.backends(source_dsn, app)
+
+
+def test_the_source_resource_exports_and_imports_one_snapshot(source_dsn: str) -> None:
+    """Sessions opened through the resource share one snapshot and are closed at teardown."""
+    app = "dpone-test-snapshots"
+    pg.execute(source_dsn, "CREATE TABLE t (n int)")
+    pg.execute(source_dsn, "INSERT INTO t VALUES (1)")
+    seen: dict[str, object] = {}
+
+    @dg.asset
+    def reads(source: PostgresSourceResource) -> None:
+        coordinator = source.open_snapshot(export=True)
+        pg.execute(source_dsn, "INSERT INTO t VALUES (2)")  # committed after the export
+        worker = source.import_snapshot(coordinator.evidence.token)
+        seen["pids"] = {coordinator.backend_pid, worker.backend_pid}
+        seen["counts"] = [
+            s.conn.execute("SELECT count(*) FROM t").fetchone() for s in (coordinator, worker)
+        ]
+        seen["open"] = len(pg.open_transactions(source_dsn, app))
+
+    assert dg.materialize(
+        [reads], resources={"source": PostgresSourceResource(dsn=source_dsn, application_name=app)}
+    ).success
+    assert len(seen["pids"]) == 2  # type: ignore[arg-type]
+    assert seen["counts"] == [(1,), (1,)], "both sessions read the exported snapshot"
+    assert seen["open"] == 2
+    assert not pg.backends(source_dsn, app), "teardown closed both sessions"
