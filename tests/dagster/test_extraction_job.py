@@ -95,8 +95,9 @@ def test_a_failing_extract_records_abort_and_closes_the_source(
     # A real fault while reading: the source session is terminated in the middle of its COPY.
     pg.execute(
         orders,
-        "CREATE VIEW shop.slow_orders AS SELECT o.* FROM shop.orders o, "
-        "LATERAL (SELECT pg_sleep(0.0005)) s",
+        # pg_sleep in the WHERE clause runs once per row (a volatile call is never hoisted).
+        "CREATE VIEW shop.slow_orders AS SELECT o.* FROM shop.orders o "
+        "WHERE pg_sleep(0.0005)::text IS NOT NULL",
     )
     stop = threading.Event()
 
