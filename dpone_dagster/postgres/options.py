@@ -29,7 +29,11 @@ class CopyOptions:
             the receipts name it (authority ``postgresql.pg_export_snapshot``, digest of this
             token). The caller keeps the exporting transaction open until the copy has read
             everything (and for as long as it wants to read the source as the copy saw it, e.g.
-            to reconcile). None: the copy takes its own snapshot.
+            to reconcile). None: the copy takes its own snapshot. With ``internal`` the load's
+            writes also run in that snapshot, so target rows others wrote after it are
+            invisible to the sink: updating one fails the load (a serialization error), and a
+            row-by-row ``replace`` would not delete one. Hold the snapshot only from just
+            before the copy, or let nothing else write the target meanwhile.
 
     Raises:
         SnapshotError: ``snapshot_token_invalid`` for a value that is not an exported token.

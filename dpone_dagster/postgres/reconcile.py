@@ -50,7 +50,7 @@ from .snapshot import SnapshotSession, check_snapshot_token
 
 Conn = psycopg.Connection[tuple[object, ...]]
 _T = TypeVar("_T")
-_EMPTY = Fingerprint(rows=0, digest=digest_of(0, 0))
+_EMPTY = Fingerprint(rows=0, digest=digest_of(0))
 _BEGIN_READ_ONLY = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 _BEGIN_READ_WRITE = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ WRITE")
 
@@ -153,7 +153,7 @@ def reconcile_copy(
 
     with contextlib.ExitStack() as stack:
         source = _guarded("source", open_source)
-        stack.callback(source.rollback_and_close)  # read only: nothing to keep
+        stack.callback(source.close)  # read only: nothing to keep
         target = _guarded("target", lambda: _begin_target(target_dsn, target_options, sink))
         stack.callback(target.close)  # ends its transaction; temporary tables go with it
         tables = _guarded(
@@ -238,8 +238,7 @@ def _target_side(
                 found.append(table_fingerprint(conn, table.target, table.columns))
     finally:
         if keys is not None:
-            with contextlib.suppress(psycopg.Error):
-                keys.rollback_and_close()
+            keys.close()
     return found
 
 

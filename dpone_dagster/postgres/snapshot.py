@@ -12,6 +12,7 @@ token is composed with :class:`psycopg.sql.Literal`; it never comes from user te
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable
@@ -76,7 +77,7 @@ class SnapshotSession:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.rollback_and_close()
+        self.close()
 
     @property
     def token(self) -> str:
@@ -173,6 +174,13 @@ class SnapshotSession:
     def rollback_and_close(self) -> None:
         """Ends the read-only transaction with ROLLBACK and closes the session."""
         self.transaction.rollback_and_close()
+
+    def close(self) -> None:
+        """Like :meth:`rollback_and_close`, but quiet: a session the server already lost is
+        just closed (a read-only transaction has nothing to keep). Ends a ``with`` block, and
+        lets resources that close what they track (``track(session)``) hold a snapshot open."""
+        with contextlib.suppress(psycopg.Error):
+            self.rollback_and_close()
 
 
 class LazySnapshot:

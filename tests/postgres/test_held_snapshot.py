@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -283,3 +284,21 @@ def test_another_snapshot_a_closed_one_and_a_malformed_token_are_refused(
             reconcile_copy(source_dsn, target_dsn, report, bad)
         assert invalid.value.code == "snapshot_token_invalid"
     assert pg.open_transactions(source_dsn) == [] and pg.open_transactions(target_dsn) == []
+
+
+def test_a_report_whose_receipt_counts_other_rows_fails_even_if_the_target_matches(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.create_mixed_table(source_dsn, rows=200)
+    with SnapshotSession.open(source_dsn, export=True) as before:
+        report = _copy(source_dsn, target_dsn, before.token)
+    pg.create_mixed_table(source_dsn, rows=10, start=201)
+    pg.create_mixed_table(target_dsn, name="mixed_copy", rows=10, start=201)
+    # A report that lost its token digest, reconciled inside a later snapshot whose rows the
+    # target happens to hold: the receipt's count (200) betrays that the copy read another one.
+    anonymous = dataclasses.replace(report, source_token=None)
+    with SnapshotSession.open(source_dsn, export=True) as after:
+        [result] = reconcile_copy(source_dsn, target_dsn, anonymous, after.token)
+    assert result.source == result.target and result.source.rows == 210
+    assert not result.passed
+    assert "extraction receipt counts 200 rows where the snapshot holds 210" in result.detail
