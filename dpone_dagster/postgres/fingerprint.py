@@ -112,7 +112,7 @@ def table_fingerprint(
     if status == pq.TransactionStatus.IDLE and conn.autocommit:
         conn.execute(_BEGIN)
         try:
-            _fix_settings(conn)
+            fix_settings(conn)
             return _run(conn, statement, table)
         finally:
             with contextlib.suppress(psycopg.Error):
@@ -128,7 +128,7 @@ def table_fingerprint(
         )
     conn.execute(sql.SQL("SAVEPOINT {}").format(_SAVEPOINT))
     try:
-        _fix_settings(conn)
+        fix_settings(conn)
         return _run(conn, statement, table)
     finally:
         # Rolling back to the savepoint restores the caller's settings and clears an error.
@@ -159,8 +159,12 @@ def fingerprint_statement(
     ).format(row, table.ident, filtered)
 
 
-def _fix_settings(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """``SET LOCAL`` every setting of :data:`FINGERPRINT_SETTINGS` in one round trip."""
+def fix_settings(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """``SET LOCAL`` every setting of :data:`FINGERPRINT_SETTINGS` in one round trip.
+
+    For the rest of ``conn``'s current transaction (or savepoint), values print the same text
+    on every server, whatever its configuration.
+    """
     calls = sql.SQL(", ").join(
         sql.SQL("set_config({}, {}, true)").format(sql.Literal(name), sql.Literal(value))
         for name, value in FINGERPRINT_SETTINGS

@@ -42,7 +42,7 @@ from dpone_dagster.lifecycle import DponeError, redact, token_digest
 from .catalog import column_list, primary_key, relation_oid, table_columns
 from .connection import ConnectionOptions, connect
 from .copy import copy_in_statement, copy_out_statement, relay, select_columns
-from .fingerprint import Fingerprint, digest_of, table_fingerprint
+from .fingerprint import Fingerprint, digest_of, fix_settings, table_fingerprint
 from .identifiers import TableName
 from .plan import Sink, TablePlan
 from .report import CopyReport
@@ -252,7 +252,10 @@ def _copy_keys(source: Conn, target: Conn, table: _Table, index: int) -> sql.Com
             sql.Identifier(temp.name), keys, table.target.ident
         )
     )
-    # Text format: exact for every key type, even when the two sides' types differ in OID.
+    # Text format: exact for every key type, even when the two sides' types differ in OID;
+    # both sessions print and parse values (dates, times) under the same settings.
+    fix_settings(source)
+    fix_settings(target)
     relay(
         source.cursor(),
         copy_out_statement(select_columns(table.source, table.key), "text"),

@@ -6,7 +6,7 @@ import dataclasses
 import time
 
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from dpone_dagster.lifecycle import TerminalOutcome, token_digest
 from dpone_dagster.postgres import (
@@ -302,3 +302,40 @@ def test_a_report_whose_receipt_counts_other_rows_fails_even_if_the_target_match
     assert result.source == result.target and result.source.rows == 210
     assert not result.passed
     assert "extraction receipt counts 200 rows where the snapshot holds 210" in result.detail
+
+
+def test_merge_by_a_composite_text_and_timestamp_key_across_time_zones(
+    source_dsn: str, target_dsn: str
+) -> None:
+    source_db = str(conninfo.conninfo_to_dict(source_dsn)["dbname"])
+    pg.execute(
+        source_dsn,
+        sql.SQL("ALTER DATABASE {} SET DateStyle = 'ISO, DMY'").format(sql.Identifier(source_db)),
+    )
+    pg.execute(
+        source_dsn,
+        sql.SQL("ALTER DATABASE {} SET TimeZone = 'Asia/Tokyo'").format(sql.Identifier(source_db)),
+    )
+    columns = '"Region" text, "At" timestamptz, v numeric, PRIMARY KEY ("Region", "At")'
+    pg.execute(source_dsn, f"CREATE TABLE events ({columns})")
+    pg.execute(target_dsn, f"CREATE TABLE events ({columns})")
+    rows = (
+        "SELECT r, timestamptz '2024-01-03 00:00+00' + g * interval '1 day', g / 3.0 "
+        "FROM generate_series(1, 40) g, unnest(ARRAY['eu', 'É \"x\"', '']) r"
+    )
+    pg.execute(source_dsn, f"INSERT INTO events {rows}")
+    pg.execute(target_dsn, f"INSERT INTO events {rows.replace('1, 40', '30, 60')}")
+    with SnapshotSession.open(source_dsn, export=True) as held:
+        report = copy_tables(
+            source_dsn, target_dsn, "events", sink="merge",
+            options=CopyOptions(snapshot_token=held.token),
+        )  # fmt: skip
+        [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
+        assert result.guarantee is Guarantee.CONTAINS and result.passed, result.detail
+        assert (
+            result.source.rows == 120
+            and pg.fetch_one(target_dsn, "SELECT count(*) FROM events") == 180
+        )
+        pg.execute(target_dsn, "DELETE FROM events WHERE \"Region\" = '' AND v < 1")
+        [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
+        assert not result.passed and result.target.rows == 118
