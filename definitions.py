@@ -1,10 +1,65 @@
 """The demo code location: `dagster dev` (via workspace.yaml) and the README's demo command load it.
 
-The demo assets arrive with the Dagster surface; until then the location loads empty.
+Two dpone assets over the demo source that ``python -m demo.seed`` creates:
+
+* ``shop/customers``, ``shop/orders``, ``shop/Order_Items_…``: one snapshot copy of three related
+  tables (partitioned COPY, two workers): every run copies them under ONE source snapshot.
+* ``events/page_views``: a daily-partitioned, ledger-backed backfill of an events table by its
+  ``happened_at`` timestamp, with a schedule that fills the newest day.
+
+DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
+password never shows in the UI) and default to databases on the local server.
 """
 
-from __future__ import annotations
+import os
 
 import dagster as dg
 
-defs = dg.Definitions()
+from dpone_dagster import (
+    BackfillLedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+    backfill_asset,
+    snapshot_copy_assets,
+)
+
+DEFAULT_SOURCE_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_source"
+DEFAULT_TARGET_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_target"
+
+
+def _dsn(variable: str, default: str) -> str:
+    return dg.EnvVar(variable) if os.environ.get(variable) else default
+
+
+shop = snapshot_copy_assets(
+    ["shop.customers", "shop.orders", 'shop."Order Items"'],
+    strategy="partitioned_copy",
+    workers=2,
+    name="shop_snapshot_copy",
+    group_name="shop",
+    pool="dpone_source",
+)
+
+page_views_days = dg.DailyPartitionsDefinition(start_date="2026-01-01", end_date="2026-02-01")
+
+page_views = backfill_asset(
+    "events.page_views",
+    cursor="happened_at",
+    partitions_def=page_views_days,
+    batch_size=2_000,
+    group_name="events",
+    pool="dpone_source",
+)
+
+page_views_job = dg.define_asset_job("page_views_daily", selection=[page_views])
+
+defs = dg.Definitions(
+    assets=[shop, page_views],
+    jobs=[page_views_job],
+    schedules=[dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1)],
+    resources={
+        "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)),
+        "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)),
+        "ledger": BackfillLedgerResource(),
+    },
+)

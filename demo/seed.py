@@ -71,6 +71,7 @@ SELECT g, timestamptz '2026-01-01 00:00+00' + g * interval '13 seconds', 1 + g %
        '/products/' || (g % 500),
        jsonb_build_object('ref', CASE WHEN g % 3 = 0 THEN 'ads' ELSE 'direct' END, 'n', g)
 FROM generate_series(1, {rows}) AS g;
+CREATE INDEX ON events.page_views (happened_at);
 ANALYZE;
 """
 

@@ -28,6 +28,12 @@ from dpone_dagster.resources import (
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.sources_dagster import (
+    MySQLSourceResource,
+    RestSourceResource,
+    mysql_copy_asset,
+    rest_copy_asset,
+)
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 __version__ = "0.1.0"
@@ -48,9 +54,11 @@ __all__ = [
     "ExtractionLifecycleAuthority",
     "ExtractionLifecycleReceipt",
     "LedgerConfig",
+    "MySQLSourceResource",
     "PostgresCopyComponent",
     "PostgresSourceResource",
     "PostgresTargetResource",
+    "RestSourceResource",
     "SnapshotCopy",
     "TableName",
     "TerminalOutcome",
@@ -59,6 +67,8 @@ __all__ = [
     "build_extraction_job",
     "copy_tables",
     "cursor_range_partitions",
+    "mysql_copy_asset",
     "owned_staging_handle",
+    "rest_copy_asset",
     "snapshot_copy_assets",
 ]

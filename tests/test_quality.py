@@ -48,3 +48,27 @@ def test_the_readme_opens_with_the_two_commands_that_ci_runs() -> None:
     assert "<!-- demo-command -->" in head and "<!-- test-command -->" in head
     ci = (ROOT / ".ci" / "run").read_text()
     assert "test-command" in ci, ".ci/run must run the README's test command, extracted verbatim"
+
+
+def test_every_test_the_readme_names_exists() -> None:
+    """Each guarantee in the README names its tests; a renamed or deleted test fails here."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    last_file: Path | None = None
+    missing: list[str] = []
+    found = re.findall(r"`((?:tests/[\w/]+\.py)?(?:::\w+(?:\[[^\]]*\])?)?)`", readme)
+    refs = [ref for ref in found if ref]
+    assert len(refs) > 40, "the guarantees table names its tests"
+    for ref in refs:
+        path, _, name = ref.partition("::")
+        if path:
+            last_file = ROOT / path
+            if not last_file.exists():
+                missing.append(ref)
+                continue
+        if name:
+            assert last_file is not None, ref
+            if f"def {name.split('[')[0]}(" not in last_file.read_text():
+                missing.append(f"{last_file.relative_to(ROOT)}::{name}")
+    assert not missing, missing

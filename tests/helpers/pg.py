@@ -162,11 +162,17 @@ def create_mixed_table(
         )
 
 
-def table_fingerprint(dsn: str, schema: str, name: str, order_by: str = "id") -> tuple[int, str]:
-    """Returns (row count, md5 of every row's text in ``order_by`` order)."""
+def table_fingerprint(
+    dsn: str, schema: str, name: str, order_by: str | None = "id"
+) -> tuple[int, str]:
+    """Returns (row count, md5 of every row's text in ``order_by`` order).
+
+    ``order_by=None`` orders by the row text itself (for tables without an ``id`` column).
+    """
+    order = sql.SQL("t.{}").format(sql.Identifier(order_by)) if order_by else sql.SQL("t::text")
     query = sql.SQL(
-        "SELECT count(*), coalesce(md5(string_agg(t::text, E'\\n' ORDER BY t.{})), '') FROM {} AS t"
-    ).format(sql.Identifier(order_by), sql.Identifier(schema, name))
+        "SELECT count(*), coalesce(md5(string_agg(t::text, E'\\n' ORDER BY {})), '') FROM {} AS t"
+    ).format(order, sql.Identifier(schema, name))
     row = fetch_all(dsn, query)[0]
     return int(row[0]), str(row[1])  # type: ignore[call-overload]
 
