@@ -20,7 +20,7 @@ from .options import CopyOptions
 from .partitioned import PartitionedCopy
 from .plan import TablePlan
 from .report import Strategy
-from .snapshot import LazySnapshot, SnapshotSession, read_snapshot
+from .snapshot import LazySnapshot, SnapshotSession, read_snapshot, set_transaction_snapshot
 from .streamed import StreamedRowsArtifact
 
 _BEGIN_TARGET = sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
@@ -31,6 +31,10 @@ _BEGIN_INTERNAL = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ WRITE")
 
 class Extraction:
     """One strategy's extraction of a set of tables, all under one snapshot.
+
+    The snapshot is the strategy's own, or the caller's when ``options.snapshot_token`` is set:
+    then every source session imports that token, and so does the ``internal`` strategy's
+    target session, so every table is read exactly as the caller's exporting session sees it.
 
     Args:
         source_dsn: The source database.
@@ -79,7 +83,11 @@ class Extraction:
         """Begins the target transaction the load runs in, with explicit isolation."""
         if self.strategy == "internal":
             target.execute(_BEGIN_INTERNAL)
-            self.internal_evidence, _ = read_snapshot(target)
+            token = self.options.snapshot_token
+            if token is None:
+                self.internal_evidence, _ = read_snapshot(target)
+            else:  # the first statement: the caller's snapshot becomes the transaction's
+                self.internal_evidence = set_transaction_snapshot(target, token)
         else:
             target.execute(_BEGIN_TARGET)
 
@@ -95,7 +103,12 @@ class Extraction:
             )
 
     def _open_session(self, *, export: bool = False) -> SnapshotSession:
-        session = SnapshotSession.open(self.source_dsn, self.options.source_options, export=export)
+        options, token = self.options.source_options, self.options.snapshot_token
+        if token is not None:
+            # An imported snapshot is exported evidence: partitioned workers import it too.
+            session = SnapshotSession.import_snapshot(self.source_dsn, token, options)
+        else:
+            session = SnapshotSession.open(self.source_dsn, options, export=export)
         self.sessions.append(session)
         return session
 

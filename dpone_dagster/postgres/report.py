@@ -43,6 +43,8 @@ class TableCopyReport:
         rows_loaded: Rows the target's command tags reported for the staging table.
         sink_result: What the sink did (None when the copy failed before it ran).
         copy_format: The COPY format used.
+        columns: The copied columns' names, in order (generated columns excluded): the list a
+            reconciliation fingerprints on both sides.
     """
 
     source: TableName
@@ -52,6 +54,7 @@ class TableCopyReport:
     rows_loaded: int | None
     sink_result: SinkResult | None
     copy_format: str
+    columns: tuple[str, ...] = ()
 
     @property
     def rows_extracted(self) -> int | None:

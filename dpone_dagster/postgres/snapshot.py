@@ -12,6 +12,8 @@ token is composed with :class:`psycopg.sql.Literal`; it never comes from user te
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 from collections.abc import Callable
 from datetime import datetime
@@ -32,6 +34,8 @@ EXPORTED_SNAPSHOT = "postgresql.pg_export_snapshot"
 """Snapshot authority of a snapshot exported to worker sessions (``pg_export_snapshot()``)."""
 
 _BEGIN_READ_ONLY = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+# pg_export_snapshot() prints hex groups joined by dashes ("00000003-0000001B-1").
+_TOKEN_SHAPE = re.compile(r"[0-9A-Fa-f]{1,16}(?:-[0-9A-Fa-f]{1,16}){1,3}")
 
 
 class SnapshotError(DponeError):
@@ -68,6 +72,17 @@ class SnapshotSession:
         self.options = options
         self._dsn = dsn
         self.transaction = SourceTransaction(conn)
+
+    def __enter__(self) -> SnapshotSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def token(self) -> str:
+        """The server-issued snapshot token (export it to other sessions when :attr:`exported`)."""
+        return self.evidence.token
 
     @property
     def exported(self) -> bool:
@@ -122,26 +137,16 @@ class SnapshotSession:
         conn = connect(dsn, options, autocommit=True)
         try:
             conn.execute(_BEGIN_READ_ONLY)
-            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(token)))
-            row = conn.execute("SELECT clock_timestamp(), pg_backend_pid()").fetchone()
+            evidence = set_transaction_snapshot(conn, token)
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
         except psycopg.Error as exc:
             conn.close()
-            raise SnapshotError(
-                "snapshot_import_failed",
-                f"Could not import the exported snapshot: {redact(str(exc))}",
-                [
-                    "Import while the coordinator's transaction is still open.",
-                    "Import into a session of the same database as the coordinator.",
-                ],
-            ) from None
+            raise _import_failed(exc) from None
+        except BaseException:
+            conn.close()
+            raise
         assert row is not None
-        evidence = SnapshotEvidence(
-            authority=EXPORTED_SNAPSHOT,
-            token=token,
-            acquired_at=_timestamp(row[0]),
-            clock_authority=POSTGRES_CLOCK,
-        )
-        return cls(conn, evidence, _pid(row[1]), dsn=dsn, options=options)
+        return cls(conn, evidence, _pid(row[0]), dsn=dsn, options=options)
 
     def worker(self) -> SnapshotSession:
         """Opens a new session that imports this session's exported snapshot.
@@ -169,6 +174,13 @@ class SnapshotSession:
     def rollback_and_close(self) -> None:
         """Ends the read-only transaction with ROLLBACK and closes the session."""
         self.transaction.rollback_and_close()
+
+    def close(self) -> None:
+        """Like :meth:`rollback_and_close`, but quiet: a session the server already lost is
+        just closed (a read-only transaction has nothing to keep). Ends a ``with`` block, and
+        lets resources that close what they track (``track(session)``) hold a snapshot open."""
+        with contextlib.suppress(psycopg.Error):
+            self.rollback_and_close()
 
 
 class LazySnapshot:
@@ -222,6 +234,72 @@ def read_snapshot(
         clock_authority=POSTGRES_CLOCK,
     )
     return evidence, _pid(row[2])
+
+
+def check_snapshot_token(token: str) -> str:
+    """Checks that ``token`` has the shape of a ``pg_export_snapshot()`` token.
+
+    The token still reaches SQL only through :class:`psycopg.sql.Literal`; this check turns a
+    wrong value (a digest, a ``pg_current_snapshot()`` text, an empty string) into a clear
+    error before any session is opened.
+
+    Raises:
+        SnapshotError: ``snapshot_token_invalid``.
+    """
+    if not isinstance(token, str) or not _TOKEN_SHAPE.fullmatch(token):
+        raise SnapshotError(
+            "snapshot_token_invalid",
+            f"{token!r} is not an exported snapshot token (such as '00000003-0000001B-1').",
+            [
+                "Pass the token of a session opened with SnapshotSession.open(dsn, export=True) "
+                "(its .token), not a digest or a pg_current_snapshot() value.",
+            ],
+        )
+    return token
+
+
+def set_transaction_snapshot(
+    conn: psycopg.Connection[tuple[object, ...]], token: str
+) -> SnapshotEvidence:
+    """Imports an exported snapshot into ``conn``'s just-begun transaction.
+
+    Call it right after ``BEGIN ISOLATION LEVEL REPEATABLE READ ...`` (read only or read write),
+    before any other statement. PostgreSQL takes no bind parameter in ``SET TRANSACTION
+    SNAPSHOT``: the token is composed with :class:`psycopg.sql.Literal`.
+
+    Args:
+        conn: A session whose ``REPEATABLE READ`` transaction has not run a query yet.
+        token: The ``pg_export_snapshot()`` token of a transaction still open.
+
+    Returns:
+        The evidence: authority ``EXPORTED_SNAPSHOT``, the token, the server time of the import.
+
+    Raises:
+        SnapshotError: ``snapshot_import_failed`` when the token is unknown or malformed, its
+            exporting transaction has ended, or the database differs.
+    """
+    try:
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(token)))
+        acquired_at = server_clock(conn)
+    except psycopg.Error as exc:
+        raise _import_failed(exc) from None
+    return SnapshotEvidence(
+        authority=EXPORTED_SNAPSHOT,
+        token=token,
+        acquired_at=acquired_at,
+        clock_authority=POSTGRES_CLOCK,
+    )
+
+
+def _import_failed(exc: psycopg.Error) -> SnapshotError:
+    return SnapshotError(
+        "snapshot_import_failed",
+        f"Could not import the exported snapshot: {redact(str(exc))}",
+        [
+            "Import while the exporting transaction is still open.",
+            "Import into a session of the same database as the exporting one.",
+        ],
+    )
 
 
 def server_clock(conn: psycopg.Connection[tuple[object, ...]]) -> datetime:

@@ -338,6 +338,7 @@ class SnapshotCopy:
                     rows_loaded=loaded,
                     sink_result=result,
                     copy_format=plan.copy_format,
+                    columns=plan.column_names,
                 )
                 for plan, artifact, loaded, result in zip(
                     self.plans, extraction.artifacts, self.loaded, self.results, strict=True
