@@ -9,7 +9,6 @@ the target with the source, count and content hash, inside the copy's snapshot.
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
-import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -17,7 +16,14 @@ import dagster as dg
 
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy, Strategy
+from dpone_dagster.postgres import (
+    CopyOptions,
+    CopyReport,
+    SnapshotCopy,
+    Strategy,
+    TableReconciliation,
+    reconcile_copy,
+)
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
@@ -85,6 +91,23 @@ def copy_failure(exc: DponeError) -> DponeFailure:
     return DponeFailure(exc)
 
 
+def _check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of one table."""
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CHECK_NAME,
+        passed=result.passed,
+        description=result.detail,
+        metadata={
+            "dpone/guarantee": result.guarantee.value,
+            "dpone/source_rows": result.source.rows,
+            "dpone/target_rows": result.target.rows,
+            "dpone/source_digest": result.source.digest,
+            "dpone/target_digest": result.target.digest,
+        },
+    )
+
+
 def snapshot_copy_assets(
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
     *,
@@ -97,6 +120,7 @@ def snapshot_copy_assets(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     batch_rows: int | None = None,
+    reconcile: bool = True,
 ) -> dg.AssetsDefinition:
     """One multi-asset that copies ``tables`` from the source under ONE snapshot.
 
@@ -113,10 +137,14 @@ def snapshot_copy_assets(
         pool: Dagster concurrency pool limiting steps that read the source.
         op_tags: Tags of the op.
         batch_rows: Rows per batch of ``batched_copy``.
+        reconcile: Declare the ``dpone_reconciled`` check of every table: after the load, the
+            target is compared with the source inside the copy's snapshot (``replace``: equal
+            count and content digest; ``merge``/keyed ``append``: every snapshot row present and
+            equal; unkeyed ``append``: counts). It reads both sides once more; deselect the
+            check (or pass False) where that costs too much.
 
     Returns:
-        A subsettable multi-asset (resource keys ``source`` and ``target``), with a
-        ``dpone_reconciled`` check per table.
+        A subsettable multi-asset (resource keys ``source`` and ``target``).
 
     Raises:
         DponeError: at definition time: ``identifier_invalid`` for a bad name,
@@ -147,9 +175,19 @@ def snapshot_copy_assets(
             "plan_invalid", "Two tables map to one asset key.", ["Rename one through a translator."]
         )
 
+    check_specs = [
+        dg.AssetCheckSpec(
+            CHECK_NAME,
+            asset=a.key,
+            description="The target equals (or contains) the source inside the copy's snapshot.",
+        )
+        for a in asset_specs
+    ] if reconcile else []  # fmt: skip
+
     @dg.multi_asset(
         name=name or "snapshot_copy",
         specs=asset_specs,
+        check_specs=check_specs,
         can_subset=True,
         pool=pool,
         op_tags=op_tags,
@@ -159,26 +197,42 @@ def snapshot_copy_assets(
         context: dg.AssetExecutionContext,
         source: PostgresSourceResource,
         target: PostgresTargetResource,
-    ) -> Iterator[dg.MaterializeResult[Any]]:
+    ) -> Iterator[dg.MaterializeResult[Any] | dg.AssetCheckResult]:
         selected = [k for k in by_key if k in context.selected_asset_keys]
+        checked = {c.asset_key for c in context.selected_asset_check_keys}
         mappings = [(by_key[k].source_table, by_key[k].target_table) for k in selected]
-        copy_options = CopyOptions(source_options=source.options, target_options=target.options)
-        if batch_rows:
-            copy_options = dataclasses.replace(copy_options, batch_rows=batch_rows)
+        reconciliations: list[TableReconciliation] = []
         try:
-            with SnapshotCopy(
-                source.dsn, target.dsn, mappings, strategy=engine_strategy, sink=sink,
-                workers=workers, options=copy_options,
-            ) as copy:  # fmt: skip
-                source.track(copy)
-                copy.plan()
-                copy.extract()
-                report = copy.load()
+            # The copy reads under a snapshot this step holds, so the check can read the
+            # source under the very same snapshot after the load committed.
+            with source.open_snapshot(export=True) as held:
+                copy_options = CopyOptions(
+                    source_options=source.options,
+                    target_options=target.options,
+                    snapshot_token=held.token,
+                    batch_rows=batch_rows or CopyOptions.batch_rows,
+                )
+                with SnapshotCopy(
+                    source.dsn, target.dsn, mappings, strategy=engine_strategy, sink=sink,
+                    workers=workers, options=copy_options,
+                ) as copy:  # fmt: skip
+                    source.track(copy)
+                    copy.plan()
+                    copy.extract()
+                    report = copy.load()
+                for key, table in zip(selected, report.tables, strict=True):
+                    metadata = table_metadata(report, table)
+                    metadata["dagster/row_count"] = table.rows_loaded or 0
+                    yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+                if checked:
+                    reconciliations = reconcile_copy(
+                        source.dsn, target.dsn, report, held.token,
+                        source_options=source.options, target_options=target.options,
+                    )  # fmt: skip
         except DponeError as exc:
             raise copy_failure(exc) from exc
-        for key, table in zip(selected, report.tables, strict=True):
-            metadata = table_metadata(report, table)
-            metadata["dagster/row_count"] = table.rows_loaded or 0
-            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        for key, result in zip(selected, reconciliations, strict=True):
+            if key in checked:
+                yield _check_result(key, result)
 
     return _snapshot_copy

@@ -70,11 +70,42 @@ def test_every_strategy_copies_all_tables_under_one_snapshot(
         assert table_md["dagster/row_count"] == rows
         assert table_md["dpone/terminal_outcome"] == "success"
         assert table_md["dpone/extraction_started_at"] <= table_md["dpone/extraction_completed_at"]
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 2 and all(c.passed for c in checks)
+    assert {c.metadata["dpone/guarantee"].value for c in checks} == {"equal"}
     labels = {m["dpone/snapshot_label"] for m in md.values()}
     tokens = {m["dpone/snapshot_token_digest"] for m in md.values()}
     assert labels == {"single_snapshot"}
     assert len(tokens) == 1 and next(iter(tokens)).startswith("sha256:")
     assert not pg.open_transactions(shop, APP)
+
+
+def test_the_check_fails_when_the_target_does_not_hold_the_snapshot(
+    shop: str, target_dsn: str
+) -> None:
+    # A trigger on the target rewrites rows as they are inserted: the load commits, but the
+    # target no longer equals the source, and the check says so.
+    pg.create_mixed_table(target_dsn, "shop", "orders", rows=0)
+    pg.execute(
+        target_dsn,
+        "CREATE FUNCTION shop.shout() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN NEW.label := upper(NEW.label); RETURN NEW; END $$",
+    )
+    pg.execute(
+        target_dsn,
+        "CREATE TRIGGER shout BEFORE INSERT ON shop.orders "
+        "FOR EACH ROW EXECUTE FUNCTION shop.shout()",
+    )
+    result = dg.materialize(
+        [snapshot_copy_assets(["shop.orders"])], resources=resources(shop, target_dsn)
+    )
+    assert result.success, "the copy itself committed"
+    [check] = result.get_asset_check_evaluations()
+    assert not check.passed
+    assert check.metadata["dpone/source_rows"].value == check.metadata["dpone/target_rows"].value
+    assert (
+        check.metadata["dpone/source_digest"].value != check.metadata["dpone/target_digest"].value
+    )
 
 
 def test_a_subset_copies_only_the_selected_tables(shop: str, target_dsn: str) -> None:
