@@ -90,8 +90,13 @@ class PostgresStagingTable:
                 status = self.conn.info.transaction_status
                 if status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
                     self.conn.rollback()
-                with self.conn.transaction():
+                # One statement in autocommit: its own transaction, nothing else in it.
+                autocommit = self.conn.autocommit
+                self.conn.autocommit = True
+                try:
                     self.conn.execute(self._drop_statement())
+                finally:
+                    self.conn.autocommit = autocommit
                 return
         except psycopg.Error as first:
             if self.dsn is None:
