@@ -29,12 +29,13 @@ from psycopg import sql
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
 
-from .copier import Sessions, staged_apply
+from .copier import Sessions
 from .digest import RangeDigest, digest_query, range_digest, row_hash
 from .errors import BackfillError
 from .protocol import BatchReceipt
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .shape import TableShape
+from .staged import staged_apply
 
 Conn = psycopg.Connection[tuple[object, ...]]
 Query = tuple[sql.Composed, list[str]]
@@ -101,9 +102,9 @@ def _repair(sessions: Sessions, shape: TableShape, rng: _Range, source: RangeDig
     tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
-        _, _, _, inserted, _, _ = staged_apply(
-            sessions, shape, copy_out_statement(select, shape.fmt), params
-        )
+        inserted = staged_apply(
+            sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
+        ).inserted
         tgt.execute("RELEASE SAVEPOINT dpone_repair", prepare=False)
     except BackfillError as exc:
         tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
@@ -114,9 +115,7 @@ def _repair(sessions: Sessions, shape: TableShape, rng: _Range, source: RangeDig
             f"The target holds {target.count} rows of the range, the source {source.count}: rows "
             "were deleted from the source after the batch was copied, or written to the target."
         )
-    return _check(
-        rng, source, target, repaired=True, inserted=inserted, code=code, detail=detail
-    )
+    return _check(rng, source, target, repaired=True, inserted=inserted, code=code, detail=detail)
 
 
 def reconcile_ranges(
