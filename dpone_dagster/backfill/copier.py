@@ -87,13 +87,8 @@ class BatchResult:
     replayed: bool
 
 
-_BOUNDS = """WITH head AS (
-    SELECT src.{c} AS c FROM {t} AS src WHERE {w} ORDER BY src.{c} LIMIT %s
-), edge AS (SELECT count(*) AS n, min(c) AS lo, max(c) AS hi FROM head)
-SELECT n, lo::text, hi::text, CASE WHEN n < %s THEN 0 ELSE
-    (SELECT count(*) FROM {t} AS src WHERE src.{c} = edge.hi)
-    - (SELECT count(*) FROM head WHERE c = edge.hi) END
-FROM edge"""
+_HEAD = """SELECT count(*), min(c)::text, max(c)::text FROM (
+    SELECT src.{c} AS c FROM {t} AS src WHERE {w} ORDER BY src.{c} LIMIT %s) AS head"""
 
 
 @dataclass(frozen=True)
@@ -108,21 +103,29 @@ class _Bounds:
 
 
 def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
-    """One statement: the first ``size`` cursor values after ``after`` (at most the mark), then
-    the rows tied with the last of them, so a batch never splits equal cursor values."""
+    """The first ``size`` cursor values after ``after`` (at most the mark), counted in the same
+    index scan; a cursor that is not unique adds the rows tied with the last value, so a batch
+    never splits equal cursor values."""
     where, params = shape.where(after, hwm)
     row = src.execute(
-        sql.SQL(_BOUNDS).format(c=shape.cursor.ident, t=shape.source.ident, w=where),
-        [*params, size, size],
+        sql.SQL(_HEAD).format(c=shape.cursor.ident, t=shape.source.ident, w=where),
+        [*params, size],
     ).fetchone()
     assert row is not None
-    head = int(row[0])  # type: ignore[call-overload]
+    count = int(row[0])  # type: ignore[call-overload]
     first = None if row[1] is None else str(row[1])
     last = None if row[2] is None else str(row[2])
-    if head < size:  # the rest of the scope: the range runs to the mark
-        return _Bounds(hwm, True, head, first, last)
+    if count < size:  # the rest of the scope: the range runs to the mark
+        return _Bounds(hwm, True, count, first, last)
     assert last is not None
-    return _Bounds(last, last == hwm, head + int(row[3]), first, last)  # type: ignore[call-overload]
+    if shape.key != (shape.cursor.name,):  # the cursor alone is not the key: ties may follow
+        where, params = shape.where(after, last)
+        tied = src.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(shape.source.ident, where), params
+        ).fetchone()
+        assert tied is not None
+        count = int(tied[0])  # type: ignore[call-overload]
+    return _Bounds(last, last == hwm, count, first, last)
 
 
 def _move(
