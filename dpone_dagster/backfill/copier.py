@@ -33,6 +33,7 @@ from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement
+from dpone_dagster.postgres.identifiers import TableName
 
 from .errors import backfill_error
 from .ledger import Ledger
@@ -102,6 +103,19 @@ class _Bounds:
     last: str | None
 
 
+def _count_range(
+    conn: Conn, shape: TableShape, table: TableName, after: str | None, upper: str
+) -> int:
+    """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
+    where, params = shape.where(after, upper)
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, where), params
+    ).fetchone()
+    assert row is not None
+    assert isinstance(row[0], int)
+    return row[0]
+
+
 def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
     """The first ``size`` cursor values after ``after`` (at most the mark), counted in the same
     index scan; a cursor that is not unique adds the rows tied with the last value, so a batch
@@ -119,12 +133,7 @@ def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int
         return _Bounds(hwm, True, count, first, last)
     assert last is not None
     if shape.key != (shape.cursor.name,):  # the cursor alone is not the key: ties may follow
-        where, params = shape.where(after, last)
-        tied = src.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(shape.source.ident, where), params
-        ).fetchone()
-        assert tied is not None
-        count = int(tied[0])  # type: ignore[call-overload]
+        count = _count_range(src, shape, shape.source, after, last)
     return _Bounds(last, last == hwm, count, first, last)
 
 
@@ -180,12 +189,7 @@ def _move(
         out_n, in_n = relayed.rows_out, relayed.rows_in
         moved, content = relayed.bytes, relayed.content_hash
         tgt.execute("RELEASE SAVEPOINT dpone_batch", prepare=False)
-        where, params = shape.where(after, upper)
-        counted = tgt.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(shape.target.ident, where), params
-        ).fetchone()
-        assert counted is not None
-        target_count = int(counted[0])  # type: ignore[call-overload]
+        target_count = _count_range(tgt, shape, shape.target, after, upper)
     done = src.execute("SELECT clock_timestamp()").fetchone()
     assert done is not None
     receipt = authority.complete(row_count=out_n, byte_count=moved, completed_at=done[0])  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ from psycopg import sql
 from dpone_dagster.postgres.catalog import Column
 from dpone_dagster.postgres.identifiers import TableName
 
+from .errors import backfill_error
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -79,6 +80,25 @@ def _encoding(column: Column, send: dict[int, str]) -> sql.Composable:
     if column.type_oid in send:
         return sql.SQL("{}({})").format(sql.Identifier("pg_catalog", send[column.type_oid]), ident)
     return sql.SQL("({})::text").format(ident)
+
+
+MIN_SERVER_VERSION = 140000
+"""``hash_record_extended`` appeared in PostgreSQL 14."""
+
+
+def require_row_hash(*conns: Conn) -> None:
+    """Refuses a server that cannot compute the row hash, before anything is read.
+
+    Raises:
+        BackfillError: ``plan_invalid`` for a server older than PostgreSQL 14.
+    """
+    for conn in conns:
+        if conn.info.server_version < MIN_SERVER_VERSION:
+            raise backfill_error(
+                "plan_invalid",
+                f"The reconciliation needs PostgreSQL 14 or later; database "
+                f"{conn.info.dbname!r} runs {conn.info.server_version}.",
+            )
 
 
 def row_hash(conn: Conn, columns: Sequence[Column]) -> sql.Composed:

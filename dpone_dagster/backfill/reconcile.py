@@ -30,7 +30,7 @@ from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
 
 from .copier import Sessions
-from .digest import RangeDigest, digest_query, range_digest, row_hash
+from .digest import RangeDigest, digest_query, range_digest, require_row_hash, row_hash
 from .errors import BackfillError
 from .protocol import BatchReceipt
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
@@ -141,6 +141,7 @@ def reconcile_ranges(
         One check per range with rows or bounds; ``ok`` is False when any range differs.
     """
     src = sessions.source
+    require_row_hash(src, reader)
     try:
         source_snapshot = _snapshot(src)
         target_snapshot = _snapshot(reader)
