@@ -15,7 +15,7 @@ COPY), one after the other:
   committed with its receipt), then ``Backfill.reconcile()`` (count and content hash of every
   batch range on both servers, under one snapshot each). "To done" is the two together;
 * the checkpoint cost: the real ``Ledger.record_batch`` (receipt INSERT and run compare-and-swap)
-  timed 200 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
+  timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
   copied, each time rolled back to a savepoint so the ledger is left as it was; medians.
 
 Then, once, the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record``
@@ -42,7 +42,8 @@ import psycopg  # noqa: E402
 from dpone_dagster.backfill import Backfill, BackfillRun, BatchReceipt, Ledger  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
-SAMPLES = 200
+SAMPLES = 400
+WARMUP = 20
 
 
 class TimedLedger(Ledger):
@@ -92,7 +93,7 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
                 "reconcile_seconds": reconcile_seconds,
                 "reconciled": report.ok,
                 "checkpoints": {
-                    str(k): statistics.median(v[10:]) * 1000 for k, v in ledger.timings.items()
+                    str(k): statistics.median(v[WARMUP:]) * 1000 for k, v in ledger.timings.items()
                 },
             }
         )
@@ -241,7 +242,7 @@ def main() -> None:
     )
     print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
     print(
-        f"checkpoint write (median of {SAMPLES - 10}) near 100k copied "
+        f"checkpoint write (median of {SAMPLES - WARMUP}) near 100k copied "
         f"{statistics.median(col('cp_early')):.3f} ms, near {rows:,} "
         f"{statistics.median(col('cp_late')):.3f} ms; ratio per round "
         + ", ".join(f"{v:.2f}" for v in col("cp_ratio"))

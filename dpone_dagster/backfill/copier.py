@@ -8,19 +8,25 @@ COPY pipe). Here a batch is:
    and is answered by replay; anything else that does not build on the durable checkpoint is
    refused (:func:`rules.check_request`).
 2. The source opens a ``REPEATABLE READ READ ONLY`` transaction; its snapshot token, clock and
-   read window go into a lifecycle receipt. Inside it the batch's upper bound is found (the
-   ``batch_size``-th cursor value after the checkpoint, all ties included, at most the mark) and
-   the range is counted.
-3. The range streams as binary COPY, block by block (memory stays flat), straight into the
-   target inside a savepoint, its bytes hashed on the way (the content hash). If a row of the
-   batch already exists in the target (a unique violation), the savepoint is rolled back and the
-   same snapshot is copied again into a temporary staging table, then applied set-based: new
-   rows inserted, equal rows counted as duplicates, a differing row refused with
-   ``backfill_record_changed``. (Staging every batch would cost an extra pass of the executor
-   per row and take the backfill below 0.70 of the raw pipe; it only pays when rows exist.)
+   read window go into a lifecycle receipt. Inside it one index-only scan finds the batch's
+   upper bound (the ``batch_size``-th cursor value after the checkpoint, at most the mark) and
+   counts the range; a cursor that is not the whole primary key recounts with the rows tied on
+   the bound, so equal cursor values never straddle two batches.
+3. The range streams as binary COPY, block by block (memory stays flat; :mod:`.stream`),
+   straight into the target inside a savepoint, its bytes hashed on the way (the content hash).
+   If a row of the batch already exists in the target (a unique violation), the savepoint is
+   rolled back and the same snapshot is copied again into a temporary staging table, then
+   applied set-based (:mod:`.staged`): new rows inserted, equal rows counted as duplicates, a
+   differing row refused with ``backfill_record_changed``. (Staging every batch would cost an
+   extra pass of the executor per row; it only pays when rows exist.)
 4. The target counts the range, the pure rule checks order and counts, and the receipt and the
    advanced run are written to the ledger: in the target's own transaction when the ledger is
    there (one COMMIT for rows and receipt), else right after the target's commit.
+
+Where the time goes, at 50,000-row batches on two cores: about nine tenths in the relay; per
+batch, about 5 ms for the bounds scan, 8 ms for the target count and 3-7 ms for the commit.
+Overlapping those with the next batch's relay (a second target session, the advisory lock taken
+after the copy) measured 0-9 % faster and would change the concurrency protocol; it is not done.
 """
 
 from __future__ import annotations
