@@ -18,7 +18,7 @@ each server digests its own rows and only ``(count, hash)`` per batch range cros
   user-defined type (its OID, and so its binary form, differs between databases) through its
   text output, spelled identically on both sides because every session pins the settings that
   decide it (:func:`shape.prepare_session`). Building the text of whole rows (``ROW(...)::text``)
-  would be just as exact and about three times slower.
+  would be just as exact and about 2.5 times slower.
 * **Comparable.** The same expression runs on both sides; the copier already refuses a target
   whose columns or types differ from the source's, so it means the same thing on both.
 
