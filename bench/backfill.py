@@ -1,20 +1,25 @@
-"""Backfill benchmark: the raw binary COPY pipe against the backfill, in one run.
+"""Backfill benchmark: the raw binary COPY pipe against the backfill, from an empty target to done.
 
-    .venv/bin/python bench/backfill.py                 # 1,000,000 rows, 50,000-row batches
-    .venv/bin/python bench/backfill.py --rows 3000000  # the memory check at 3M rows
+    .venv/bin/python bench/backfill.py                   # 1,000,000 rows, 50,000-row batches
+    .venv/bin/python bench/backfill.py --repeat 5        # five alternating rounds: best, median
+    .venv/bin/python bench/backfill.py --rows 3000000    # the flat-memory check at 3M rows
 
 It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops them.
-Printed, for the same mixed-type table:
+Each round measures, on the same mixed-type table (16 columns, about 320 bytes per row in binary
+COPY), one after the other:
 
 * raw pipe: ``psql COPY ... TO STDOUT (FORMAT binary) | psql COPY ... FROM STDIN (FORMAT binary)``
   into an empty target with the same primary key;
-* backfill: ``Backfill.batches()`` from an empty target to the mark (every batch under its own
-  snapshot, hashed, counted, committed with its receipt), then the final reconciliation;
-* the checkpoint cost (the ledger's receipt INSERT and run UPDATE, timed around the real
-  ``Ledger.record_batch`` call) at 100,000 and at 1,000,000 rows already copied;
-* the backfill client's peak RSS (its own process, from ``wait4``);
-* the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record`` insert) on
-  20,000 rows.
+* the backfill, in a child process (its peak RSS comes from ``wait4``), from an empty target:
+  ``Backfill.batches()`` to the mark (each batch under its own snapshot, counted, hashed,
+  committed with its receipt), then ``Backfill.reconcile()`` (count and content hash of every
+  batch range on both servers, under one snapshot each). "To done" is the two together;
+* the checkpoint cost: the real ``Ledger.record_batch`` (receipt INSERT and run compare-and-swap)
+  timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
+  copied, each time rolled back to a savepoint so the ledger is left as it was; medians.
+
+Then, once, the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record``
+insert) on 20,000 rows.
 """
 
 from __future__ import annotations
@@ -37,26 +42,41 @@ import psycopg  # noqa: E402
 from dpone_dagster.backfill import Backfill, BackfillRun, BatchReceipt, Ledger  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
+SAMPLES = 400
+WARMUP = 20
+
 
 class TimedLedger(Ledger):
-    """The real ledger, timing each checkpoint write (receipt INSERT + run compare-and-swap)."""
+    """The real ledger; at two points of the run it times many checkpoint writes in place."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, points: list[int]) -> None:
         super().__init__(schema)
-        self.timings: list[tuple[int, float]] = []
+        self.points = points
+        self.timings: dict[int, list[float]] = {}
+        self.sampling = 0.0
 
     def record_batch(
         self, conn: Any, before: BackfillRun, after: BackfillRun, receipt: BatchReceipt
     ) -> None:
-        started = time.perf_counter()
+        copied = before.progress.copied_count
+        if self.points and (copied >= self.points[0] or after.progress.remaining_estimate == 0):
+            self.points.pop(0)
+            samples = self.timings.setdefault(copied, [])
+            began = time.perf_counter()
+            for _ in range(SAMPLES):
+                conn.execute("SAVEPOINT bench_checkpoint", prepare=False)
+                started = time.perf_counter()
+                super().record_batch(conn, before, after, receipt)
+                samples.append(time.perf_counter() - started)
+                conn.execute("ROLLBACK TO SAVEPOINT bench_checkpoint", prepare=False)
+            self.sampling += time.perf_counter() - began
         super().record_batch(conn, before, after, receipt)
-        self.timings.append((before.progress.copied_count, time.perf_counter() - started))
 
 
-def child(source: str, target: str, batch: int) -> None:
+def child(source: str, target: str, batch: int, rows: int) -> None:
     """Runs the backfill in this process and prints its timings as JSON."""
     backfill = Backfill(source, target, "public.mixed", cursor="id", batch_size=batch)
-    ledger = TimedLedger(backfill.ledger.schema)
+    ledger = TimedLedger(backfill.ledger.schema, [100_000, rows])
     backfill.ledger = ledger
     started = time.perf_counter()
     batches = sum(1 for _ in backfill.batches())
@@ -69,10 +89,12 @@ def child(source: str, target: str, batch: int) -> None:
         json.dumps(
             {
                 "batches": batches,
-                "copy_seconds": copy_seconds,
+                "copy_seconds": copy_seconds - ledger.sampling,  # without the extra samples
                 "reconcile_seconds": reconcile_seconds,
                 "reconciled": report.ok,
-                "checkpoints": ledger.timings,
+                "checkpoints": {
+                    str(k): statistics.median(v[WARMUP:]) * 1000 for k, v in ledger.timings.items()
+                },
             }
         )
     )
@@ -128,10 +150,10 @@ def fresh_target(dsn: str) -> None:
     pg.execute(dsn, "CHECKPOINT")
 
 
-def run_child(source: str, target: str, batch: int) -> tuple[dict[str, Any], float]:
+def run_child(source: str, target: str, batch: int, rows: int) -> tuple[dict[str, Any], float]:
     """The backfill in its own process: (its timings, its peak RSS in MB)."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", source, target, str(batch)],
+        [sys.executable, __file__, "--child", source, target, str(batch), str(rows)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -143,11 +165,9 @@ def run_child(source: str, target: str, batch: int) -> tuple[dict[str, Any], flo
     return json.loads(output), usage.ru_maxrss / 1024
 
 
-def checkpoint_at(timings: list[tuple[int, float]], copied: int) -> float:
-    """Median milliseconds of the 5 checkpoints written nearest ``copied`` rows already copied
-    (the very first checkpoint, which warms the ledger's caches, left out)."""
-    nearest = sorted(timings[1:], key=lambda t: abs(t[0] - copied))[:5]
-    return statistics.median(t[1] for t in nearest) * 1000
+def spread(values: list[float], fmt: str) -> str:
+    """``best / median`` of a measurement over the rounds (best is the highest)."""
+    return f"best {max(values):{fmt}}  median {statistics.median(values):{fmt}}"
 
 
 def main() -> None:
@@ -155,54 +175,84 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--seed-rows", type=int, default=20_000)
-    parser.add_argument("--child", nargs=3, metavar=("SOURCE", "TARGET", "BATCH"))
+    parser.add_argument("--repeat", type=int, default=1, help="alternating rounds")
+    parser.add_argument("--child", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
+        child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
         return
+    rows = args.rows
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_dst")
+    rounds: list[dict[str, float]] = []
     try:
-        pg.create_mixed_table(source, rows=args.rows)
+        pg.create_mixed_table(source, rows=rows)
         pg.execute(source, "VACUUM ANALYZE public.mixed")
+        for n in range(args.repeat):
+            fresh_target(target)
+            raw = raw_pipe(source, target)
+            fresh_target(target)
+            stats, rss = run_child(source, target, args.batch, rows)
+            assert stats["reconciled"], "the reconciliation found differences"
+            if n == 0:
+                src_print = pg.table_fingerprint(source, "public", "mixed")
+                assert src_print == pg.table_fingerprint(target, "public", "mixed")
+            copy, rec = stats["copy_seconds"], stats["reconcile_seconds"]
+            cp = list(stats["checkpoints"].items())
+            rounds.append(
+                {
+                    "raw": raw,
+                    "copy": copy,
+                    "reconcile": rec,
+                    "batches_ratio": raw / copy,
+                    "done_ratio": raw / (copy + rec),
+                    "cp_early": cp[0][1],
+                    "cp_late": cp[-1][1],
+                    "cp_ratio": cp[-1][1] / cp[0][1],
+                    "rss": rss,
+                }
+            )
+            r = rounds[-1]
+            print(
+                f"round {n + 1}: raw pipe {raw:5.2f} s {rows / raw:9,.0f} rows/s | batches "
+                f"{copy:5.2f} s {r['batches_ratio']:.2f} | reconciliation {rec:5.2f} s | to done "
+                f"{copy + rec:5.2f} s {r['done_ratio']:.2f} | checkpoint at {int(cp[0][0]):,} "
+                f"{cp[0][1]:.3f} ms, at {int(cp[-1][0]):,} {cp[-1][1]:.3f} ms "
+                f"({r['cp_ratio']:.2f}) | RSS {rss:.0f} MB",
+                flush=True,
+            )
         fresh_target(target)
-        raw = raw_pipe(source, target)
-        fresh_target(target)
-        stats, rss = run_child(source, target, args.batch)
-        assert pg.table_fingerprint(source, "public", "mixed") == pg.table_fingerprint(
-            target, "public", "mixed"
-        ), "the backfill's target differs from the source"
-        fresh_target(target)
-        seed_rows = min(args.seed_rows, args.rows)
+        seed_rows = min(args.seed_rows, rows)
         seed = seed_row_by_row(source, target, seed_rows)
     finally:
         pg.drop_database(source)
         pg.drop_database(target)
-    raw_rate = args.rows / raw
-    rate = args.rows / stats["copy_seconds"]
-    total_rate = args.rows / (stats["copy_seconds"] + stats["reconcile_seconds"])
+
+    def col(key: str) -> list[float]:
+        return [r[key] for r in rounds]
+
+    raw_rates = [rows / r for r in col("raw")]
+    print(f"\nrows {rows:,}, batch {args.batch:,}, {args.repeat} round(s); ratios are of the raw")
+    print("pipe's rows/s in the same round (best = highest ratio, fastest time):")
+    print(f"raw binary COPY pipe        rows/s  {spread(raw_rates, '12,.0f')}")
+    print(f"backfill, batches only      ratio   {spread(col('batches_ratio'), '.2f')}")
+    rec = col("reconcile")
+    print(
+        f"reconciliation alone        s       best {min(rec):.2f}  median "
+        f"{statistics.median(rec):.2f}  ({rows / statistics.median(rec):,.0f} rows/s)"
+    )
+    print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
+    print(
+        f"checkpoint write (median of {SAMPLES - WARMUP}) near 100k copied "
+        f"{statistics.median(col('cp_early')):.3f} ms, near {rows:,} "
+        f"{statistics.median(col('cp_late')):.3f} ms; ratio per round "
+        + ", ".join(f"{v:.2f}" for v in col("cp_ratio"))
+    )
+    print(f"backfill client peak RSS    MB      max {max(col('rss')):.0f}")
     seed_rate = seed_rows / seed
-    at_100k = checkpoint_at(stats["checkpoints"], 100_000)
-    at_end = checkpoint_at(stats["checkpoints"], args.rows)
-    print(f"rows {args.rows:,}, batch {args.batch:,}, {stats['batches']} batches")
-    print(f"raw binary COPY pipe      {raw:7.2f} s  {raw_rate:12,.0f} rows/s  1.00")
     print(
-        f"backfill (batches)        {stats['copy_seconds']:7.2f} s  {rate:12,.0f} rows/s  "
-        f"{rate / raw_rate:.2f}"
+        f"seed row-by-row ({seed_rows:,} rows) {seed:.2f} s, {seed_rate:,.0f} rows/s, "
+        f"{seed_rate / statistics.median(raw_rates):.3f} of the raw pipe"
     )
-    print(
-        f"backfill + reconciliation {stats['copy_seconds'] + stats['reconcile_seconds']:7.2f} s"
-        f"  {total_rate:12,.0f} rows/s  {total_rate / raw_rate:.2f}  "
-        f"(reconciled: {stats['reconciled']})"
-    )
-    print(
-        f"seed row-by-row ({seed_rows:,})  {seed:7.2f} s  {seed_rate:12,.0f} rows/s  "
-        f"{seed_rate / raw_rate:.3f}"
-    )
-    print(
-        f"checkpoint write (median of 5) near 100k copied {at_100k:.2f} ms, near "
-        f"{args.rows:,} copied {at_end:.2f} ms (ratio {at_end / at_100k:.2f})"
-    )
-    print(f"backfill client peak RSS  {rss:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -8,49 +8,52 @@ COPY pipe). Here a batch is:
    and is answered by replay; anything else that does not build on the durable checkpoint is
    refused (:func:`rules.check_request`).
 2. The source opens a ``REPEATABLE READ READ ONLY`` transaction; its snapshot token, clock and
-   read window go into a lifecycle receipt. Inside it the batch's upper bound is found (the
-   ``batch_size``-th cursor value after the checkpoint, all ties included, at most the mark) and
-   the range is counted.
-3. The range streams as binary COPY, block by block (memory stays flat), straight into the
-   target inside a savepoint, its bytes hashed on the way (the content hash). If a row of the
-   batch already exists in the target (a unique violation), the savepoint is rolled back and the
-   same snapshot is copied again into a temporary staging table, then applied set-based: new
-   rows inserted, equal rows counted as duplicates, a differing row refused with
-   ``backfill_record_changed``. (Staging every batch would cost an extra pass of the executor
-   per row and take the backfill below 0.70 of the raw pipe; it only pays when rows exist.)
+   read window go into a lifecycle receipt. Inside it one index-only scan finds the batch's
+   upper bound (the ``batch_size``-th cursor value after the checkpoint, at most the mark) and
+   counts the range; a cursor that is not the whole primary key recounts with the rows tied on
+   the bound, so equal cursor values never straddle two batches.
+3. The range streams as binary COPY, block by block (memory stays flat; :mod:`.stream`),
+   straight into the target inside a savepoint, its bytes hashed on the way (the content hash).
+   If a row of the batch already exists in the target (a unique violation), the savepoint is
+   rolled back and the same snapshot is copied again into a temporary staging table, then
+   applied set-based (:mod:`.staged`): new rows inserted, equal rows counted as duplicates, a
+   differing row refused with ``backfill_record_changed``. (Staging every batch would cost an
+   extra pass of the executor per row; it only pays when rows exist.)
 4. The target counts the range, the pure rule checks order and counts, and the receipt and the
    advanced run are written to the ledger: in the target's own transaction when the ledger is
    there (one COMMIT for rows and receipt), else right after the target's commit.
+
+Where the time goes, at 50,000-row batches on two cores: about nine tenths in the relay; per
+batch, about 5 ms for the bounds scan, 8 ms for the target count and 3-7 ms for the commit.
+Overlapping those with the next batch's relay (a second target session, the advisory lock taken
+after the copy) measured 0-9 % faster and would change the concurrency protocol; it is not done.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
-from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement
+from dpone_dagster.postgres.identifiers import TableName
 
 from .errors import backfill_error
 from .ledger import Ledger
 from .protocol import ApplyPath, BackfillRun, BatchObservation, BatchReceipt, BatchRequest
 from .rules import apply_batch, check_request, replay
 from .shape import TableShape
+from .staged import staged_apply
+from .stream import EMPTY_HASH, hashed_relay
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
 
 SERVER_CLOCK = "postgresql.clock_timestamp"
 SNAPSHOT_AUTHORITY = "postgresql.pg_current_snapshot"
-EMPTY_HASH = "sha256:" + hashlib.sha256(b"").hexdigest()
-_STAGE = sql.Identifier("_dpone_backfill_stage")
-_FLUSH_BYTES = 1 << 20
 
 
 @dataclass
@@ -91,108 +94,53 @@ class BatchResult:
     replayed: bool
 
 
-def _flush(buffer: bytearray, inp: psycopg.Copy, digest: Any) -> int:
-    chunk = bytes(buffer)  # the writer may keep a reference; the buffer is reused
-    buffer.clear()
-    inp.write(chunk)
-    digest.update(chunk)
-    return len(chunk)
+_HEAD = """SELECT count(*), min(c)::text, max(c)::text FROM (
+    SELECT src.{c} AS c FROM {t} AS src WHERE {w} ORDER BY src.{c} LIMIT %s) AS head"""
 
 
-def hashed_relay(
-    source: Conn,
-    copy_out: sql.Composed,
-    params: Sequence[str],
-    target: Conn,
-    copy_in: sql.Composed,
-) -> tuple[int, int, int, str]:
-    """Streams COPY blocks source -> target, hashing them. Returns (out, in, bytes, hash).
+@dataclass(frozen=True)
+class _Bounds:
+    """The batch's range ``(after, upper]`` and what it holds, read inside its snapshot."""
 
-    Like :func:`dpone_dagster.postgres.copy.relay` (blocks are never parsed), plus bind
-    parameters on the source side and a digest of the bytes: the batch's content hash.
-    """
-    digest = hashlib.sha256()
-    moved = 0
-    buffer = bytearray()
-    with source.cursor() as scur, target.cursor() as tcur:
-        with scur.copy(copy_out, params) as out, tcur.copy(copy_in) as inp:
-            # The server sends one COPY message per row; coalescing them before writing and
-            # hashing saves a Python round trip per row (memory stays bounded by _FLUSH_BYTES).
-            for block in out:
-                buffer += block
-                if len(buffer) >= _FLUSH_BYTES:
-                    moved += _flush(buffer, inp, digest)
-            moved += _flush(buffer, inp, digest)
-        return scur.rowcount, tcur.rowcount, moved, "sha256:" + digest.hexdigest()
+    upper: str
+    final: bool
+    count: int
+    first: str | None
+    last: str | None
 
 
-def _key_match(shape: TableShape, left: str, right: str) -> sql.Composed:
-    return sql.SQL(" AND ").join(
-        sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
-        for k in shape.key
-    )
-
-
-def _row_text(shape: TableShape, alias: str) -> sql.Composed:
-    # Compared as text: exact spelling (1.50 is not 1.5) and works for types without "=".
-    return sql.SQL("ROW({})::text").format(
-        sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in shape.columns)
-    )
-
-
-def staged_apply(
-    sessions: Sessions, shape: TableShape, copy_out: sql.Composed, params: Sequence[str]
-) -> tuple[int, int, int, int, int, str]:
-    """COPY into a temporary staging table, then insert new rows and count equal ones."""
-    tgt = sessions.target
-    cols = column_list(shape.columns)
-    tgt.execute(
-        sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-            _STAGE, cols, shape.target.ident
-        )
-    )
-    out_n, in_n, moved, content = hashed_relay(
-        sessions.source,
-        copy_out,
-        params,
-        tgt,
-        sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(_STAGE, cols, sql.SQL(shape.fmt)),
-    )
-    match = _key_match(shape, "s", "t")
-    first_key = sql.Identifier("t", shape.key[0])
-    row = tgt.execute(
-        sql.SQL(
-            "SELECT count(*) FILTER (WHERE {k} IS NOT NULL AND {a} = {b}),"
-            " count(*) FILTER (WHERE {k} IS NOT NULL AND {a} <> {b}),"
-            " min(CASE WHEN {k} IS NOT NULL AND {a} <> {b} THEN {keytext} END)"
-            " FROM {stage} AS s LEFT JOIN {target} AS t ON {match}"
-        ).format(
-            k=first_key,
-            a=_row_text(shape, "s"),
-            b=_row_text(shape, "t"),
-            keytext=sql.SQL("ROW({})::text").format(
-                sql.SQL(", ").join(sql.Identifier("s", k) for k in shape.key)
-            ),
-            stage=_STAGE,
-            target=shape.target.ident,
-            match=match,
-        )
+def _count_range(
+    conn: Conn, shape: TableShape, table: TableName, after: str | None, upper: str
+) -> int:
+    """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
+    where, params = shape.where(after, upper)
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, where), params
     ).fetchone()
     assert row is not None
-    equal, changed = int(row[0]), int(row[1])  # type: ignore[call-overload]
-    if changed:
-        raise backfill_error(
-            "backfill_record_changed",
-            f"{changed} row(s) of {shape.target} differ from the source (first key {row[2]}).",
-        )
-    inserted = tgt.execute(
-        sql.SQL(
-            "INSERT INTO {target} ({cols}) SELECT {cols} FROM {stage} AS s"
-            " WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {match})"
-        ).format(target=shape.target.ident, cols=cols, stage=_STAGE, match=match)
-    ).rowcount
-    tgt.execute(sql.SQL("DROP TABLE {}").format(_STAGE))
-    return out_n, in_n, moved, inserted, equal, content
+    assert isinstance(row[0], int)
+    return row[0]
+
+
+def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
+    """The first ``size`` cursor values after ``after`` (at most the mark), counted in the same
+    index scan; a cursor that is not unique adds the rows tied with the last value, so a batch
+    never splits equal cursor values."""
+    where, params = shape.where(after, hwm)
+    row = src.execute(
+        sql.SQL(_HEAD).format(c=shape.cursor.ident, t=shape.source.ident, w=where),
+        [*params, size],
+    ).fetchone()
+    assert row is not None
+    count = int(row[0])  # type: ignore[call-overload]
+    first = None if row[1] is None else str(row[1])
+    last = None if row[2] is None else str(row[2])
+    if count < size:  # the rest of the scope: the range runs to the mark
+        return _Bounds(hwm, True, count, first, last)
+    assert last is not None
+    if shape.key != (shape.cursor.name,):  # the cursor alone is not the key: ties may follow
+        count = _count_range(src, shape, shape.source, after, last)
+    return _Bounds(last, last == hwm, count, first, last)
 
 
 def _move(
@@ -223,52 +171,31 @@ def _move(
     out_n = in_n = moved = copied = equal = target_count = 0
     content, path = EMPTY_HASH, ApplyPath.NONE
     if hwm is not None:
-        where, params = shape.where(after, hwm)
-        row = src.execute(
-            # Qualified: a bare name in ORDER BY would sort by the ::text output column.
-            sql.SQL(
-                "SELECT src.{c}::text FROM {t} AS src WHERE {w} ORDER BY src.{c} OFFSET %s LIMIT 1"
-            ).format(c=shape.cursor.ident, t=shape.source.ident, w=where),
-            [*params, request.batch_size - 1],
-        ).fetchone()
-        upper = hwm if row is None else str(row[0])
-        final = upper == hwm
-        where, params = shape.where(after, upper)
-        stats = src.execute(
-            sql.SQL("SELECT count(*), min({c})::text, max({c})::text FROM {t} WHERE {w}").format(
-                c=shape.cursor.ident, t=shape.source.ident, w=where
-            ),
-            params,
-        ).fetchone()
-        assert stats is not None
-        count = int(stats[0])  # type: ignore[call-overload]
-        first = None if stats[1] is None else str(stats[1])
-        last = None if stats[2] is None else str(stats[2])
+        bounds = _bounds(src, shape, after, hwm, request.batch_size)
+        upper, final, count = bounds.upper, bounds.final, bounds.count
+        first, last = bounds.first, bounds.last
         on_phase("copy")
         select, params = shape.select_range(shape.source, after, upper)
         copy_out = copy_out_statement(select, shape.fmt)
         tgt.execute("SAVEPOINT dpone_batch", prepare=False)
         try:
-            out_n, in_n, moved, content = hashed_relay(
+            relayed = hashed_relay(
                 src,
                 copy_out,
                 params,
                 tgt,
                 copy_in_statement(shape.target, shape.columns, shape.fmt),
             )
-            copied, path = in_n, ApplyPath.DIRECT
+            copied, path = relayed.rows_in, ApplyPath.DIRECT
         except psycopg.errors.UniqueViolation:
             tgt.execute("ROLLBACK TO SAVEPOINT dpone_batch", prepare=False)
-            out_n, in_n, moved, copied, equal, content = staged_apply(
-                sessions, shape, copy_out, params
-            )
+            staged = staged_apply(src, tgt, shape, copy_out, params)
+            relayed, copied, equal = staged.relayed, staged.inserted, staged.duplicates
             path = ApplyPath.STAGED
+        out_n, in_n = relayed.rows_out, relayed.rows_in
+        moved, content = relayed.bytes, relayed.content_hash
         tgt.execute("RELEASE SAVEPOINT dpone_batch", prepare=False)
-        counted = tgt.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(shape.target.ident, where), params
-        ).fetchone()
-        assert counted is not None
-        target_count = int(counted[0])  # type: ignore[call-overload]
+        target_count = _count_range(tgt, shape, shape.target, after, upper)
     done = src.execute("SELECT clock_timestamp()").fetchone()
     assert done is not None
     receipt = authority.complete(row_count=out_n, byte_count=moved, completed_at=done[0])  # type: ignore[arg-type]

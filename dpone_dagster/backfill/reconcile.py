@@ -1,12 +1,18 @@
 """The final reconciliation: the target equals the source at the mark, range by range, or says so.
 
-Each batch range ``(after, upper]`` is read from the source under ONE ``REPEATABLE READ READ
-ONLY`` snapshot and from the target under one snapshot, both as the same COPY stream the batch
-hashed (same columns, same order, same format): equal count and equal sha256 mean equal rows.
-The two sides are read concurrently (two sessions, two threads), each block hashed and dropped.
+Each batch range ``(after, upper]`` is digested on the source under ONE ``REPEATABLE READ READ
+ONLY`` snapshot and on the target under one snapshot: its row count and an order-independent
+hash of the exact content of its rows, computed by each server over its own rows
+(:mod:`.digest`); only the two numbers per range cross the wire. The two sides run
+concurrently (two sessions, two threads), so the pass costs the slower side, not the sum.
+
+The reconciliation hash is not the batch receipt's content hash, and is not meant to be: the
+receipt's ``sha256`` over the COPY stream binds what one batch snapshot sent; the reconciliation
+compares what the source and the target hold at the end, both digested the same way, and keeps
+the receipt's hash beside its own (``receipt_hash``) for the record.
 
 A range that differs is repaired from the same source snapshot through the staged apply (rows
-missing from the target are inserted; equal rows are left alone) and hashed again. Whatever
+missing from the target are inserted; equal rows are left alone) and digested again. Whatever
 still differs (a row the source changed or deleted after its batch was copied, a row the target
 holds that the source does not) is reported with ``backfill_record_changed``, stored in the
 ledger's range checks, and the run becomes ``blocked``: never silently accepted.
@@ -14,23 +20,25 @@ ledger's range checks, and the run becomes ``blocked``: never silently accepted.
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
-from dpone_dagster.postgres.identifiers import TableName
 
-from .copier import Sessions, staged_apply
+from .copier import Sessions
+from .digest import RangeDigest, digest_query, range_digest, require_row_hash, row_hash
 from .errors import BackfillError
 from .protocol import BatchReceipt
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .shape import TableShape
+from .staged import staged_apply
 
 Conn = psycopg.Connection[tuple[object, ...]]
+Query = tuple[sql.Composed, list[str]]
 
 
 @dataclass(frozen=True)
@@ -39,22 +47,12 @@ class _Range:
     after: str | None
     upper: str
     receipt_hash: str
+    source: Query
+    target: Query
 
 
-def _hash_range(conn: Conn, shape: TableShape, table: TableName, rng: _Range) -> tuple[int, str]:
-    select, params = shape.select_range(table, rng.after, rng.upper)
-    digest = hashlib.sha256()
-    with conn.cursor() as cur:
-        with cur.copy(copy_out_statement(select, shape.fmt), params) as copy:
-            for block in copy:
-                digest.update(block)
-        return cur.rowcount, "sha256:" + digest.hexdigest()
-
-
-def _read_side(
-    conn: Conn, shape: TableShape, table: TableName, ranges: list[_Range]
-) -> list[tuple[int, str]]:
-    return [_hash_range(conn, shape, table, r) for r in ranges]
+def _digest_all(conn: Conn, queries: list[Query]) -> list[RangeDigest]:
+    return [range_digest(conn, query, params) for query, params in queries]
 
 
 def _snapshot(conn: Conn) -> str:
@@ -64,61 +62,60 @@ def _snapshot(conn: Conn) -> str:
     return token_digest(str(row[0]))
 
 
-def _compared(rng: _Range, source: tuple[int, str], target: tuple[int, str]) -> RangeCheck:
-    """The check of a range read on both sides and not repaired."""
+def _check(
+    rng: _Range,
+    source: RangeDigest,
+    target: RangeDigest,
+    *,
+    repaired: bool = False,
+    inserted: int = 0,
+    code: str | None = None,
+    detail: str = "",
+) -> RangeCheck:
+    """The check of one range; ``detail`` and ``code`` describe a difference, if any."""
     equal = source == target
     return RangeCheck(
         sequence=rng.sequence,
         after=rng.after,
         upper=rng.upper,
-        source_count=source[0],
-        target_count=target[0],
-        source_hash=source[1],
-        target_hash=target[1],
+        source_count=source.count,
+        target_count=target.count,
+        source_hash=source.hash,
+        target_hash=target.hash,
         receipt_hash=rng.receipt_hash,
-        outcome=RangeOutcome.EQUAL if equal else RangeOutcome.DIFFERS,
-        code=None if equal else "backfill_record_changed",
-        detail="" if equal else "Not repaired (repair=False).",
+        inserted=inserted,
+        outcome=(
+            RangeOutcome.DIFFERS
+            if not equal
+            else RangeOutcome.REPAIRED
+            if repaired
+            else RangeOutcome.EQUAL
+        ),
+        code=None if equal else code or "backfill_record_changed",
+        detail="" if equal else detail,
     )
 
 
-def _repair(
-    sessions: Sessions, shape: TableShape, rng: _Range, source: tuple[int, str]
-) -> RangeCheck:
+def _repair(sessions: Sessions, shape: TableShape, rng: _Range, source: RangeDigest) -> RangeCheck:
     tgt = sessions.target
     select, params = shape.select_range(shape.source, rng.after, rng.upper)
     tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
-        _, _, _, inserted, _, _ = staged_apply(
-            sessions, shape, copy_out_statement(select, shape.fmt), params
-        )
+        inserted = staged_apply(
+            sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
+        ).inserted
         tgt.execute("RELEASE SAVEPOINT dpone_repair", prepare=False)
     except BackfillError as exc:
         tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
         code, detail = exc.code, exc.message
-    count, target_hash = _hash_range(tgt, shape, shape.target, rng)
-    equal = (count, target_hash) == source
-    if not equal and code is None:
-        code = "backfill_record_changed"
+    target = range_digest(tgt, *rng.target)
+    if target != source and code is None:
         detail = (
-            f"The target holds {count} rows of the range, the source {source[0]}: rows were "
-            "deleted from the source after the batch was copied, or written to the target."
+            f"The target holds {target.count} rows of the range, the source {source.count}: rows "
+            "were deleted from the source after the batch was copied, or written to the target."
         )
-    return RangeCheck(
-        sequence=rng.sequence,
-        after=rng.after,
-        upper=rng.upper,
-        source_count=source[0],
-        target_count=count,
-        source_hash=source[1],
-        target_hash=target_hash,
-        receipt_hash=rng.receipt_hash,
-        inserted=inserted,
-        outcome=RangeOutcome.REPAIRED if equal else RangeOutcome.DIFFERS,
-        code=None if equal else code,
-        detail=detail,
-    )
+    return _check(rng, source, target, repaired=True, inserted=inserted, code=code, detail=detail)
 
 
 def reconcile_ranges(
@@ -143,25 +140,34 @@ def reconcile_ranges(
     Returns:
         One check per range with rows or bounds; ``ok`` is False when any range differs.
     """
-    ranges = [
-        _Range(r.sequence, r.after, r.observation.upper, r.observation.content_hash)
-        for r in receipts
-        if r.observation.upper is not None
-    ]
     src = sessions.source
+    require_row_hash(src, reader)
     try:
         source_snapshot = _snapshot(src)
         target_snapshot = _snapshot(reader)
+        row = row_hash(src, shape.columns)
+        ranges = [
+            _Range(
+                r.sequence,
+                r.after,
+                r.observation.upper,
+                r.observation.content_hash,
+                digest_query(shape, shape.source, row, r.after, r.observation.upper),
+                digest_query(shape, shape.target, row, r.after, r.observation.upper),
+            )
+            for r in receipts
+            if r.observation.upper is not None
+        ]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
-            src_side = pool.submit(_read_side, src, shape, shape.source, ranges)
-            tgt_side = pool.submit(_read_side, reader, shape, shape.target, ranges)
-            source_sums, target_sums = src_side.result(), tgt_side.result()
+            src_side = pool.submit(_digest_all, src, [r.source for r in ranges])
+            tgt_side = pool.submit(_digest_all, reader, [r.target for r in ranges])
+            source_digests, target_digests = src_side.result(), tgt_side.result()
         reader.execute("COMMIT", prepare=False)
         checks: list[RangeCheck] = []
         began = False
-        for rng, s, t in zip(ranges, source_sums, target_sums, strict=True):
+        for rng, s, t in zip(ranges, source_digests, target_digests, strict=True):
             if s == t or not repair:
-                checks.append(_compared(rng, s, t))
+                checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
                 continue
             if not began:
                 sessions.target.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)

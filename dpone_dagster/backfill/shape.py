@@ -44,6 +44,7 @@ _SESSION = (
     ("DateStyle", "ISO, YMD"),
     ("IntervalStyle", "postgres"),
     ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
 )
 
 
