@@ -282,3 +282,55 @@ def test_the_internal_query_reads_every_table_in_one_snapshot(source_dsn: str) -
     assert report.snapshot_label == "single_snapshot"
     receipts = [t.extraction_receipt for t in report.tables]
     assert all(r is not None and r.source_token == report.source_token for r in receipts)
+
+
+def test_the_internal_query_session_terminated_mid_statement_aborts(source_dsn: str) -> None:
+    """The internal query is one INSERT ... SELECT in the target session: killing that session
+    while the statement runs aborts the copy, drops nothing that existed, leaves no staging."""
+    pg.create_mixed_table(source_dsn, rows=5_000)
+    # A volatile call in the WHERE clause runs per row: the statement takes seconds.
+    pg.execute(
+        source_dsn,
+        "CREATE VIEW public.slow AS SELECT m.* FROM public.mixed m "
+        "WHERE pg_sleep(0.001)::text IS NOT NULL",
+    )
+    app = "dpone-test-internal-kill"
+    stop = threading.Event()
+
+    def kill_the_insert() -> None:
+        while not stop.is_set():
+            rows = pg.fetch_all(
+                pg.admin_dsn(),
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+                "AND query LIKE 'INSERT INTO%%' AND state = 'active'",
+                (app,),
+            )
+            if rows:
+                pg.terminate([int(rows[0][0])])  # type: ignore[call-overload]
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_insert)
+    killer.start()
+    try:
+        with pytest.raises(CopyError) as err:
+            copy_tables(
+                source_dsn,
+                source_dsn,
+                [("public.slow", "copies.slow")],
+                strategy="internal",
+                options=CopyOptions(
+                    source_options=ConnectionOptions(application_name=app),
+                    target_options=ConnectionOptions(application_name=app),
+                ),
+            )
+    finally:
+        stop.set()
+        killer.join()
+    assert err.value.code == "target_load_failed", err.value
+    assert "terminat" in err.value.message or "closed" in err.value.message
+    report = err.value.report
+    assert report is not None and report.outcome == "abort"
+    assert not pg.table_exists(source_dsn, "copies", "slow")
+    assert pg.fetch_all(source_dsn, STAGING_TABLES) == [], "no staging table is left"
+    assert pg.open_transactions(source_dsn) == [], "no transaction stays open"
