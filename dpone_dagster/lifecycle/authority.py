@@ -21,6 +21,23 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _open_window(receipt: ExtractionLifecycleReceipt, action: str) -> ExtractionLifecycleReceipt:
+    """Returns ``receipt`` if its window is open (acquired, not completed), else raises."""
+    if receipt.state is ReceiptState.PENDING:
+        raise LifecycleError(
+            "lifecycle_not_acquired",
+            f"Cannot {action} before the extraction window was acquired.",
+            ["Call acquire() at the source-read boundary first."],
+        )
+    if receipt.state is ReceiptState.COMPLETED:
+        raise LifecycleError(
+            "lifecycle_completed",
+            f"Cannot {action}: the extraction already completed and its receipt is final.",
+            ["Start a new extraction with a new authority."],
+        )
+    return receipt
+
+
 class ExtractionLifecycleAuthority:
     """Owns one extraction's current :class:`ExtractionLifecycleReceipt`.
 
@@ -127,19 +144,7 @@ class ExtractionLifecycleAuthority:
                 the window, ``lifecycle_completed`` after completion.
         """
         with self._lock:
-            current = self._receipt
-            if current.state is ReceiptState.PENDING:
-                raise LifecycleError(
-                    "lifecycle_not_acquired",
-                    "A snapshot can only be recorded inside an acquired extraction window.",
-                    ["Call acquire() at the source-read boundary first."],
-                )
-            if current.state is ReceiptState.COMPLETED:
-                raise LifecycleError(
-                    "lifecycle_completed",
-                    "The extraction already completed; its receipt is final.",
-                    ["Record the snapshot before completion."],
-                )
+            current = _open_window(self._receipt, "record a snapshot")
             if current.has_snapshot:
                 raise LifecycleError(
                     "lifecycle_snapshot_already_acquired",
@@ -183,19 +188,7 @@ class ExtractionLifecycleAuthority:
                 ``lifecycle_completed`` when already completed.
         """
         with self._lock:
-            current = self._receipt
-            if current.state is ReceiptState.PENDING:
-                raise LifecycleError(
-                    "lifecycle_not_acquired",
-                    "An extraction cannot complete before its window was acquired.",
-                    ["Call acquire() when the source read begins."],
-                )
-            if current.state is ReceiptState.COMPLETED:
-                raise LifecycleError(
-                    "lifecycle_completed",
-                    "The extraction already completed; its receipt is final.",
-                    ["Do not complete an extraction twice."],
-                )
+            current = _open_window(self._receipt, "complete")
             if completed_at is None:
                 if current.clock_authority != ORCHESTRATOR_UTC:
                     raise LifecycleError(
