@@ -100,15 +100,23 @@ def connect(
         ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
         psycopg.OperationalError: the server could not be reached (message redacted).
     """
-    check_dsn(dsn)
+    params = check_dsn(dsn)
     options = options or ConnectionOptions()
     kwargs: dict[str, object] = {
         "application_name": options.application_name,
         "connect_timeout": options.connect_timeout,
         **options.extra,
     }
+    # ISO dates on every session: receipts read the server clock as timestamps, and a text-format
+    # relay must print dates the way the other side parses them, whatever the server's default.
+    settings = ["-c DateStyle=ISO"]
+    if params.get("options"):  # the DSN's own options are kept, after ours
+        settings.append(params["options"])
     if options.statement_timeout_ms:
-        kwargs["options"] = f"-c statement_timeout={int(options.statement_timeout_ms)}"
+        settings.append(f"-c statement_timeout={int(options.statement_timeout_ms)}")
+    if "options" in options.extra:
+        settings.append(options.extra["options"])
+    kwargs["options"] = " ".join(settings)
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
     except psycopg.OperationalError as exc:

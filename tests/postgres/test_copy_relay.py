@@ -61,3 +61,44 @@ def test_the_catalog_reads_exact_names_types_keys_and_user_types(source_dsn: str
         with pytest.raises(CatalogError) as err:
             table_columns(conn, TableName("Sales Ops", "order items"))
         assert err.value.code == "table_not_found"
+
+
+def test_a_server_with_a_non_iso_datestyle_still_copies_and_dates_receipts(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """Databases whose default DateStyle is SQL/DMY: every dpone session still speaks ISO."""
+    from dpone_dagster.postgres import copy_tables
+
+    for dsn in (source_dsn, target_dsn):
+        name = pg.fetch_one(dsn, "SELECT current_database()")
+        pg.execute(dsn, f"ALTER DATABASE \"{name}\" SET DateStyle = 'SQL, DMY'")
+    pg.execute(source_dsn, "CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    pg.execute(target_dsn, "CREATE TYPE mood AS ENUM ('sad', 'ok')")
+    pg.execute(source_dsn, "CREATE TABLE d (id int PRIMARY KEY, day date, at timestamptz, m mood)")
+    pg.execute(
+        source_dsn,
+        "INSERT INTO d VALUES (1, '2026-11-29', '2026-11-29 10:00+00', 'ok'),"
+        " (2, '2026-01-02', '2026-01-02 03:04:05+00', 'sad')",
+    )
+    for strategy in ("whole", "streamed", "batched"):
+        report = copy_tables(source_dsn, target_dsn, ["public.d"], strategy=strategy)  # type: ignore[arg-type]
+        receipt = report.tables[0].extraction_receipt
+        assert receipt is not None and receipt.extraction_completed_at is not None
+        assert pg.fetch_all(target_dsn, "SELECT id, day::text, m::text FROM d ORDER BY id") == [
+            (1, "29/11/2026", "ok"),
+            (2, "02/01/2026", "sad"),
+        ], "the dates arrived as the same dates (printed here in the database's own style)"
+
+
+def test_options_in_the_dsn_are_kept_beside_dpones_own(source_dsn: str) -> None:
+    from psycopg import conninfo
+
+    from dpone_dagster.postgres import ConnectionOptions, connect
+
+    dsn = conninfo.make_conninfo(source_dsn, options="-c search_path=elsewhere")
+    with connect(dsn, ConnectionOptions(statement_timeout_ms=1234)) as conn:
+        settings = conn.execute(
+            "SELECT current_setting('search_path'), current_setting('statement_timeout'),"
+            " current_setting('DateStyle')"
+        ).fetchone()
+    assert settings == ("elsewhere", "1234ms", "ISO, MDY")
