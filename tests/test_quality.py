@@ -92,3 +92,14 @@ def test_every_public_name_resolves() -> None:
     result = run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) > 20
+
+
+def test_the_readmes_dagster_example_builds_its_definitions() -> None:
+    """The first Python block of the README (the Dagster example) runs and its definitions load."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    probe = "defs.resolve_job_def('extract_shop__orders').name"
+    code = f"{block}\nprint(len(defs.resolve_all_asset_specs()), {probe})"
+    result = run(sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[:2] == ["4", "extract_shop__orders"], result.stdout
