@@ -23,11 +23,12 @@ from .protocol import (
     Boundary,
     BoundedWritePause,
     MissingBoundary,
+    RowVersionEvidence,
     SnapshotLabel,
     TableRef,
     TrustworthyCursor,
 )
-from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .reconcile_model import RangeCheck, RangeOutcome, RangeProof, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult
 from .target import prepare_target
 
@@ -57,7 +58,9 @@ __all__ = [
     "MissingBoundary",
     "RangeCheck",
     "RangeOutcome",
+    "RangeProof",
     "ReconciliationReport",
+    "RowVersionEvidence",
     "SnapshotLabel",
     "TableRef",
     "TrustworthyCursor",

@@ -246,6 +246,27 @@ class ApplyPath(StrEnum):
     NONE = "no_rows"
 
 
+class RowVersionEvidence(_Frozen):
+    """What lets the reconciliation prove a batch range unchanged without hashing it.
+
+    Taken only for a batch COPYed straight into a target without user triggers
+    (:mod:`.row_versions` states the proof).
+
+    Attributes:
+        source_xmin: The batch snapshot's ``xmin`` (64-bit): every older transaction had ended.
+        source_table: Key of the source table's identity and copied columns.
+        target_xid: The 32-bit id of the (sub)transaction whose COPY inserted the batch's rows.
+        target_top_xid: The 64-bit id of the batch's target transaction.
+        target_table: Key of the target table's identity and copied columns.
+    """
+
+    source_xmin: int = Field(ge=3)
+    source_table: str = Field(min_length=1)
+    target_xid: int = Field(ge=3, lt=2**32)
+    target_top_xid: int = Field(ge=3)
+    target_table: str = Field(min_length=1)
+
+
 class BatchObservation(_Frozen):
     """What the copier saw while moving one batch (input to the pure apply rule).
 
@@ -264,6 +285,7 @@ class BatchObservation(_Frozen):
         final: No row of the scope remains after ``upper`` up to the mark.
         apply_path: Direct COPY or staged apply.
         extraction: The batch's lifecycle receipt (window, clock, snapshot token digest).
+        row_versions: Evidence for the reconciliation's row-version proof, when it applies.
     """
 
     upper: str | None
@@ -280,6 +302,7 @@ class BatchObservation(_Frozen):
     final: bool
     apply_path: ApplyPath
     extraction: ExtractionLifecycleReceipt
+    row_versions: RowVersionEvidence | None = None
 
 
 class BatchReceipt(_Frozen):

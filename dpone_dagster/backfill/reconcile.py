@@ -1,10 +1,17 @@
 """The final reconciliation: the target equals the source at the mark, range by range, or says so.
 
-Each batch range ``(after, upper]`` is digested on the source under ONE ``REPEATABLE READ READ
-ONLY`` snapshot and on the target under one snapshot: its row count and an order-independent
-hash of the exact content of its rows, computed by each server over its own rows
-(:mod:`.digest`); only the two numbers per range cross the wire. The two sides run
-concurrently (two sessions, two threads), so the pass costs the slower side, not the sum.
+Every batch range ``(after, upper]`` is checked on the source under ONE ``REPEATABLE READ READ
+ONLY`` snapshot and on the target under one snapshot, in two steps:
+
+1. A range whose receipt carries row-version evidence is first tested by row versions
+   (:mod:`.row_versions`): a count and "nobody wrote these rows since the batch" on each side.
+   A range that passes is proven equal without reading its values.
+2. Every other range (and any that failed step 1) is digested: its row count and an
+   order-independent hash of the exact content of its rows, computed by each server over its
+   own rows (:mod:`.digest`); only the two numbers per range cross the wire.
+
+The two sides run concurrently (two sessions, two threads), so each step costs the slower side,
+not the sum.
 
 The reconciliation hash is not the batch receipt's content hash, and is not meant to be: the
 receipt's ``sha256`` over the COPY stream binds what one batch snapshot sent; the reconciliation
@@ -32,8 +39,9 @@ from dpone_dagster.postgres.copy import copy_out_statement
 from .copier import Sessions
 from .digest import RangeDigest, digest_query, range_digest, require_row_hash, row_hash
 from .errors import BackfillError
-from .protocol import BatchReceipt
-from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .protocol import BatchReceipt, RowVersionEvidence
+from .reconcile_model import RangeCheck, RangeOutcome, RangeProof, ReconciliationReport
+from .row_versions import horizon, proven, source_proof, target_proof, usable
 from .shape import TableShape
 from .staged import staged_apply
 
@@ -49,10 +57,53 @@ class _Range:
     receipt_hash: str
     source: Query
     target: Query
+    source_count: int
+    target_count: int
+    evidence: RowVersionEvidence | None
 
 
 def _digest_all(conn: Conn, queries: list[Query]) -> list[RangeDigest]:
     return [range_digest(conn, query, params) for query, params in queries]
+
+
+def _fetch_all(
+    conn: Conn, queries: list[tuple[sql.Composed, list[object]]]
+) -> list[tuple[object, ...]]:
+    rows = [conn.execute(query, params).fetchone() for query, params in queries]
+    return [row for row in rows if row is not None]
+
+
+def _prove(
+    pool: ThreadPoolExecutor, src: Conn, reader: Conn, shape: TableShape, ranges: list[_Range]
+) -> set[int]:
+    """The sequences of the ranges that row versions prove equal on both sides."""
+    if shape.versions is None or not any(r.evidence for r in ranges):
+        return set()
+    src_horizon = pool.submit(horizon, src, shape.source, shape.columns)
+    tgt_horizon = pool.submit(horizon, reader, shape.target, shape.columns)
+    s_h, t_h = src_horizon.result(), tgt_horizon.result()
+    tried = [
+        (r, r.evidence)
+        for r in ranges
+        if r.evidence is not None
+        and r.source_count == r.target_count
+        and usable(r.evidence, s_h, t_h)
+    ]
+    s_side = pool.submit(
+        _fetch_all,
+        src,
+        [source_proof(shape.source, shape.where(r.after, r.upper), e) for r, e in tried],
+    )
+    t_side = pool.submit(
+        _fetch_all,
+        reader,
+        [target_proof(shape.target, shape.where(r.after, r.upper), e) for r, e in tried],
+    )
+    return {
+        r.sequence
+        for (r, _), s, t in zip(tried, s_side.result(), t_side.result(), strict=True)
+        if proven(s, r.source_count) and proven(t, r.target_count)
+    }
 
 
 def _snapshot(conn: Conn) -> str:
@@ -68,6 +119,7 @@ def _check(
     target: RangeDigest,
     *,
     repaired: bool = False,
+    proof: RangeProof = RangeProof.CONTENT_HASH,
     inserted: int = 0,
     code: str | None = None,
     detail: str = "",
@@ -83,6 +135,7 @@ def _check(
         source_hash=source.hash,
         target_hash=target.hash,
         receipt_hash=rng.receipt_hash,
+        proof=proof,
         inserted=inserted,
         outcome=(
             RangeOutcome.DIFFERS
@@ -154,18 +207,31 @@ def reconcile_ranges(
                 r.observation.content_hash,
                 digest_query(shape, shape.source, row, r.after, r.observation.upper),
                 digest_query(shape, shape.target, row, r.after, r.observation.upper),
+                r.observation.source_count,
+                r.observation.target_count,
+                r.observation.row_versions,
             )
             for r in receipts
             if r.observation.upper is not None
         ]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
-            src_side = pool.submit(_digest_all, src, [r.source for r in ranges])
-            tgt_side = pool.submit(_digest_all, reader, [r.target for r in ranges])
-            source_digests, target_digests = src_side.result(), tgt_side.result()
+            proved = _prove(pool, src, reader, shape, ranges)
+            hashed = [r for r in ranges if r.sequence not in proved]
+            src_side = pool.submit(_digest_all, src, [r.source for r in hashed])
+            tgt_side = pool.submit(_digest_all, reader, [r.target for r in hashed])
+            digests = {
+                r.sequence: (s, t)
+                for r, s, t in zip(hashed, src_side.result(), tgt_side.result(), strict=True)
+            }
         reader.execute("COMMIT", prepare=False)
         checks: list[RangeCheck] = []
         began = False
-        for rng, s, t in zip(ranges, source_digests, target_digests, strict=True):
+        for rng in ranges:
+            if rng.sequence in proved:
+                same = RangeDigest(rng.source_count, rng.receipt_hash)
+                checks.append(_check(rng, same, same, proof=RangeProof.ROW_VERSIONS))
+                continue
+            s, t = digests[rng.sequence]
             if s == t or not repair:
                 checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
                 continue

@@ -17,6 +17,16 @@ class RangeOutcome(StrEnum):
     """Still different after repair; ``code`` says why. Never silently accepted."""
 
 
+class RangeProof(StrEnum):
+    """How a range's equality was established."""
+
+    CONTENT_HASH = "content_hash"
+    """Both servers hashed the exact content of the range's rows (:mod:`.digest`)."""
+    ROW_VERSIONS = "row_versions"
+    """Nobody wrote the range on either side since its batch (:mod:`.row_versions`): the content
+    of both sides is what the batch's COPY stream carried, whose hash is the receipt's."""
+
+
 class RangeCheck(BaseModel):
     """Source and target compared over one batch range ``(after, upper]``.
 
@@ -26,9 +36,11 @@ class RangeCheck(BaseModel):
         upper: Inclusive upper cursor bound.
         source_count: Rows of the range in the source (reconciliation snapshot).
         target_count: Rows of the range in the target, after any repair.
-        source_hash: ``sha256:`` of the source range's COPY stream.
+        source_hash: The source range's content hash: its ``rowhash64-sum:`` digest, or, when
+            proven by row versions, the receipt's hash of the batch's COPY stream.
         target_hash: The same over the target, after any repair.
         receipt_hash: The batch receipt's content hash (the source range when copied).
+        proof: How equality was established: row versions, or the content hash of both sides.
         inserted: Rows copied by the repair.
         outcome: equal, repaired or differs.
         code: The error code of a difference (``backfill_record_changed``).
@@ -45,6 +57,7 @@ class RangeCheck(BaseModel):
     source_hash: str
     target_hash: str
     receipt_hash: str
+    proof: RangeProof = RangeProof.CONTENT_HASH
     inserted: int = Field(default=0, ge=0)
     outcome: RangeOutcome
     code: str | None = None
@@ -81,3 +94,7 @@ class ReconciliationReport(BaseModel):
     def count(self, outcome: RangeOutcome) -> int:
         """How many ranges ended with ``outcome``."""
         return sum(1 for r in self.ranges if r.outcome is outcome)
+
+    def proven_by(self, proof: RangeProof) -> int:
+        """How many ranges were established by ``proof``."""
+        return sum(1 for r in self.ranges if r.proof is proof)

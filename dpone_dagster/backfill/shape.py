@@ -33,6 +33,7 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .errors import backfill_error
 from .protocol import BackfillScope, TableRef
+from .row_versions import TableKeys, keys_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -73,6 +74,8 @@ class TableShape:
         key: The primary-key columns (equal on both sides).
         cursor: The cursor column.
         fmt: ``binary``, or ``text`` when a user-defined type is copied.
+        versions: Both tables' row-version keys, or ``None`` when row versions cannot prove
+            their content (:mod:`.row_versions`).
     """
 
     source: TableName
@@ -81,6 +84,7 @@ class TableShape:
     key: tuple[str, ...]
     cursor: Column
     fmt: CopyFormat
+    versions: TableKeys | None = None
 
     @property
     def cursor_type(self) -> sql.Identifier:
@@ -192,7 +196,8 @@ def resolve_shape(
             f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
         )
     _check_target(tgt, target, columns, key, cursor)
-    return TableShape(source, target, tuple(columns), key, cur, copy_format_for(columns))
+    versions = keys_for(src, tgt, source, target, columns)
+    return TableShape(source, target, tuple(columns), key, cur, copy_format_for(columns), versions)
 
 
 def _check_target(

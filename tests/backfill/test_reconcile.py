@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillReconciliationError, BackfillStatus
+from dpone_dagster.backfill import (
+    Backfill,
+    BackfillReconciliationError,
+    BackfillStatus,
+    RangeProof,
+)
 from dpone_dagster.backfill.digest import DIGEST_ALGORITHM
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
@@ -25,8 +30,9 @@ def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     b = backfill(pair)
     clean = b.run().reconciliation
     assert clean is not None and clean.ok and len(clean.ranges) == 5
-    assert all(r.source_hash.startswith(DIGEST_ALGORITHM + ":") for r in clean.ranges)
-    assert all(r.source_hash == r.target_hash != r.receipt_hash for r in clean.ranges)
+    # untouched since their batches: proven by row versions, the receipt's hash stands for both
+    assert all(r.proof is RangeProof.ROW_VERSIONS for r in clean.ranges)
+    assert all(r.source_hash == r.target_hash == r.receipt_hash for r in clean.ranges)
 
     pg.execute(pair.target, "DELETE FROM mixed WHERE id = 700")  # missing, range 1
     pg.execute(pair.target, "UPDATE mixed SET qty = qty + 1 WHERE id = 1500")  # differing, 2
@@ -37,6 +43,10 @@ def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     assert [r.sequence for r in found.differing] == [1, 2, 3]
     counts = {r.sequence: (r.source_count, r.target_count) for r in found.differing}
     assert counts == {1: (1000, 999), 2: (1000, 1000), 3: (1000, 1001)}
+    assert all(r.source_hash.startswith(DIGEST_ALGORITHM + ":") for r in found.differing)
+    assert [r.proof for r in found.ranges] == [RangeProof.CONTENT_HASH] * 3 + [
+        RangeProof.ROW_VERSIONS
+    ] * 2
     assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
 
     with pytest.raises(BackfillReconciliationError) as err:

@@ -1,0 +1,173 @@
+"""The reconciliation's row-version proof, attacked: every write since a batch is still found.
+
+A range is proven equal without hashing only when nobody wrote it on either side since its batch
+(``dpone_dagster/backfill/row_versions.py``). Each test below makes a change the proof must not
+miss (some of them invisible to counts, some invisible to ``xmin`` alone) and shows that the
+range falls back to the exact content hash and is reported, while untouched ranges stay proven.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from dpone_dagster.backfill import (
+    Backfill,
+    BatchReceipt,
+    RangeOutcome,
+    RangeProof,
+    ReconciliationReport,
+    RowVersionEvidence,
+)
+from dpone_dagster.backfill.row_versions import MAX_DISTANCE, Horizon, usable
+from dpone_dagster.backfill.rules import checkpoint_for
+from tests.backfill.conftest import Pair
+from tests.helpers import pg
+
+HASHED, PROVEN = RangeProof.CONTENT_HASH, RangeProof.ROW_VERSIONS
+
+
+def backfill(pair: Pair) -> Backfill:
+    return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+
+
+def proofs(report: ReconciliationReport) -> list[RangeProof]:
+    return [r.proof for r in report.ranges]
+
+
+def outcomes(report: ReconciliationReport) -> list[str]:
+    return [r.outcome.value for r in report.ranges]
+
+
+def test_direct_batches_carry_evidence_bound_into_the_checkpoint_chain(pair: Pair) -> None:
+    b = backfill(pair)
+    report = b.run().reconciliation
+    assert report is not None and report.ok and proofs(report) == [PROVEN] * 5
+    receipts = b.receipts()
+    evidence = [r.observation.row_versions for r in receipts]
+    assert all(e is not None for e in evidence)
+    assert len({e.target_xid for e in evidence if e is not None}) == 5  # one COPY each
+    assert all(r.source_hash == r.target_hash == r.receipt_hash for r in report.ranges)
+    first: BatchReceipt = receipts[0]
+    forged = first.observation.model_copy(
+        update={"row_versions": evidence[0].model_copy(update={"target_xid": 12345})}  # type: ignore[union-attr]
+    )
+    assert checkpoint_for(first.run_id, None, first.batch_digest, forged) != first.checkpoint
+
+
+def test_source_writes_since_a_batch_fall_back_to_the_hash_and_are_found(pair: Pair) -> None:
+    b = backfill(pair)
+    b.run()
+    with psycopg.connect(pair.source, autocommit=True) as conn:
+        conn.execute("UPDATE mixed SET qty = qty + 1 WHERE id = 500")  # range 1: a value
+        # range 2: one row replaced by another, so the count is unchanged
+        conn.execute("DELETE FROM mixed WHERE id = 1500")
+        conn.execute("INSERT INTO mixed (id, qty) VALUES (1500, -1)")
+        conn.execute("UPDATE mixed SET qty = qty WHERE id = 2500")  # range 3: a no-op write
+    report = b.reconcile(repair=False)
+    assert proofs(report) == [HASHED, HASHED, HASHED, PROVEN, PROVEN]
+    assert outcomes(report) == ["differs", "differs", "equal", "equal", "equal"]
+    assert report.ranges[1].source_count == report.ranges[1].target_count == 1000
+
+
+def test_target_writes_fall_back_to_the_hash_and_a_rewrite_keeps_the_proof(pair: Pair) -> None:
+    b = backfill(pair)
+    b.run()
+    with psycopg.connect(pair.target, autocommit=True) as conn:
+        conn.execute("UPDATE mixed SET label = 'changed' WHERE id = 10")  # range 1
+        conn.execute(  # range 2: deleted and put back exactly as it was
+            "WITH gone AS (DELETE FROM mixed WHERE id = 1010 RETURNING *)"
+            " INSERT INTO mixed SELECT * FROM gone"
+        )
+    for dsn in (pair.source, pair.target):  # rewrites and freezing keep every row version
+        pg.execute(dsn, "VACUUM FULL mixed")
+        pg.execute(dsn, "VACUUM FREEZE mixed")
+    report = b.reconcile(repair=False)
+    assert proofs(report) == [HASHED, HASHED, PROVEN, PROVEN, PROVEN]
+    assert outcomes(report) == ["differs", "equal", "equal", "equal", "equal"]
+
+
+def test_a_savepoint_write_of_a_transaction_in_flight_at_the_batch_is_found(pair: Pair) -> None:
+    b = backfill(pair)
+    list(b.batches(max_batches=1))
+    with psycopg.connect(pair.source) as writer:
+        writer.execute("SELECT pg_current_xact_id()")
+        writer.execute("SAVEPOINT s")
+        writer.execute("UPDATE mixed SET qty = qty + 7 WHERE id = 1700")  # written by a subxid
+        writer.execute("RELEASE SAVEPOINT s")
+        list(b.batches())  # batch 2 copies the row as it was: the writer has not committed
+        writer.commit()
+    report = b.reconcile(repair=False)
+    assert proofs(report)[1] is HASHED and report.ranges[1].outcome is RangeOutcome.DIFFERS
+    assert proofs(report)[2:] == [PROVEN] * 3
+
+
+def test_a_table_swapped_in_by_rename_is_hashed_not_trusted(pair: Pair) -> None:
+    """The impostor's rows are older than every batch and as many: only the table key tells."""
+    pg.execute(pair.source, "CREATE TABLE impostor (LIKE mixed INCLUDING ALL)")
+    pg.execute(pair.source, "INSERT INTO impostor SELECT * FROM mixed")
+    pg.execute(pair.source, "UPDATE impostor SET qty = qty + 1 WHERE id = 4200")
+    pg.execute(pair.source, "VACUUM impostor")
+    b = backfill(pair)
+    b.run()
+    with psycopg.connect(pair.source, autocommit=True) as conn, conn.transaction():
+        conn.execute("ALTER TABLE mixed RENAME TO original")
+        conn.execute("ALTER TABLE impostor RENAME TO mixed")
+    report = backfill(pair).reconcile(repair=False)  # a new process resolves the new table
+    assert proofs(report) == [HASHED] * 5
+    assert outcomes(report) == ["equal", "equal", "equal", "equal", "differs"]
+
+
+def test_a_column_dropped_and_re_added_with_a_default_is_hashed_not_trusted(pair: Pair) -> None:
+    """Every row gets the new default without a new row version: only the column key tells."""
+    b = backfill(pair)
+    b.run()
+    with psycopg.connect(pair.source, autocommit=True) as conn, conn.transaction():
+        conn.execute("ALTER TABLE mixed DROP COLUMN blob")  # the last: the order stays
+        conn.execute("ALTER TABLE mixed ADD COLUMN blob bytea NOT NULL DEFAULT '\\x00'")
+    report = b.reconcile(repair=False)
+    assert proofs(report) == [HASHED] * 5 and outcomes(report) == ["differs"] * 5
+
+
+def test_rows_a_target_trigger_changed_on_the_way_in_are_hashed(pair: Pair) -> None:
+    pg.execute(
+        pair.target,
+        "CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$BEGIN IF NEW.id = 3333 THEN NEW.qty := NEW.qty + 1; END IF; RETURN NEW; END$$",
+    )
+    pg.execute(
+        pair.target,
+        "CREATE TRIGGER bump BEFORE INSERT ON mixed FOR EACH ROW EXECUTE FUNCTION bump()",
+    )
+    b = backfill(pair)
+    list(b.batches())
+    assert all(r.observation.row_versions is None for r in b.receipts())
+    report = b.reconcile(repair=False)
+    assert proofs(report) == [HASHED] * 5
+    assert outcomes(report) == ["equal", "equal", "equal", "differs", "equal"]
+
+
+def test_rows_an_inheritance_child_brings_into_view_are_hashed(pair: Pair) -> None:
+    """A child's rows are old and, with as many deleted, the count holds: the children rule."""
+    pg.execute(pair.source, "CREATE TABLE child (LIKE mixed)")
+    pg.execute(pair.source, "INSERT INTO child (id, qty) VALUES (4999, 1)")  # before the batches
+    b = backfill(pair)
+    b.run()
+    pg.execute(pair.source, "DELETE FROM ONLY mixed WHERE id = 4999")  # the count stays 1000
+    pg.execute(pair.source, "ALTER TABLE child INHERIT mixed")
+    report = backfill(pair).reconcile(repair=False)
+    assert proofs(report) == [HASHED] * 5
+    assert outcomes(report) == ["equal", "equal", "equal", "equal", "differs"]
+
+
+def test_evidence_older_than_two_to_the_thirty_transactions_is_not_used() -> None:
+    """32-bit ids compare exactly only within 2^31 of each other: far older evidence is hashed."""
+    evidence = RowVersionEvidence(
+        source_xmin=1_000, source_table="s", target_xid=2_000, target_top_xid=2_000,
+        target_table="t",
+    )  # fmt: skip
+    near = Horizon(xmax=1_000 + MAX_DISTANCE - 1, key="s"), Horizon(xmax=5_000, key="t")
+    assert usable(evidence, *near)
+    assert not usable(evidence, Horizon(1_000 + MAX_DISTANCE, "s"), near[1])
+    assert not usable(evidence, near[0], Horizon(2_000 + MAX_DISTANCE, "t"))
+    assert not usable(evidence, Horizon(999, "s"), near[1])  # a horizon behind the evidence
+    assert not usable(evidence, near[0], Horizon(5_000, "another table"))
