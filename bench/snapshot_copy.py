@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from psycopg import conninfo  # noqa: E402
 
 from dpone_dagster.postgres import CopyOptions, copy_tables  # noqa: E402
+from dpone_dagster.postgres.report import Strategy  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 STRATEGIES = ("batched", "partitioned", "whole", "streamed")
@@ -48,7 +49,7 @@ def peak_rss_mb() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def child(strategy: str, source: str, target: str, workers: int) -> None:
+def child(strategy: Strategy, source: str, target: str, workers: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
     started = time.perf_counter()
     report = copy_tables(

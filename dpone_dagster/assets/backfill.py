@@ -26,6 +26,7 @@ from dpone_dagster.backfill import (
     BatchReceipt,
     BatchResult,
     LedgerConfig,
+    RangeProof,
     prepare_target,
 )
 from dpone_dagster.failures import DponeFailure
@@ -107,6 +108,8 @@ def _partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]
             {
                 "ok": report.ok,
                 "ranges": len(report.ranges),
+                "proven_by_row_versions": report.proven_by(RangeProof.ROW_VERSIONS),
+                "content_hashed": report.proven_by(RangeProof.CONTENT_HASH),
                 "differing": [r.sequence for r in report.differing],
             }
         )
@@ -363,5 +366,8 @@ class _PartitionRunner:
             "partition": partition,
             "ok": report is None or report.ok,
             "ranges": 0 if report is None else len(report.ranges),
+            "proven_by_row_versions": (
+                0 if report is None else report.proven_by(RangeProof.ROW_VERSIONS)
+            ),
             "snapshot_label": result.run.snapshot_label.value,
         }

@@ -47,6 +47,8 @@ def test_direct_batches_carry_evidence_bound_into_the_checkpoint_chain(pair: Pai
     assert all(e is not None for e in evidence)
     assert len({e.target_xid for e in evidence if e is not None}) == 5  # one COPY each
     assert all(r.source_hash == r.target_hash == r.receipt_hash for r in report.ranges)
+    hashed = b.reconcile(row_versions=False)  # on demand, every range is hashed
+    assert hashed.ok and proofs(hashed) == [HASHED] * 5
     first: BatchReceipt = receipts[0]
     forged = first.observation.model_copy(
         update={"row_versions": evidence[0].model_copy(update={"target_xid": 12345})}  # type: ignore[union-attr]

@@ -86,6 +86,10 @@ def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
         assert md["dpone/checkpoint"].startswith("sha256:") or md["dpone/checkpoint"]
         assert md["dpone/snapshot_label"] == "several_snapshots_reconciled"
         assert md["dpone/receipts_summary"]["batches"] == 4
+        assert md["dpone/reconciliation"] == {
+            "ok": True, "ranges": 4, "proven_by_row_versions": 4, "content_hashed": 0,
+            "differing": [],
+        }  # fmt: skip
         assert md["dpone/extraction_started_at"] <= md["dpone/extraction_completed_at"]
     assert run_tags["dpone/partition"] == "2000..3000"
     assert run_tags["dpone/checkpoint"] == mats["2000..3000"]["dpone/checkpoint"]
