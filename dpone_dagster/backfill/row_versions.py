@@ -35,6 +35,14 @@ At the reconciliation, inside its two snapshots, a range is **proven** when all 
 * **no wraparound**: fewer than 2^30 transactions have passed on either server since the batch,
   so 32-bit ids compare exactly (``age`` is exact within 2^31).
 
+**All ranges at once.** When every range of the run has evidence, one query per side covers
+the whole run first (a sequential scan where the run is most of the table): the source rows all
+older than the oldest batch snapshot's ``xmin``, the target rows all written by one of the
+batches' COPYs, and the totals equal to the sums of the batch counts. That proves every range:
+each range's rows now are a subset of what its batch copied (as above), so no range holds more
+than its batch count, and the totals leave no room for any range to hold fewer. When the
+whole-run query fails (somebody wrote somewhere), each range is tested on its own.
+
 Anything else (a staged batch, a target with triggers at copy time, a missing or stale key, a
 range where either test fails) is hashed exactly as before (:mod:`.digest`). The proof trusts
 PostgreSQL's own MVCC bookkeeping; tools that rewrite it by hand (``pg_resetwal``,
@@ -172,23 +180,32 @@ def horizon(conn: Conn, table: TableName, columns: Sequence[Column]) -> Horizon:
 
 
 def source_proof(
-    table: TableName, where: tuple[sql.Composable, list[str]], evidence: RowVersionEvidence
+    table: TableName,
+    where: tuple[sql.Composable, list[str]],
+    evidence: Sequence[RowVersionEvidence],
 ) -> tuple[sql.Composed, list[object]]:
-    """``count(*)`` and "every row is older than the batch snapshot's xmin" over one range."""
+    """``count(*)`` and "every row is older than the oldest batch snapshot's xmin" over a range.
+
+    ``age`` is measured from one transaction id per transaction, and PostgreSQL keeps it in the
+    leader (it is parallel restricted), so both sides of the comparison use the same origin.
+    """
+    oldest = min(e.source_xmin for e in evidence)
     query = sql.SQL("SELECT count(*), min(age(xmin)) > age(%s::text::xid) FROM {} WHERE {}").format(
         table.ident, where[0]
     )
-    return query, [str(evidence.source_xmin % 2**32), *where[1]]
+    return query, [str(oldest % 2**32), *where[1]]
 
 
 def target_proof(
-    table: TableName, where: tuple[sql.Composable, list[str]], evidence: RowVersionEvidence
+    table: TableName,
+    where: tuple[sql.Composable, list[str]],
+    evidence: Sequence[RowVersionEvidence],
 ) -> tuple[sql.Composed, list[object]]:
-    """``count(*)`` and "every row was written by the batch's COPY" over one range."""
-    query = sql.SQL("SELECT count(*), bool_and(xmin = %s::text::xid) FROM {} WHERE {}").format(
-        table.ident, where[0]
-    )
-    return query, [str(evidence.target_xid), *where[1]]
+    """``count(*)`` and "every row was written by one of the batches' COPYs" over a range."""
+    query = sql.SQL(
+        "SELECT count(*), bool_and(xmin = ANY(%s::text[]::xid[])) FROM {} WHERE {}"
+    ).format(table.ident, where[0])
+    return query, [[str(e.target_xid) for e in evidence], *where[1]]
 
 
 def usable(evidence: RowVersionEvidence, source: Horizon, target: Horizon) -> bool:
