@@ -9,6 +9,7 @@ range falls back to the exact content hash and is reported, while untouched rang
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from dpone_dagster.backfill import (
     Backfill,
@@ -71,25 +72,22 @@ def test_source_writes_since_a_batch_fall_back_to_the_hash_and_are_found(pair: P
     assert report.ranges[1].source_count == report.ranges[1].target_count == 1000
 
 
-def test_a_row_deleted_from_the_source_alone_is_found(pair: Pair) -> None:
+@pytest.mark.parametrize(
+    ("side", "row", "changed", "counts"),
+    [("source", 3500, 3, (999, 1000)), ("target", 4500, 4, (1000, 999))],
+)
+def test_a_row_deleted_from_one_side_alone_is_found(
+    pair: Pair, side: str, row: int, changed: int, counts: tuple[int, int]
+) -> None:
     """A delete leaves no newer row version behind: only the counts (whole run, range) tell."""
     b = backfill(pair)
     b.run()
-    pg.execute(pair.source, "DELETE FROM mixed WHERE id = 3500")
+    pg.execute(getattr(pair, side), "DELETE FROM mixed WHERE id = %s", (row,))
     report = b.reconcile(repair=False)
-    assert proofs(report) == [PROVEN, PROVEN, PROVEN, HASHED, PROVEN]
-    assert outcomes(report) == ["equal", "equal", "equal", "differs", "equal"]
-    assert (report.ranges[3].source_count, report.ranges[3].target_count) == (999, 1000)
-
-
-def test_a_row_deleted_from_the_target_alone_is_found(pair: Pair) -> None:
-    b = backfill(pair)
-    b.run()
-    pg.execute(pair.target, "DELETE FROM mixed WHERE id = 4500")
-    report = b.reconcile(repair=False)
-    assert proofs(report) == [PROVEN, PROVEN, PROVEN, PROVEN, HASHED]
-    assert outcomes(report) == ["equal", "equal", "equal", "equal", "differs"]
-    assert (report.ranges[4].source_count, report.ranges[4].target_count) == (1000, 999)
+    assert proofs(report) == [HASHED if i == changed else PROVEN for i in range(5)]
+    assert outcomes(report) == ["differs" if i == changed else "equal" for i in range(5)]
+    found = report.ranges[changed]
+    assert (found.source_count, found.target_count) == counts
 
 
 def test_target_writes_fall_back_to_the_hash_and_a_rewrite_keeps_the_proof(pair: Pair) -> None:
