@@ -34,9 +34,9 @@ from .protocol import (
     BatchReceipt,
     BatchRequest,
 )
-from .reconcile import reconcile_ranges
+from .reconcile import reconcile_run
 from .reconcile_model import ReconciliationReport
-from .results import BackfillReconciliationError, BackfillResult, after_reconcile
+from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape, scope_for
 
@@ -353,7 +353,7 @@ class Backfill:
                 on_batch(result)
         run = run or self.plan()
         report = None
-        if reconcile and _needs_reconciliation(run):
+        if reconcile and needs_reconciliation(run):
             report = self.reconcile()
             run = self.load() or run
             if not report.ok:
@@ -375,38 +375,11 @@ class Backfill:
         self, sessions: Sessions, repair: bool, row_versions: bool
     ) -> ReconciliationReport:
         shape, scope = self._resolve(sessions)
-        run = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
-        if run is None:
-            raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
-        receipts = self.ledger.receipts(sessions.ledger, run.run_id)
-        verify_chain(run, receipts)
         reader = self._connect(self.target_dsn)
         try:
-            report = reconcile_ranges(
-                sessions, reader, shape, run.run_id, receipts, repair=repair,
+            return reconcile_run(
+                sessions, reader, self.ledger, shape, run_id_for(scope), repair=repair,
                 row_versions=row_versions,
             )  # fmt: skip
         finally:
             reader.close()
-        lc = sessions.ledger
-        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
-        try:
-            self.ledger.lock_run(lc, run.run_id)
-            durable = self.ledger.fetch_run(lc, run.run_id)
-            assert durable is not None
-            self.ledger.record_checks(lc, report)
-            if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
-                self.ledger.save_run(lc, durable, after_reconcile(durable, report))
-            lc.execute("COMMIT", prepare=False)
-        except BaseException:
-            sessions.abandon()
-            raise
-        return report
-
-
-def _needs_reconciliation(run: BackfillRun) -> bool:
-    """At the mark and not yet reconciled, or blocked by an earlier reconciliation."""
-    if run.status is BackfillStatus.BLOCKED:
-        return True
-    reconciled = any(e.kind == "reconciliation" for e in run.evidence)
-    return run.status is BackfillStatus.SUCCEEDED and not reconciled

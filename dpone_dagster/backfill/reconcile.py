@@ -28,7 +28,6 @@ ledger's range checks, and the run becomes ``blocked``: never silently accepted.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
@@ -36,30 +35,20 @@ from psycopg import sql
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
 
+from .chain import verify_chain
 from .copier import Sessions
 from .digest import RangeDigest, digest_query, range_digest, require_row_hash, row_hash
-from .errors import BackfillError
-from .protocol import BatchReceipt, RowVersionEvidence
+from .errors import BackfillError, backfill_error
+from .ledger import Ledger
+from .protocol import BackfillStatus, BatchReceipt
 from .reconcile_model import RangeCheck, RangeOutcome, RangeProof, ReconciliationReport
+from .results import after_reconcile
 from .row_versions import horizon, proven, source_proof, target_proof, usable
 from .shape import TableShape
 from .staged import staged_apply
 
 Conn = psycopg.Connection[tuple[object, ...]]
 Query = tuple[sql.Composed, list[str]]
-
-
-@dataclass(frozen=True)
-class _Range:
-    sequence: int
-    after: str | None
-    upper: str
-    receipt_hash: str
-    source: Query
-    target: Query
-    source_count: int
-    target_count: int
-    evidence: RowVersionEvidence | None
 
 
 def _digest_all(conn: Conn, queries: list[Query]) -> list[RangeDigest]:
@@ -69,49 +58,58 @@ def _digest_all(conn: Conn, queries: list[Query]) -> list[RangeDigest]:
 def _fetch_all(
     conn: Conn, queries: list[tuple[sql.Composed, list[object]]]
 ) -> list[tuple[object, ...]]:
-    rows = [conn.execute(query, params).fetchone() for query, params in queries]
-    return [row for row in rows if row is not None]
+    found = []
+    for query, params in queries:
+        row = conn.execute(query, params).fetchone()
+        assert row is not None  # an aggregate always answers one row
+        found.append(row)
+    return found
 
 
 def _prove(
-    pool: ThreadPoolExecutor, src: Conn, reader: Conn, shape: TableShape, ranges: list[_Range]
+    pool: ThreadPoolExecutor,
+    src: Conn,
+    reader: Conn,
+    shape: TableShape,
+    ranges: list[BatchReceipt],
 ) -> set[int]:
     """The sequences of the ranges that row versions prove equal on both sides."""
-    if shape.versions is None or not any(r.evidence for r in ranges):
+    if shape.versions is None or not any(r.observation.row_versions for r in ranges):
         return set()
     src_horizon = pool.submit(horizon, src, shape.source, shape.columns)
     tgt_horizon = pool.submit(horizon, reader, shape.target, shape.columns)
     s_h, t_h = src_horizon.result(), tgt_horizon.result()
     tried = [
-        (r, r.evidence)
+        (r, r.observation.row_versions)
         for r in ranges
-        if r.evidence is not None
-        and r.source_count == r.target_count
-        and usable(r.evidence, s_h, t_h)
+        if r.observation.row_versions is not None
+        and r.observation.source_count == r.observation.target_count
+        and usable(r.observation.row_versions, s_h, t_h)
     ]
     if tried and len(tried) == len(ranges):  # the whole run first: one query per side
-        whole = shape.where(ranges[0].after, ranges[-1].upper)
+        whole = shape.where(ranges[0].after, ranges[-1].observation.upper)
         evidence = [e for _, e in tried]
         s_all = pool.submit(_fetch_all, src, [source_proof(shape.source, whole, evidence)])
         t_all = pool.submit(_fetch_all, reader, [target_proof(shape.target, whole, evidence)])
-        if proven(s_all.result()[0], sum(r.source_count for r in ranges)) and proven(
-            t_all.result()[0], sum(r.target_count for r in ranges)
+        if proven(s_all.result()[0], sum(r.observation.source_count for r in ranges)) and proven(
+            t_all.result()[0], sum(r.observation.target_count for r in ranges)
         ):
             return {r.sequence for r in ranges}
+    wheres = [shape.where(r.after, r.observation.upper) for r, _ in tried]
     s_side = pool.submit(
         _fetch_all,
         src,
-        [source_proof(shape.source, shape.where(r.after, r.upper), [e]) for r, e in tried],
+        [source_proof(shape.source, w, [e]) for w, (_, e) in zip(wheres, tried, strict=True)],
     )
     t_side = pool.submit(
         _fetch_all,
         reader,
-        [target_proof(shape.target, shape.where(r.after, r.upper), [e]) for r, e in tried],
+        [target_proof(shape.target, w, [e]) for w, (_, e) in zip(wheres, tried, strict=True)],
     )
     return {
         r.sequence
         for (r, _), s, t in zip(tried, s_side.result(), t_side.result(), strict=True)
-        if proven(s, r.source_count) and proven(t, r.target_count)
+        if proven(s, r.observation.source_count) and proven(t, r.observation.target_count)
     }
 
 
@@ -123,7 +121,7 @@ def _snapshot(conn: Conn) -> str:
 
 
 def _check(
-    rng: _Range,
+    rng: BatchReceipt,
     source: RangeDigest,
     target: RangeDigest,
     *,
@@ -138,12 +136,12 @@ def _check(
     return RangeCheck(
         sequence=rng.sequence,
         after=rng.after,
-        upper=rng.upper,
+        upper=rng.observation.upper,
         source_count=source.count,
         target_count=target.count,
         source_hash=source.hash,
         target_hash=target.hash,
-        receipt_hash=rng.receipt_hash,
+        receipt_hash=rng.observation.content_hash,
         proof=proof,
         inserted=inserted,
         outcome=(
@@ -158,9 +156,12 @@ def _check(
     )
 
 
-def _repair(sessions: Sessions, shape: TableShape, rng: _Range, source: RangeDigest) -> RangeCheck:
+def _repair(
+    sessions: Sessions, shape: TableShape, rng: BatchReceipt, target_query: Query,
+    source: RangeDigest,
+) -> RangeCheck:  # fmt: skip
     tgt = sessions.target
-    select, params = shape.select_range(shape.source, rng.after, rng.upper)
+    select, params = shape.select_range(shape.source, rng.after, rng.observation.upper)
     tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
@@ -171,7 +172,7 @@ def _repair(sessions: Sessions, shape: TableShape, rng: _Range, source: RangeDig
     except BackfillError as exc:
         tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
         code, detail = exc.code, exc.message
-    target = range_digest(tgt, *rng.target)
+    target = range_digest(tgt, *target_query)
     if target != source and code is None:
         detail = (
             f"The target holds {target.count} rows of the range, the source {source.count}: rows "
@@ -209,27 +210,22 @@ def reconcile_ranges(
     try:
         source_snapshot = _snapshot(src)
         target_snapshot = _snapshot(reader)
-        row = row_hash(src, shape.columns)
-        ranges = [
-            _Range(
-                r.sequence,
-                r.after,
-                r.observation.upper,
-                r.observation.content_hash,
-                digest_query(shape, shape.source, row, r.after, r.observation.upper),
-                digest_query(shape, shape.target, row, r.after, r.observation.upper),
-                r.observation.source_count,
-                r.observation.target_count,
-                r.observation.row_versions,
-            )
-            for r in receipts
-            if r.observation.upper is not None
-        ]
+        ranges = [r for r in receipts if r.observation.upper is not None]
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
             proved = _prove(pool, src, reader, shape, ranges) if row_versions else set()
             hashed = [r for r in ranges if r.sequence not in proved]
-            src_side = pool.submit(_digest_all, src, [r.source for r in hashed])
-            tgt_side = pool.submit(_digest_all, reader, [r.target for r in hashed])
+            queries: dict[int, tuple[Query, Query]] = {}
+            if hashed:  # the send functions are looked up only when a range needs its hash
+                row = row_hash(src, shape.columns)
+                queries = {
+                    r.sequence: (
+                        digest_query(shape, shape.source, row, r.after, r.observation.upper),
+                        digest_query(shape, shape.target, row, r.after, r.observation.upper),
+                    )
+                    for r in hashed
+                }
+            src_side = pool.submit(_digest_all, src, [queries[r.sequence][0] for r in hashed])
+            tgt_side = pool.submit(_digest_all, reader, [queries[r.sequence][1] for r in hashed])
             digests = {
                 r.sequence: (s, t)
                 for r, s, t in zip(hashed, src_side.result(), tgt_side.result(), strict=True)
@@ -239,7 +235,7 @@ def reconcile_ranges(
         began = False
         for rng in ranges:
             if rng.sequence in proved:
-                same = RangeDigest(rng.source_count, rng.receipt_hash)
+                same = RangeDigest(rng.observation.source_count, rng.observation.content_hash)
                 checks.append(_check(rng, same, same, proof=RangeProof.ROW_VERSIONS))
                 continue
             s, t = digests[rng.sequence]
@@ -252,7 +248,7 @@ def reconcile_ranges(
                     "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (run_id,)
                 )
                 began = True
-            checks.append(_repair(sessions, shape, rng, s))
+            checks.append(_repair(sessions, shape, rng, queries[rng.sequence][1], s))
         if began:
             sessions.target.execute("COMMIT", prepare=False)
         src.execute("COMMIT", prepare=False)
@@ -267,3 +263,46 @@ def reconcile_ranges(
         target_snapshot=target_snapshot,
         ranges=tuple(checks),
     )
+
+
+def reconcile_run(
+    sessions: Sessions,
+    reader: Conn,
+    ledger: Ledger,
+    shape: TableShape,
+    run_id: str,
+    *,
+    repair: bool = True,
+    row_versions: bool = True,
+) -> ReconciliationReport:
+    """A run's final reconciliation: its checkpoint chain verified, every range compared
+    (:func:`reconcile_ranges`), the checks recorded and the run settled under its lock.
+
+    A run at its mark becomes ``succeeded`` (label ``several_snapshots_reconciled`` when several
+    batch snapshots were used) or ``blocked``.
+
+    Raises:
+        BackfillError: ``backfill_run_invalid`` for a missing run or a broken chain.
+    """
+    lc = sessions.ledger
+    run = ledger.fetch_run(lc, run_id)
+    if run is None:
+        raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
+    receipts = ledger.receipts(lc, run_id)
+    verify_chain(run, receipts)
+    report = reconcile_ranges(
+        sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions
+    )
+    lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
+    try:
+        ledger.lock_run(lc, run_id)
+        durable = ledger.fetch_run(lc, run_id)
+        assert durable is not None
+        ledger.record_checks(lc, report)
+        if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
+            ledger.save_run(lc, durable, after_reconcile(durable, report))
+        lc.execute("COMMIT", prepare=False)
+    except BaseException:
+        sessions.abandon()
+        raise
+    return report

@@ -76,3 +76,11 @@ def after_reconcile(run: BackfillRun, report: ReconciliationReport) -> BackfillR
             else ("Inspect backfill_range_checks, fix the differing rows, reconcile again.",)
         ),
     )
+
+
+def needs_reconciliation(run: BackfillRun) -> bool:
+    """At the mark and not yet reconciled, or blocked by an earlier reconciliation."""
+    if run.status is BackfillStatus.BLOCKED:
+        return True
+    reconciled = any(e.kind == "reconciliation" for e in run.evidence)
+    return run.status is BackfillStatus.SUCCEEDED and not reconciled
