@@ -37,8 +37,8 @@ from dpone_dagster.postgres import CopyOptions, copy_tables  # noqa: E402
 from dpone_dagster.postgres.report import Strategy  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
-STRATEGIES = ("batched", "partitioned", "whole", "streamed")
-TARGETS = {"batched": 0.85, "partitioned": 0.85, "whole": 0.55, "streamed": 0.18}
+STRATEGIES = ("batched_copy", "partitioned_copy", "whole_copy", "stream_rows")
+TARGETS = {"batched_copy": 0.85, "partitioned_copy": 0.85, "whole_copy": 0.55, "stream_rows": 0.18}
 
 
 def peak_rss_mb() -> float:
@@ -173,7 +173,11 @@ def main() -> None:
             seconds = [r["seconds"] for r in runs]
             best, median = min(seconds), statistics.median(seconds)
             rss = max(r["rss_mb"] for r in runs)
-            name = f"{strategy} ({args.workers} workers)" if strategy == "partitioned" else strategy
+            name = (
+                f"{strategy} ({args.workers} workers)"
+                if strategy == "partitioned_copy"
+                else strategy
+            )
             print(
                 f"{name:<22} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
                 f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
 import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
-from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn, connect
+from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
+from dpone_dagster.postgres.connection import Side, connect
 from dpone_dagster.postgres.identifiers import check_identifier
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
@@ -69,6 +70,7 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         default=0, ge=0, description="Server-side statement timeout in milliseconds; 0 = none."
     )
 
+    _side: ClassVar[Side] = "source"
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _sessions: list[psycopg.Connection[tuple[object, ...]]] = PrivateAttr(default_factory=list)
     _artifacts: list[ExtractionArtifact | Closeable | SnapshotSession] = PrivateAttr(
@@ -92,7 +94,7 @@ class _PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def connect(self, *, autocommit: bool = False) -> psycopg.Connection[tuple[object, ...]]:
         """Opens a session that the step's teardown will close if nobody else does."""
-        conn = connect(self.dsn, self.options, autocommit=autocommit)
+        conn = connect(self.dsn, self.options, side=self._side, autocommit=autocommit)
         with self._lock:
             self._sessions.append(conn)
         return conn
@@ -206,6 +208,8 @@ class PostgresSourceResource(_PostgresResource):
 
 class PostgresTargetResource(_PostgresResource):
     """The PostgreSQL database dpone writes to."""
+
+    _side: ClassVar[Side] = "target"
 
 
 class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]

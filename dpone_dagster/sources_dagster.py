@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from dpone_dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.plan import Sink, check_sink
 from dpone_dagster.resources import PostgresTargetResource
 from dpone_dagster.sources import (
     MySQLSettings,
@@ -26,7 +26,6 @@ from dpone_dagster.sources import (
     RestSource,
     SourceAdapter,
     SourceLoadReport,
-    check_sink,
     load_source,
     model_columns,
 )

@@ -26,13 +26,13 @@ from dpone_dagster.backfill import (
     BatchReceipt,
     BatchResult,
     LedgerConfig,
-    RangeProof,
     prepare_target,
 )
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.partitions import CursorRange, PartitionError, partition_cursor_range
 from dpone_dagster.postgres import TableName, check_identifier
+from dpone_dagster.reconcile import Proof
 from dpone_dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
@@ -108,8 +108,8 @@ def _partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]
             {
                 "ok": report.ok,
                 "ranges": len(report.ranges),
-                "proven_by_row_versions": report.proven_by(RangeProof.ROW_VERSIONS),
-                "content_hashed": report.proven_by(RangeProof.CONTENT_HASH),
+                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
                 "differing": [r.sequence for r in report.differing],
             }
         )
@@ -367,7 +367,7 @@ class _PartitionRunner:
             "ok": report is None or report.ok,
             "ranges": 0 if report is None else len(report.ranges),
             "proven_by_row_versions": (
-                0 if report is None else report.proven_by(RangeProof.ROW_VERSIONS)
+                0 if report is None else report.proven_by(Proof.ROW_VERSIONS)
             ),
             "snapshot_label": result.run.snapshot_label.value,
         }

@@ -16,14 +16,10 @@ import dagster as dg
 
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import (
-    CopyOptions,
-    CopyReport,
-    SnapshotCopy,
-    Strategy,
-    TableReconciliation,
-    reconcile_copy,
-)
+from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy, Strategy
+from dpone_dagster.postgres.plan import check_sink
+from dpone_dagster.postgres.strategy import check_strategy as _check_strategy
+from dpone_dagster.reconcile import TableReconciliation, reconcile_copy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
@@ -34,13 +30,6 @@ CopyStrategy = Literal[
 ]
 CopySink = Literal["replace", "append", "merge"]
 
-STRATEGY_NAMES: dict[str, Strategy] = {
-    "whole_copy": "whole",
-    "stream_rows": "streamed",
-    "batched_copy": "batched",
-    "partitioned_copy": "partitioned",
-    "internal_query": "internal",
-}
 CHECK_NAME = "dpone_reconciled"
 
 
@@ -65,22 +54,11 @@ def coerce_tables(
 
 
 def check_strategy(strategy: str, sink: str, workers: int) -> Strategy:
-    """The engine's name for ``strategy``; fails at definition time for unknown values."""
-    if strategy not in STRATEGY_NAMES:
-        raise DponeError(
-            "copy_options_invalid",
-            f"Unknown strategy {strategy!r}.",
-            [f"Use one of {', '.join(STRATEGY_NAMES)}."],
-        )
-    if sink not in ("replace", "append", "merge"):
-        raise DponeError(
-            "copy_options_invalid",
-            f"Unknown sink {sink!r}.",
-            ["Use replace, append or merge."],
-        )
+    """The :class:`Strategy` named ``strategy``; fails at definition time for unknown values."""
+    check_sink(sink)
     if workers < 1:
         raise DponeError("copy_options_invalid", "workers must be at least 1.", ["Use 1 or more."])
-    return STRATEGY_NAMES[strategy]
+    return _check_strategy(strategy)
 
 
 def copy_failure(exc: DponeError) -> DponeFailure:
@@ -100,10 +78,11 @@ def _check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetChec
         description=result.detail,
         metadata={
             "dpone/guarantee": result.guarantee.value,
-            "dpone/source_rows": result.source.rows,
-            "dpone/target_rows": result.target.rows,
-            "dpone/source_digest": result.source.digest,
-            "dpone/target_digest": result.target.digest,
+            "dpone/proof": result.proof.value,
+            "dpone/source_rows": result.source.count,
+            "dpone/target_rows": result.target.count,
+            "dpone/source_digest": result.source.hash or "",
+            "dpone/target_digest": result.target.hash or "",
         },
     )
 
@@ -231,7 +210,7 @@ def snapshot_copy_assets(
                     )  # fmt: skip
         except DponeError as exc:
             raise copy_failure(exc) from exc
-        for key, result in zip(selected, reconciliations, strict=True):
+        for key, result in zip(selected, reconciliations, strict=False):
             if key in checked:
                 yield _check_result(key, result)
 

@@ -23,12 +23,10 @@ from .protocol import (
     Boundary,
     BoundedWritePause,
     MissingBoundary,
-    RowVersionEvidence,
-    SnapshotLabel,
     TableRef,
     TrustworthyCursor,
 )
-from .reconcile_model import RangeCheck, RangeOutcome, RangeProof, ReconciliationReport
+from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult
 from .target import prepare_target
 
@@ -58,10 +56,7 @@ __all__ = [
     "MissingBoundary",
     "RangeCheck",
     "RangeOutcome",
-    "RangeProof",
     "ReconciliationReport",
-    "RowVersionEvidence",
-    "SnapshotLabel",
     "TableRef",
     "TrustworthyCursor",
     "backfill_error",

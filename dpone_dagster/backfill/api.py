@@ -19,7 +19,7 @@ from typing import TypeVar
 import psycopg
 
 from dpone_dagster.lifecycle import redact
-from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.connection import ConnectionOptions, Side, connect
 from dpone_dagster.postgres.identifiers import TableName
 
 from .boundary import mark_boundary, take_high_water_mark
@@ -119,8 +119,8 @@ class Backfill:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def _connect(self, dsn: str) -> Conn:
-        conn = connect(dsn, self.options, autocommit=True)
+    def _connect(self, dsn: str, side: Side) -> Conn:
+        conn = connect(dsn, self.options, side=side, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (Transaction
         # control is sent with prepare=False everywhere: BEGIN/COMMIT stay plain statements.)
@@ -130,11 +130,10 @@ class Backfill:
 
     def _open(self) -> Sessions:
         if self._sessions is None:
-            source = self._connect(self.source_dsn)
-            target = self._connect(self.target_dsn)
-            ledger = (
-                target if self.ledger_config.dsn is None else self._connect(self.ledger_config.dsn)
-            )
+            source = self._connect(self.source_dsn, "source")
+            target = self._connect(self.target_dsn, "target")
+            ledger_dsn = self.ledger_config.dsn
+            ledger = target if ledger_dsn is None else self._connect(ledger_dsn, "ledger")
             self.ledger.ensure(ledger)
             self._sessions = Sessions(source, target, ledger)
         return self._sessions
@@ -375,7 +374,7 @@ class Backfill:
         self, sessions: Sessions, repair: bool, row_versions: bool
     ) -> ReconciliationReport:
         shape, scope = self._resolve(sessions)
-        reader = self._connect(self.target_dsn)
+        reader = self._connect(self.target_dsn, "target")
         try:
             return reconcile_run(
                 sessions, reader, self.ledger, shape, run_id_for(scope), repair=repair,

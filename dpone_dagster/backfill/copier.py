@@ -40,10 +40,12 @@ import psycopg
 from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
-from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement
+from dpone_dagster.postgres.copy import EMPTY_HASH, copy_in_statement, copy_out_statement, relay
+from dpone_dagster.postgres.evidence import RowVersionEvidence, written_rows
 from dpone_dagster.postgres.identifiers import TableName
 
 from .errors import backfill_error
+from .existing_rows import apply_existing
 from .ledger import Ledger
 from .protocol import (
     ApplyPath,
@@ -51,13 +53,9 @@ from .protocol import (
     BatchObservation,
     BatchReceipt,
     BatchRequest,
-    RowVersionEvidence,
 )
-from .row_versions import count_after_copy
 from .rules import apply_batch, check_request, replay
 from .shape import TableShape
-from .staged import staged_apply
-from .stream import EMPTY_HASH, hashed_relay
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
@@ -190,27 +188,30 @@ def _move(
         copy_out = copy_out_statement(select, shape.fmt)
         tgt.execute("SAVEPOINT dpone_batch", prepare=False)
         try:
-            relayed = hashed_relay(
+            relayed = relay(
                 src,
                 copy_out,
-                params,
                 tgt,
                 copy_in_statement(shape.target, shape.columns, shape.fmt),
+                params=params,
+                hashed=True,
             )
             copied, path = relayed.rows_in, ApplyPath.DIRECT
         except psycopg.errors.UniqueViolation:
             tgt.execute("ROLLBACK TO SAVEPOINT dpone_batch", prepare=False)
-            staged = staged_apply(src, tgt, shape, copy_out, params)
+            staged = apply_existing(src, tgt, shape, copy_out, params)
             relayed, copied, equal = staged.relayed, staged.inserted, staged.duplicates
             path = ApplyPath.STAGED
         out_n, in_n = relayed.rows_out, relayed.rows_in
-        moved, content = relayed.bytes, relayed.content_hash
+        moved, content = relayed.bytes, relayed.content_hash or EMPTY_HASH
         tgt.execute("RELEASE SAVEPOINT dpone_batch", prepare=False)
         if path is ApplyPath.DIRECT and shape.versions is not None and first is not None:
-            target_count, versions = count_after_copy(
-                tgt, shape.target, shape.cursor, shape.value(), shape.where(after, upper),
-                first, shape.versions, str(snap[1]),
+            probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
+            counted, versions = written_rows(
+                tgt, shape.target, shape.versions, where=shape.where(after, upper),
+                first=(probe, [first]), source_xmin=int(str(snap[1]).split(":", 1)[0]),
             )  # fmt: skip
+            target_count = counted or 0
         else:
             target_count = _count_range(tgt, shape, shape.target, after, upper)
     done = src.execute("SELECT clock_timestamp()").fetchone()

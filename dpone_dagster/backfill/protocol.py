@@ -24,7 +24,8 @@ from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
+from dpone_dagster.lifecycle import ExtractionLifecycleReceipt, SnapshotLabel
+from dpone_dagster.postgres.evidence import RowVersionEvidence
 
 BACKFILL_PROTOCOL: Final = "dpone.backfill.v1"
 """The protocol tag every run document carries."""
@@ -121,17 +122,6 @@ class BackfillStatus(StrEnum):
     BLOCKED = "blocked"
 
 
-class SnapshotLabel(StrEnum):
-    """The honest answer to "did this data come from one snapshot?"."""
-
-    NONE = "no_rows_copied"
-    ONE_SNAPSHOT = "one_snapshot"
-    SEVERAL_SNAPSHOTS = "several_snapshots"
-    SEVERAL_SNAPSHOTS_RECONCILED = "several_snapshots_reconciled"
-    """Several batch snapshots, then a reconciliation under ONE source snapshot found every
-    batch range of the target equal to the source (count and hash) at the boundary."""
-
-
 class BackfillProgress(_Frozen):
     """The run's position: constant size however many batches were applied.
 
@@ -205,7 +195,7 @@ class BackfillRun(_Frozen):
     progress: BackfillProgress
     evidence: tuple[BackfillEvidence, ...] = ()
     next_actions: tuple[str, ...] = ()
-    snapshot_label: SnapshotLabel = SnapshotLabel.NONE
+    snapshot_label: SnapshotLabel = SnapshotLabel.NO_ROWS_COPIED
     linked_authority_remains_authoritative: bool = True
     candidate_authoritative: bool = False
     effects: BackfillEffects = BackfillEffects()
@@ -246,27 +236,6 @@ class ApplyPath(StrEnum):
     NONE = "no_rows"
 
 
-class RowVersionEvidence(_Frozen):
-    """What lets the reconciliation prove a batch range unchanged without hashing it.
-
-    Taken only for a batch COPYed straight into a target without user triggers
-    (:mod:`.row_versions` states the proof).
-
-    Attributes:
-        source_xmin: The batch snapshot's ``xmin`` (64-bit): every older transaction had ended.
-        source_table: Key of the source table's identity and copied columns.
-        target_xid: The 32-bit id of the (sub)transaction whose COPY inserted the batch's rows.
-        target_top_xid: The 64-bit id of the batch's target transaction.
-        target_table: Key of the target table's identity and copied columns.
-    """
-
-    source_xmin: int = Field(ge=3)
-    source_table: str = Field(min_length=1)
-    target_xid: int = Field(ge=3, lt=2**32)
-    target_top_xid: int = Field(ge=3)
-    target_table: str = Field(min_length=1)
-
-
 class BatchObservation(_Frozen):
     """What the copier saw while moving one batch (input to the pure apply rule).
 
@@ -285,7 +254,8 @@ class BatchObservation(_Frozen):
         final: No row of the scope remains after ``upper`` up to the mark.
         apply_path: Direct COPY or staged apply.
         extraction: The batch's lifecycle receipt (window, clock, snapshot token digest).
-        row_versions: Evidence for the reconciliation's row-version proof, when it applies.
+        row_versions: Evidence for the reconciliation's row-version proof, when it applies
+            (taken only for a batch COPYed straight into a target without user triggers).
     """
 
     upper: str | None

@@ -4,11 +4,12 @@ Every batch range ``(after, upper]`` is checked on the source under ONE ``REPEAT
 ONLY`` snapshot and on the target under one snapshot, in two steps:
 
 1. A range whose receipt carries row-version evidence is first tested by row versions
-   (:mod:`.row_versions`): a count and "nobody wrote these rows since the batch" on each side.
-   A range that passes is proven equal without reading its values.
+   (:mod:`dpone_dagster.reconcile.row_versions`): a count and "nobody wrote these rows since the
+   batch" on each side. A range that passes is proven equal without reading its values.
 2. Every other range (and any that failed step 1) is digested: its row count and an
    order-independent hash of the exact content of its rows, computed by each server over its
-   own rows (:mod:`.digest`); only the two numbers per range cross the wire.
+   own rows (:mod:`dpone_dagster.reconcile.digest`); only the two numbers per range cross the
+   wire.
 
 The two sides run concurrently (two sessions, two threads), so each step costs the slower side,
 not the sum.
@@ -34,25 +35,41 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.reconcile import Digest, Proof
+from dpone_dagster.reconcile.digest import digest_query, require_row_hash, row_hash, run_digest
+from dpone_dagster.reconcile.row_versions import (
+    horizon,
+    proven,
+    source_proof,
+    target_proof,
+    usable,
+)
 
 from .chain import verify_chain
 from .copier import Sessions
-from .digest import RangeDigest, digest_query, range_digest, require_row_hash, row_hash
 from .errors import BackfillError, backfill_error
+from .existing_rows import apply_existing
 from .ledger import Ledger
 from .protocol import BackfillStatus, BatchReceipt
-from .reconcile_model import RangeCheck, RangeOutcome, RangeProof, ReconciliationReport
+from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .results import after_reconcile
-from .row_versions import horizon, proven, source_proof, target_proof, usable
 from .shape import TableShape
-from .staged import staged_apply
 
 Conn = psycopg.Connection[tuple[object, ...]]
-Query = tuple[sql.Composed, list[str]]
+Query = tuple[sql.Composed, list[object]]
 
 
-def _digest_all(conn: Conn, queries: list[Query]) -> list[RangeDigest]:
-    return [range_digest(conn, query, params) for query, params in queries]
+def _range_query(
+    shape: TableShape, table: TableName, row: sql.Composed, rng: BatchReceipt
+) -> Query:
+    """The digest query of one batch range of ``table``."""
+    where, params = shape.where(rng.after, rng.observation.upper)
+    return digest_query(table, row, where, params)
+
+
+def _digest_all(conn: Conn, queries: list[Query]) -> list[Digest]:
+    return [run_digest(conn, query, params) for query, params in queries]
 
 
 def _fetch_all(
@@ -122,11 +139,11 @@ def _snapshot(conn: Conn) -> str:
 
 def _check(
     rng: BatchReceipt,
-    source: RangeDigest,
-    target: RangeDigest,
+    source: Digest,
+    target: Digest,
     *,
     repaired: bool = False,
-    proof: RangeProof = RangeProof.CONTENT_HASH,
+    proof: Proof = Proof.CONTENT_HASH,
     inserted: int = 0,
     code: str | None = None,
     detail: str = "",
@@ -139,8 +156,8 @@ def _check(
         upper=rng.observation.upper,
         source_count=source.count,
         target_count=target.count,
-        source_hash=source.hash,
-        target_hash=target.hash,
+        source_hash=source.hash or "",
+        target_hash=target.hash or "",
         receipt_hash=rng.observation.content_hash,
         proof=proof,
         inserted=inserted,
@@ -158,21 +175,21 @@ def _check(
 
 def _repair(
     sessions: Sessions, shape: TableShape, rng: BatchReceipt, target_query: Query,
-    source: RangeDigest,
+    source: Digest,
 ) -> RangeCheck:  # fmt: skip
     tgt = sessions.target
     select, params = shape.select_range(shape.source, rng.after, rng.observation.upper)
     tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
-        inserted = staged_apply(
+        inserted = apply_existing(
             sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
         ).inserted
         tgt.execute("RELEASE SAVEPOINT dpone_repair", prepare=False)
     except BackfillError as exc:
         tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
         code, detail = exc.code, exc.message
-    target = range_digest(tgt, *target_query)
+    target = run_digest(tgt, *target_query)
     if target != source and code is None:
         detail = (
             f"The target holds {target.count} rows of the range, the source {source.count}: rows "
@@ -219,8 +236,8 @@ def reconcile_ranges(
                 row = row_hash(src, shape.columns)
                 queries = {
                     r.sequence: (
-                        digest_query(shape, shape.source, row, r.after, r.observation.upper),
-                        digest_query(shape, shape.target, row, r.after, r.observation.upper),
+                        _range_query(shape, shape.source, row, r),
+                        _range_query(shape, shape.target, row, r),
                     )
                     for r in hashed
                 }
@@ -235,8 +252,8 @@ def reconcile_ranges(
         began = False
         for rng in ranges:
             if rng.sequence in proved:
-                same = RangeDigest(rng.observation.source_count, rng.observation.content_hash)
-                checks.append(_check(rng, same, same, proof=RangeProof.ROW_VERSIONS))
+                same = Digest(rng.observation.source_count, rng.observation.content_hash)
+                checks.append(_check(rng, same, same, proof=Proof.ROW_VERSIONS))
                 continue
             s, t = digests[rng.sequence]
             if s == t or not repair:

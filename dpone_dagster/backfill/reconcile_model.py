@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpone_dagster.reconcile import Proof
+
 
 class RangeOutcome(StrEnum):
     """What a reconciliation found for one batch range."""
@@ -15,16 +17,6 @@ class RangeOutcome(StrEnum):
     """Rows missing from the target were copied; the range is now equal."""
     DIFFERS = "differs"
     """Still different after repair; ``code`` says why. Never silently accepted."""
-
-
-class RangeProof(StrEnum):
-    """How a range's equality was established."""
-
-    CONTENT_HASH = "content_hash"
-    """Both servers hashed the exact content of the range's rows (:mod:`.digest`)."""
-    ROW_VERSIONS = "row_versions"
-    """Nobody wrote the range on either side since its batch (:mod:`.row_versions`): the content
-    of both sides is what the batch's COPY stream carried, whose hash is the receipt's."""
 
 
 class RangeCheck(BaseModel):
@@ -57,7 +49,7 @@ class RangeCheck(BaseModel):
     source_hash: str
     target_hash: str
     receipt_hash: str
-    proof: RangeProof = RangeProof.CONTENT_HASH
+    proof: Proof = Proof.CONTENT_HASH
     inserted: int = Field(default=0, ge=0)
     outcome: RangeOutcome
     code: str | None = None
@@ -95,6 +87,6 @@ class ReconciliationReport(BaseModel):
         """How many ranges ended with ``outcome``."""
         return sum(1 for r in self.ranges if r.outcome is outcome)
 
-    def proven_by(self, proof: RangeProof) -> int:
+    def proven_by(self, proof: Proof) -> int:
         """How many ranges were established by ``proof``."""
         return sum(1 for r in self.ranges if r.proof is proof)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpone_dagster.lifecycle import SnapshotLabel
+
 from .errors import BackfillError
-from .protocol import BackfillEvidence, BackfillRun, BackfillStatus, SnapshotLabel
+from .protocol import BackfillEvidence, BackfillRun, BackfillStatus
 from .reconcile_model import RangeOutcome, ReconciliationReport
 from .rules import digest, revise, with_evidence
 

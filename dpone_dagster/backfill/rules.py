@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dpone_dagster.lifecycle import SnapshotLabel
+
 from .errors import backfill_error
 from .protocol import (
     BACKFILL_PROTOCOL,
@@ -33,7 +35,6 @@ from .protocol import (
     BatchRequest,
     Boundary,
     MissingBoundary,
-    SnapshotLabel,
 )
 
 
@@ -327,8 +328,8 @@ def apply_batch(
     label = run.snapshot_label
     if seen.source_count:
         label = (
-            SnapshotLabel.ONE_SNAPSHOT
-            if label is SnapshotLabel.NONE
+            SnapshotLabel.SINGLE_SNAPSHOT
+            if label is SnapshotLabel.NO_ROWS_COPIED
             else SnapshotLabel.SEVERAL_SNAPSHOTS
         )
     progress = p.model_copy(

@@ -29,37 +29,30 @@ from dpone_dagster.postgres.catalog import (
     table_columns,
 )
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
+from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.reconcile.digest import pin_settings
 
 from .errors import backfill_error
 from .protocol import BackfillScope, TableRef
-from .row_versions import TableKeys, keys_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
 CURSOR_TYPES = frozenset({"int2", "int4", "int8", "numeric", "date", "timestamp", "timestamptz"})
 """Cursor types whose order PostgreSQL and :func:`rules.cursor_is_strictly_before` agree on."""
 
-_SESSION = (
-    ("TimeZone", "UTC"),
-    ("DateStyle", "ISO, YMD"),
-    ("IntervalStyle", "postgres"),
-    ("extra_float_digits", "3"),
-    ("bytea_output", "hex"),
-)
-
 
 def prepare_session(conn: Conn) -> None:
-    """Pins the settings that decide how cursor values and rows are spelled as text."""
-    for name, value in _SESSION:
-        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+    """Pins the settings that decide how cursor values and rows are spelled as text (the
+    reconciliation digest's, for the session)."""
+    pin_settings(conn, local=False)
 
 
 _CURSOR_INDEX = """
 SELECT EXISTS (
     SELECT 1 FROM pg_index i
     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-    WHERE i.indrelid = %s AND a.attname = %s AND i.indisvalid AND i.indpred IS NULL)
+    WHERE i.indrelid = %s::bigint::oid AND a.attname = %s AND i.indisvalid AND i.indpred IS NULL)
 """
 
 
@@ -75,7 +68,7 @@ class TableShape:
         cursor: The cursor column.
         fmt: ``binary``, or ``text`` when a user-defined type is copied.
         versions: Both tables' row-version keys, or ``None`` when row versions cannot prove
-            their content (:mod:`.row_versions`).
+            their content (:mod:`dpone_dagster.postgres.evidence`).
     """
 
     source: TableName

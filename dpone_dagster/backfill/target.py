@@ -9,12 +9,13 @@ is never altered: if it differs, the copier's check reports exactly how.
 
 from __future__ import annotations
 
+import psycopg
 from psycopg import sql
 
 from dpone_dagster.postgres.catalog import column_list, primary_key, relation_oid, table_columns
-from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.connection import ConnectionOptions, connect, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.sinks import ensure_schema, table_definition
+from dpone_dagster.postgres.staging import ensure_schema, table_definition
 
 from .errors import backfill_error
 
@@ -40,32 +41,31 @@ def prepare_target(
         BackfillError: ``plan_invalid`` when the source table does not exist or has no primary
             key (the copier could not match rows without one).
     """
-    with connect(source_dsn, options, autocommit=True) as src:
-        src.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    with connect(source_dsn, options, side="source") as src:
+        set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
         if relation_oid(src, source) is None:
             raise backfill_error("plan_invalid", f"Source table {source} does not exist.")
         columns = table_columns(src, source)
         key = primary_key(src, source)
-        src.execute("ROLLBACK")
     if not key:
         raise backfill_error(
             "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
         )
-    with connect(target_dsn, options, autocommit=True) as tgt:
-        tgt.execute("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
-        tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"dpone:{target.qualified}",))
-        if relation_oid(tgt, target) is not None:
-            tgt.execute("ROLLBACK")
-            return False
-        ensure_schema(tgt, target.schema)
-        tgt.execute(
-            sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
-                target.ident, table_definition(columns), column_list(key)
-            )
-        )
-        if key[0] != cursor:
+    with connect(target_dsn, options, side="target") as tgt:
+        set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
+        with tgt.transaction():
+            lock = f"dpone:{target.qualified}"
+            tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+            if relation_oid(tgt, target) is not None:
+                return False
+            ensure_schema(tgt, target.schema)
             tgt.execute(
-                sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor))
+                sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
+                    target.ident, table_definition(columns), column_list(key)
+                )
             )
-        tgt.execute("COMMIT")
+            if key[0] != cursor:
+                tgt.execute(
+                    sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor))
+                )
     return True

@@ -7,6 +7,7 @@ rule here is about time, evidence and ownership, and holds for any source.
 from .artifact import ExtractionArtifact, ExtractResult
 from .authority import ExtractionLifecycleAuthority
 from .errors import DponeError, LifecycleError
+from .labels import SnapshotLabel
 from .receipt import (
     ORCHESTRATOR_UTC,
     ExtractionLifecycleReceipt,
@@ -37,6 +38,7 @@ __all__ = [
     "LiveSource",
     "ReceiptState",
     "SnapshotEvidence",
+    "SnapshotLabel",
     "StagingTable",
     "TerminalAuthority",
     "TerminalOutcome",

@@ -1,99 +1,55 @@
-"""PostgreSQL: sessions and snapshots, extraction strategies, sinks, SQL identifiers.
+"""PostgreSQL: sessions and snapshots, the extraction strategies, the load path, SQL names.
 
-Imports no Dagster. Names reach SQL only through ``psycopg.sql``.
+Imports no Dagster. Names reach SQL only through ``psycopg.sql``; values only as parameters.
 
-The entry point of a snapshot copy is :func:`copy_tables`; its pieces (snapshot sessions, the
-five extraction strategies, staging and sinks) are public for callers that drive the steps
-themselves. A copy can read under a snapshot the caller holds (``CopyOptions(snapshot_token=
-...)``), and :func:`reconcile_copy` then compares each table's source, inside that snapshot, with
-its target by server-side fingerprints (:func:`table_fingerprint`).
+The entry point of a snapshot copy is :func:`copy_tables` (or :class:`SnapshotCopy`, step by
+step). A copy reads its tables under one snapshot with one of the five strategies
+(:class:`Strategy`) and loads them through the one load path (:mod:`.load`): staging tables,
+sinks, one COMMIT whose answer settles every artifact. A copy can read under a snapshot the
+caller holds (``CopyOptions(snapshot_token=...)``), so that the reconciliation
+(:mod:`dpone_dagster.reconcile`) compares the target with the source exactly as the copy read it.
+The strategies' artifacts, for callers that drive them, are in their modules
+(:mod:`.whole_copy`, :mod:`.stream_rows`, :mod:`.batched_copy`, :mod:`.partitioned_copy`,
+:mod:`.internal_query`).
 """
 
-from .artifacts import TableArtifact, WholeCopyArtifact, extract_whole_copy
-from .batched import BatchedCopyArtifact, CopyBatch, batched_copy
-from .bounds import KeyBounds, KeyRange
-from .connection import ConnectionOptions, ConnectionSettingsError, check_dsn, connect
-from .extraction import Extraction
-from .fingerprint import Fingerprint, FingerprintError, table_fingerprint
-from .identifiers import IdentifierError, TableName, check_identifier, quote_identifier
-from .internal import InternalQueryArtifact
+from .catalog import CatalogError, Column
+from .connection import ConnectionOptions, ConnectionSettingsError, SessionError, check_dsn
+from .identifiers import IdentifierError, TableName, check_identifier
+from .load import TargetCommitUnknownError
 from .options import CopyOptions
-from .partitioned import PartitionedCopy, PartitionedCopyArtifact
-from .plan import CopyPlanError, Sink, TableMapping, TablePlan, plan_tables
+from .plan import CopyPlanError, Sink, TablePlan
 from .progress import CopyProgress
-from .reconcile import Guarantee, ReconcileError, TableReconciliation, reconcile_copy
-from .report import CopyError, CopyReport, SnapshotLabel, Strategy, TableCopyReport
-from .session import SourceTransaction
-from .sinks import SinkResult, TargetCommitUnknownError, apply_sink, commit_target, staging_table
-from .snapshot import (
-    CURRENT_SNAPSHOT,
-    EXPORTED_SNAPSHOT,
-    POSTGRES_CLOCK,
-    LazySnapshot,
-    SnapshotError,
-    SnapshotSession,
-)
+from .report import CopyError, CopyReport, TableCopyReport
+from .sinks import SinkResult
+from .snapshot import LazySnapshot, SnapshotError, SnapshotSession
 from .snapshot_copy import SnapshotCopy, copy_tables
-from .staging import PostgresStagingTable, StagingDropError, staging_name_for
-from .streamed import StreamedRowsArtifact, stream_rows
+from .strategy import Strategy
 
 __all__ = [
-    "CURRENT_SNAPSHOT",
-    "EXPORTED_SNAPSHOT",
-    "POSTGRES_CLOCK",
-    "BatchedCopyArtifact",
+    "CatalogError",
+    "Column",
     "ConnectionOptions",
     "ConnectionSettingsError",
-    "CopyBatch",
     "CopyError",
     "CopyOptions",
     "CopyPlanError",
     "CopyProgress",
     "CopyReport",
-    "Extraction",
-    "Fingerprint",
-    "FingerprintError",
-    "Guarantee",
     "IdentifierError",
-    "InternalQueryArtifact",
-    "KeyBounds",
-    "KeyRange",
     "LazySnapshot",
-    "PartitionedCopy",
-    "PartitionedCopyArtifact",
-    "PostgresStagingTable",
-    "ReconcileError",
+    "SessionError",
     "Sink",
     "SinkResult",
     "SnapshotCopy",
     "SnapshotError",
-    "SnapshotLabel",
     "SnapshotSession",
-    "SourceTransaction",
-    "StagingDropError",
     "Strategy",
-    "StreamedRowsArtifact",
-    "TableArtifact",
     "TableCopyReport",
-    "TableMapping",
     "TableName",
     "TablePlan",
-    "TableReconciliation",
     "TargetCommitUnknownError",
-    "WholeCopyArtifact",
-    "apply_sink",
-    "batched_copy",
     "check_dsn",
     "check_identifier",
-    "commit_target",
-    "connect",
     "copy_tables",
-    "extract_whole_copy",
-    "plan_tables",
-    "quote_identifier",
-    "reconcile_copy",
-    "staging_name_for",
-    "staging_table",
-    "stream_rows",
-    "table_fingerprint",
 ]

@@ -55,7 +55,7 @@ class Column:
 _COLUMNS = """
 SELECT a.attname,
        format_type(a.atttypid, a.atttypmod),
-       a.atttypid::int,
+       a.atttypid::bigint,
        a.attnotnull,
        CASE WHEN d.adbin IS NOT NULL AND a.attgenerated = ''
                  AND pg_get_expr(d.adbin, d.adrelid) !~* '(nextval|\\()'
@@ -71,12 +71,12 @@ JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
                                      THEN t.typelem ELSE t.oid END
 JOIN pg_namespace bn ON bn.oid = base.typnamespace
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = %s::bigint::oid AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 
 _RELATION = """
-SELECT c.oid::int FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+SELECT c.oid::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 """
 
@@ -85,7 +85,7 @@ SELECT a.attname
 FROM pg_index i
 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = %s AND i.indisprimary
+WHERE i.indrelid = %s::bigint::oid AND i.indisprimary
 ORDER BY k.ord
 """
 

@@ -1,17 +1,32 @@
-"""Opening PostgreSQL sessions: DSN checks, connection options, explicit transactions."""
+"""Opening PostgreSQL sessions: DSN checks, connection options, transaction modes.
+
+Every dpone session is opened here, by :func:`connect`, which names the side it serves
+(``source``, ``target``, ``ledger``) so that a failure to open it is one stable code whatever
+the entry point: ``<side>_unreachable`` when no server answered, ``<side>_login_failed`` when the
+server answered and refused the session (a wrong password, an unknown user or database, no
+``pg_hba.conf`` entry). Every message names the server, never the password.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import psycopg
 from psycopg import conninfo
 
 from dpone_dagster.lifecycle import DponeError, redact
 
+Side = Literal["source", "target", "ledger"]
+"""Which database a session serves, for the codes and messages of its failures."""
+
 
 class ConnectionSettingsError(DponeError):
     """A DSN or connection option that cannot work."""
+
+
+class SessionError(DponeError):
+    """A session could not be opened (``<side>_unreachable`` or ``<side>_login_failed``)."""
 
 
 def check_dsn(dsn: str) -> dict[str, str]:
@@ -87,18 +102,23 @@ class ConnectionOptions:
 
 
 def connect(
-    dsn: str, options: ConnectionOptions | None = None, *, autocommit: bool = False
+    dsn: str,
+    options: ConnectionOptions | None = None,
+    *,
+    side: Side,
+    autocommit: bool = False,
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Opens a session with dpone's options.
 
     Args:
         dsn: The server's DSN.
         options: Application name and timeouts.
+        side: The database the session serves (names the failure's code).
         autocommit: Open in autocommit mode (no implicit transaction).
 
     Raises:
         ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
-        psycopg.OperationalError: the server could not be reached (message redacted).
+        SessionError: ``<side>_unreachable`` or ``<side>_login_failed`` (message redacted).
     """
     params = check_dsn(dsn)
     options = options or ConnectionOptions()
@@ -120,6 +140,48 @@ def connect(
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
     except psycopg.OperationalError as exc:
-        raise psycopg.OperationalError(
-            f"could not connect to {describe_dsn(dsn)}: {redact(str(exc))}"
-        ) from None
+        raise session_error(side, dsn, exc) from None
+
+
+def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
+    """The stable error of a session that could not be opened.
+
+    libpq gives no SQLSTATE for a failed connection; a server that answered and refused the
+    session says so with a ``FATAL`` message (or asked for a password that was not given).
+    """
+    reason = redact(str(exc)).strip()
+    where = describe_dsn(dsn)
+    refused = "FATAL" in reason or "password" in reason
+    if refused:
+        return SessionError(
+            f"{side}_login_failed",
+            f"The {side} server at {where} refused the session: {reason}",
+            [
+                f"Check the user, password and database name of the {side} DSN "
+                "(pass secrets with EnvVar).",
+                "Check that the server's pg_hba.conf lets this user in from this host.",
+            ],
+        )
+    return SessionError(
+        f"{side}_unreachable",
+        f"The {side} database at {where} could not be reached: {reason}",
+        [
+            f"Check that the {side} server is running and that the host and port of the {side} "
+            "DSN reach it.",
+            "Then run again: nothing was read or written.",
+        ],
+    )
+
+
+def set_transaction_mode(
+    conn: psycopg.Connection[tuple[object, ...]],
+    isolation: psycopg.IsolationLevel,
+    *,
+    read_only: bool,
+) -> None:
+    """Sets how ``conn``'s next transaction begins: psycopg puts both in its ``BEGIN``.
+
+    The session must be idle (no transaction open); the next statement begins the transaction.
+    """
+    conn.isolation_level = isolation
+    conn.read_only = read_only

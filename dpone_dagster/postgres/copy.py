@@ -1,20 +1,32 @@
-"""Moving rows with the COPY protocol: a block relay between two sessions, and files.
+"""Moving rows with the COPY protocol: statements, and the one relay between two sessions.
 
-Rows are never parsed on the way: COPY blocks read from the source are written to the target
-as they are (a relay that parses every row runs at about a fifth of the speed of the raw pipe).
-Binary format is used wherever both ends agree on every type's OID, which holds for built-in
-types; a user-defined type (enum, domain, composite) has a per-database OID, so a relay whose
-columns include one uses text format instead (see :func:`copy_format_for`).
+Rows are never parsed on the way: the blocks a source's ``COPY ... TO STDOUT`` sends are written
+to the target's ``COPY ... FROM STDIN`` as they are. Binary format is used wherever both ends
+agree on every type's OID, which holds for built-in types; a user-defined type (enum, domain,
+composite) has a per-database OID, so a relay whose columns include one uses text format instead
+(see :func:`copy_format_for`).
+
+The client's cost per row is what limits a relay once both servers are busy (the server sends
+one COPY message per row), so the relay keeps it small:
+
+* rows are gathered into writes of :data:`RELAY_WRITE` bytes: one libpq call (and one hash
+  update, when hashing) per 64 KiB instead of per row;
+* rows already received are taken straight from libpq (:meth:`psycopg.pq.PGconn.get_copy_data`
+  in non-blocking mode) and psycopg's :meth:`psycopg.Copy.read` is used only when the relay has
+  to wait for the network. The end of the stream is handled as psycopg handles it: the final
+  result is read and checked, and its command tag gives the row count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import psycopg
-from psycopg import sql
+from psycopg import errors, pq, sql
+from psycopg.abc import Buffer
 
 from .catalog import Column, column_list
 from .identifiers import TableName
@@ -23,6 +35,11 @@ CopyFormat = Literal["binary", "text"]
 
 RELAY_WRITE = 64 << 10
 """Bytes gathered from source blocks before one write to the target."""
+
+EMPTY_HASH = "sha256:" + hashlib.sha256(b"").hexdigest()
+"""The content hash of a relay that moved no bytes."""
+
+Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def copy_format_for(columns: Sequence[Column]) -> CopyFormat:
@@ -75,49 +92,108 @@ class RelayResult:
         rows_out: Rows the source's ``COPY ... TO STDOUT`` reported.
         rows_in: Rows the target's ``COPY ... FROM STDIN`` reported.
         bytes: Bytes relayed.
+        content_hash: ``sha256:`` of the bytes relayed, when the relay was asked to hash them.
     """
 
     rows_out: int
     rows_in: int
     bytes: int
+    content_hash: str | None = None
+
+
+class _Drain:
+    """Iterates the COPY messages of a started ``COPY ... TO STDOUT``; then ``rows`` is set."""
+
+    def __init__(self, copy: psycopg.Copy) -> None:
+        self.copy = copy
+        self.rows = -1
+
+    def __iter__(self) -> Iterator[Buffer]:
+        pgconn = self.copy.connection.pgconn
+        while True:
+            size, data = pgconn.get_copy_data(1)
+            if size > 0:
+                yield data
+                continue
+            if size == 0:  # nothing complete buffered: let psycopg wait for the network
+                block = self.copy.read()
+                if not block:  # psycopg read the end itself
+                    self.rows = self.copy.cursor.rowcount
+                    return
+                yield block
+                continue
+            if size == -1:  # the end: read the final result, as psycopg would
+                self.rows = _finish(pgconn, self.copy.connection.info.encoding)
+                return
+            raise psycopg.OperationalError(
+                f"receiving copy data failed: {pgconn.get_error_message()}"
+            )
+
+
+def _finish(pgconn: pq.abc.PGconn, encoding: str) -> int:
+    """Reads the results that end a COPY OUT whose end message was consumed; its row count."""
+    results = []
+    while (res := pgconn.get_result()) is not None:
+        results.append(res)
+    if len(results) != 1:
+        raise psycopg.ProgrammingError(f"COPY ended with {len(results)} results, not 1")
+    result = results[0]
+    if result.status != pq.ExecStatus.COMMAND_OK:
+        raise errors.error_from_result(result, encoding=encoding)
+    return result.command_tuples if result.command_tuples is not None else -1
 
 
 def relay(
-    source: psycopg.Cursor[tuple[object, ...]],
+    source: Conn,
     copy_out: sql.Composed,
-    target: psycopg.Cursor[tuple[object, ...]],
+    target: Conn,
     copy_in: sql.Composed,
     *,
-    on_block: Callable[[int], None] | None = None,
+    params: Sequence[object] = (),
+    hashed: bool = False,
+    on_write: Callable[[int], None] | None = None,
 ) -> RelayResult:
     """Streams COPY blocks from ``source`` into ``target`` without parsing rows.
 
-    Both cursors run in whatever transactions their sessions are in; the caller decides
-    isolation and commit. Memory stays flat: at most about ``RELAY_WRITE`` bytes are held.
+    Both sessions stay in whatever transactions they are in; the caller decides isolation and
+    commit. Memory stays flat: at most about :data:`RELAY_WRITE` bytes are held.
 
     Args:
-        source: A cursor of the source session.
+        source: The source session.
         copy_out: A ``COPY ... TO STDOUT`` statement.
-        target: A cursor of the target session.
+        target: The target session.
         copy_in: A ``COPY ... FROM STDIN`` statement in the same format.
-        on_block: Called with each block's size (progress, fault injection in tests).
+        params: Parameters of ``copy_out`` (bound by psycopg; ``COPY`` has no server-side
+            parameters).
+        hashed: Also compute the ``sha256`` of the bytes (a batch's content hash).
+        on_write: Called with the size of each write to the target (progress, fault tests).
 
     Returns:
-        The row counts from both command tags and the bytes moved.
+        The row counts from both command tags, the bytes moved and, if asked, their hash.
     """
+    digest = hashlib.sha256() if hashed else None
     moved = 0
     pending = bytearray()
-    with source.copy(copy_out) as out, target.copy(copy_in) as inp:
-        for block in out:
-            # The server sends a block per row: gathering them into larger writes halves the
-            # relay's CPU time (one libpq call per RELAY_WRITE bytes instead of per row).
-            pending += block
-            moved += len(block)
-            if on_block is not None:
-                on_block(len(block))
-            if len(pending) >= RELAY_WRITE:
-                inp.write(pending)
-                pending = bytearray()
-        if pending:
-            inp.write(pending)
-    return RelayResult(rows_out=source.rowcount, rows_in=target.rowcount, bytes=moved)
+
+    def write(inp: psycopg.Copy) -> None:
+        nonlocal moved, pending
+        chunk = bytes(pending)  # the writer may keep a reference: never reuse its buffer
+        pending = bytearray()
+        inp.write(chunk)
+        moved += len(chunk)
+        if digest is not None:
+            digest.update(chunk)
+        if on_write is not None:
+            on_write(len(chunk))
+
+    with source.cursor() as scur, target.cursor() as tcur:
+        with scur.copy(copy_out, params or None) as out, tcur.copy(copy_in) as inp:
+            drain = _Drain(out)
+            for block in drain:
+                pending += block
+                if len(pending) >= RELAY_WRITE:
+                    write(inp)
+            if pending:
+                write(inp)
+        content = None if digest is None else "sha256:" + digest.hexdigest()
+        return RelayResult(drain.rows, tcur.rowcount, moved, content)

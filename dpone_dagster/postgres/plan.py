@@ -130,13 +130,28 @@ SELECT c.relkind::text, c.relpersistence::text,
                         AND (d.objid = c.reltoastrelid
                              OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
                                         AND x.indisprimary)))))
-FROM pg_class c WHERE c.oid = %s
+FROM pg_class c WHERE c.oid = %s::bigint::oid
 """
 
 _TYPE_EXISTS = """
 SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
                WHERE n.nspname = %s AND t.typname = %s)
 """
+
+
+def check_sink(sink: str) -> Sink:
+    """Returns ``sink`` if it is ``replace``, ``append`` or ``merge``.
+
+    Raises:
+        CopyPlanError: ``copy_options_invalid`` for another value.
+    """
+    if sink not in SINKS:
+        raise CopyPlanError(
+            "copy_options_invalid",
+            f"Unknown sink {sink!r}.",
+            [f"Use one of {', '.join(SINKS)}."],
+        )
+    return sink
 
 
 def plan_tables(
@@ -159,12 +174,7 @@ def plan_tables(
             ``target_not_a_table``, ``target_columns_mismatch``, ``target_type_missing``,
             ``merge_needs_primary_key``.
     """
-    if sink not in SINKS:
-        raise CopyPlanError(
-            "copy_options_invalid",
-            f"Unknown sink {sink!r}.",
-            [f"Use one of {', '.join(SINKS)}."],
-        )
+    check_sink(sink)
     if not mappings:
         raise CopyPlanError("copy_options_invalid", "No tables to copy.", ["Name a table."])
     targets = [m.target for m in mappings]

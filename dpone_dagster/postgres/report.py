@@ -3,31 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Literal
 
 from dpone_dagster.lifecycle import (
     ArtifactTerminalReceipt,
     DponeError,
     ExtractionLifecycleReceipt,
+    SnapshotLabel,
     TerminalOutcome,
 )
 
+from .evidence import RowVersionEvidence
 from .identifiers import TableName
 from .plan import Sink
 from .sinks import SinkResult
-
-Strategy = Literal["whole", "streamed", "batched", "partitioned", "internal"]
-STRATEGIES: tuple[Strategy, ...] = ("whole", "streamed", "batched", "partitioned", "internal")
-
-
-class SnapshotLabel(StrEnum):
-    """Whether a materialization's rows came from one source snapshot."""
-
-    SINGLE = "single_snapshot"
-    """Every table of the copy was read under one snapshot (its token digest is reported)."""
-    NONE = "no_snapshot_claim"
-    """No snapshot can be claimed (the reading session supplied no snapshot evidence)."""
+from .strategy import Strategy
 
 
 @dataclass(frozen=True)
@@ -44,7 +33,9 @@ class TableCopyReport:
         sink_result: What the sink did (None when the copy failed before it ran).
         copy_format: The COPY format used.
         columns: The copied columns' names, in order (generated columns excluded): the list a
-            reconciliation fingerprints on both sides.
+            reconciliation digests on both sides.
+        row_versions: Who wrote the target's rows, when the load can vouch that it wrote them
+            all exactly (the reconciliation then proves them without hashing).
     """
 
     source: TableName
@@ -55,6 +46,7 @@ class TableCopyReport:
     sink_result: SinkResult | None
     copy_format: str
     columns: tuple[str, ...] = ()
+    row_versions: RowVersionEvidence | None = None
 
     @property
     def rows_extracted(self) -> int | None:
@@ -71,7 +63,8 @@ class CopyReport:
         strategy: The extraction strategy.
         sink: The sink.
         outcome: The terminal outcome every table's artifact was settled with.
-        snapshot_label: ``single_snapshot`` when all tables were read under one snapshot.
+        snapshot_label: ``single_snapshot`` when all tables were read under one snapshot, else
+            ``no_snapshot_claim``.
         source_token: Digest of that snapshot's server-issued token (never the token).
         tables: One report per table, in the order given.
     """

@@ -1,4 +1,4 @@
-"""The target side: staging tables, the three sinks, and the commit whose answer decides it all.
+"""The three sinks: how a loaded staging table is applied to its target.
 
 A sink applies a loaded staging table to the target inside the target's transaction:
 
@@ -11,37 +11,19 @@ A sink applies a loaded staging table to the target inside the target's transact
 - ``append`` inserts the staged rows.
 - ``merge`` inserts new keys and updates rows whose values changed, by primary key.
 
-:func:`commit_target` turns the server's answer to COMMIT into the terminal outcome's evidence:
-an answer means committed (or refused: an error with a live session); a lost answer means the
-outcome is unknown.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.lifecycle import DponeError, redact
-
-from .catalog import Column, column_list, relation_oid
+from .catalog import column_list, relation_oid
 from .identifiers import MAX_IDENTIFIER_BYTES, TableName
 from .plan import Sink, TablePlan
-from .staging import PostgresStagingTable, staging_name_for
-
-# Everything a swapped-in table must keep from the old one, except indexes (built after the
-# load, which is faster) and identity (a swap never replaces a table that has one).
-_LIKE_TARGET = sql.SQL(
-    "LIKE {} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE "
-    "INCLUDING COMPRESSION INCLUDING COMMENTS"
-)
-
-
-class TargetCommitUnknownError(DponeError):
-    """COMMIT was sent to the target but its acknowledgement never arrived."""
 
 
 @dataclass(frozen=True)
@@ -59,65 +41,6 @@ class SinkResult:
     method: Literal["create", "swap", "rewrite", "append", "merge"]
     rows_inserted: int
     rows_updated: int = 0
-
-
-def column_type(column: Column) -> sql.Composable:
-    """A column's type for DDL: built-in types as the catalog prints them, user-defined types
-    (enums, domains, their arrays) composed from their exact schema and name."""
-    if not column.user_type:
-        return sql.SQL(column.type_sql)  # format_type() output for a built-in type
-    suffix = sql.SQL("[]" if column.type_sql.endswith("[]") else "")
-    return sql.Composed([sql.Identifier(column.type_schema, column.type_name), suffix])
-
-
-def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> sql.Composed:
-    """Column definitions: name and type, plus (with ``constraints``) generation expression,
-    constant default and NOT NULL, as the catalog describes them."""
-    definitions = []
-    for column in columns:
-        parts: list[sql.Composable] = [column.ident, column_type(column)]
-        if constraints and column.generation_sql is not None:
-            parts.append(
-                sql.SQL("GENERATED ALWAYS AS ({}) STORED").format(sql.SQL(column.generation_sql))
-            )
-        elif constraints and column.default_sql is not None:
-            parts.append(sql.SQL("DEFAULT {}").format(sql.SQL(column.default_sql)))
-        if constraints and column.not_null:
-            parts.append(sql.SQL("NOT NULL"))
-        definitions.append(sql.SQL(" ").join(parts))
-    return sql.SQL(", ").join(definitions)
-
-
-def staging_table(
-    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, *, dsn: str
-) -> PostgresStagingTable:
-    """The staging table for ``plan``, in the target's schema, not yet created.
-
-    A staging table that will become the target carries the target's full definition (the
-    source's, for a target created by this copy) and is as durable as the target; one whose
-    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``.
-    """
-    name = staging_name_for(plan.target)
-    if not plan.target_exists:
-        return PostgresStagingTable(
-            conn, name, columns=table_definition(plan.source_columns), unlogged=False, dsn=dsn
-        )
-    if plan.swap:
-        return PostgresStagingTable(
-            conn,
-            name,
-            columns=_LIKE_TARGET.format(plan.target.ident),
-            unlogged=plan.unlogged_target,
-            dsn=dsn,
-        )
-    return PostgresStagingTable(
-        conn, name, columns=table_definition(plan.written, constraints=False), dsn=dsn
-    )
-
-
-def ensure_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
-    """Creates ``schema`` if it does not exist (a target created in a new schema)."""
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
 
 
 def apply_sink(
@@ -221,28 +144,3 @@ def default_pk_name(table: str) -> str:
     room = MAX_IDENTIFIER_BYTES - len("_pkey")
     head = table.encode()[:room].decode(errors="ignore")
     return f"{head}_pkey"
-
-
-def commit_target(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Commits the target transaction; the answer decides the terminal outcome.
-
-    Raises:
-        TargetCommitUnknownError: ``target_commit_unknown`` when the session was lost while COMMIT
-            was in flight: the target may or may not hold the rows.
-        psycopg.Error: the server answered with an error (it did not commit).
-    """
-    try:
-        conn.commit()
-    except psycopg.Error as exc:
-        if conn.broken or conn.closed:
-            raise TargetCommitUnknownError(
-                "target_commit_unknown",
-                "COMMIT was sent to the target but its acknowledgement was lost "
-                f"({redact(str(exc)).strip()}): the target may or may not hold the rows.",
-                [
-                    "Check the target table before rerunning; a rerun with replace or merge "
-                    "is safe, an append could add the rows twice.",
-                    "Retained files (whole COPY) are the evidence of what was sent.",
-                ],
-            ) from exc
-        raise

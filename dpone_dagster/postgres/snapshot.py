@@ -1,6 +1,7 @@
 """Snapshot sessions: a source transaction whose snapshot is known, exported and imported.
 
-Every session here runs one explicit ``REPEATABLE READ READ ONLY`` transaction. Its first
+Every session here runs one ``REPEATABLE READ READ ONLY`` transaction (the session's
+transaction mode, which psycopg puts in its ``BEGIN``). Its first
 statement fixes the transaction's snapshot and, in the same statement, reads the server-issued
 token (``pg_current_snapshot()`` or ``pg_export_snapshot()``) and the server's
 ``clock_timestamp()``: that pair is the :class:`SnapshotEvidence` a receipt may carry.
@@ -23,7 +24,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, SnapshotEvidence, redact
 
-from .connection import ConnectionOptions, connect
+from .connection import ConnectionOptions, connect, set_transaction_mode
 from .session import SourceTransaction
 
 POSTGRES_CLOCK = "postgresql.clock_timestamp"
@@ -33,7 +34,6 @@ CURRENT_SNAPSHOT = "postgresql.pg_current_snapshot"
 EXPORTED_SNAPSHOT = "postgresql.pg_export_snapshot"
 """Snapshot authority of a snapshot exported to worker sessions (``pg_export_snapshot()``)."""
 
-_BEGIN_READ_ONLY = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 # pg_export_snapshot() prints hex groups joined by dashes ("00000003-0000001B-1").
 _TOKEN_SHAPE = re.compile(r"[0-9A-Fa-f]{1,16}(?:-[0-9A-Fa-f]{1,16}){1,3}")
 
@@ -51,7 +51,7 @@ class SnapshotSession:
     commits or rolls back and closes.
 
     Attributes:
-        conn: The session (autocommit mode; the transaction is opened explicitly).
+        conn: The session (its transaction mode is ``REPEATABLE READ READ ONLY``).
         evidence: The snapshot's token, issuer and server time, for ``acquire_snapshot``.
         backend_pid: The server process serving this session.
         options: The options the session was opened with (workers reuse them).
@@ -102,12 +102,12 @@ class SnapshotSession:
                 import it; otherwise the token is ``pg_current_snapshot()``.
 
         Raises:
+            SessionError: ``source_unreachable`` or ``source_login_failed``.
             SnapshotError: ``snapshot_unavailable`` when the server refuses the transaction.
         """
         options = options or ConnectionOptions()
-        conn = connect(dsn, options, autocommit=True)
+        conn = _read_only_session(dsn, options)
         try:
-            conn.execute(_BEGIN_READ_ONLY)
             evidence, pid = read_snapshot(conn, export=export)
         except psycopg.Error as exc:
             conn.close()
@@ -130,13 +130,13 @@ class SnapshotSession:
             options: Connection options.
 
         Raises:
+            SessionError: ``source_unreachable`` or ``source_login_failed``.
             SnapshotError: ``snapshot_import_failed`` when the token is unknown, the exporting
                 transaction has ended, or the database differs.
         """
         options = options or ConnectionOptions()
-        conn = connect(dsn, options, autocommit=True)
+        conn = _read_only_session(dsn, options)
         try:
-            conn.execute(_BEGIN_READ_ONLY)
             evidence = set_transaction_snapshot(conn, token)
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
         except psycopg.Error as exc:
@@ -181,6 +181,14 @@ class SnapshotSession:
         lets resources that close what they track (``track(session)``) hold a snapshot open."""
         with contextlib.suppress(psycopg.Error):
             self.rollback_and_close()
+
+
+def _read_only_session(
+    dsn: str, options: ConnectionOptions
+) -> psycopg.Connection[tuple[object, ...]]:
+    conn = connect(dsn, options, side="source")
+    set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
+    return conn
 
 
 class LazySnapshot:
@@ -263,12 +271,12 @@ def set_transaction_snapshot(
 ) -> SnapshotEvidence:
     """Imports an exported snapshot into ``conn``'s just-begun transaction.
 
-    Call it right after ``BEGIN ISOLATION LEVEL REPEATABLE READ ...`` (read only or read write),
-    before any other statement. PostgreSQL takes no bind parameter in ``SET TRANSACTION
+    Call it as the first statement of a ``REPEATABLE READ`` transaction (read only or read
+    write). PostgreSQL takes no bind parameter in ``SET TRANSACTION
     SNAPSHOT``: the token is composed with :class:`psycopg.sql.Literal`.
 
     Args:
-        conn: A session whose ``REPEATABLE READ`` transaction has not run a query yet.
+        conn: A session whose next ``REPEATABLE READ`` transaction has not run a query yet.
         token: The ``pg_export_snapshot()`` token of a transaction still open.
 
     Returns:
@@ -279,6 +287,7 @@ def set_transaction_snapshot(
             exporting transaction has ended, or the database differs.
     """
     try:
+        # PostgreSQL takes no parameter here: the server-issued token goes in as a literal.
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(token)))
         acquired_at = server_clock(conn)
     except psycopg.Error as exc:

@@ -1,54 +1,37 @@
 """``copy_tables``: copy a set of tables, read under one source snapshot, into a target.
 
-The steps, whatever the strategy:
+The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 
-1. Plan from both catalogs (a bad name, a missing type or key fails here, nothing written).
-2. Extract under one snapshot with the chosen strategy (see :data:`STRATEGIES`).
-3. In one target transaction, for each table: a staging table under ``owned_staging_handle``,
-   the rows loaded into it, the sink applied. (Partitioned COPY loads its committed staging
-   tables from worker sessions first.)
-4. COMMIT. Its answer decides every artifact's terminal outcome: ``success`` when acknowledged,
-   ``retain_commit_unknown`` when the acknowledgement was lost, ``abort`` on any earlier failure.
-   A failure raises :class:`CopyError` carrying the report; staging tables are dropped and the
-   target is left as it was.
+1. **plan**: both catalogs are read (a bad name, a missing type or key fails here, nothing
+   written);
+2. **extract**: the strategy acquires the snapshot and reads what it reads ahead of the load;
+3. **load**: the one load path (:mod:`.load`): staging tables, rows, sinks, one COMMIT whose
+   answer settles every artifact. A failure raises :class:`~.report.CopyError` carrying the
+   report; staging tables are dropped and the target is left as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 
 import psycopg
-from psycopg import sql
 
-from dpone_dagster.lifecycle import (
-    DponeError,
-    TerminalOutcome,
-    owned_staging_handle,
-    redact,
-    token_digest,
-)
+from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 
-from .artifacts import TableArtifact
-from .connection import ConnectionOptions, connect
-from .extraction import Extraction
+from .connection import connect, set_transaction_mode
 from .identifiers import TableName
+from .load import TargetLoad, settle_load
 from .options import CopyOptions
-from .plan import Sink, TableMapping, TablePlan, TableSpec, plan_tables
-from .report import STRATEGIES, CopyError, CopyReport, SnapshotLabel, Strategy, TableCopyReport
-from .sinks import (
-    SinkResult,
-    TargetCommitUnknownError,
-    apply_sink,
-    commit_target,
-    ensure_schema,
-    staging_table,
-)
+from .plan import CopyPlanError, Sink, TableMapping, TablePlan, TableSpec, check_sink, plan_tables
+from .registry import open_strategy
+from .report import CopyError, CopyReport, TableCopyReport
+from .strategy import ExtractionStrategy, SourceReads, Strategy, check_strategy
 
-_BEGIN_CATALOG = sql.SQL("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+Conn = psycopg.Connection[tuple[object, ...]]
+
 _IDENTITY = (
     "SELECT current_database(), pg_postmaster_start_time()::text, "
-    "coalesce(inet_server_port(), 0), (SELECT oid::int FROM pg_database "
+    "coalesce(inet_server_port(), 0), (SELECT oid::bigint FROM pg_database "
     "WHERE datname = current_database())"
 )
 
@@ -58,7 +41,7 @@ def copy_tables(
     target_dsn: str,
     tables: Sequence[TableSpec] | str | TableName,
     *,
-    strategy: Strategy = "batched",
+    strategy: Strategy | str = Strategy.BATCHED_COPY,
     sink: Sink = "replace",
     workers: int = 2,
     options: CopyOptions | None = None,
@@ -67,22 +50,29 @@ def copy_tables(
 
     Args:
         source_dsn: The source database.
-        target_dsn: The target database (for ``internal``, the same database).
+        target_dsn: The target database (for ``internal_query``, the same database).
         tables: Table names (``"sales.orders"``, ``TableName``), or ``(source, target)``
             pairs to copy into another name.
-        strategy: ``whole``, ``streamed``, ``batched``, ``partitioned`` or ``internal``.
+        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
+            ``internal_query``.
         sink: ``replace``, ``append`` or ``merge``.
-        workers: Worker sessions of a partitioned copy.
+        workers: Worker sessions of ``partitioned_copy``.
         options: Tuning and hooks.
 
     Returns:
         The report: per-table receipts, row counts, the ``success`` outcome, the snapshot label.
 
     Raises:
-        CatalogError: ``table_not_found`` for an unknown source table.
-        CopyPlanError: a copy that cannot be planned (see :func:`.plan.plan_tables`).
         CopyError: the copy failed and every artifact was settled; ``.report`` says how
             (``target_commit_unknown`` when the target's COMMIT acknowledgement was lost).
+        DponeError: before anything is read: ``copy_options_invalid``, ``table_not_found``,
+            ``source_unreachable``, ``target_login_failed`` and the other plan errors.
+
+    Examples:
+        .. code-block:: python
+
+            report = copy_tables(source_dsn, target_dsn, ["shop.orders"], strategy="batched_copy")
+            report.outcome  # TerminalOutcome.SUCCESS
     """
     copy = SnapshotCopy(
         source_dsn, target_dsn, tables, strategy=strategy, sink=sink, workers=workers,
@@ -106,15 +96,15 @@ class SnapshotCopy:
 
     Args:
         source_dsn: The source database.
-        target_dsn: The target database (for ``internal``, the same database).
+        target_dsn: The target database (for ``internal_query``, the same database).
         tables: Table names, or ``(source, target)`` pairs.
-        strategy: ``whole``, ``streamed``, ``batched``, ``partitioned`` or ``internal``.
+        strategy: A :class:`~.strategy.Strategy` name.
         sink: ``replace``, ``append`` or ``merge``.
         workers: Worker sessions of a partitioned copy.
         options: Tuning and hooks.
 
     Raises:
-        CopyError: ``copy_options_invalid`` for an unknown strategy or no worker.
+        CopyPlanError: ``copy_options_invalid`` for an unknown strategy or sink, or no worker.
         IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
     """
 
@@ -124,32 +114,31 @@ class SnapshotCopy:
         target_dsn: str,
         tables: Sequence[TableSpec] | str | TableName,
         *,
-        strategy: Strategy = "batched",
+        strategy: Strategy | str = Strategy.BATCHED_COPY,
         sink: Sink = "replace",
         workers: int = 2,
         options: CopyOptions | None = None,
     ) -> None:
-        if strategy not in STRATEGIES or workers < 1:
-            raise CopyError(
+        self.strategy = check_strategy(strategy)
+        self.sink: Sink = check_sink(sink)
+        if workers < 1:
+            raise CopyPlanError(
                 "copy_options_invalid",
-                f"Unknown strategy {strategy!r} or workers={workers}.",
-                [f"Use one of {', '.join(STRATEGIES)} and at least one worker."],
+                f"workers={workers}: a copy needs at least one worker.",
+                ["Use workers=1 or more."],
             )
         if isinstance(tables, str | TableName | TableMapping):
             tables = [tables]  # one table named on its own
         self.mappings = [TableMapping.of(t) for t in tables]
         self.source_dsn = source_dsn
         self.target_dsn = target_dsn
-        self.strategy: Strategy = strategy
-        self.sink: Sink = sink
         self.workers = workers
         self.options = options or CopyOptions()
         self.plans: list[TablePlan] = []
-        self.loaded: list[int | None] = []
-        self.results: list[SinkResult | None] = []
         self.report: CopyReport | None = None
-        self._extraction: Extraction | None = None
-        self._target: psycopg.Connection[tuple[object, ...]] | None = None
+        self._strategy: ExtractionStrategy | None = None
+        self._load: TargetLoad | None = None
+        self._target: Conn | None = None
 
     def __enter__(self) -> SnapshotCopy:
         return self
@@ -158,18 +147,18 @@ class SnapshotCopy:
         self.close()
 
     @property
-    def target(self) -> psycopg.Connection[tuple[object, ...]]:
+    def target(self) -> Conn:
         """The target session (opened by :meth:`plan`)."""
         if self._target is None:
             raise _not_planned()
         return self._target
 
     @property
-    def extraction(self) -> Extraction:
-        """The source side: sessions and artifacts (built by :meth:`plan`)."""
-        if self._extraction is None:
+    def extraction(self) -> ExtractionStrategy:
+        """The source side: the strategy, its sessions and artifacts (built by :meth:`plan`)."""
+        if self._strategy is None:
             raise _not_planned()
-        return self._extraction
+        return self._strategy
 
     # -- the steps ----------------------------------------------------------------------------
 
@@ -178,40 +167,33 @@ class SnapshotCopy:
 
         Raises:
             CatalogError: ``table_not_found``.
-            CopyPlanError: see :func:`.plan.plan_tables`.
-            CopyError: ``source_unreachable``, ``target_unreachable``,
-                ``internal_query_needs_same_database``.
+            CopyPlanError: the other plan errors (:func:`.plan.plan_tables`).
+            SessionError: ``source_unreachable``, ``target_unreachable``,
+                ``source_login_failed``, ``target_login_failed``.
+            CopyError: ``internal_query_needs_same_database``.
         """
-        self._target = _connect(self.target_dsn, self.options.target_options, "target")
-        with _connect(self.source_dsn, self.options.source_options, "source") as source:
-            source.execute(_BEGIN_CATALOG)
-            self.target.execute(_BEGIN_CATALOG)
-            try:
-                if self.strategy == "internal" and _identity(source) != _identity(self.target):
-                    raise CopyError(
-                        "internal_query_needs_same_database",
-                        "The internal-query strategy copies inside one database, but the "
-                        "source and target DSNs reach different databases.",
-                        ["Use another strategy, or point both DSNs at the same database."],
-                    )
-                self.plans = plan_tables(source, self.target, self.mappings, self.sink)
-            finally:
-                self.target.rollback()  # read only: nothing to keep
-        self.loaded, self.results = [None] * len(self.plans), [None] * len(self.plans)
-        self._extraction = Extraction(
-            self.source_dsn, self.plans, self.strategy, workers=self.workers, options=self.options
-        )
+        try:
+            self.plans = self._read_catalogs()
+        except BaseException:
+            if self._target is not None:
+                self._target.close()
+                self._target = None
+            raise
+        reads = SourceReads(self.source_dsn, self.plans, options=self.options, workers=self.workers)
+        self._strategy = open_strategy(self.strategy, reads)
+        self._load = TargetLoad(self.target, self.target_dsn, self.plans, self.sink)
         return self.plans
 
     def extract(self) -> None:
         """Acquires the snapshot and extracts what the strategy extracts before the load.
 
-        ``whole`` writes and receipts every file, then commits its read-only transaction;
-        ``partitioned`` exports the snapshot and computes every table's bounds inside it;
-        ``batched`` builds its lazy artifacts (they acquire when the load consumes them);
-        ``streamed`` opens the snapshot session; ``internal`` reads in the load's transaction.
+        ``whole_copy`` writes and receipts every file, then commits its read-only transaction;
+        ``partitioned_copy`` exports the snapshot and computes every table's bounds inside it;
+        ``batched_copy`` builds its lazy artifacts (they acquire when the load consumes them);
+        ``stream_rows`` opens the snapshot session; ``internal_query`` reads in the load's
+        transaction.
         """
-        self._step(self.extraction.extract)
+        self._step(self.extraction.plan_reads)
 
     def load(self) -> CopyReport:
         """Stages, loads and applies every table in one target transaction, commits, and
@@ -224,7 +206,13 @@ class SnapshotCopy:
             CopyError: the load failed (``abort``) or its acknowledgement was lost
                 (``target_commit_unknown``, ``retain_commit_unknown``); ``.report`` tells.
         """
-        self._step(self._load)
+        strategy, load = self.extraction, self._load
+        assert load is not None
+        self._step(
+            lambda: load.run(
+                strategy.artifact, begin=strategy.begin_load, fill_stagings=strategy.fill_stagings
+            )
+        )
         return self._settle(TerminalOutcome.SUCCESS)
 
     def abort(self) -> CopyReport:
@@ -234,13 +222,33 @@ class SnapshotCopy:
     def close(self) -> None:
         """Settles what is undecided (``abort``) and closes every session."""
         try:
-            if self._extraction is not None:
+            if self._strategy is not None:
                 self.abort()
         finally:
-            if self._extraction is not None:
-                self._extraction.close()
+            if self._strategy is not None:
+                self._strategy.close()
             if self._target is not None:
                 self._target.close()
+
+    def _read_catalogs(self) -> list[TablePlan]:
+        options = self.options
+        self._target = connect(self.target_dsn, options.target_options, side="target")
+        with connect(self.source_dsn, options.source_options, side="source") as source:
+            for conn in (source, self.target):
+                set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
+            try:
+                if self.strategy is Strategy.INTERNAL_QUERY and (
+                    _identity(source) != _identity(self.target)
+                ):
+                    raise CopyError(
+                        "internal_query_needs_same_database",
+                        "The internal_query strategy copies inside one database, but the "
+                        "source and target DSNs reach different databases.",
+                        ["Use another strategy, or point both DSNs at the same database."],
+                    )
+                return plan_tables(source, self.target, self.mappings, self.sink)
+            finally:
+                self.target.rollback()  # read only: nothing to keep
 
     def _step(self, step: Callable[[], None]) -> None:
         if self.report is not None:
@@ -249,69 +257,23 @@ class SnapshotCopy:
                 f"This copy was already settled ({self.report.outcome.value}).",
                 ["Start a new copy."],
             )
-        try:
-            step()
-        except TargetCommitUnknownError as exc:
-            report = self._settle(TerminalOutcome.RETAIN_COMMIT_UNKNOWN)
-            raise CopyError(exc.code, exc.message, exc.next_actions, report=report) from exc
-        except Exception as exc:
-            code, message, actions = self._failure(exc)
-            report = self._settle(TerminalOutcome.ABORT)
-            raise CopyError(code, message, actions, report=report) from exc
-        except BaseException:  # interrupted (Dagster, Ctrl-C): settle, then let it through
-            self._settle(TerminalOutcome.ABORT)
-            raise
-
-    def _load(self) -> None:
-        extraction = self.extraction
-        extraction.begin(self.target)
-        with ExitStack() as stack:
-            guards, stagings = [], []
-            for plan in self.plans:
-                if not plan.target_exists:
-                    ensure_schema(self.target, plan.target.schema)
-                staging = staging_table(self.target, plan, dsn=self.target_dsn)
-                guards.append(stack.enter_context(owned_staging_handle(staging)))
-                stagings.append(staging.name)
-            if extraction.partitioned is not None:
-                # Workers load from their own sessions: the staging tables must be committed.
-                self.target.commit()
-                extraction.run_workers(self.target_dsn, stagings)
-                extraction.begin(self.target)
-            for index, plan in enumerate(self.plans):
-                artifact = extraction.artifact(index)
-                loaded = artifact.load_into(
-                    self.target,
-                    stagings[index],
-                    progress=self.options.progress,
-                    progress_every=self.options.progress_every,
-                )
-                _check_rows(artifact, loaded)
-                self.loaded[index] = loaded
-                self.results[index] = apply_sink(
-                    self.target, plan, stagings[index], self.sink, loaded
-                )
-            commit_target(self.target)
-            for guard in guards:
-                guard.transfer(None)
-
-    # -- strategies ---------------------------------------------------------------------------
+        settle_load(step, settle=self._settle, failure=self._failure, error=_copy_error)
 
     # -- outcome ------------------------------------------------------------------------------
 
-    def _failure(self, exc: Exception) -> tuple[str, str, list[str]]:
-        """The stable code, message and next actions of a failed copy."""
+    def _failure(self, exc: Exception) -> DponeError:
+        """The stable error of a failed copy (which side failed, read before settling)."""
         if isinstance(exc, DponeError):
-            return exc.code, exc.message, list(exc.next_actions)
+            return exc
         unchanged = "The target was left unchanged and the staging tables were dropped."
         cause = redact(str(exc)).strip().rstrip(".")
         if self.extraction.source_failed(self.target):
-            return (
+            return DponeError(
                 "source_read_failed",
                 f"Reading the source failed: {cause}. {unchanged}",
                 ["Check the source server and its sessions, then run the copy again."],
             )
-        return (
+        return DponeError(
             "target_load_failed",
             f"Loading the target failed: {cause}. {unchanged}",
             ["Fix the cause named in the message, then run the copy again."],
@@ -320,65 +282,45 @@ class SnapshotCopy:
     def _settle(self, outcome: TerminalOutcome) -> CopyReport:
         if self.report is not None:  # the first decision wins
             return self.report
-        extraction = self.extraction
-        extraction.settle(outcome)
-        evidence = extraction.evidence
+        strategy, load = self.extraction, self._load
+        assert load is not None
+        strategy.settle(outcome)
+        evidence = strategy.evidence
         self.report = CopyReport(
             strategy=self.strategy,
             sink=self.sink,
             outcome=outcome,
-            snapshot_label=SnapshotLabel.SINGLE if evidence else SnapshotLabel.NONE,
+            snapshot_label=(
+                SnapshotLabel.SINGLE_SNAPSHOT if evidence else SnapshotLabel.NO_SNAPSHOT_CLAIM
+            ),
             source_token=token_digest(evidence.token) if evidence else None,
             tables=tuple(
                 TableCopyReport(
-                    source=plan.source,
-                    target=plan.target,
+                    source=table.plan.source,
+                    target=table.plan.target,
                     extraction_receipt=None if artifact is None else artifact.extraction_receipt,
                     terminal_receipt=None if artifact is None else artifact.terminal_receipt,
-                    rows_loaded=loaded,
-                    sink_result=result,
-                    copy_format=plan.copy_format,
-                    columns=plan.column_names,
+                    rows_loaded=table.rows_loaded,
+                    sink_result=table.sink_result,
+                    copy_format=table.plan.copy_format,
+                    columns=table.plan.column_names,
+                    row_versions=table.row_versions if outcome is TerminalOutcome.SUCCESS else None,
                 )
-                for plan, artifact, loaded, result in zip(
-                    self.plans, extraction.artifacts, self.loaded, self.results, strict=True
-                )
+                for table, artifact in zip(load.tables, strategy.artifacts, strict=True)
             ),
         )
         return self.report
 
 
-def _connect(
-    dsn: str, options: ConnectionOptions, side: str
-) -> psycopg.Connection[tuple[object, ...]]:
-    """Opens an autocommit session (transactions are begun explicitly), or says which side
-    could not be reached."""
-    try:
-        return connect(dsn, options, autocommit=True)
-    except psycopg.OperationalError as exc:  # the message is already redacted
-        raise CopyError(
-            f"{side}_unreachable",
-            f"The {side} database could not be reached: {exc}",
-            [f"Check the {side} DSN, the server and the network, then run the copy again."],
-        ) from None
+def _copy_error(error: DponeError, report: CopyReport) -> CopyError:
+    return CopyError(error.code, error.message, error.next_actions, report=report)
 
 
 def _not_planned() -> CopyError:
     return CopyError("copy_step_out_of_order", "The copy was not planned.", ["Call plan() first."])
 
 
-def _check_rows(artifact: TableArtifact, loaded: int) -> None:
-    receipt = artifact.extraction_receipt
-    if receipt.row_count != loaded:
-        raise CopyError(
-            "copy_rows_mismatch",
-            f"The target took {loaded} rows of {artifact.table}, but the extraction receipt "
-            f"counts {receipt.row_count}.",
-            ["Report this with both counts: nothing was committed."],
-        )
-
-
-def _identity(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...]:
+def _identity(conn: Conn) -> tuple[object, ...]:
     row = conn.execute(_IDENTITY).fetchone()
     assert row is not None
     return tuple(row)

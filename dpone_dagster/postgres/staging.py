@@ -1,16 +1,32 @@
-"""Staging tables on the PostgreSQL target, created and dropped under the lifecycle guard."""
+"""Staging tables: where a load writes its rows in the target before a sink applies them.
+
+A staging table is created (and on any failure before its handover, dropped) under the
+lifecycle's staging guard (:func:`~dpone_dagster.lifecycle.owned_staging_handle`). Its shape
+depends on the sink: a table that will be swapped in as the target carries the target's full
+definition; one whose rows are inserted into the target holds just the copied columns.
+"""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 import psycopg
 from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, redact
 
-from .connection import ConnectionOptions, connect, describe_dsn
+from .catalog import Column
+from .connection import ConnectionOptions, SessionError, connect, describe_dsn
 from .identifiers import TableName
+from .plan import TablePlan
+
+# Everything a swapped-in table must keep from the old one, except indexes (built after the
+# load, which is faster) and identity (a swap never replaces a table that has one).
+_LIKE_TARGET = sql.SQL(
+    "LIKE {} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS INCLUDING STORAGE "
+    "INCLUDING COMPRESSION INCLUDING COMMENTS"
+)
 
 
 class StagingDropError(DponeError):
@@ -112,12 +128,72 @@ class PostgresStagingTable:
                 ["Drop the table by hand, or give the staging table the target DSN."],
             )
         try:
-            with connect(self.dsn, ConnectionOptions(connect_timeout=5), autocommit=True) as fresh:
+            options = ConnectionOptions(connect_timeout=5)
+            with connect(self.dsn, options, side="target", autocommit=True) as fresh:
                 fresh.execute(self._drop_statement())
-        except psycopg.Error as exc:
+        except (psycopg.Error, SessionError) as exc:
             raise StagingDropError(
                 "staging_drop_failed",
                 f"Could not drop staging table {self.display_name} on {describe_dsn(self.dsn)} "
                 f"(DSN {redact(self.dsn)}): {redact(str(exc))}",
                 ["Drop the table by hand once the target answers."],
             ) from None
+
+
+def column_type(column: Column) -> sql.Composable:
+    """A column's type for DDL: built-in types as the catalog prints them, user-defined types
+    (enums, domains, their arrays) composed from their exact schema and name."""
+    if not column.user_type:
+        return sql.SQL(column.type_sql)  # format_type() output for a built-in type
+    suffix = sql.SQL("[]" if column.type_sql.endswith("[]") else "")
+    return sql.Composed([sql.Identifier(column.type_schema, column.type_name), suffix])
+
+
+def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> sql.Composed:
+    """Column definitions: name and type, plus (with ``constraints``) generation expression,
+    constant default and NOT NULL, as the catalog describes them."""
+    definitions = []
+    for column in columns:
+        parts: list[sql.Composable] = [column.ident, column_type(column)]
+        if constraints and column.generation_sql is not None:
+            parts.append(
+                sql.SQL("GENERATED ALWAYS AS ({}) STORED").format(sql.SQL(column.generation_sql))
+            )
+        elif constraints and column.default_sql is not None:
+            parts.append(sql.SQL("DEFAULT {}").format(sql.SQL(column.default_sql)))
+        if constraints and column.not_null:
+            parts.append(sql.SQL("NOT NULL"))
+        definitions.append(sql.SQL(" ").join(parts))
+    return sql.SQL(", ").join(definitions)
+
+
+def staging_table(
+    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, *, dsn: str
+) -> PostgresStagingTable:
+    """The staging table for ``plan``, in the target's schema, not yet created.
+
+    A staging table that will become the target carries the target's full definition (the
+    source's, for a target created by this copy) and is as durable as the target; one whose
+    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``.
+    """
+    name = staging_name_for(plan.target)
+    if not plan.target_exists:
+        return PostgresStagingTable(
+            conn, name, columns=table_definition(plan.source_columns), unlogged=False, dsn=dsn
+        )
+    if plan.swap:
+        return PostgresStagingTable(
+            conn,
+            name,
+            columns=_LIKE_TARGET.format(plan.target.ident),
+            unlogged=plan.unlogged_target,
+            dsn=dsn,
+        )
+    return PostgresStagingTable(
+        conn, name, columns=table_definition(plan.written, constraints=False), dsn=dsn
+    )
+
+
+def ensure_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Creates ``schema`` if it does not exist (a target created in a new schema)."""
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))

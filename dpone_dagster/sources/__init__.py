@@ -5,7 +5,7 @@ before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` wh
 at the first read and completes only when the source is exhausted.
 """
 
-from .load import SourceLoadError, SourceLoadReport, check_sink, load_source
+from .load import SourceLoadError, SourceLoadReport, StagedRows, load_source, stage_rows
 from .mysql import MySQLSettings, MySQLSource, MySQLStream
 from .mysql_catalog import quote_mysql_identifier
 from .protocol import (
@@ -26,7 +26,6 @@ from .rest_pagination import (
     Pagination,
 )
 from .rest_schema import model_columns
-from .staging import StagedRows, copy_rows, stage_rows, staging_columns
 
 __all__ = [
     "ByteMeter",
@@ -49,12 +48,9 @@ __all__ = [
     "SourceLoadError",
     "SourceLoadReport",
     "StagedRows",
-    "check_sink",
-    "copy_rows",
     "extract_stream",
     "load_source",
     "model_columns",
     "quote_mysql_identifier",
     "stage_rows",
-    "staging_columns",
 ]

@@ -1,16 +1,14 @@
-"""Loading a generic source into PostgreSQL: the PostgreSQL copies' staging, sinks and outcomes.
-
-The steps are those of a snapshot copy, for one source:
+"""Loading a generic source into PostgreSQL through the one load path.
 
 1. ``extract()`` maps the source's types (an unmappable type fails here, before any row moves
    and before the target is touched); the target side is planned from the target's catalog.
-2. In one target transaction: a staging table under ``owned_staging_handle`` (the shape the
-   sink needs: the target's, or the source's for a target this load creates), the rows written
-   into it with ``COPY ... write_row()``, the sink (``replace``, ``append``, ``merge``) applied.
-3. COMMIT. Its answer decides the artifact's terminal outcome: ``success`` when acknowledged,
-   ``retain_commit_unknown`` when the acknowledgement was lost, ``abort`` on any earlier failure
-   (or interruption). A failure raises :class:`SourceLoadError` carrying the report; the staging
-   table is dropped and the target is left as it was.
+2. The load path of every copy (:mod:`dpone_dagster.postgres.load`): a staging table under the
+   staging guard (shaped as the sink needs: the target's, or the source's for a target this
+   load creates), the rows written into it with ``COPY ... write_row()``, the sink applied, one
+   COMMIT whose answer settles the artifact: ``success``, ``retain_commit_unknown`` when the
+   acknowledgement was lost, ``abort`` on any earlier failure (or interruption). A failure raises
+   :class:`SourceLoadError` carrying the report; the staging table is dropped and the target is
+   left as it was.
 """
 
 from __future__ import annotations
@@ -19,46 +17,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
 
 from dpone_dagster.lifecycle import (
     ArtifactTerminalReceipt,
     DponeError,
     ExtractionLifecycleReceipt,
+    SnapshotLabel,
     TerminalOutcome,
     owned_staging_handle,
 )
-from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.catalog import Column
-from dpone_dagster.postgres.connection import ConnectionOptions, connect
-from dpone_dagster.postgres.plan import SINKS, Sink, TablePlan, plan_target
-from dpone_dagster.postgres.report import SnapshotLabel
-from dpone_dagster.postgres.sinks import (
-    SinkResult,
-    TargetCommitUnknownError,
-    apply_sink,
-    commit_target,
-    ensure_schema,
-    staging_table,
+from dpone_dagster.postgres import Column, ConnectionOptions, TableName
+from dpone_dagster.postgres.connection import connect, set_transaction_mode
+from dpone_dagster.postgres.load import TargetLoad, settle_load
+from dpone_dagster.postgres.plan import Sink, TablePlan, check_sink, plan_target
+from dpone_dagster.postgres.sinks import SinkResult
+from dpone_dagster.postgres.staging import (
+    PostgresStagingTable,
+    staging_name_for,
+    table_definition,
 )
 
-from .protocol import RowStreamArtifact, SourceAdapter, SourceColumn, SourceError
-from .staging import ProgressHook, copy_rows
-
-_BEGIN_TARGET = sql.SQL("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
-
-
-def check_sink(sink: str) -> Sink:
-    """Returns ``sink`` if it is one of ``replace``, ``append``, ``merge``.
-
-    Raises:
-        SourceError: ``copy_options_invalid`` for another sink.
-    """
-    if sink not in SINKS:
-        raise SourceError(
-            "copy_options_invalid", f"Unknown sink {sink!r}.", [f"Use one of {', '.join(SINKS)}."]
-        )
-    return sink
+from .protocol import ProgressHook, RowStreamArtifact, SourceAdapter, SourceColumn
 
 
 def target_columns(columns: Sequence[SourceColumn]) -> list[Column]:
@@ -111,7 +90,7 @@ class SourceLoadReport:
     @property
     def snapshot_label(self) -> SnapshotLabel:
         """Always ``no_snapshot_claim``: a generic source has no snapshot to prove."""
-        return SnapshotLabel.NONE
+        return SnapshotLabel.NO_SNAPSHOT_CLAIM
 
 
 class SourceLoadError(DponeError):
@@ -120,17 +99,6 @@ class SourceLoadError(DponeError):
     def __init__(self, error: DponeError, report: SourceLoadReport) -> None:
         super().__init__(error.code, error.message, error.next_actions)
         self.report = report
-
-
-def _failure(exc: Exception, label: str) -> DponeError:
-    if isinstance(exc, DponeError):
-        return exc
-    return DponeError(
-        "target_load_failed",
-        f"Loading {label} into the target failed: {exc}. The target was left unchanged and "
-        "the staging table was dropped.",
-        ["Fix the cause named in the message, then run the load again."],
-    )
 
 
 def load_source(
@@ -158,6 +126,7 @@ def load_source(
         The report of a committed load (outcome ``success``).
 
     Raises:
+        CopyPlanError: ``copy_options_invalid`` for an unknown sink.
         SourceError: the source could not be described (``mysql_type_unmappable``,
             ``rest_type_unmappable``...): nothing was read or written.
         SourceLoadError: the load failed and the artifact was settled (``abort``, or
@@ -165,23 +134,64 @@ def load_source(
     """
     check_sink(sink)
     artifact = source.extract().artifact
-    run = _Load(artifact, target, sink, primary_key)
-    with connect(target_dsn, options, autocommit=True) as conn:
-        try:
-            run.load(conn, target_dsn, on_progress)
-        except TargetCommitUnknownError as exc:
-            raise SourceLoadError(exc, run.settle(TerminalOutcome.RETAIN_COMMIT_UNKNOWN)) from exc
-        except Exception as exc:
-            report = run.settle(TerminalOutcome.ABORT)
-            raise SourceLoadError(_failure(exc, artifact.source_label), report) from exc
-        except BaseException:  # interrupted (Dagster, Ctrl-C): settle, then let it through
-            run.settle(TerminalOutcome.ABORT)
-            raise
-    return run.settle(TerminalOutcome.SUCCESS)
+    artifact.on_progress = on_progress
+    load = _SourceLoad(artifact, target, sink, primary_key)
+    settle_load(
+        lambda: load.run(target_dsn, options),
+        settle=load.settle,
+        failure=load.failure,
+        error=SourceLoadError,
+    )
+    return load.settle(TerminalOutcome.SUCCESS)
 
 
-class _Load:
-    """One :func:`load_source` call: its artifact and what the target did."""
+@dataclass(frozen=True)
+class StagedRows:
+    """A staging table filled from a generic source, now the caller's.
+
+    Attributes:
+        staging: The staging table (the caller drops it or hands it to a sink).
+        copied: Rows the COPY command tag reported.
+    """
+
+    staging: PostgresStagingTable
+    copied: int
+
+
+def stage_rows(
+    conn: psycopg.Connection[tuple[object, ...]],
+    target: TableName,
+    artifact: RowStreamArtifact,
+    *,
+    dsn: str | None = None,
+    on_progress: ProgressHook | None = None,
+) -> StagedRows:
+    """Fills a staging table beside ``target`` from ``artifact``, for the caller to read.
+
+    The table is created under the staging guard: any failure before this function returns (a
+    lost source connection, a record that fails validation, an interrupt) drops it.
+
+    Args:
+        conn: The target session; the staging table is created in its current transaction.
+        target: The target table the rows are meant for (the staging table lives in its schema).
+        artifact: The pending stream.
+        dsn: The target DSN, to drop the staging table from a fresh session if ``conn`` broke.
+        on_progress: Called with the rows written so far every 10,000 rows.
+
+    Returns:
+        The filled staging table, now the caller's.
+    """
+    columns = target_columns(artifact.columns)
+    definition = table_definition(columns, constraints=False)
+    staging = PostgresStagingTable(conn, staging_name_for(target), columns=definition, dsn=dsn)
+    artifact.on_progress = on_progress
+    with owned_staging_handle(staging) as guard:
+        copied = artifact.load_into(conn, staging.name)
+        return guard.transfer(StagedRows(staging, copied))
+
+
+class _SourceLoad:
+    """One :func:`load_source` call: its artifact and the target's load."""
 
     def __init__(
         self, artifact: RowStreamArtifact, target: TableName, sink: Sink, key: Sequence[str]
@@ -190,13 +200,7 @@ class _Load:
         self.target = target
         self.sink: Sink = sink
         self.key = tuple(key)
-        self.loaded: int | None = None
-        self.result: SinkResult | None = None
-
-    @property
-    def label(self) -> str:
-        """The source's label, for messages."""
-        return self.artifact.source_label
+        self.load: TargetLoad | None = None
 
     def new_target_plan(self) -> TablePlan:
         """The plan as if the target did not exist: created from the source's mapped columns.
@@ -219,36 +223,31 @@ class _Load:
             swap=True,
         )
 
-    def load(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        dsn: str,
-        on_progress: ProgressHook | None,
-    ) -> None:
-        plan = plan_target(conn, self.new_target_plan(), self.sink, source_label=self.label)
-        conn.execute(_BEGIN_TARGET)
-        if not plan.target_exists:
-            ensure_schema(conn, self.target.schema)
-        staging = staging_table(conn, plan, dsn=dsn)
-        with owned_staging_handle(staging) as guard:
-            with conn.cursor() as cursor:
-                self.loaded = copy_rows(
-                    cursor, staging.name, self.artifact, on_progress=on_progress
-                )
-            counted = self.artifact.extraction_receipt.row_count
-            if counted != self.loaded:
-                raise SourceError(
-                    "copy_rows_mismatch",
-                    f"The target took {self.loaded} rows of {self.artifact.source_label}, but "
-                    f"the extraction receipt counts {counted}.",
-                    ["Report this with both counts: nothing was committed."],
-                )
-            self.result = apply_sink(conn, plan, staging.name, self.sink, self.loaded)
-            commit_target(conn)
-            guard.transfer(None)
+    def run(self, target_dsn: str, options: ConnectionOptions | None) -> None:
+        """Plans the target from its catalog, then loads through the one load path."""
+        with connect(target_dsn, options, side="target") as conn:
+            set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
+            label = self.artifact.source_label
+            plan = plan_target(conn, self.new_target_plan(), self.sink, source_label=label)
+            conn.rollback()  # read only: nothing to keep
+            self.load = TargetLoad(conn, target_dsn, [plan], self.sink)
+            self.load.run(lambda _: self.artifact)
+
+    def failure(self, exc: Exception) -> DponeError:
+        """The stable error of a failed load."""
+        if isinstance(exc, DponeError):
+            return exc
+        return DponeError(
+            "target_load_failed",
+            f"Loading {self.artifact.source_label} into the target failed: {exc}. The target "
+            "was left unchanged and the staging table was dropped.",
+            ["Fix the cause named in the message, then run the load again."],
+        )
 
     def settle(self, outcome: TerminalOutcome) -> SourceLoadReport:
+        """Settles the artifact (the first decision wins) and reports."""
         terminal = self.artifact.settle(outcome)
+        table = None if self.load is None else self.load.tables[0]
         return SourceLoadReport(
             source_label=self.artifact.source_label,
             target=self.target,
@@ -256,6 +255,6 @@ class _Load:
             outcome=terminal.outcome,
             extraction_receipt=self.artifact.extraction_receipt,
             terminal_receipt=terminal,
-            rows_loaded=self.loaded,
-            sink_result=self.result,
+            rows_loaded=None if table is None else table.rows_loaded,
+            sink_result=None if table is None else table.sink_result,
         )

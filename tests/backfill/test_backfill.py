@@ -10,8 +10,8 @@ from dpone_dagster.backfill import (
     Backfill,
     BackfillStatus,
     BatchResult,
-    SnapshotLabel,
 )
+from dpone_dagster.lifecycle import SnapshotLabel
 from tests.backfill.conftest import Pair, copy_rows
 from tests.helpers import pg
 
@@ -118,11 +118,14 @@ def test_the_snapshot_label_tells_one_snapshot_from_none(
     pair: Pair, make_database: Callable[[str], str]
 ) -> None:
     one = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=5000).run()
-    assert one.snapshot_label is SnapshotLabel.ONE_SNAPSHOT and one.run.progress.batch_count == 1
+    assert one.snapshot_label is SnapshotLabel.SINGLE_SNAPSHOT and one.run.progress.batch_count == 1
     empty_source = make_database("dpone_empty")
     pg.create_mixed_table(empty_source, rows=0)
     nothing = Backfill(empty_source, pair.target, "public.mixed", cursor="id").run()
     assert nothing.run.status is BackfillStatus.SUCCEEDED
     assert nothing.run.boundary.source_high_water_mark is None  # type: ignore[union-attr]
-    assert nothing.snapshot_label is SnapshotLabel.NONE and nothing.run.progress.batch_count == 1
+    assert (
+        nothing.snapshot_label is SnapshotLabel.NO_ROWS_COPIED
+        and nothing.run.progress.batch_count == 1
+    )
     assert nothing.reconciliation is not None and nothing.reconciliation.ranges == ()

@@ -12,9 +12,8 @@ from dpone_dagster.backfill import (
     Backfill,
     BackfillReconciliationError,
     BackfillStatus,
-    RangeProof,
 )
-from dpone_dagster.backfill.digest import DIGEST_ALGORITHM
+from dpone_dagster.reconcile import DIGEST_ALGORITHM, Proof
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
@@ -31,7 +30,7 @@ def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     clean = b.run().reconciliation
     assert clean is not None and clean.ok and len(clean.ranges) == 5
     # untouched since their batches: proven by row versions, the receipt's hash stands for both
-    assert all(r.proof is RangeProof.ROW_VERSIONS for r in clean.ranges)
+    assert all(r.proof is Proof.ROW_VERSIONS for r in clean.ranges)
     assert all(r.source_hash == r.target_hash == r.receipt_hash for r in clean.ranges)
 
     pg.execute(pair.target, "DELETE FROM mixed WHERE id = 700")  # missing, range 1
@@ -44,9 +43,7 @@ def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     counts = {r.sequence: (r.source_count, r.target_count) for r in found.differing}
     assert counts == {1: (1000, 999), 2: (1000, 1000), 3: (1000, 1001)}
     assert all(r.source_hash.startswith(DIGEST_ALGORITHM + ":") for r in found.differing)
-    assert [r.proof for r in found.ranges] == [RangeProof.CONTENT_HASH] * 3 + [
-        RangeProof.ROW_VERSIONS
-    ] * 2
+    assert [r.proof for r in found.ranges] == [Proof.CONTENT_HASH] * 3 + [Proof.ROW_VERSIONS] * 2
     assert b.load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
 
     with pytest.raises(BackfillReconciliationError) as err:

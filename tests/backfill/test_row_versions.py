@@ -15,23 +15,23 @@ from dpone_dagster.backfill import (
     Backfill,
     BatchReceipt,
     RangeOutcome,
-    RangeProof,
     ReconciliationReport,
-    RowVersionEvidence,
 )
-from dpone_dagster.backfill.row_versions import MAX_DISTANCE, Horizon, usable
 from dpone_dagster.backfill.rules import checkpoint_for
+from dpone_dagster.postgres.evidence import RowVersionEvidence
+from dpone_dagster.reconcile import Proof
+from dpone_dagster.reconcile.row_versions import MAX_DISTANCE, Horizon, usable
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
-HASHED, PROVEN = RangeProof.CONTENT_HASH, RangeProof.ROW_VERSIONS
+HASHED, PROVEN = Proof.CONTENT_HASH, Proof.ROW_VERSIONS
 
 
 def backfill(pair: Pair) -> Backfill:
     return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
 
 
-def proofs(report: ReconciliationReport) -> list[RangeProof]:
+def proofs(report: ReconciliationReport) -> list[Proof]:
     return [r.proof for r in report.ranges]
 
 
@@ -46,13 +46,13 @@ def test_direct_batches_carry_evidence_bound_into_the_checkpoint_chain(pair: Pai
     receipts = b.receipts()
     evidence = [r.observation.row_versions for r in receipts]
     assert all(e is not None for e in evidence)
-    assert len({e.target_xid for e in evidence if e is not None}) == 5  # one COPY each
+    assert len({e.target_xids for e in evidence if e is not None}) == 5  # one COPY each
     assert all(r.source_hash == r.target_hash == r.receipt_hash for r in report.ranges)
     hashed = b.reconcile(row_versions=False)  # on demand, every range is hashed
     assert hashed.ok and proofs(hashed) == [HASHED] * 5
     first: BatchReceipt = receipts[0]
     forged = first.observation.model_copy(
-        update={"row_versions": evidence[0].model_copy(update={"target_xid": 12345})}  # type: ignore[union-attr]
+        update={"row_versions": evidence[0].model_copy(update={"target_xids": (12345,)})}  # type: ignore[union-attr]
     )
     assert checkpoint_for(first.run_id, None, first.batch_digest, forged) != first.checkpoint
 
@@ -183,7 +183,7 @@ def test_rows_an_inheritance_child_brings_into_view_are_hashed(pair: Pair) -> No
 def test_evidence_older_than_two_to_the_thirty_transactions_is_not_used() -> None:
     """32-bit ids compare exactly only within 2^31 of each other: far older evidence is hashed."""
     evidence = RowVersionEvidence(
-        source_xmin=1_000, source_table="s", target_xid=2_000, target_top_xid=2_000,
+        source_xmin=1_000, source_table="s", target_xids=(2_000,), target_top_xid=2_000,
         target_table="t",
     )  # fmt: skip
     near = Horizon(xmax=1_000 + MAX_DISTANCE - 1, key="s"), Horizon(xmax=5_000, key="t")

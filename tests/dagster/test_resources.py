@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
-from dpone_dagster.postgres import SourceTransaction
+from dpone_dagster.postgres.session import SourceTransaction
 from dpone_dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,

@@ -13,7 +13,8 @@ from dagster import DagsterExecutionInterruptedError
 from psycopg import sql
 
 from dpone_dagster.lifecycle import LifecycleError, owned_staging_handle
-from dpone_dagster.postgres import PostgresStagingTable, TableName, staging_name_for
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 from tests.helpers import pg
 from tests.helpers.proxy import TcpProxy
 

@@ -15,7 +15,7 @@ from dpone_dagster.lifecycle import (
     LifecycleError,
     TerminalOutcome,
 )
-from dpone_dagster.postgres import SourceTransaction
+from dpone_dagster.postgres.session import SourceTransaction
 from tests.helpers import pg
 
 APP = "dpone-test-terminal"

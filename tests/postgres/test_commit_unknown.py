@@ -19,7 +19,7 @@ def proxy() -> Iterator[TcpProxy]:
     proxy.close()
 
 
-@pytest.mark.parametrize("strategy", ["whole", "streamed"])
+@pytest.mark.parametrize("strategy", ["whole_copy", "stream_rows"])
 def test_a_lost_commit_acknowledgement_retains_the_files_and_closes_the_source(
     source_dsn: str, target_dsn: str, proxy: TcpProxy, tmp_path: Path, strategy: str
 ) -> None:
@@ -40,7 +40,7 @@ def test_a_lost_commit_acknowledgement_retains_the_files_and_closes_the_source(
     terminal = report.tables[0].terminal_receipt
     assert terminal is not None and terminal.outcome == "retain_commit_unknown"
     assert terminal.released_files == ()
-    if strategy == "whole":
+    if strategy == "whole_copy":
         # The file is evidence of what was sent: kept, whole, and listed.
         assert len(terminal.retained_files) == 1
         kept = Path(terminal.retained_files[0])

@@ -27,14 +27,16 @@ def test_a_binary_relay_moves_every_row_unchanged_and_reports_both_command_tags(
         columns = table_columns(src, table)
         assert copy_format_for(columns) == "binary"
         result = relay(
-            src.cursor(),
+            src,
             copy_out_statement(select_columns(table, columns)),
-            dst.cursor(),
+            dst,
             copy_in_statement(table, columns),
+            hashed=True,
         )
         dst.commit()
     assert (result.rows_out, result.rows_in) == (5000, 5000)
     assert result.bytes > 5000 * 100
+    assert result.content_hash is not None and result.content_hash.startswith("sha256:")
     assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
         target_dsn, "public", "mixed"
     )
@@ -80,7 +82,7 @@ def test_a_server_with_a_non_iso_datestyle_still_copies_and_dates_receipts(
         "INSERT INTO d VALUES (1, '2026-11-29', '2026-11-29 10:00+00', 'ok'),"
         " (2, '2026-01-02', '2026-01-02 03:04:05+00', 'sad')",
     )
-    for strategy in ("whole", "streamed", "batched"):
+    for strategy in ("whole_copy", "stream_rows", "batched_copy"):
         report = copy_tables(source_dsn, target_dsn, ["public.d"], strategy=strategy)  # type: ignore[arg-type]
         receipt = report.tables[0].extraction_receipt
         assert receipt is not None and receipt.extraction_completed_at is not None
@@ -93,10 +95,11 @@ def test_a_server_with_a_non_iso_datestyle_still_copies_and_dates_receipts(
 def test_options_in_the_dsn_are_kept_beside_dpones_own(source_dsn: str) -> None:
     from psycopg import conninfo
 
-    from dpone_dagster.postgres import ConnectionOptions, connect
+    from dpone_dagster.postgres import ConnectionOptions
+    from dpone_dagster.postgres.connection import connect
 
     dsn = conninfo.make_conninfo(source_dsn, options="-c search_path=elsewhere")
-    with connect(dsn, ConnectionOptions(statement_timeout_ms=1234)) as conn:
+    with connect(dsn, ConnectionOptions(statement_timeout_ms=1234), side="source") as conn:
         settings = conn.execute(
             "SELECT current_setting('search_path'), current_setting('statement_timeout'),"
             " current_setting('DateStyle')"

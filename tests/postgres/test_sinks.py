@@ -141,7 +141,7 @@ def test_merge_needs_a_target_key_and_every_source_column_needs_a_target_column(
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.nokey") == 0
 
 
-@pytest.mark.parametrize("strategy", ["whole", "batched", "partitioned"])
+@pytest.mark.parametrize("strategy", ["whole_copy", "batched_copy", "partitioned_copy"])
 def test_a_failed_load_leaves_every_target_unchanged_and_no_staging_table(
     source_dsn: str, target_dsn: str, strategy: str
 ) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dpone_dagster.lifecycle import ReceiptState
-from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotCopy, WholeCopyArtifact
+from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotCopy
+from dpone_dagster.postgres.whole_copy import WholeCopyArtifact
 from tests.helpers import pg
 
 
@@ -19,7 +20,7 @@ def test_the_steps_run_apart_and_each_publishes_at_its_boundary(
         source_dsn,
         target_dsn,
         "public.mixed",
-        strategy="whole",
+        strategy="whole_copy",
         options=CopyOptions(spool_dir=tmp_path),
     ) as copy:
         plans = copy.plan()
@@ -39,7 +40,7 @@ def test_the_steps_run_apart_and_each_publishes_at_its_boundary(
     assert err.value.code == "copy_already_settled"
 
 
-@pytest.mark.parametrize("strategy", ["streamed", "partitioned", "batched"])
+@pytest.mark.parametrize("strategy", ["stream_rows", "partitioned_copy", "batched_copy"])
 def test_an_abandoned_copy_is_settled_abort_and_closes_every_session(
     source_dsn: str, target_dsn: str, strategy: str
 ) -> None:
@@ -48,7 +49,7 @@ def test_an_abandoned_copy_is_settled_abort_and_closes_every_session(
     with copy:
         copy.plan()
         copy.extract()
-        if strategy == "batched":
+        if strategy == "batched_copy":
             next(copy.extraction.artifact(0).batches())  # type: ignore[attr-defined]
         assert len(pg.open_transactions(source_dsn)) == 1, "the snapshot is held"
     assert copy.report is not None and copy.report.outcome == "abort"

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, token_digest
-from dpone_dagster.postgres import (
-    CURRENT_SNAPSHOT,
-    EXPORTED_SNAPSHOT,
-    POSTGRES_CLOCK,
-    SnapshotError,
-    SnapshotSession,
-)
+from dpone_dagster.postgres import SnapshotError, SnapshotSession
+from dpone_dagster.postgres.snapshot import CURRENT_SNAPSHOT, EXPORTED_SNAPSHOT, POSTGRES_CLOCK
 from tests.helpers import pg
 
 

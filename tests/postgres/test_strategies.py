@@ -8,18 +8,13 @@ import psycopg
 import pytest
 
 from dpone_dagster.lifecycle import LifecycleError, ReceiptState, token_digest
-from dpone_dagster.postgres import (
-    POSTGRES_CLOCK,
-    ConnectionOptions,
-    InternalQueryArtifact,
-    LazySnapshot,
-    SnapshotSession,
-    TableName,
-    batched_copy,
-    extract_whole_copy,
-    stream_rows,
-)
+from dpone_dagster.postgres import ConnectionOptions, LazySnapshot, SnapshotSession, TableName
+from dpone_dagster.postgres.batched_copy import batched_copy
 from dpone_dagster.postgres.catalog import table_columns
+from dpone_dagster.postgres.internal_query import InternalQueryArtifact
+from dpone_dagster.postgres.snapshot import POSTGRES_CLOCK
+from dpone_dagster.postgres.stream_rows import stream_rows
+from dpone_dagster.postgres.whole_copy import extract_whole_copy
 from tests.helpers import pg
 
 MIXED = TableName("public", "mixed")

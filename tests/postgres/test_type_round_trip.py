@@ -61,13 +61,15 @@ def _shape(dsn: str, table: TableName) -> tuple[list[tuple[object, ...]], list[s
         return columns, primary_key(conn, table)  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("strategy", ["whole", "streamed", "batched", "partitioned", "internal"])
+@pytest.mark.parametrize(
+    "strategy", ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"]
+)
 def test_every_type_round_trips_exactly_into_a_created_target(
     source_dsn: str, target_dsn: str, strategy: str
 ) -> None:
     for statement in (_SCHEMA, _USER_TYPES, _USER_TABLE):
         pg.execute(source_dsn, statement)
-    internal = strategy == "internal"
+    internal = strategy == "internal_query"
     if internal:
         # One database: the copies go to other names, the types are already there.
         target_dsn = source_dsn

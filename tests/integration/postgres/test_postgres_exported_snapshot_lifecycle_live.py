@@ -20,21 +20,20 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import ReceiptState, token_digest
 from dpone_dagster.postgres import (
-    EXPORTED_SNAPSHOT,
-    POSTGRES_CLOCK,
     ConnectionOptions,
     CopyError,
     CopyOptions,
     CopyProgress,
-    PartitionedCopy,
     SnapshotSession,
     TableName,
     copy_tables,
 )
 from dpone_dagster.postgres.catalog import table_columns
+from dpone_dagster.postgres.partitioned_copy import PartitionedCopy
+from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT, POSTGRES_CLOCK
 from tests.helpers import pg
 
-STRATEGIES = ["whole", "streamed", "batched", "partitioned"]
+STRATEGIES = ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]
 SOURCE_APP, TARGET_APP = "dpone-cert-source", "dpone-cert-target"
 STAGING_TABLES = r"SELECT relname FROM pg_class WHERE relname LIKE '\_dpone\_stg\_%%'"
 ORDERS, ITEMS = TableName("public", "mixed"), TableName("Shop Floor", "Items")
@@ -144,7 +143,7 @@ def test_whole_copy_timing_brackets_every_read_by_the_server_clock(
         source_dsn,
         "CREATE VIEW public.timed AS SELECT id, label, clock_timestamp() AS read_at FROM mixed",
     )
-    report = copy_tables(source_dsn, target_dsn, ["public.timed"], strategy="whole")
+    report = copy_tables(source_dsn, target_dsn, ["public.timed"], strategy="whole_copy")
     receipt = report.tables[0].extraction_receipt
     assert receipt is not None and receipt.clock_authority == POSTGRES_CLOCK
     first, last = pg.fetch_all(target_dsn, "SELECT min(read_at), max(read_at) FROM public.timed")[0]
@@ -268,7 +267,7 @@ def test_the_internal_query_reads_every_table_in_one_snapshot(source_dsn: str) -
             source_dsn,
             source_dsn,
             [("public.first", '"Copies".first'), ("public.second", '"Copies".second')],
-            strategy="internal",
+            strategy="internal_query",
         )
         during = len(commits) - before
     finally:
@@ -318,7 +317,7 @@ def test_the_internal_query_session_terminated_mid_statement_aborts(source_dsn: 
                 source_dsn,
                 source_dsn,
                 [("public.slow", "copies.slow")],
-                strategy="internal",
+                strategy="internal_query",
                 options=CopyOptions(
                     source_options=ConnectionOptions(application_name=app),
                     target_options=ConnectionOptions(application_name=app),

@@ -1,4 +1,4 @@
-"""Batched COPY: a lazy generator of key-range batches, all read under one snapshot.
+"""Batched COPY: a lazy generator of primary-key-range batches, all read under one snapshot.
 
 Nothing happens when the artifact is built. The first ``next()`` opens (or joins) the
 ``REPEATABLE READ READ ONLY`` snapshot transaction and opens the receipt's window. Each batch is
@@ -8,7 +8,7 @@ last batch, the generator completes the receipt and yields the terminal empty ba
 is proved, not assumed. A table without a primary key is one batch.
 
 Key values go back to the server as the text PostgreSQL printed for them (exact for every key
-type), composed with :class:`psycopg.sql.Literal` because ``COPY`` takes no bind parameters.
+type), as parameters of the range query and of the ``COPY`` (``cursor.copy(statement, params)``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 
-import psycopg
 from psycopg import sql
 from psycopg.abc import Buffer
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifacts import Connection, TableArtifact, open_window
+from .artifact import Connection, TableArtifact, open_window
 from .catalog import Column, column_list
 from .copy import (
     CopyFormat,
@@ -35,8 +34,10 @@ from .copy import (
 from .identifiers import TableName
 from .progress import ProgressMeter
 from .snapshot import LazySnapshot, SnapshotSession
+from .strategy import ExtractionStrategy, Strategy
 
 KeyValue = tuple[str, ...]
+Where = tuple[sql.Composable | None, list[str]]
 
 
 class CopyBatch:
@@ -58,6 +59,7 @@ class CopyBatch:
         self,
         session: SnapshotSession | None,
         statement: sql.Composed | None,
+        params: Sequence[str] = (),
         *,
         index: int,
         lower: KeyValue | None,
@@ -65,6 +67,7 @@ class CopyBatch:
     ) -> None:
         self._session = session
         self._statement = statement
+        self._params = list(params)
         self.index = index
         self.lower = lower
         self.upper = upper
@@ -92,7 +95,7 @@ class CopyBatch:
             return
         session, statement = self._start()
         cur = session.conn.cursor()
-        with cur.copy(statement) as copy:
+        with cur.copy(statement, self._params or None) as copy:
             for block in copy:
                 self.bytes += len(block)
                 yield block
@@ -100,16 +103,18 @@ class CopyBatch:
 
     def relay_into(
         self,
-        target: psycopg.Cursor[tuple[object, ...]],
+        target: Connection,
         copy_in: sql.Composed,
         *,
-        on_block: Callable[[int], None] | None = None,
+        on_write: Callable[[int], None] | None = None,
     ) -> RelayResult:
         """Relays the batch into a target ``COPY ... FROM STDIN`` without parsing rows."""
         if self.terminal:
             return RelayResult(rows_out=0, rows_in=0, bytes=0)
         session, statement = self._start()
-        result = relay(session.conn.cursor(), statement, target, copy_in, on_block=on_block)
+        result = relay(
+            session.conn, statement, target, copy_in, params=self._params, on_write=on_write
+        )
         self.rows, self.bytes = result.rows_out, result.bytes
         return result
 
@@ -173,11 +178,11 @@ class BatchedCopyArtifact(TableArtifact):
                 )
                 yield CopyBatch(None, None, index=index, lower=lower, upper=None)
                 return
+            where, params = self._where(lower, upper)
             statement = copy_out_statement(
-                select_columns(self.table, self.columns, where=self._where(lower, upper)),
-                self.copy_format,
+                select_columns(self.table, self.columns, where=where), self.copy_format
             )
-            batch = CopyBatch(session, statement, index=index, lower=lower, upper=upper)
+            batch = CopyBatch(session, statement, params, index=index, lower=lower, upper=upper)
             yield batch
             if batch.rows is None:
                 raise LifecycleError(
@@ -187,17 +192,17 @@ class BatchedCopyArtifact(TableArtifact):
                 )
             rows, size, lower = rows + batch.rows, size + batch.bytes, upper
 
-    def _row(self, values: KeyValue) -> sql.Composed:
-        return sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in values))
-
-    def _where(self, lower: KeyValue | None, upper: KeyValue | None) -> sql.Composable | None:
+    def _where(self, lower: KeyValue | None, upper: KeyValue | None) -> Where:
+        """``(key) > (lower) AND (key) <= (upper)`` and its parameters (absent bounds omitted)."""
         keys = sql.SQL("({})").format(column_list(self.key))
+        row = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() for _ in self.key))
         parts: list[sql.Composable] = []
-        if lower is not None:
-            parts.append(sql.SQL("{} > {}").format(keys, self._row(lower)))
-        if upper is not None:
-            parts.append(sql.SQL("{} <= {}").format(keys, self._row(upper)))
-        return sql.SQL(" AND ").join(parts) if parts else None
+        params: list[str] = []
+        for bound, op in ((lower, ">"), (upper, "<=")):
+            if bound is not None:
+                parts.append(sql.SQL("{} {} {}").format(keys, sql.SQL(op), row))
+                params.extend(bound)
+        return (sql.SQL(" AND ").join(parts) if parts else None), params
 
     def _next_upper(self, session: SnapshotSession, lower: KeyValue | None) -> KeyValue | None:
         """The key of the last row of the next batch, read from the key index (None: no rows).
@@ -207,7 +212,7 @@ class BatchedCopyArtifact(TableArtifact):
         """
         # Qualified: a bare name would sort by the ::text output column of the same name.
         keys = [sql.Identifier(self.table.schema, self.table.name, k) for k in self.key]
-        where = self._where(lower, None)
+        where, params = self._where(lower, None)
         base = sql.SQL("SELECT {} FROM {}{}").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(k) for k in keys),
             self.table.ident,
@@ -216,10 +221,8 @@ class BatchedCopyArtifact(TableArtifact):
         ascending = sql.SQL(", ").join(keys)
         descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(k) for k in keys)
         for order, offset in ((ascending, self.batch_rows - 1), (descending, 0)):
-            query = sql.SQL("{} ORDER BY {} LIMIT 1 OFFSET {}").format(
-                base, order, sql.Literal(offset)
-            )
-            row = session.conn.execute(query).fetchone()
+            query = sql.SQL("{} ORDER BY {} LIMIT 1 OFFSET %s").format(base, order)
+            row = session.conn.execute(query, [*params, offset]).fetchone()
             if row is not None:
                 return tuple(str(v) for v in row)
         return None
@@ -227,9 +230,8 @@ class BatchedCopyArtifact(TableArtifact):
     def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
         """Relays every batch into ``staging``, one COPY per batch."""
         copy_in = copy_in_statement(staging, self.columns, self.copy_format)
-        cur = conn.cursor()
         return sum(
-            batch.relay_into(cur, copy_in, on_block=meter).rows_in for batch in self.batches()
+            batch.relay_into(conn, copy_in, on_write=meter).rows_in for batch in self.batches()
         )
 
 
@@ -259,3 +261,22 @@ def batched_copy(
     return ExtractResult(
         BatchedCopyArtifact(snapshot, table, columns, copy_format, key=key, batch_rows=batch_rows)
     )
+
+
+class BatchedCopyStrategy(ExtractionStrategy):
+    """Builds lazy artifacts sharing one snapshot, opened when the load first reads a batch."""
+
+    name = Strategy.BATCHED_COPY
+
+    def plan_reads(self) -> None:
+        """Builds every table's lazy artifact (nothing is read yet)."""
+        lazy = LazySnapshot(self.reads.open_session)
+        for index, plan in enumerate(self.reads.plans):
+            self.artifacts[index] = BatchedCopyArtifact(
+                lazy,
+                plan.source,
+                plan.columns,
+                plan.copy_format,
+                key=plan.key,
+                batch_rows=self.reads.options.batch_rows,
+            )

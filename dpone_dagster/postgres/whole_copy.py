@@ -1,98 +1,32 @@
-"""PostgreSQL extraction artifacts: one table read under a snapshot, loadable into staging.
+"""Whole COPY: every table ``COPY``'d whole into a file under one snapshot, then loaded.
 
-Every artifact publishes its receipt through its lifecycle authority at the strategy's truthful
-boundaries, dated by the server's ``clock_timestamp()`` (clock authority
-``postgresql.clock_timestamp``): the window opens with a timestamp read *before* the first row is
-read and closes with one read *after* the last byte arrived and was counted.
-
-This module holds the shared base and the whole-COPY artifact; the other strategies live in
-``streamed``, ``batched``, ``partitioned`` and ``internal``.
+The source is read in one ``REPEATABLE READ READ ONLY`` transaction; each table's window opens
+(server clock) before its COPY starts and its receipt completes once the file is written and
+counted (rows by the COPY command tag, bytes by the file's size). The read-only transaction
+commits when every file is written: the source is released before the load begins. The files
+are evidence: ``success`` and ``abort`` delete them, ``retain_commit_unknown`` keeps them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import psycopg
+from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome
 
-from dpone_dagster.lifecycle import ExtractionArtifact, ExtractionLifecycleAuthority, ExtractResult
-
+from .artifact import Connection, TableArtifact, open_window
 from .catalog import Column
-from .copy import CopyFormat, copy_format_for, copy_in_statement, copy_out_statement, select_columns
+from .copy import CopyFormat, copy_in_statement, copy_out_statement, select_columns
 from .identifiers import TableName
 from .progress import ProgressCallback, ProgressMeter, progress_hook
-from .snapshot import POSTGRES_CLOCK, SnapshotSession
-
-Connection = psycopg.Connection[tuple[object, ...]]
+from .snapshot import SnapshotSession
+from .strategy import ExtractionStrategy, SourceReads, Strategy
 
 FILE_CHUNK = 1 << 20
 """Bytes read from a COPY file per write to the target."""
-
-
-class TableArtifact(ExtractionArtifact):
-    """Base of the PostgreSQL artifacts: one table's rows, on their way to a staging table.
-
-    Args:
-        table: The source table.
-        columns: The columns read, in order (generated columns excluded by the planner).
-        copy_format: The COPY format of the rows (``binary`` unless a column needs ``text``).
-        share_with: Build a view sharing another artifact's authorities.
-    """
-
-    def __init__(
-        self,
-        table: TableName,
-        columns: Sequence[Column],
-        copy_format: CopyFormat | None = None,
-        *,
-        share_with: ExtractionArtifact | None = None,
-    ) -> None:
-        super().__init__(share_with=share_with)
-        self.table = table
-        self.columns = tuple(columns)
-        self.copy_format: CopyFormat = copy_format or copy_format_for(self.columns)
-
-    def load_into(
-        self,
-        conn: psycopg.Connection[tuple[object, ...]],
-        staging: TableName,
-        *,
-        progress: ProgressCallback | None = None,
-        progress_every: int = 64 << 20,
-    ) -> int:
-        """Writes this artifact's rows into ``staging`` in ``conn``'s current transaction.
-
-        Args:
-            conn: The target session.
-            staging: The staging table (its columns carry the same names).
-            progress: Called as bytes move.
-            progress_every: Bytes between two progress calls.
-
-        Returns:
-            The rows the target's command tag reported.
-        """
-        meter = progress_hook(progress, self.table, "load", progress_every)
-        return self._load(conn, staging, meter)
-
-    def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
-        """Writes the rows (the strategy's own way); ``meter`` counts the bytes, if anyone
-        listens."""
-        raise NotImplementedError
-
-
-def open_window(
-    lifecycle: ExtractionLifecycleAuthority, session: SnapshotSession
-) -> ExtractionLifecycleAuthority:
-    """Opens a receipt's window now, by the server's clock, and records the session's snapshot.
-
-    Call it right before the first read: the timestamp is read first, so the window starts at
-    or before the first row.
-    """
-    lifecycle.acquire(started_at=session.clock_timestamp(), clock_authority=POSTGRES_CLOCK)
-    lifecycle.acquire_snapshot(session.evidence)
-    return lifecycle
 
 
 class WholeCopyArtifact(TableArtifact):
@@ -179,7 +113,7 @@ def extract_whole_copy(
 ) -> ExtractResult[WholeCopyArtifact]:
     """Copies a table whole into a COPY file under ``session``'s snapshot.
 
-    The boundaries are the seed's: the window opens (server clock) inside the session's
+    The window opens (server clock) inside the session's
     ``REPEATABLE READ READ ONLY`` transaction before the COPY starts, the receipt completes
     after the last byte is written and counted, and the caller then commits the read-only
     transaction (``session.commit_and_close()``) once every table of the snapshot is written.
@@ -203,3 +137,39 @@ def extract_whole_copy(
         artifact.abort()  # releases a partial file; nobody else holds the artifact yet
         raise
     return ExtractResult(artifact)
+
+
+class WholeCopyStrategy(ExtractionStrategy):
+    """Writes and receipts every table's file before the load, then commits the read."""
+
+    name = Strategy.WHOLE_COPY
+
+    def __init__(self, reads: SourceReads) -> None:
+        super().__init__(reads)
+        self.spool: Path | None = None
+
+    def plan_reads(self) -> None:
+        """Writes every table's COPY file under one snapshot, then commits the read-only
+        transaction."""
+        session = self.reads.open_session()
+        options = self.reads.options
+        if options.spool_dir is not None:
+            directory = Path(options.spool_dir)
+        else:
+            directory = self.spool = Path(tempfile.mkdtemp(prefix="dpone-copy-"))
+        for index, plan in enumerate(self.reads.plans):
+            artifact = WholeCopyArtifact(
+                plan.source, plan.columns, plan.copy_format, directory=directory
+            )
+            self.artifacts[index] = artifact
+            artifact.write(
+                session, progress=options.progress, progress_every=options.progress_every
+            )
+        session.commit_and_close()
+
+    def settle(self, outcome: TerminalOutcome) -> None:
+        """Settles every artifact; removes an emptied spool directory."""
+        super().settle(outcome)
+        if self.spool is not None and outcome is not TerminalOutcome.RETAIN_COMMIT_UNKNOWN:
+            with contextlib.suppress(OSError):
+                self.spool.rmdir()

@@ -15,17 +15,18 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifacts import Connection, TableArtifact, open_window
+from .artifact import Connection, TableArtifact, open_window
 from .catalog import Column
 from .copy import copy_in_statement
 from .identifiers import TableName
 from .progress import ProgressMeter
 from .snapshot import SnapshotSession
+from .strategy import ExtractionStrategy, Strategy
 
 TextRow = tuple[str | None, ...]
 
 
-class StreamedRowsArtifact(TableArtifact):
+class StreamRowsArtifact(TableArtifact):
     """A table read row by row through a server-side cursor.
 
     The cursor and its read-only transaction stay open until the terminal decision: ``success``
@@ -54,6 +55,11 @@ class StreamedRowsArtifact(TableArtifact):
         self.attach_source(session.transaction)
         self._cursor = session.conn.cursor(name=f"dpone_rows_{uuid.uuid4().hex[:12]}")
         session.transaction.add_cursor(self._cursor)
+
+    @property
+    def exact_rows(self) -> bool:
+        """False: the rows travel as text, parsed again by the target."""
+        return False
 
     def declare(self) -> None:
         """Opens the window (server clock) and declares the cursor: the read begins."""
@@ -105,7 +111,7 @@ def stream_rows(
     columns: Sequence[Column],
     *,
     fetch_rows: int = 5000,
-) -> ExtractResult[StreamedRowsArtifact]:
+) -> ExtractResult[StreamRowsArtifact]:
     """Opens a server-side cursor over ``table`` in ``session``'s snapshot.
 
     The window opens now (server clock), before the cursor is declared; the session's
@@ -120,10 +126,30 @@ def stream_rows(
     Returns:
         The artifact, acquired and not yet completed.
     """
-    artifact = StreamedRowsArtifact(session, table, columns, fetch_rows=fetch_rows)
+    artifact = StreamRowsArtifact(session, table, columns, fetch_rows=fetch_rows)
     try:
         artifact.declare()
     except BaseException:
         artifact.abort()  # rolls back and closes the session; nobody else holds the artifact
         raise
     return ExtractResult(artifact)
+
+
+class StreamRowsStrategy(ExtractionStrategy):
+    """Opens the snapshot session before the load; each table's cursor opens at its read."""
+
+    name = Strategy.STREAM_ROWS
+
+    def plan_reads(self) -> None:
+        """Opens the snapshot session the cursors will read in."""
+        self.reads.open_session()
+
+    def _open(self, index: int) -> TableArtifact:
+        plan = self.reads.plans[index]
+        session = self.reads.sessions[0]
+        artifact = StreamRowsArtifact(
+            session, plan.source, plan.columns, fetch_rows=self.reads.options.fetch_rows
+        )
+        self.artifacts[index] = artifact  # settled with the others even if declaring fails
+        artifact.declare()
+        return artifact

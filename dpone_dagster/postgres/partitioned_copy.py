@@ -25,10 +25,10 @@ from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
 
-from .artifacts import Connection, TableArtifact, open_window
+from .artifact import Connection, TableArtifact, open_window
 from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
 from .catalog import Column
-from .connection import ConnectionOptions, connect
+from .connection import ConnectionOptions, connect, set_transaction_mode
 from .copy import (
     CopyFormat,
     RelayResult,
@@ -40,6 +40,7 @@ from .copy import (
 from .identifiers import TableName
 from .progress import ProgressCallback, ProgressMeter, progress_hook
 from .snapshot import SnapshotSession
+from .strategy import ExtractionStrategy, SourceReads, Strategy
 
 RANGES_PER_WORKER = 4
 """Ranges per worker: smaller ranges balance the workers and let a failure stop them sooner."""
@@ -62,6 +63,7 @@ class PartitionedCopyArtifact(TableArtifact):
         bounds: The split bounds read inside the exported snapshot.
         ranges: The ranges the workers copy, in key order.
         worker_pids: Backend pids of the worker sessions that read this table's ranges.
+        writer_xids: 64-bit ids of the worker transactions that wrote its staged rows.
         rows_read: Rows the workers' source command tags reported.
         rows_loaded: Rows the workers' target command tags reported.
         bytes_read: Bytes relayed.
@@ -78,22 +80,25 @@ class PartitionedCopyArtifact(TableArtifact):
         self.bounds = KeyBounds(column, None, None, 0)
         self.ranges: tuple[KeyRange, ...] = ()
         self.worker_pids: set[int] = set()
+        self.writer_xids: set[int] = set()
         self.rows_read = 0
         self.rows_loaded = 0
         self.bytes_read = 0
         self._lock = threading.Lock()
 
-    def range_statement(self, key_range: KeyRange) -> sql.Composed:
-        """``COPY (SELECT ... WHERE column BETWEEN lower AND upper) TO STDOUT``."""
-        where = None
-        if self.bounds.column is not None and key_range.lower is not None:
-            where = sql.SQL("{} BETWEEN {} AND {}").format(
-                sql.Identifier(self.bounds.column),
-                sql.Literal(key_range.lower),
-                sql.Literal(key_range.upper),
-            )
+    def range_statement(self, key_range: KeyRange) -> tuple[sql.Composed, list[int]]:
+        """``COPY (SELECT ... WHERE column BETWEEN lower AND upper) TO STDOUT`` and its
+        parameters."""
+        where, params = None, []
+        if (
+            self.bounds.column is not None
+            and key_range.lower is not None
+            and key_range.upper is not None
+        ):
+            where = sql.SQL("{} BETWEEN %s AND %s").format(sql.Identifier(self.bounds.column))
+            params = [key_range.lower, key_range.upper]
         select = select_columns(self.table, self.columns, where=where)
-        return copy_out_statement(select, self.copy_format)
+        return copy_out_statement(select, self.copy_format), params
 
     def _record(self, pid: int, result: RelayResult) -> None:
         with self._lock:
@@ -101,6 +106,11 @@ class PartitionedCopyArtifact(TableArtifact):
             self.rows_read += result.rows_out
             self.rows_loaded += result.rows_in
             self.bytes_read += result.bytes
+
+    @property
+    def writers(self) -> tuple[int, ...]:
+        """The worker transactions that wrote the staged rows."""
+        return tuple(sorted(self.writer_xids))
 
     def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
         """The workers already loaded the rows (:meth:`PartitionedCopy.run`): their count."""
@@ -229,26 +239,17 @@ class PartitionedCopy:
         target: psycopg.Connection[tuple[object, ...]] | None = None
         try:
             source = self.coordinator.worker()
-            target = connect(shared.target_dsn, shared.target_options, autocommit=True)
-            target.execute("BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE")
+            target = connect(shared.target_dsn, shared.target_options, side="target")
+            set_transaction_mode(target, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
             # Every worker holds the snapshot before any takes a range: the ranges spread.
             shared.ready.wait()
-            # A failed worker stops the others at their next range boundary.
-            while not shared.failed.is_set():
-                try:
-                    job = shared.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                artifact = job.artifact
-                result = relay(
-                    source.conn.cursor(),
-                    artifact.range_statement(job.key_range),
-                    target.cursor(),
-                    copy_in_statement(job.staging, artifact.columns, artifact.copy_format),
-                    on_block=job.meter,
-                )
-                artifact._record(source.backend_pid, result)
+            written = self._relay_ranges(source, target, shared)
             if not shared.failed.is_set():
+                if written:  # the evidence of who wrote the staged rows (see .evidence)
+                    row = target.execute("SELECT pg_current_xact_id()::text").fetchone()
+                    assert row is not None
+                    for artifact in written:
+                        artifact.writer_xids.add(int(str(row[0])))
                 target.commit()
                 source.commit_and_close()
         except BaseException as exc:  # reported by run() in the calling thread
@@ -261,6 +262,31 @@ class PartitionedCopy:
             if source is not None:
                 with contextlib.suppress(psycopg.Error):  # a dead session is closed anyway
                     source.rollback_and_close()  # a no-op after commit_and_close
+
+    @staticmethod
+    def _relay_ranges(
+        source: SnapshotSession, target: Connection, shared: _Shared
+    ) -> set[PartitionedCopyArtifact]:
+        """Relays ranges until none is left (or another worker failed); the tables written."""
+        written: set[PartitionedCopyArtifact] = set()
+        while not shared.failed.is_set():
+            try:
+                job = shared.jobs.get_nowait()
+            except queue.Empty:
+                break
+            artifact = job.artifact
+            copy_out, params = artifact.range_statement(job.key_range)
+            result = relay(
+                source.conn,
+                copy_out,
+                target,
+                copy_in_statement(job.staging, artifact.columns, artifact.copy_format),
+                params=params,
+                on_write=job.meter,
+            )
+            artifact._record(source.backend_pid, result)
+            written.add(artifact)
+        return written
 
 
 @dataclass
@@ -301,3 +327,40 @@ def _worker_failure(
     )
     error.__cause__ = exc
     return error
+
+
+class PartitionedCopyStrategy(ExtractionStrategy):
+    """Exports the snapshot and computes every table's bounds before the load; the workers
+    then fill the committed staging tables from sessions of their own."""
+
+    name = Strategy.PARTITIONED_COPY
+
+    def __init__(self, reads: SourceReads) -> None:
+        super().__init__(reads)
+        self.partitioned: PartitionedCopy | None = None
+
+    def plan_reads(self) -> None:
+        """Exports the snapshot and reads every table's split bounds inside it."""
+        self.partitioned = PartitionedCopy(
+            self.reads.open_session(export=True), workers=self.reads.workers
+        )
+        for index, plan in enumerate(self.reads.plans):
+            self.artifacts[index] = self.partitioned.add_table(
+                plan.source, plan.columns, key=plan.key, copy_format=plan.copy_format
+            ).artifact
+
+    def fill_stagings(
+        self, target: Connection, target_dsn: str, stagings: Sequence[TableName]
+    ) -> None:
+        """Commits the staging tables (workers write from their own sessions), runs the
+        workers, and leaves ``target`` ready for the load's own transaction."""
+        assert self.partitioned is not None, "plan_reads() runs first"
+        target.commit()
+        options = self.reads.options
+        self.partitioned.run(
+            target_dsn,
+            stagings,
+            target_options=options.target_options,
+            progress=options.progress,
+            progress_every=options.progress_every,
+        )

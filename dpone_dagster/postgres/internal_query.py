@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import SnapshotEvidence
 
-from .artifacts import Connection, TableArtifact
+from .artifact import Connection, TableArtifact
 from .catalog import Column, column_list
+from .connection import set_transaction_mode
 from .identifiers import TableName
 from .progress import ProgressMeter
-from .snapshot import POSTGRES_CLOCK, server_clock
+from .snapshot import POSTGRES_CLOCK, read_snapshot, server_clock, set_transaction_snapshot
+from .strategy import ExtractionStrategy, SourceReads, Strategy
 
 
 class InternalQueryArtifact(TableArtifact):
@@ -42,6 +45,11 @@ class InternalQueryArtifact(TableArtifact):
         super().__init__(table, columns, "text")
         self.session_snapshot = session_snapshot
 
+    @property
+    def exact_rows(self) -> bool:
+        """True: ``INSERT ... SELECT`` in one database copies the stored values."""
+        return True
+
     def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
         """Runs ``INSERT INTO staging (...) SELECT ... FROM table`` and publishes the receipt
         (no progress: one statement)."""
@@ -55,3 +63,34 @@ class InternalQueryArtifact(TableArtifact):
         rows = conn.execute(statement).rowcount
         self.lifecycle.complete(row_count=rows, completed_at=server_clock(conn))
         return rows
+
+
+class InternalQueryStrategy(ExtractionStrategy):
+    """Reads in the load's own target transaction: nothing is read before the load."""
+
+    name = Strategy.INTERNAL_QUERY
+
+    def __init__(self, reads: SourceReads) -> None:
+        super().__init__(reads)
+        self.session_snapshot: SnapshotEvidence | None = None
+
+    def begin_load(self, target: Connection) -> None:
+        """Begins a ``REPEATABLE READ READ WRITE`` transaction whose first statement fixes its
+        snapshot (the caller's, when one is held): every table of the set is read in it."""
+        set_transaction_mode(target, psycopg.IsolationLevel.REPEATABLE_READ, read_only=False)
+        token = self.reads.options.snapshot_token
+        if token is None:
+            self.session_snapshot, _ = read_snapshot(target)
+        else:
+            self.session_snapshot = set_transaction_snapshot(target, token)
+
+    def _open(self, index: int) -> TableArtifact:
+        plan = self.reads.plans[index]
+        return InternalQueryArtifact(
+            plan.source, plan.columns, session_snapshot=self.session_snapshot
+        )
+
+    @property
+    def evidence(self) -> SnapshotEvidence | None:
+        """The target transaction's snapshot evidence."""
+        return self.session_snapshot

@@ -1,4 +1,4 @@
-"""The staged apply: a batch whose rows may already be in the target, applied set-based.
+"""A batch whose rows may already be in the target: staged, then applied set-based.
 
 The range is copied (same snapshot, same COPY stream, same hash) into a temporary staging table,
 then new rows are inserted, rows equal to the target's are counted as duplicates, and a row that
@@ -16,10 +16,10 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.postgres.catalog import column_list
+from dpone_dagster.postgres.copy import RelayResult, relay
 
 from .errors import backfill_error
 from .shape import TableShape
-from .stream import Relayed, hashed_relay
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -30,7 +30,7 @@ _STAGE = sql.Identifier("_dpone_backfill_stage")
 class Staged:
     """A staged apply: what the relay moved, rows inserted and existing equal rows."""
 
-    relayed: Relayed
+    relayed: RelayResult
     inserted: int
     duplicates: int
 
@@ -49,7 +49,7 @@ def _row_text(shape: TableShape, alias: str) -> sql.Composed:
     )
 
 
-def staged_apply(
+def apply_existing(
     source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str]
 ) -> Staged:
     """COPY into a temporary staging table, then insert new rows and count equal ones.
@@ -65,12 +65,13 @@ def staged_apply(
             _STAGE, cols, shape.target.ident
         )
     )
-    relayed = hashed_relay(
+    relayed = relay(
         source,
         copy_out,
-        params,
         target,
         sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(_STAGE, cols, sql.SQL(shape.fmt)),
+        params=params,
+        hashed=True,
     )
     match = _key_match(shape, "s", "t")
     first_key = sql.Identifier("t", shape.key[0])

@@ -1,0 +1,177 @@
+"""The extraction strategies' one vocabulary and one protocol.
+
+A snapshot copy reads its tables with one of five strategies, each named the same way in the
+core, the Dagster assets, the job, the component and the README (:class:`Strategy`). Each is an
+object behind one small protocol (:class:`ExtractionStrategy`): it plans its reads (what it must
+read before the load: files, split bounds, a snapshot session) and opens one artifact per table,
+which the load path then writes into that table's staging table. The registry
+(:mod:`.registry`) picks the class for a name; each strategy lives in a module named after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import ClassVar
+
+import psycopg
+from psycopg import pq
+
+from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome
+
+from .artifact import TableArtifact
+from .connection import set_transaction_mode
+from .identifiers import TableName
+from .options import CopyOptions
+from .plan import CopyPlanError, TablePlan
+from .snapshot import SnapshotSession
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class Strategy(StrEnum):
+    """How a snapshot copy reads the source."""
+
+    WHOLE_COPY = "whole_copy"
+    """Each table ``COPY``'d whole to a file under the snapshot, then loaded from the file."""
+    STREAM_ROWS = "stream_rows"
+    """A server-side cursor; every value reaches Python as PostgreSQL's text."""
+    BATCHED_COPY = "batched_copy"
+    """Lazy primary-key ranges, each one ``COPY`` relayed block by block into the target."""
+    PARTITIONED_COPY = "partitioned_copy"
+    """Worker sessions import one exported snapshot and relay integer-key ranges in parallel."""
+    INTERNAL_QUERY = "internal_query"
+    """Same database: ``INSERT INTO staging ... SELECT`` in the target session."""
+
+
+def check_strategy(value: object) -> Strategy:
+    """The :class:`Strategy` named ``value``.
+
+    Raises:
+        CopyPlanError: ``copy_options_invalid`` for any other spelling, listing the valid names.
+    """
+    try:
+        return Strategy(str(value))
+    except ValueError:
+        raise CopyPlanError(
+            "copy_options_invalid",
+            f"Unknown strategy {value!r}.",
+            [f"Use one of {', '.join(s.value for s in Strategy)}."],
+        ) from None
+
+
+class SourceReads:
+    """What every strategy of one copy shares: the source, the plans, and its sessions.
+
+    Args:
+        source_dsn: The source database.
+        plans: The tables' plans, in copy order.
+        options: Tuning and hooks; ``options.snapshot_token`` makes every session import the
+            caller's exported snapshot instead of taking its own.
+        workers: Worker sessions of a partitioned copy.
+
+    Attributes:
+        sessions: Every source session opened, for the closing backstop.
+    """
+
+    def __init__(
+        self, source_dsn: str, plans: Sequence[TablePlan], *, options: CopyOptions, workers: int
+    ) -> None:
+        self.source_dsn = source_dsn
+        self.plans = list(plans)
+        self.options = options
+        self.workers = workers
+        self.sessions: list[SnapshotSession] = []
+
+    def open_session(self, *, export: bool = False) -> SnapshotSession:
+        """Opens a snapshot session: the caller's snapshot when one is held, else a new one.
+
+        An imported snapshot is exported evidence, so partitioned workers can import it too.
+        """
+        options, token = self.options.source_options, self.options.snapshot_token
+        if token is not None:
+            session = SnapshotSession.import_snapshot(self.source_dsn, token, options)
+        else:
+            session = SnapshotSession.open(self.source_dsn, options, export=export)
+        self.sessions.append(session)
+        return session
+
+    def close(self) -> None:
+        """Rolls back and closes any session still open (settling closed the attached ones)."""
+        for session in self.sessions:
+            session.close()
+
+
+class ExtractionStrategy:
+    """One strategy's extraction of a set of tables, all under one snapshot.
+
+    Subclasses set :attr:`name`, implement :meth:`_open` and, where the strategy reads ahead of
+    the load, :meth:`plan_reads`.
+
+    Args:
+        reads: The copy's source side.
+
+    Attributes:
+        artifacts: One artifact per table, in plan order (None until opened).
+    """
+
+    name: ClassVar[Strategy]
+
+    def __init__(self, reads: SourceReads) -> None:
+        self.reads = reads
+        self.artifacts: list[TableArtifact | None] = [None] * len(reads.plans)
+
+    def plan_reads(self) -> None:
+        """Acquires the snapshot and reads what must be read before the load (default: nothing:
+        the artifacts acquire when the load opens them)."""
+
+    def begin_load(self, target: Conn) -> None:
+        """Sets the target transaction the load runs in: ``READ COMMITTED READ WRITE``."""
+        set_transaction_mode(target, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
+
+    def fill_stagings(self, target: Conn, target_dsn: str, stagings: Sequence[TableName]) -> None:
+        """Loads the staging tables from other sessions before the load's own writes (only the
+        partitioned strategy does: its workers write through sessions of their own)."""
+
+    def artifact(self, index: int) -> TableArtifact:
+        """The table's artifact, opened now if the strategy opens it at the read."""
+        artifact = self.artifacts[index]
+        if artifact is None:
+            artifact = self.artifacts[index] = self._open(index)
+        if artifact.load_meter is None:
+            options = self.reads.options
+            artifact.report_progress(options.progress, options.progress_every)
+        return artifact
+
+    def _open(self, index: int) -> TableArtifact:
+        raise NotImplementedError
+
+    @property
+    def evidence(self) -> SnapshotEvidence | None:
+        """The evidence of the snapshot every table was read under."""
+        sessions = self.reads.sessions
+        return sessions[0].evidence if sessions else None
+
+    def source_failed(self, target: Conn) -> bool:
+        """True when a failure came from a source session rather than the target."""
+        sources = [s.conn for s in self.reads.sessions]
+        if any(c.broken for c in sources):
+            return True
+        if target.broken:
+            return False
+        errored = pq.TransactionStatus.INERROR
+        return any(c.info.transaction_status == errored for c in sources) and (
+            target.info.transaction_status != errored
+        )
+
+    def settle(self, outcome: TerminalOutcome) -> None:
+        """Settles every artifact opened with ``outcome``."""
+        for artifact in self.artifacts:
+            if artifact is not None:
+                artifact.settle(outcome)
+
+    def close(self) -> None:
+        """Closes every source session still open."""
+        with contextlib.suppress(psycopg.Error):
+            self.reads.close()
