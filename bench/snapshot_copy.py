@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from psycopg import conninfo  # noqa: E402
 
 from dpone_dagster.postgres import CopyOptions, copy_tables  # noqa: E402
-from dpone_dagster.postgres.report import Strategy  # noqa: E402
+from dpone_dagster.postgres import Strategy  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 STRATEGIES = ("batched_copy", "partitioned_copy", "whole_copy", "stream_rows")

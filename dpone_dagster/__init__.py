@@ -1,56 +1,24 @@
 """dpone-dagster: PostgreSQL snapshot copies and crash-safe ordered backfills for Dagster.
 
-The public API is what ``__all__`` lists. The domain core lives in ``dpone_dagster.lifecycle``,
-``dpone_dagster.postgres`` and ``dpone_dagster.backfill`` and runs without Dagster; the names here
-are the Dagster surface plus the core's entry points. They are imported on first use, so that
-``import dpone_dagster.postgres`` (or ``.backfill``) never loads Dagster.
+The names here are what a Dagster user needs: the resources (whose event iterators copy and
+backfill), the asset factories, the partitions, the translator, the component and the failure
+type. The domain APIs live in their subpackages and run without Dagster:
+:mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
+backfill), :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
+(MySQL/MariaDB and REST), :mod:`dpone_dagster.lifecycle` (receipts and terminal outcomes). The
+names below are imported on first use, so that ``import dpone_dagster.postgres`` (or any other
+domain package) never loads Dagster.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dpone_dagster.lifecycle import (
-    ORCHESTRATOR_UTC,
-    ArtifactTerminalReceipt,
-    DponeError,
-    ExtractionLifecycleAuthority,
-    ExtractionLifecycleReceipt,
-    ExtractResult,
-    TerminalOutcome,
-    owned_staging_handle,
-)
-
 if TYPE_CHECKING:
-    from dpone_dagster.assets.backfill import (
-        backfill_asset,
-    )
-    from dpone_dagster.assets.snapshot_copy import (
-        snapshot_copy_assets,
-    )
-    from dpone_dagster.backfill import (
-        Backfill,
-        BackfillError,
-        LedgerConfig,
-    )
-    from dpone_dagster.components import (
-        PostgresCopyComponent,
-    )
-    from dpone_dagster.failures import (
-        DponeFailure,
-    )
-    from dpone_dagster.jobs import (
-        build_extraction_job,
-    )
-    from dpone_dagster.partitions import (
-        cursor_range_partitions,
-    )
-    from dpone_dagster.postgres import (
-        CopyError,
-        CopyReport,
-        SnapshotCopy,
-        TableName,
-        copy_tables,
-    )
+    from dpone_dagster.assets import backfill_asset, snapshot_copy_assets
+    from dpone_dagster.components import PostgresCopyComponent
+    from dpone_dagster.failures import DponeFailure
+    from dpone_dagster.jobs import build_extraction_job
+    from dpone_dagster.partitions import cursor_range_partitions
     from dpone_dagster.resources import (
         BackfillLedgerResource,
         PostgresSourceResource,
@@ -62,70 +30,43 @@ if TYPE_CHECKING:
         mysql_copy_asset,
         rest_copy_asset,
     )
-    from dpone_dagster.translator import (
-        CopyTableSpec,
-        DponeTranslator,
-    )
+    from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 _LAZY: dict[str, str] = {
-    "Backfill": "dpone_dagster.backfill",
-    "BackfillError": "dpone_dagster.backfill",
     "BackfillLedgerResource": "dpone_dagster.resources",
-    "CopyError": "dpone_dagster.postgres",
-    "CopyReport": "dpone_dagster.postgres",
     "CopyTableSpec": "dpone_dagster.translator",
     "DponeFailure": "dpone_dagster.failures",
     "DponeTranslator": "dpone_dagster.translator",
-    "LedgerConfig": "dpone_dagster.backfill",
     "MySQLSourceResource": "dpone_dagster.sources_dagster",
     "PostgresCopyComponent": "dpone_dagster.components",
     "PostgresSourceResource": "dpone_dagster.resources",
     "PostgresTargetResource": "dpone_dagster.resources",
     "RestSourceResource": "dpone_dagster.sources_dagster",
-    "SnapshotCopy": "dpone_dagster.postgres",
-    "TableName": "dpone_dagster.postgres",
-    "backfill_asset": "dpone_dagster.assets.backfill",
+    "backfill_asset": "dpone_dagster.assets",
     "build_extraction_job": "dpone_dagster.jobs",
-    "copy_tables": "dpone_dagster.postgres",
     "cursor_range_partitions": "dpone_dagster.partitions",
     "mysql_copy_asset": "dpone_dagster.sources_dagster",
     "rest_copy_asset": "dpone_dagster.sources_dagster",
-    "snapshot_copy_assets": "dpone_dagster.assets.snapshot_copy",
+    "snapshot_copy_assets": "dpone_dagster.assets",
 }
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ORCHESTRATOR_UTC",
-    "ArtifactTerminalReceipt",
-    "Backfill",
-    "BackfillError",
     "BackfillLedgerResource",
-    "CopyError",
-    "CopyReport",
     "CopyTableSpec",
-    "DponeError",
     "DponeFailure",
     "DponeTranslator",
-    "ExtractResult",
-    "ExtractionLifecycleAuthority",
-    "ExtractionLifecycleReceipt",
-    "LedgerConfig",
     "MySQLSourceResource",
     "PostgresCopyComponent",
     "PostgresSourceResource",
     "PostgresTargetResource",
     "RestSourceResource",
-    "SnapshotCopy",
-    "TableName",
-    "TerminalOutcome",
     "__version__",
     "backfill_asset",
     "build_extraction_job",
-    "copy_tables",
     "cursor_range_partitions",
     "mysql_copy_asset",
-    "owned_staging_handle",
     "rest_copy_asset",
     "snapshot_copy_assets",
 ]

@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from dpone_dagster.assets.metadata import table_metadata
-from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, check_strategy, copy_failure
+from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, check_copy_options
 from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.resources.snapshot_copy import copy_failure
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 _T = TypeVar("_T")
@@ -66,7 +67,7 @@ def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[
 def build_extraction_job(
     table: str | CopyTableSpec,
     *,
-    strategy: CopyStrategy = "whole_copy",
+    strategy: CopyStrategy = "batched_copy",
     sink: CopySink = "replace",
     workers: int = 2,
     name: str | None = None,
@@ -93,7 +94,7 @@ def build_extraction_job(
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
     """
-    engine_strategy = check_strategy(strategy, sink, workers)
+    engine_strategy = check_copy_options(strategy, sink, workers)
     spec = CopyTableSpec.coerce(table)
     key = (translator or DponeTranslator()).get_asset_key(spec)
     mapping = (spec.source_table, spec.target_table)
@@ -136,7 +137,6 @@ def build_extraction_job(
         if report is not None:
             for table_report in report.tables:
                 metadata: dict[str, Any] = table_metadata(report, table_report)
-                metadata["dagster/row_count"] = table_report.rows_loaded or 0
                 yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
 
     @dg.job(

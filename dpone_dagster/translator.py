@@ -13,12 +13,14 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import IdentifierError, TableName
 
 _DAGSTER_NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -46,7 +48,6 @@ class CopyTableSpec(BaseModel):
     Attributes:
         source: The source table as SQL would name it (``sales."Order Items"``).
         target: The target table; the source's name when omitted.
-        cursor: For backfills, the column batches are ordered by.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,6 +83,30 @@ class CopyTableSpec(BaseModel):
         if isinstance(value, str):
             return cls(source=value)
         return cls.model_validate(value)
+
+
+def coerce_tables(
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
+) -> list[CopyTableSpec]:
+    """Table specs from ``"schema.table"`` strings, mappings or specs; refuses duplicates.
+
+    Raises:
+        DponeError: ``plan_invalid`` for no table, or two tables copied into one target.
+    """
+    specs = [CopyTableSpec.coerce(dict(t) if isinstance(t, Mapping) else t) for t in tables]
+    if not specs:
+        raise DponeError("plan_invalid", "No table to copy.", ["Name at least one table."])
+    seen: dict[object, CopyTableSpec] = {}
+    for spec in specs:
+        if spec.target_table in seen:
+            raise DponeError(
+                "plan_invalid",
+                f"Two tables are copied into {spec.target_table}: "
+                f"{seen[spec.target_table].source} and {spec.source}.",
+                ["Give each table its own target."],
+            )
+        seen[spec.target_table] = spec
+    return specs
 
 
 @dataclass(frozen=True)

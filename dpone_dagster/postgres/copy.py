@@ -135,6 +135,9 @@ def _finish(pgconn: pq.abc.PGconn, encoding: str) -> int:
     results = []
     while (res := pgconn.get_result()) is not None:
         results.append(res)
+    if not results:  # the server went away at the end of the stream
+        message = pgconn.get_error_message(encoding).strip() or "no result after the COPY"
+        raise psycopg.OperationalError(f"receiving copy data failed: {message}")
     if len(results) != 1:
         raise psycopg.ProgrammingError(f"COPY ended with {len(results)} results, not 1")
     result = results[0]

@@ -75,13 +75,13 @@ def test_a_transaction_in_flight_at_the_mark_that_never_ends_is_unsettled(pair: 
         assert run.boundary.kind == "bounded_write_pause"
 
 
-def test_an_unreachable_ledger_is_backfill_persistence_failed(pair: Pair) -> None:
+def test_an_unreachable_ledger_is_ledger_unreachable(pair: Pair) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, never listening: connections are refused
         dsn = f"postgresql://postgres@127.0.0.1:{port}/nowhere?connect_timeout=2"
         error = code_of(lambda: backfill(pair, ledger=LedgerConfig(dsn=dsn)).plan())
-    assert error == "backfill_persistence_failed"
+    assert error == "ledger_unreachable"
 
 
 def test_a_tampered_ledger_row_is_backfill_run_invalid(pair: Pair) -> None:

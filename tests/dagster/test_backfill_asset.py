@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from dpone_dagster.assets import backfill_asset
-from dpone_dagster.assets.backfill import CHECK_NAME
+from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.partitions import cursor_range_partitions

@@ -117,7 +117,7 @@ def test_a_failing_extract_records_abort_and_closes_the_source(
     killer = threading.Thread(target=kill_the_reader)
     killer.start()
     try:
-        job = build_extraction_job("shop.slow_orders")
+        job = build_extraction_job("shop.slow_orders", strategy="whole_copy")
         result, outcomes = run_job(
             job, PostgresSourceResource(dsn=orders, application_name=APP),
             PostgresTargetResource(dsn=target_dsn), tmp_path,

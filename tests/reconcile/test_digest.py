@@ -35,10 +35,8 @@ def _in_own_transaction(dsn: str, table: TableName, names: tuple[str, ...] = COL
 def _settings_table(dsn: str, name: str, order: str) -> TableName:
     """Rows whose text depends on TimeZone, DateStyle, IntervalStyle, extra_float_digits and
     bytea_output (``stamp`` is a domain: hashed through its text), inserted in ``order``."""
-    pg.execute(
-        dsn,
-        "DO $$ BEGIN CREATE DOMAIN stamp AS timestamptz; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
-    )
+    if not pg.fetch_one(dsn, "SELECT count(*) FROM pg_type WHERE typname = 'stamp'"):
+        pg.execute(dsn, "CREATE DOMAIN stamp AS timestamptz")
     pg.execute(
         dsn,
         sql.SQL(

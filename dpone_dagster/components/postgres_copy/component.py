@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from dpone_dagster.assets.backfill import backfill_asset
-from dpone_dagster.assets.snapshot_copy import snapshot_copy_assets
+from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, snapshot_copy_assets
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -54,8 +54,8 @@ class SnapshotCopyModel(dg.Resolvable):
 
     tables: list[str]
     targets: dict[str, str] | None = None
-    strategy: str = "whole_copy"
-    sink: str = "replace"
+    strategy: CopyStrategy = "batched_copy"
+    sink: CopySink = "replace"
     workers: int = 4
     name: str | None = None
     group_name: str | None = None
@@ -149,8 +149,8 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             assets.append(
                 snapshot_copy_assets(
                     specs,
-                    strategy=copy.strategy,  # type: ignore[arg-type]
-                    sink=copy.sink,  # type: ignore[arg-type]
+                    strategy=copy.strategy,
+                    sink=copy.sink,
                     workers=copy.workers,
                     name=copy.name or f"snapshot_copy_{index}",
                     translator=translator,

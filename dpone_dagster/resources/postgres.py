@@ -7,12 +7,17 @@ session a resource opens and every artifact it hands out is tracked for the step
 teardown rolls back and closes what is still open and settles every artifact left without a
 terminal outcome (``abort``), so a failed or interrupted step never leaves a source transaction
 open.
+
+The copies themselves are event iterators on the resources, as with dagster-sling's
+``replicate``: an asset body writes ``yield from source.copy_tables(context, target)`` or
+``yield from ledger.backfill(context, source, target)``, alone or with its own logic around it.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
@@ -23,8 +28,13 @@ from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
 from dpone_dagster.postgres.identifiers import check_identifier
+from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+
+from .backfill import backfill_events
+from .snapshot_copy import CopyEvent, snapshot_copy_events
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
+BackfillEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
 
 @runtime_checkable
@@ -205,6 +215,52 @@ class PostgresSourceResource(_PostgresResource):
         """
         return self.track(SnapshotSession.import_snapshot(self.dsn, token, self.options))
 
+    def copy_tables(
+        self,
+        context: dg.AssetExecutionContext,
+        target: PostgresTargetResource,
+        *,
+        tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None = None,
+        translator: DponeTranslator | None = None,
+        strategy: str = "batched_copy",
+        sink: str = "replace",
+        workers: int = 4,
+        batch_rows: int | None = None,
+    ) -> Iterator[CopyEvent]:
+        """Copies the selected tables under ONE snapshot; yields each table's materialization,
+        then each selected ``dpone_reconciled`` check.
+
+        The tables are the selected assets' (their specs carry ``dpone/source_table`` and
+        ``dpone/table``, as :class:`~dpone_dagster.DponeTranslator` writes them), or ``tables``
+        keyed by ``translator``. The copy reads under a snapshot this step exports and holds, so
+        each check compares the target with the source inside that very snapshot.
+
+        Args:
+            context: The asset's execution context.
+            target: The target database.
+            tables: The tables, when the assets' specs do not name them.
+            translator: Maps ``tables`` to asset keys.
+            strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
+                ``internal_query``.
+            sink: ``replace``, ``append`` or ``merge``.
+            workers: Worker sessions of ``partitioned_copy``.
+            batch_rows: Rows per batch of ``batched_copy``.
+
+        Raises:
+            DponeFailure: any copy error, with its code, next actions and terminal outcome.
+
+        Examples:
+            .. code-block:: python
+
+                @dg.multi_asset(specs=[...], can_subset=True)
+                def shop(context, source: PostgresSourceResource, target: PostgresTargetResource):
+                    yield from source.copy_tables(context, target, strategy="batched_copy")
+        """
+        yield from snapshot_copy_events(
+            context, self, target, tables=tables, translator=translator, strategy=strategy,
+            sink=sink, workers=workers, batch_rows=batch_rows,
+        )  # fmt: skip
+
 
 class PostgresTargetResource(_PostgresResource):
     """The PostgreSQL database dpone writes to."""
@@ -239,6 +295,38 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             return check_identifier(value, what="schema")
         except DponeError as exc:
             raise ValueError(str(exc)) from None
+
+    def backfill(
+        self,
+        context: dg.AssetExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        *,
+        batch_size: int = 50_000,
+        reconcile: bool = True,
+    ) -> Iterator[BackfillEvent]:
+        """Backfills each of the run's partitions through this ledger, in partition order.
+
+        The table, target and cursor are the asset spec's (``dpone/source_table``,
+        ``dpone/table``, ``dpone/cursor``, as :func:`~dpone_dagster.backfill_asset` writes them);
+        each partition is a cursor range and its own durable ledger run. After every committed
+        batch an ``AssetObservation`` and the run's progress tags show in the UI; each partition
+        ends with its metadata, then the ``dpone_reconciled`` check (when the asset declares it)
+        and the materialization are yielded.
+
+        Args:
+            context: The partitioned asset's execution context.
+            source: The source database.
+            target: The target database.
+            batch_size: Rows per batch.
+            reconcile: Reconcile each partition once it reaches its mark.
+
+        Raises:
+            DponeFailure: any backfill error, with its code and next actions.
+        """
+        yield from backfill_events(
+            context, self, source, target, batch_size=batch_size, reconcile=reconcile
+        )
 
     def ledger_dsn(self, target: PostgresTargetResource) -> str:
         """The ledger's DSN: its own, or the target's."""

@@ -1,0 +1,224 @@
+"""The partitioned backfill as an event iterator: ``ledger.backfill(context, source, target)``.
+
+Each partition is a cursor range (``cursor_range_partitions`` keys, or a Dagster time window for
+a timestamp cursor) and its own durable ledger run, so a re-run, a retry or another orchestrator
+resumes after the last committed batch. Within a run, partitions go in partition order and
+batches in cursor order. After every committed batch the step logs an ``AssetObservation`` and
+updates the run's ``dpone/checkpoint`` and ``dpone/copied`` tags, so progress shows in the UI
+while the run is going. The ledger is the authority: a re-run compares the checkpoint Dagster
+last recorded for a partition with the ledger's checkpoint chain, and a mismatch stops the run
+(``backfill_ledger_mismatch``) instead of silently overwriting either side.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from dpone_dagster.backfill import (
+    Backfill,
+    BackfillReconciliationError,
+    BackfillResult,
+    BatchResult,
+    LedgerConfig,
+    prepare_target,
+)
+from dpone_dagster.failures import DponeFailure
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import CHECK_NAME, batch_observation, partition_metadata
+from dpone_dagster.partitions import CursorRange, partition_cursor_range
+from dpone_dagster.postgres import TableName
+from dpone_dagster.reconcile import Proof
+
+if TYPE_CHECKING:
+    from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
+
+BackfillEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
+
+
+@dataclass(frozen=True)
+class BackfillTarget:
+    """What one backfill asset copies: from its spec's metadata."""
+
+    key: dg.AssetKey
+    source: TableName
+    target: TableName
+    cursor: str
+
+
+def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
+    """The table, target and cursor of the asset being materialized.
+
+    Raises:
+        DponeError: ``plan_invalid`` when the spec does not name them.
+    """
+    key = context.asset_key
+    metadata = context.assets_def.specs_by_key[key].metadata
+    names = [metadata.get(k) for k in ("dpone/source_table", "dpone/table", "dpone/cursor")]
+    if any(n is None for n in names):
+        raise DponeError(
+            "plan_invalid",
+            f"Asset {key.to_user_string()} does not name its table, target and cursor "
+            "(dpone/source_table, dpone/table, dpone/cursor).",
+            ["Build the asset with backfill_asset(...), or put those keys in its spec."],
+        )
+    source, target, cursor = (str(n) for n in names)
+    return BackfillTarget(key, TableName.parse(source), TableName.parse(target), cursor)
+
+
+def ordered_partitions(context: dg.AssetExecutionContext) -> list[str]:
+    """The run's partition keys in the partitions definition's order."""
+    partitions_def = context.assets_def.partitions_def
+    assert partitions_def is not None, "a backfill asset is partitioned"
+    keys = partitions_def.get_partition_keys(dynamic_partitions_store=context.instance)
+    order = {k: i for i, k in enumerate(keys)}
+    return sorted(context.partition_keys, key=lambda k: order.get(k, len(order)))
+
+
+def backfill_events(
+    context: dg.AssetExecutionContext,
+    ledger: "BackfillLedgerResource",
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    *,
+    batch_size: int,
+    reconcile: bool,
+) -> Iterator[BackfillEvent]:
+    """See :meth:`~dpone_dagster.BackfillLedgerResource.backfill`."""
+    try:
+        what = backfill_target(context)
+    except DponeError as exc:
+        raise DponeFailure(exc) from exc
+    runner = _PartitionRunner(context, what, source, target, ledger, batch_size, reconcile)
+    checks, failed = runner.run_all(ordered_partitions(context))
+    if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
+        yield dg.AssetCheckResult(
+            asset_key=what.key,
+            check_name=CHECK_NAME,
+            passed=failed is None,
+            metadata={"dpone/partitions": dg.MetadataValue.json(checks)},
+        )
+    if failed is not None:
+        raise DponeFailure(failed)
+    yield dg.MaterializeResult(asset_key=what.key)
+
+
+@dataclass(frozen=True)
+class _PartitionRunner:
+    """What one step needs to run its partitions, one after another."""
+
+    context: dg.AssetExecutionContext
+    what: BackfillTarget
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    ledger: "BackfillLedgerResource"
+    batch_size: int
+    reconcile: bool
+
+    def run_all(
+        self, partitions: list[str]
+    ) -> tuple[list[dict[str, Any]], BackfillReconciliationError | None]:
+        """Runs every partition in order; stops at the first whose reconciliation failed."""
+        checks: list[dict[str, Any]] = []
+        for partition in partitions:
+            rng = partition_cursor_range(self.context.assets_def.partitions_def, partition)
+            self.context.log.info(
+                f"dpone: partition {partition}: {self.what.cursor} in ({rng.lower}, {rng.upper}]"
+            )
+            try:
+                checks.append(self.run(partition, rng))
+            except BackfillReconciliationError as exc:
+                # Report the failed check, then fail the step: a partition whose target
+                # differs from its source at the mark is never reported as materialized.
+                differing = [r.sequence for r in exc.report.differing]
+                checks.append(
+                    {"partition": partition, "ok": False, "code": exc.code, "differing": differing}
+                )
+                return checks, exc
+            except DponeError as exc:
+                raise DponeFailure(exc) from exc
+        return checks, None
+
+    def observe(self, partition: str, batch: BatchResult) -> None:
+        """Shows a committed batch in the UI: an observation and the run's progress tags."""
+        progress = batch.run.progress
+        self.context.log_event(batch_observation(self.what.key, partition, batch))
+        self.context.instance.add_run_tags(
+            self.context.run.run_id,
+            {
+                "dpone/partition": partition,
+                "dpone/checkpoint": progress.checkpoint or "",
+                "dpone/copied": str(progress.copied_count),
+            },
+        )
+
+    def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
+        """Runs one partition's backfill to its mark; returns its check summary."""
+        what, options = self.what, self.source.options
+        if prepare_target(
+            self.source.dsn, self.target.dsn, what.source, what.target, what.cursor, options=options
+        ):
+            self.context.log.info(f"dpone: created target table {what.target}")
+        with Backfill(
+            self.source.dsn,
+            self.target.dsn,
+            what.source,
+            cursor=what.cursor,
+            target_table=what.target,
+            ledger=LedgerConfig(dsn=self.ledger.dsn, schema=self.ledger.schema_name),
+            batch_size=self.batch_size,
+            lower=rng.lower,
+            upper=rng.upper,
+            options=options,
+        ) as backfill:
+            _cross_check(backfill, self._recorded_checkpoint(partition), partition)
+            result = backfill.run(
+                on_batch=lambda batch: self.observe(partition, batch), reconcile=self.reconcile
+            )
+            receipts = backfill.receipts()
+        self.context.add_asset_metadata(
+            partition_metadata(result, receipts), asset_key=what.key, partition_key=partition
+        )
+        return _check_summary(partition, result)
+
+    def _recorded_checkpoint(self, partition: str) -> str | None:
+        """The ``dpone/checkpoint`` of the partition's latest materialization in Dagster."""
+        records = self.context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=self.what.key, asset_partitions=[partition]), limit=1
+        ).records
+        if not records or records[0].asset_materialization is None:
+            return None
+        value = records[0].asset_materialization.metadata.get("dpone/checkpoint")
+        text = getattr(value, "value", value)
+        return str(text) if text else None
+
+
+def _cross_check(backfill: Backfill, recorded: str | None, partition: str) -> None:
+    """Dagster's last checkpoint must be a link of the ledger's chain (the ledger may be ahead)."""
+    if recorded is None:
+        return
+    chain = {r.checkpoint for r in backfill.receipts()} if backfill.load() is not None else set()
+    if recorded not in chain:
+        raise DponeError(
+            "backfill_ledger_mismatch",
+            f"Dagster recorded checkpoint {recorded} for partition {partition!r}, but the "
+            f"ledger's run {backfill.run_id} has no such checkpoint: the ledger was reset, or "
+            "the asset now points at another target.",
+            [
+                "Restore the ledger (schema dpone_ledger of the target) from backup, or",
+                "if the target was rebuilt on purpose, wipe this partition's materializations "
+                "in Dagster and run it again.",
+            ],
+        )
+
+
+def _check_summary(partition: str, result: BackfillResult) -> dict[str, Any]:
+    report = result.reconciliation
+    return {
+        "partition": partition,
+        "ok": report is None or report.ok,
+        "ranges": 0 if report is None else len(report.ranges),
+        "proven_by_row_versions": 0 if report is None else report.proven_by(Proof.ROW_VERSIONS),
+        "snapshot_label": result.run.snapshot_label.value,
+    }

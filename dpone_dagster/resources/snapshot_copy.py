@@ -1,0 +1,149 @@
+"""The snapshot copy as an event iterator: ``source.copy_tables(context, target)``.
+
+Every selected table is read under the same source snapshot and loaded in one target
+transaction, so the materializations of one run describe one consistent state of the source.
+The step exports that snapshot and holds it while the copy reads under it, so each selected
+``dpone_reconciled`` check compares the target with the source inside the very same snapshot,
+after the load committed.
+"""
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from dpone_dagster.failures import DponeFailure
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import CHECK_NAME, copy_check_result, table_metadata
+from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy, SnapshotSession
+from dpone_dagster.reconcile import reconcile_copy
+from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+
+if TYPE_CHECKING:
+    from .postgres import PostgresSourceResource, PostgresTargetResource
+
+CopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
+
+
+def selected_tables(
+    context: dg.AssetExecutionContext,
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None,
+    translator: DponeTranslator | None,
+) -> dict[dg.AssetKey, CopyTableSpec]:
+    """The tables of the selected assets, by key, in the asset definition's order.
+
+    Raises:
+        DponeError: ``plan_invalid`` when a selected asset names no table.
+    """
+    if tables is not None:
+        tr = translator or DponeTranslator()
+        by_key = {tr.get_asset_key(s): s for s in coerce_tables(tables)}
+    else:
+        by_key = {}
+        for key, spec in context.assets_def.specs_by_key.items():
+            source = spec.metadata.get("dpone/source_table")
+            if source is None:
+                raise DponeError(
+                    "plan_invalid",
+                    f"Asset {key.to_user_string()} names no table (no dpone/source_table).",
+                    [
+                        "Build the specs with DponeTranslator().get_asset_spec(...), or pass "
+                        "tables= to copy_tables.",
+                    ],
+                )
+            by_key[key] = CopyTableSpec(source=str(source), target=spec.metadata.get("dpone/table"))
+    selected = context.selected_asset_keys
+    return {key: spec for key, spec in by_key.items() if key in selected}
+
+
+def copy_failure(exc: DponeError) -> DponeFailure:
+    """A run failure for a copy error, with the terminal outcome when there was one."""
+    report = getattr(exc, "report", None)
+    if isinstance(report, CopyReport):
+        return DponeFailure(exc, {"dpone/terminal_outcome": report.outcome.value})
+    return DponeFailure(exc)
+
+
+def snapshot_copy_events(
+    context: dg.AssetExecutionContext,
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    *,
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None,
+    translator: DponeTranslator | None,
+    strategy: str,
+    sink: str,
+    workers: int,
+    batch_rows: int | None,
+) -> Iterator[CopyEvent]:
+    """See :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`."""
+    try:
+        chosen = selected_tables(context, tables, translator)
+        checked = [
+            key
+            for key in chosen
+            if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys
+        ]
+        # The copy reads under a snapshot this step holds, so the checks can read the source
+        # under the very same snapshot after the load committed.
+        with source.open_snapshot(export=True) as held:
+            report = _copy(source, target, held, chosen, strategy, sink, workers, batch_rows)
+            for key, table in zip(chosen, report.tables, strict=True):
+                yield dg.MaterializeResult(asset_key=key, metadata=table_metadata(report, table))
+            if checked:
+                yield from _checks(source, target, held, report, list(chosen), checked)
+    except DponeError as exc:
+        raise copy_failure(exc) from exc
+
+
+def _copy(
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    held: SnapshotSession,
+    tables: Mapping[dg.AssetKey, CopyTableSpec],
+    strategy: str,
+    sink: str,
+    workers: int,
+    batch_rows: int | None,
+) -> CopyReport:
+    options = CopyOptions(
+        source_options=source.options,
+        target_options=target.options,
+        snapshot_token=held.token,
+        batch_rows=batch_rows or CopyOptions.batch_rows,
+    )
+    mappings = [(t.source_table, t.target_table) for t in tables.values()]
+    with SnapshotCopy(
+        source.dsn, target.dsn, mappings, strategy=strategy, sink=sink,  # type: ignore[arg-type]
+        workers=workers, options=options,
+    ) as copy:  # fmt: skip
+        source.track(copy)
+        copy.plan()
+        copy.extract()
+        return copy.load()
+
+
+def _checks(
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    held: SnapshotSession,
+    report: CopyReport,
+    keys: list[dg.AssetKey],
+    checked: list[dg.AssetKey],
+) -> Iterator[dg.AssetCheckResult]:
+    """Reconciles the checked tables inside the held snapshot."""
+    wanted = [keys.index(key) for key in checked]
+    subset = CopyReport(
+        strategy=report.strategy,
+        sink=report.sink,
+        outcome=report.outcome,
+        snapshot_label=report.snapshot_label,
+        source_token=report.source_token,
+        tables=tuple(report.tables[i] for i in wanted),
+    )
+    results = reconcile_copy(
+        source.dsn, target.dsn, subset, held.token,
+        source_options=source.options, target_options=target.options,
+    )  # fmt: skip
+    for key, result in zip(checked, results, strict=True):
+        yield copy_check_result(key, result)
