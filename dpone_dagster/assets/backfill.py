@@ -114,6 +114,7 @@ def backfill_asset(
             )
         ],
         check_specs=[check] if reconcile else [],
+        can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
         pool=pool,

@@ -20,6 +20,7 @@ from dpone_dagster.backfill import (
     Backfill,
     BackfillReconciliationError,
     BackfillResult,
+    BackfillStatus,
     BatchResult,
     LedgerConfig,
     prepare_target,
@@ -45,6 +46,7 @@ class BackfillTarget:
     source: TableName
     target: TableName
     cursor: str
+    partitions_def: dg.PartitionsDefinition
 
 
 def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
@@ -53,8 +55,9 @@ def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
     Raises:
         DponeError: ``plan_invalid`` when the spec does not name them.
     """
-    key = context.asset_key
-    metadata = context.assets_def.specs_by_key[key].metadata
+    # Every spec of the definition, selected or not: a run may select the check alone.
+    [(key, spec)] = context.assets_def.specs_by_key.items()
+    metadata = spec.metadata
     names = [metadata.get(k) for k in ("dpone/source_table", "dpone/table", "dpone/cursor")]
     if any(n is None for n in names):
         raise DponeError(
@@ -64,14 +67,20 @@ def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
             ["Build the asset with backfill_asset(...), or put those keys in its spec."],
         )
     source, target, cursor = (str(n) for n in names)
-    return BackfillTarget(key, TableName.parse(source), TableName.parse(target), cursor)
+    assert spec.partitions_def is not None, "a backfill asset is partitioned"
+    return BackfillTarget(
+        key, TableName.parse(source), TableName.parse(target), cursor, spec.partitions_def
+    )
 
 
-def ordered_partitions(context: dg.AssetExecutionContext) -> list[str]:
-    """The run's partition keys in the partitions definition's order."""
-    partitions_def = context.assets_def.partitions_def
-    assert partitions_def is not None, "a backfill asset is partitioned"
+def ordered_partitions(
+    context: dg.AssetExecutionContext, partitions_def: dg.PartitionsDefinition
+) -> list[str]:
+    """The run's partition keys in the partitions definition's order (every partition for a
+    run of the check alone, which Dagster runs without a partition)."""
     keys = partitions_def.get_partition_keys(dynamic_partitions_store=context.instance)
+    if not (context.has_partition_key or context.has_partition_key_range):
+        return list(keys)
     order = {k: i for i, k in enumerate(keys)}
     return sorted(context.partition_keys, key=lambda k: order.get(k, len(order)))
 
@@ -91,17 +100,18 @@ def backfill_events(
     except DponeError as exc:
         raise DponeFailure(exc) from exc
     runner = _PartitionRunner(context, what, source, target, ledger, batch_size, reconcile)
-    checks, failed = runner.run_all(ordered_partitions(context))
+    checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
     if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
         yield dg.AssetCheckResult(
             asset_key=what.key,
             check_name=CHECK_NAME,
-            passed=failed is None,
+            passed=failed is None and all(c["ok"] for c in checks),
             metadata={"dpone/partitions": dg.MetadataValue.json(checks)},
         )
     if failed is not None:
         raise DponeFailure(failed)
-    yield dg.MaterializeResult(asset_key=what.key)
+    if what.key in context.selected_asset_keys:
+        yield dg.MaterializeResult(asset_key=what.key)
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,7 @@ class _PartitionRunner:
         """Runs every partition in order; stops at the first whose reconciliation failed."""
         checks: list[dict[str, Any]] = []
         for partition in partitions:
-            rng = partition_cursor_range(self.context.assets_def.partitions_def, partition)
+            rng = partition_cursor_range(self.what.partitions_def, partition)
             self.context.log.info(
                 f"dpone: partition {partition}: {self.what.cursor} in ({rng.lower}, {rng.upper}]"
             )
@@ -153,25 +163,34 @@ class _PartitionRunner:
             },
         )
 
-    def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
-        """Runs one partition's backfill to its mark; returns its check summary."""
-        what, options = self.what, self.source.options
-        if prepare_target(
-            self.source.dsn, self.target.dsn, what.source, what.target, what.cursor, options=options
-        ):
-            self.context.log.info(f"dpone: created target table {what.target}")
-        with Backfill(
+    def _backfill(self, rng: CursorRange) -> Backfill:
+        return Backfill(
             self.source.dsn,
             self.target.dsn,
-            what.source,
-            cursor=what.cursor,
-            target_table=what.target,
+            self.what.source,
+            cursor=self.what.cursor,
+            target_table=self.what.target,
             ledger=LedgerConfig(dsn=self.ledger.dsn, schema=self.ledger.schema_name),
             batch_size=self.batch_size,
             lower=rng.lower,
             upper=rng.upper,
-            options=options,
-        ) as backfill:
+            options=self.source.options,
+        )
+
+    def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
+        """Runs one partition's backfill to its mark; returns its check summary.
+
+        When the run selected the check alone, nothing is copied (:meth:`_check_only`).
+        """
+        what = self.what
+        if what.key not in self.context.selected_asset_keys:
+            return self._check_only(partition, rng)
+        if prepare_target(
+            self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
+            options=self.source.options,
+        ):  # fmt: skip
+            self.context.log.info(f"dpone: created target table {what.target}")
+        with self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
             result = backfill.run(
                 on_batch=lambda batch: self.observe(partition, batch), reconcile=self.reconcile
@@ -181,6 +200,24 @@ class _PartitionRunner:
             partition_metadata(result, receipts), asset_key=what.key, partition_key=partition
         )
         return _check_summary(partition, result)
+
+    def _check_only(self, partition: str, rng: CursorRange) -> dict[str, Any]:
+        """Reconciles (without repairing) a partition the ledger holds at its mark; a partition
+        not backfilled to its mark yet has nothing to contradict."""
+        with self._backfill(rng) as backfill:
+            run = backfill.load()
+            if run is None or run.status not in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
+                state = "not started" if run is None else "not at its mark yet"
+                return {"partition": partition, "ok": True, "detail": state}
+            report = backfill.reconcile(repair=False)
+        if not report.ok:
+            raise BackfillReconciliationError(report)
+        return {
+            "partition": partition,
+            "ok": True,
+            "ranges": len(report.ranges),
+            "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+        }
 
     def _recorded_checkpoint(self, partition: str) -> str | None:
         """The ``dpone/checkpoint`` of the partition's latest materialization in Dagster."""

@@ -220,3 +220,63 @@ def test_bad_definitions_fail_when_they_load(kwargs: dict[str, Any], code: str) 
     table = args.pop("table")
     with pytest.raises((DponeError, ValueError), match=code):
         backfill_asset(table, **args)
+
+
+@pytest.mark.parametrize("how", ["reconcile=False", "check deselected"])
+def test_a_backfill_without_its_check_materializes_and_checks_nothing(
+    tables: tuple[str, str], tmp_path: Any, how: str
+) -> None:
+    source_dsn, target_dsn = tables
+    reconcile = how != "reconcile=False"
+    asset = backfill_asset(
+        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=1000, reconcile=reconcile
+    )
+    selection = dg.AssetSelection.assets(asset).without_checks()
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="0..1000", selection=selection,
+        )  # fmt: skip
+    assert result.success
+    assert result.get_asset_check_evaluations() == []
+    [md] = materializations(result).values()
+    assert md["dagster/row_count"] == 1000
+    # Deselecting the check does not skip the reconciliation; reconcile=False does.
+    assert ("dpone/reconciliation" in md) is reconcile
+    label = "single_snapshot" if reconcile else "single_snapshot"
+    assert md["dpone/snapshot_label"] == label
+
+
+def test_the_check_alone_reconciles_what_the_ledger_holds_and_copies_nothing(
+    tables: tuple[str, str], tmp_path: Any
+) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, batch_size=1000)
+    check_only = dg.define_asset_job(  # Dagster runs a check alone without a partition
+        "check_only", selection=dg.AssetSelection.checks(dg.AssetCheckKey(KEY, CHECK_NAME))
+    )
+    defs = dg.Definitions(
+        assets=[asset], jobs=[check_only], resources=resources(source_dsn, target_dsn)
+    )
+    job = defs.resolve_job_def("check_only")
+
+    def check() -> tuple[bool, list[dict[str, Any]]]:
+        result = job.execute_in_process(instance=instance, raise_on_error=False)
+        [evaluation] = result.get_asset_check_evaluations()
+        assert result.get_asset_materialization_events() == []
+        return evaluation.passed, evaluation.metadata["dpone/partitions"].value  # type: ignore[return-value]
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        passed, partitions = check()
+        assert passed and [p["detail"] for p in partitions] == ["not started"] * 3
+        assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 0, "nothing copied"
+        assert dg.materialize(
+            [asset], partition_key="0..1000", resources=resources(source_dsn, target_dsn),
+            instance=instance,
+        ).success  # fmt: skip
+        passed, partitions = check()
+        assert passed and partitions[0]["proven_by_row_versions"] == 1
+        pg.execute(target_dsn, "UPDATE mixed SET qty = qty + 1 WHERE id = 10")
+        passed, partitions = check()
+        assert not passed and partitions[0]["differing"] == [1]
+        assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 1000, "nothing repaired"

@@ -148,3 +148,39 @@ def test_bad_definitions_fail_when_they_load(
 ) -> None:
     with pytest.raises((DponeError, ValueError), match=code):
         snapshot_copy_assets(tables, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["reconcile=False", "check deselected"])
+def test_a_copy_without_its_check_materializes_and_checks_nothing(
+    shop: str, target_dsn: str, how: str
+) -> None:
+    tables = ["shop.orders", 'shop."Order Items"']
+    if how == "reconcile=False":
+        assets = snapshot_copy_assets(tables, reconcile=False)
+        assert not list(assets.check_specs)
+        selection: Any = None
+    else:
+        assets = snapshot_copy_assets(tables)
+        selection = dg.AssetSelection.assets(assets).without_checks()
+    result = dg.materialize([assets], resources=resources(shop, target_dsn), selection=selection)
+    assert result.success
+    assert len(metadata_by_key(result)) == 2
+    assert result.get_asset_check_evaluations() == []
+    for name in ("orders", "Order Items"):
+        assert pg.table_fingerprint(shop, "shop", name) == pg.table_fingerprint(
+            target_dsn, "shop", name
+        )
+
+
+def test_the_check_of_one_table_runs_alone(shop: str, target_dsn: str) -> None:
+    assets = snapshot_copy_assets(["shop.orders", 'shop."Order Items"'])
+    items = dg.AssetKey(["shop", key_part("Order Items")])
+    selection = dg.AssetSelection.assets(assets).without_checks() | dg.AssetSelection.checks(
+        dg.AssetCheckKey(items, "dpone_reconciled")
+    )
+    result = dg.materialize([assets], resources=resources(shop, target_dsn), selection=selection)
+    assert result.success
+    [check] = result.get_asset_check_evaluations()
+    assert check.asset_key == items and check.passed
+    assert check.metadata["dpone/proof"].value == "row_versions"
+    assert check.metadata["dpone/source_rows"].value == 700
