@@ -6,7 +6,10 @@ source database and an indexed copy of its shape in a fresh target database, the
 - the raw pipe: ``psql -c "COPY ... TO STDOUT (FORMAT binary)" | psql -c "COPY ... FROM STDIN
   (FORMAT binary)"`` into the indexed target table (truncated first);
 - every strategy end to end through ``copy_tables(..., sink="replace")`` into that same table,
-  each in a child process, so the reported peak RSS (``VmHWM``) is that strategy's alone.
+  each in a child process, so the reported peak RSS (``VmHWM``) is that strategy's alone;
+- what a Dagster user runs: ``dagster.materialize`` of ``snapshot_copy_assets(["public.mixed"],
+  strategy=...)`` with its default options and its default ``dpone_reconciled`` check (timed
+  around the ``materialize`` call, in the child process that built the definitions).
 
 It prints rows/s, the ratio to the raw pipe (pipe seconds / strategy seconds: 1.0 is as fast
 as the pipe) and the client's peak RSS, for the best and the median of ``--repeat`` runs.
@@ -33,12 +36,29 @@ sys.path.insert(0, str(ROOT))
 
 from psycopg import conninfo  # noqa: E402
 
-from dpone_dagster.postgres import CopyOptions, copy_tables  # noqa: E402
-from dpone_dagster.postgres import Strategy  # noqa: E402
+from dpone_dagster.postgres import (  # noqa: E402
+    CopyOptions,
+    Strategy,
+    copy_tables,
+)
 from tests.helpers import pg  # noqa: E402
 
-STRATEGIES = ("batched_copy", "partitioned_copy", "whole_copy", "stream_rows")
-TARGETS = {"batched_copy": 0.85, "partitioned_copy": 0.85, "whole_copy": 0.55, "stream_rows": 0.18}
+STRATEGIES = (
+    "batched_copy",
+    "partitioned_copy",
+    "whole_copy",
+    "stream_rows",
+    "dagster:batched_copy",
+    "dagster:partitioned_copy",
+)
+TARGETS = {
+    "batched_copy": 0.85,
+    "partitioned_copy": 0.85,
+    "whole_copy": 0.55,
+    "stream_rows": 0.18,
+    "dagster:batched_copy": 0.85,
+    "dagster:partitioned_copy": 0.85,
+}
 
 
 def peak_rss_mb() -> float:
@@ -49,14 +69,40 @@ def peak_rss_mb() -> float:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
-def child(strategy: Strategy, source: str, target: str, workers: int) -> None:
+def child_dagster(strategy: str, source: str, target: str) -> None:
+    """Materializes the snapshot-copy asset with its defaults and its check; prints figures."""
+    import dagster as dg
+
+    from dpone_dagster import PostgresSourceResource, PostgresTargetResource, snapshot_copy_assets
+
+    assets = snapshot_copy_assets(["public.mixed"], strategy=strategy)  # type: ignore[arg-type]
+    resources = {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+    }
+    started = time.perf_counter()
+    result = dg.materialize([assets], resources=resources)
+    seconds = time.perf_counter() - started
+    [check] = result.get_asset_check_evaluations()
+    if not result.success or not check.passed:
+        raise RuntimeError(f"the materialization failed or its check did not pass: {check}")
+    [event] = result.get_asset_materialization_events()
+    rows = event.materialization.metadata["dagster/row_count"].value
+    proof = check.metadata["dpone/proof"].value
+    print(json.dumps({"seconds": seconds, "rows": rows, "rss_mb": peak_rss_mb(), "proof": proof}))
+
+
+def child(strategy: str, source: str, target: str, workers: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
+    if strategy.startswith("dagster:"):
+        child_dagster(strategy.split(":", 1)[1], source, target)
+        return
     started = time.perf_counter()
     report = copy_tables(
         source,
         target,
         ["public.mixed"],
-        strategy=strategy,
+        strategy=Strategy(strategy),
         sink="replace",
         workers=workers,
         options=CopyOptions(),
@@ -157,11 +203,11 @@ def main() -> None:
         pipe = [raw_pipe(source, target) for _ in range(args.repeat)]
         pipe_best, pipe_median = min(pipe), statistics.median(pipe)
         print(
-            f"{'raw binary psql pipe':<22} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
+            f"{'raw binary psql pipe':<48} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
             f"{args.rows / pipe_best:>12,.0f} rows/s"
         )
         print(
-            f"{'strategy':<22} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
+            f"{'strategy':<48} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
             f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
         )
         for strategy in args.strategies:
@@ -176,10 +222,12 @@ def main() -> None:
             name = (
                 f"{strategy} ({args.workers} workers)"
                 if strategy == "partitioned_copy"
+                else f"{strategy} + check ({runs[0]['proof']})"
+                if strategy.startswith("dagster:")
                 else strategy
             )
             print(
-                f"{name:<22} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
+                f"{name:<48} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
                 f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "
                 f"{TARGETS[strategy]:>7.2f} {rss:>12.0f}"
             )
