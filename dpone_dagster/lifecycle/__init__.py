@@ -16,7 +16,7 @@ from .receipt import (
     token_digest,
 )
 from .redaction import redact
-from .staging import StagingTable, owned_staging_handle
+from .staging_guard import StagingTable, owned_staging_handle
 from .terminal import (
     ArtifactTerminalReceipt,
     FileReleaseAuthority,
