@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
-from psycopg import sql
+from psycopg import conninfo, sql
 
 from dpone_dagster.backfill import Backfill, BackfillError, BackfillStatus, LedgerConfig
 from dpone_dagster.postgres.identifiers import IdentifierError, TableName
@@ -16,6 +15,19 @@ from tests.helpers import pg
 from tests.helpers.proxy import TcpProxy
 
 APP = "dpone-backfill"
+
+
+def waiting_out_in_flight(source_dsn: str) -> bool:
+    """True once the run's source session has read the mark and polls ``pg_locks`` for the
+    virtual xids in flight at that moment (the one statement of the boundary's settle loop)."""
+    return bool(
+        pg.fetch_all(
+            pg.admin_dsn(),
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s"
+            " AND query LIKE '%%virtualxid = ANY(%%'",
+            (conninfo.conninfo_to_dict(source_dsn)["dbname"], APP),
+        )
+    )
 
 
 def test_a_row_reserved_below_the_mark_and_committed_later_is_not_lost(
@@ -41,13 +53,21 @@ def test_a_row_reserved_below_the_mark_and_committed_later_is_not_lost(
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(1.5)
-    # The batch covering 1001 (901..1200) would be long copied by now; it has not started.
+    pg.wait_until(
+        lambda: "error" in outcome or waiting_out_in_flight(source_dsn),
+        timeout=30,
+        what="the run's source session waits out the transaction that reserved id 1001",
+    )
+    assert "error" not in outcome, outcome.get("error")
+    # The mark is read, the reserving transaction is still open: no run is stored and no batch
+    # is copied until it ends.
     assert worker.is_alive()
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.backfill_runs") == 0
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM q") == 0
     late.commit()  # the reserved row commits after the mark was taken
     late.close()
     worker.join(60)
+    assert not worker.is_alive(), "the run did not finish once the transaction had ended"
     assert "error" not in outcome, outcome.get("error")
     assert pg.fetch_all(target_dsn, "SELECT v FROM q WHERE id = 1001") == [("late",)]
     assert pg.table_fingerprint(source_dsn, "public", "q") == pg.table_fingerprint(

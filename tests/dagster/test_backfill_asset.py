@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import dagster as dg
 import pytest
 
 from dpone_dagster.assets import backfill_asset
-from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -43,6 +44,19 @@ def tables(source_dsn: str, target_dsn: str) -> tuple[str, str]:
     pg.create_mixed_table(source_dsn, rows=3000)
     pg.create_mixed_table(target_dsn, rows=0)
     return source_dsn, target_dsn
+
+
+# A partition's ledger run (found by its scope's bounds), with the end of its checkpoint chain:
+# the checkpoint of its last batch receipt.
+LEDGER_RUN = """
+SELECT r.run_id, r.run_json->'progress'->>'checkpoint', last.checkpoint, last.sequence
+FROM dpone_ledger.backfill_runs r
+LEFT JOIN LATERAL (
+    SELECT b.checkpoint, b.sequence FROM dpone_ledger.backfill_batch_receipts b
+    WHERE b.run_id = r.run_id ORDER BY b.sequence DESC LIMIT 1
+) last ON true
+WHERE r.run_json->'scope'->>'lower' = %s AND r.run_json->'scope'->>'upper' = %s
+"""
 
 
 def materializations(result: dg.ExecuteInProcessResult) -> dict[str, dict[str, Any]]:
@@ -83,7 +97,12 @@ def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
     assert set(mats) == {"0..1000", "1000..2000", "2000..3000"}
     for partition, md in mats.items():
         assert md["dagster/row_count"] == 1000, partition
-        assert md["dpone/checkpoint"].startswith("sha256:") or md["dpone/checkpoint"]
+        [(run_id, run_checkpoint, last_receipt_checkpoint, last_sequence)] = pg.fetch_all(
+            target_dsn, LEDGER_RUN, tuple(partition.split(".."))
+        )
+        assert (md["dpone/run_id"], last_sequence) == (run_id, 4), partition
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", md["dpone/checkpoint"]), partition
+        assert md["dpone/checkpoint"] == last_receipt_checkpoint == run_checkpoint, partition
         assert md["dpone/snapshot_label"] == "several_snapshots_reconciled"
         assert md["dpone/receipts_summary"]["batches"] == 4
         assert md["dpone/reconciliation"] == {

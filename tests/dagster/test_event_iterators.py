@@ -34,9 +34,7 @@ def test_a_hand_written_multi_asset_copies_with_its_own_logic(
 ) -> None:
     job = dg.define_asset_job("orders", selection=dg.AssetSelection.groups("default"))
     merged = dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
-    result = merged.resolve_job_def("orders").execute_in_process(
-        op_selection=["shop_orders"]
-    )
+    result = merged.resolve_job_def("orders").execute_in_process(op_selection=["shop_orders"])
     assert result.success
     [materialization] = result.asset_materializations_for_node("shop_orders")
     metadata = {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 from typing import Any
 
 import dagster as dg
@@ -13,7 +11,7 @@ import pytest
 from dpone_dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.jobs import build_extraction_job
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
-from tests.helpers import pg
+from tests.helpers import locks, pg
 from tests.helpers.proxy import TcpProxy
 
 APP = "dpone-test-job"
@@ -92,44 +90,20 @@ def test_a_failing_acquire_records_abort(source_dsn: str, target_dsn: str, tmp_p
 def test_a_failing_extract_records_abort_and_closes_the_source(
     orders: str, target_dsn: str, tmp_path: Any
 ) -> None:
-    # A real fault while reading: the source session is terminated in the middle of its COPY.
-    pg.execute(
-        orders,
-        # pg_sleep in the WHERE clause runs once per row (a volatile call is never hoisted).
-        "CREATE VIEW shop.slow_orders AS SELECT o.* FROM shop.orders o "
-        "WHERE pg_sleep(0.0005)::text IS NOT NULL",
-    )
-    stop = threading.Event()
-
-    def kill_the_reader() -> None:
-        while not stop.is_set():
-            rows = pg.fetch_all(
-                pg.admin_dsn(),
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
-                "AND query LIKE 'COPY%%' AND state = 'active'",
-                (APP,),
-            )
-            if rows:
-                pg.terminate([int(rows[0][0])])  # type: ignore[call-overload]
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_the_reader)
-    killer.start()
-    try:
-        job = build_extraction_job("shop.slow_orders", strategy="whole_copy")
+    # A real fault while reading: the source session is terminated in the middle of its COPY,
+    # once the server shows that COPY waiting at a gate the test holds shut.
+    with locks.terminated_at_gate(orders, APP, "COPY") as gate:
+        gate.create_view("shop.gated_orders", over="shop.orders")
+        job = build_extraction_job("shop.gated_orders", strategy="whole_copy")
         result, outcomes = run_job(
             job, PostgresSourceResource(dsn=orders, application_name=APP),
             PostgresTargetResource(dsn=target_dsn), tmp_path,
         )  # fmt: skip
-    finally:
-        stop.set()
-        killer.join()
     assert not result.success
     assert failed_step(result) == ("extract", "source_read_failed")
     assert outcomes[-1]["dpone_terminal_outcome"] == "abort"
     assert not pg.open_transactions(orders, APP)
-    assert not pg.table_exists(target_dsn, "shop", "slow_orders")
+    assert not pg.table_exists(target_dsn, "shop", "gated_orders")
 
 
 def test_a_failing_load_records_abort_and_leaves_the_target_unchanged(

@@ -9,7 +9,6 @@ target ends equal to the source with every batch applied exactly once.
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,13 @@ def day_rows(dsn: str) -> int:
     ))  # fmt: skip
 
 
+def committed_run(server: DagsterDev, backfill_id: str) -> str | None:
+    """The backfill's run once a batch has committed (its ``dpone/checkpoint`` tag is set)."""
+    runs = server.backfill(backfill_id).get("runs") or []
+    tags = {t["key"]: t["value"] for t in runs[0]["tags"]} if runs else {}
+    return str(runs[0]["runId"]) if "dpone/checkpoint" in tags else None
+
+
 def test_a_ui_launched_backfill_survives_termination_and_resumes_exactly_once(
     dagster_dev: Any,
 ) -> None:
@@ -62,15 +68,13 @@ def test_a_ui_launched_backfill_survives_termination_and_resumes_exactly_once(
     first = server.launch_backfill(ASSET, DAYS)
 
     # Wait until a batch has committed (the run's progress tags show it), then terminate.
-    deadline, run_id = time.monotonic() + 180, None
-    while time.monotonic() < deadline:
-        runs = server.backfill(first).get("runs") or []
-        tags = {t["key"]: t["value"] for t in runs[0]["tags"]} if runs else {}
-        if runs and "dpone/checkpoint" in tags:
-            run_id = runs[0]["runId"]
-            break
-        time.sleep(0.2)
-    assert run_id is not None, f"no batch committed in time:\n{server.log()}"
+    try:
+        run_id = pg.wait_until(
+            lambda: committed_run(server, first), timeout=180, interval=0.2,
+            what=f"a batch of backfill {first} has committed",
+        )  # fmt: skip
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{server.log()}") from None
     result = server.terminate(run_id)
     assert result["__typename"] == "TerminateRunSuccess", result
     server.wait_backfill(first)
@@ -81,9 +85,8 @@ def test_a_ui_launched_backfill_survives_termination_and_resumes_exactly_once(
                 "FROM dpone_ledger.backfill_runs",
     )  # fmt: skip
     assert 0 < int(copied_before) < day_rows(source), "terminated mid-backfill"  # type: ignore[call-overload]
-    time.sleep(1)
-    assert not pg.open_transactions(source, "dpone-dagster")
-    assert not pg.open_transactions(target, "dpone-dagster")
+    # The terminated run's process may still be going down: its sessions end with it.
+    pg.wait_for_no_open_transaction(source, target, application_name="dpone-dagster")
 
     second = server.launch_backfill(ASSET, DAYS)
     state = server.wait_backfill(second)

@@ -1,8 +1,9 @@
 """A real HTTP JSON server on 127.0.0.1, run in a thread by the test that needs it.
 
 The test gives a ``respond`` function that sees each request (path, query, attempt number) and
-returns a :class:`Reply`, or :data:`DROP` to close the socket without answering (a server that
-dies mid-conversation).
+returns a :class:`Reply`, :data:`DROP` to close the socket without answering (a server that
+dies mid-conversation), or :data:`HANG` to keep it open without answering until the server is
+closed (a server that never answers: the client's timeout must fire).
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """What to answer: a status, a JSON body (or raw bytes) and headers; optionally late."""
+    """What to answer: a status, a JSON body (or raw bytes) and headers."""
 
     body: Any = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
 
 
 DROP = object()
 """Answer nothing: close the connection."""
+
+HANG = object()
+"""Answer nothing and keep the connection open until the server is closed."""
 
 Respond = Callable[[Request], "Reply | object"]
 
@@ -54,6 +57,7 @@ class ApiServer:
     def __init__(self, respond: Respond) -> None:
         self.requests: list[Request] = []
         self.bodies: list[tuple[int, bytes]] = []
+        self._closed = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -69,12 +73,14 @@ class ApiServer:
                 )
                 server.requests.append(request)
                 reply = respond(request)
+                if reply is HANG:
+                    server._closed.wait()
+                    self.close_connection = True
+                    return
                 if reply is DROP or not isinstance(reply, Reply):
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                if reply.delay:
-                    time.sleep(reply.delay)
                 raw = (
                     reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
                 )
@@ -95,7 +101,8 @@ class ApiServer:
         ).start()
 
     def close(self) -> None:
-        """Stops serving."""
+        """Stops serving (and ends the requests left hanging)."""
+        self._closed.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 

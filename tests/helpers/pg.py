@@ -1,16 +1,21 @@
-"""Real-PostgreSQL helpers for the tests: databases, mixed-type tables, concurrent writers."""
+"""Real-PostgreSQL helpers for the tests: databases, mixed-type tables, concurrent writers,
+and waits on the server's own state (never a fixed sleep)."""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import psycopg
 from psycopg import conninfo, sql
+
+_T = TypeVar("_T")
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 START_HINT = (
@@ -191,6 +196,28 @@ def open_transactions(dsn: str, application_name: str | None = None) -> list[tup
     return fetch_all(admin_dsn(), query, params)
 
 
+def wait_for_no_open_transaction(
+    *dsns: str, application_name: str | None = None, timeout: float = 30.0
+) -> None:
+    """Waits (on ``pg_stat_activity``) until no session of the databases of ``dsns`` (named
+    ``application_name``, if given) sits inside a transaction, ``active`` or ``idle in
+    transaction``: a session whose client died is ended by the server a moment later.
+
+    Raises:
+        TimeoutError: naming the sessions still open after ``timeout`` seconds.
+    """
+    still_open: list[tuple[object, ...]] = []
+
+    def settled() -> bool:
+        still_open[:] = [row for dsn in dsns for row in open_transactions(dsn, application_name)]
+        return not still_open
+
+    try:
+        wait_until(settled, timeout=timeout, what="no session is inside a transaction")
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; still open (pid, app, state, query): {still_open}") from None
+
+
 def backends(dsn: str, application_name: str) -> list[int]:
     """Backend pids of ``dsn``'s database whose application_name matches."""
     dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
@@ -206,6 +233,30 @@ def terminate(pids: list[int]) -> None:
     """``pg_terminate_backend`` each pid."""
     for pid in pids:
         execute(admin_dsn(), "SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def wait_until(
+    predicate: Callable[[], _T], *, timeout: float, what: str, interval: float = 0.02
+) -> _T:
+    """Polls ``predicate`` until it returns a truthy value, and returns that value.
+
+    The predicate reads state (the server's catalogs, a thread's result): the poll interval only
+    paces the reads, no outcome depends on it.
+
+    Raises:
+        TimeoutError: naming ``what`` (and the predicate's last answer) when ``timeout``
+            seconds pass first. A wait never gives up silently.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"waited {timeout:g}s until {what}, in vain (last answer: {value!r})"
+            )
+        time.sleep(interval)
 
 
 @dataclass
@@ -269,14 +320,36 @@ class ConcurrentWriter:
         """Starts writing; returns once the writer's session is connected."""
         self._thread = threading.Thread(target=self._run, name="dpone-test-writer", daemon=True)
         self._thread.start()
-        self._started.wait(10)
+        if not self._started.wait(30):
+            raise TimeoutError("the concurrent writer did not connect in 30s")
         return self
+
+    @property
+    def writes(self) -> int:
+        """Statements committed so far (inserts, updates and deletes)."""
+        return self.inserted + self.updated + self.deleted
+
+    def wait_for_writes(self, count: int, timeout: float = 30.0) -> None:
+        """Waits until ``count`` writes have committed in all (or the writer failed).
+
+        Raises:
+            TimeoutError: the writer committed fewer in ``timeout`` seconds.
+        """
+        wait_until(
+            lambda: self.errors or self.writes >= count,
+            timeout=timeout,
+            what=f"the writer has committed {count} writes",
+        )
+        if self.errors:
+            raise self.errors[0]
 
     def stop(self) -> None:
         """Stops writing and re-raises any error the writer met."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(30)
+            if self._thread.is_alive():
+                raise TimeoutError("the concurrent writer did not stop in 30s")
         if self.errors:
             raise self.errors[0]
 

@@ -109,12 +109,34 @@ def logging_fails(
 def server_cancels(
     conn: psycopg.Connection[tuple[object, ...]], staging: PostgresStagingTable
 ) -> None:
-    timer = threading.Timer(0.3, conn.cancel)
-    timer.start()
+    # The cancel is sent once pg_stat_activity shows the statement running (in its pg_sleep),
+    # not after a guessed delay that a slow start could outlast.
+    pid = conn.info.backend_pid
+    errors: list[BaseException] = []
+
+    def cancel_once_running() -> None:
+        try:
+            pg.wait_until(
+                lambda: pg.fetch_all(
+                    pg.admin_dsn(),
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'PgSleep'",
+                    (pid,),
+                ),
+                timeout=30,
+                what=f"backend {pid} runs its pg_sleep",
+            )
+            conn.cancel()
+        except BaseException as exc:
+            errors.append(exc)
+
+    canceller = threading.Thread(target=cancel_once_running)
+    canceller.start()
     try:
-        conn.execute("SELECT pg_sleep(10)")
+        conn.execute("SELECT pg_sleep(60)")  # ends early only by the cancel
     finally:
-        timer.cancel()
+        canceller.join()
+        if errors:
+            raise errors[0]
 
 
 def dagster_interrupts(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 from psycopg import conninfo, sql
@@ -26,13 +25,6 @@ from tests.helpers import pg
 
 COPY = TableName("public", "mixed_copy")
 STRATEGIES = list(Strategy)
-
-
-def _wait_for_writes(writer: pg.ConcurrentWriter, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while writer.inserted + writer.updated + writer.deleted < count:
-        assert time.monotonic() < deadline and not writer.errors, "the writer is not writing"
-        time.sleep(0.01)
 
 
 def _copy(
@@ -58,9 +50,9 @@ def test_every_strategy_reads_the_held_snapshot_and_reconciles_while_the_source_
     with SnapshotSession.open(source_dsn, export=True) as held:
         writer = pg.ConcurrentWriter(source_dsn).start()
         try:
-            _wait_for_writes(writer, 30)  # the source moved on before the copy began
+            writer.wait_for_writes(30)  # the source moved on before the copy began
             report = _copy(source_dsn, target_dsn, held.token, strategy)
-            _wait_for_writes(writer, writer.inserted + writer.updated + writer.deleted + 30)
+            writer.wait_for_writes(writer.writes + 30)
             results = reconcile_copy(source_dsn, target_dsn, report, held.token)
         finally:
             writer.stop()
@@ -192,7 +184,7 @@ def test_merge_checks_that_the_target_contains_every_snapshot_row(
     with SnapshotSession.open(source_dsn, export=True) as held:
         with pg.concurrent_writer(source_dsn) as writer:
             report = _copy(source_dsn, target_dsn, held.token, sink="merge")
-            _wait_for_writes(writer, 30)
+            writer.wait_for_writes(30)
             [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
         assert result.guarantee is Guarantee.CONTAINS and result.passed, result.detail
         assert result.source == result.target and result.source.count == 1000

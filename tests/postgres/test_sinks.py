@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
+from dataclasses import dataclass, field
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from dpone_dagster.postgres import (
     CopyError,
@@ -16,40 +17,83 @@ from dpone_dagster.postgres import (
     TableName,
     copy_tables,
 )
-from tests.helpers import pg
+from tests.helpers import locks, pg
 
 STAGING_TABLES = r"SELECT relname FROM pg_class WHERE relname LIKE '\_dpone\_stg\_%%'"
+MIXED = TableName("public", "mixed")
 
 
-class CountingReader:
-    """A thread that counts a table's rows in a loop (READ COMMITTED) and records what it saw."""
+class Count:
+    """``SELECT count(*)`` of a table, run in a thread from its own session (READ COMMITTED)."""
 
-    def __init__(self, dsn: str, table: str) -> None:
+    def __init__(self, dsn: str, table: TableName) -> None:
         self.dsn, self.table = dsn, table
-        self.counts: set[int] = set()
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.pid = 0
+        self.rows: int | None = None
+        self.error: BaseException | None = None
+        connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(connected,), daemon=True)
+        self._thread.start()
+        assert connected.wait(30), "the reader did not connect in 30s"
 
-    def _run(self) -> None:
+    def _run(self, connected: threading.Event) -> None:
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                while not self._stop.is_set():
-                    row = conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()
-                    assert row is not None
-                    self.counts.add(int(row[0]))  # type: ignore[call-overload]
+                self.pid = conn.info.backend_pid
+                connected.set()
+                row = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {}").format(self.table.ident)
+                ).fetchone()
+                self.rows = int(row[0])  # type: ignore[index, call-overload]
         except BaseException as exc:
-            self.errors.append(exc)
+            self.error = exc
+        finally:
+            connected.set()
 
-    def __enter__(self) -> CountingReader:
-        self._thread.start()
-        time.sleep(0.05)
-        return self
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
 
-    def __exit__(self, *exc: object) -> None:
-        time.sleep(0.05)
-        self._stop.set()
-        self._thread.join(10)
+    def result(self, timeout: float = 30) -> int:
+        self._thread.join(timeout)
+        assert self.done, f"the count of {self.table} did not return in {timeout}s"
+        assert self.error is None and self.rows is not None, self.error
+        return self.rows
+
+
+@dataclass
+class ReadWhileReplaced:
+    """The progress hook: once ``public.later`` loads, ``public.mixed`` is already replaced in
+    the copy's open transaction. It records who holds which lock on the old ``mixed``, starts a
+    reader of ``mixed`` and waits (on ``pg_locks``) until that reader has its count or waits
+    for a lock: the interleaving is fixed by the server's state, not by timing."""
+
+    dsn: str
+    holders: dict[int, set[str]] = field(default_factory=dict)
+    reader: Count | None = None
+    reader_waits_for: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def __call__(self, progress: CopyProgress) -> None:
+        if progress.table.name != "later" or progress.phase != "load" or self.reader:
+            return
+        self.holders = locks.held_lock_modes(self.dsn, "public.mixed")
+        reader = self.reader = Count(self.dsn, MIXED)
+        pg.wait_until(
+            lambda: reader.done or locks.awaited_locks(self.dsn, reader.pid),
+            timeout=30,
+            what="the reader of public.mixed has its count or waits for a lock",
+        )
+        if not reader.done:
+            self.reader_waits_for = locks.awaited_locks(self.dsn, reader.pid)
+
+
+# What the replacing transaction holds on the old table, and what a reader gets meanwhile:
+# the swap drops it (a reader waits for the lock, then reads the new table); the rewrite
+# deletes and inserts (a reader does not wait, and sees the old rows until the commit).
+REPLACED = {
+    "swap": ("AccessExclusiveLock", [("relation", "mixed", "AccessShareLock")], 4000),
+    "rewrite": ("RowExclusiveLock", [], 1500),
+}
 
 
 @pytest.mark.parametrize("method", ["swap", "rewrite"])
@@ -59,24 +103,22 @@ def test_replace_is_atomic_for_readers(source_dsn: str, target_dsn: str, method:
     pg.create_mixed_table(target_dsn, rows=1500)
     if method == "rewrite":  # a dependent view rules out the swap: rows are replaced instead
         pg.execute(target_dsn, "CREATE VIEW public.mixed_ids AS SELECT id FROM public.mixed")
-
-    def slow_second_table(progress: CopyProgress) -> None:
-        # "mixed" is already replaced (uncommitted) while "later" loads: readers of "mixed"
-        # must see the old table or wait, never an empty or a half table.
-        if progress.table.name == "later" and progress.phase == "load":
-            time.sleep(0.05)
-
-    with CountingReader(target_dsn, "public.mixed") as reader:
-        report = copy_tables(
-            source_dsn,
-            target_dsn,
-            ["public.mixed", "public.later"],
-            options=CopyOptions(progress=slow_second_table, progress_every=64 << 10),
-        )
-    assert reader.errors == []
-    assert reader.counts == {1500, 4000}
+    hook = ReadWhileReplaced(target_dsn)
+    report = copy_tables(
+        source_dsn,
+        target_dsn,
+        ["public.mixed", "public.later"],
+        options=CopyOptions(progress=hook, progress_every=64 << 10),
+    )
     assert report.tables[0].sink_result is not None
     assert report.tables[0].sink_result.method == method
+    lock, waits_for, rows = REPLACED[method]
+    assert [p for p, modes in hook.holders.items() if lock in modes], (
+        f"while 'later' loads, the copy's session holds {lock} on the old table: {hook.holders}"
+    )
+    assert hook.reader is not None and hook.reader_waits_for == waits_for
+    assert hook.reader.result() == rows, "the old table or, after waiting, the new one, whole"
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.mixed") == 4000
     assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
         target_dsn, "public", "mixed"
     )

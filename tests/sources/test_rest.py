@@ -24,7 +24,7 @@ from dpone_dagster.sources import (
     SourceError,
     stage_rows,
 )
-from tests.helpers.http_api import DROP, ApiServer, Reply, Request
+from tests.helpers.http_api import DROP, HANG, ApiServer, Reply, Request
 from tests.helpers.pg import staging_tables
 from tests.helpers.staged import stage_and_read
 
@@ -193,7 +193,7 @@ def test_retries_are_bounded_and_client_errors_are_not_retried() -> None:
 
 
 def test_a_timeout_is_retried_then_fails() -> None:
-    with ApiServer(lambda r: Reply([item(1)], delay=1.0)) as server:
+    with ApiServer(lambda r: HANG) as server:
         source = RestSource(settings(server, timeout=0.2, max_retries=1), "/slow", Item)
         with pytest.raises(SourceError) as failed:
             list(source.extract().artifact.rows())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -24,6 +23,7 @@ from dpone_dagster.postgres import (
     CopyError,
     CopyOptions,
     CopyProgress,
+    CopyReport,
     SnapshotSession,
     TableName,
     copy_tables,
@@ -31,7 +31,7 @@ from dpone_dagster.postgres import (
 from dpone_dagster.postgres.catalog import table_columns
 from dpone_dagster.postgres.partitioned_copy import PartitionedCopy
 from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT, POSTGRES_CLOCK
-from tests.helpers import pg
+from tests.helpers import locks, pg
 
 STRATEGIES = ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]
 SOURCE_APP, TARGET_APP = "dpone-cert-source", "dpone-cert-target"
@@ -116,9 +116,11 @@ def test_concurrent_mutation_leaves_the_target_equal_to_the_snapshot(
                     writers.enter_context(pg.concurrent_writer(source_dsn, t.schema, t.name))
                     for t in (ORDERS, ITEMS)
                 ]
-                deadline = time.monotonic() + 10
-                while min(w.deleted for w in started) < 5 and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                pg.wait_until(
+                    lambda: any(w.errors for w in started) or min(w.deleted for w in started) >= 5,
+                    timeout=30,
+                    what="both writers have committed deletes while the copy reads",
+                )
 
         report = copy_tables(
             source_dsn,
@@ -234,50 +236,85 @@ def test_an_interrupt_mid_copy_settles_everything_and_propagates(
 
 def test_the_internal_query_reads_every_table_in_one_snapshot(source_dsn: str) -> None:
     """A writer commits rows into both tables in one transaction, over and over, while the
-    internal query copies them one statement after the other: one snapshot for the set means
-    both copies hold the same ids; a snapshot per statement would give the second more."""
+    internal query copies them one statement after the other. The first statement waits at a
+    gate until the writer has committed more rows: one snapshot for the set means both copies
+    hold the same ids; a snapshot per statement would give the second more."""
     pg.create_mixed_table(source_dsn, name="first", rows=100_000)
     pg.create_mixed_table(source_dsn, name="second", rows=10)
     pg.execute(source_dsn, 'CREATE SCHEMA "Copies"')
+    app = "dpone-test-internal-snapshot"
     stop = threading.Event()
     commits: list[int] = []
+    errors: list[BaseException] = []
+    outcome: dict[str, CopyReport] = {}
 
     def write() -> None:
-        with psycopg.connect(source_dsn, autocommit=True) as conn:
-            next_id = 1_000_000
-            while not stop.is_set():
-                with conn.transaction():
-                    for table in ("first", "second"):
-                        conn.execute(
-                            sql.SQL("INSERT INTO {} (id, qty) VALUES (%s, 1)").format(
-                                sql.Identifier("public", table)
-                            ),
-                            (next_id,),
-                        )
-                commits.append(next_id)
-                next_id += 1
+        try:
+            with psycopg.connect(source_dsn, autocommit=True) as conn:
+                next_id = 1_000_000
+                while not stop.is_set():
+                    with conn.transaction():
+                        for table in ("first", "second"):
+                            conn.execute(
+                                sql.SQL("INSERT INTO {} (id, qty) VALUES (%s, 1)").format(
+                                    sql.Identifier("public", table)
+                                ),
+                                (next_id,),
+                            )
+                    commits.append(next_id)
+                    next_id += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    def copy() -> None:
+        try:
+            outcome["report"] = copy_tables(
+                source_dsn,
+                source_dsn,
+                [("public.first_gated", '"Copies".first'), ("public.second", '"Copies".second')],
+                strategy="internal_query",
+                options=CopyOptions(
+                    source_options=ConnectionOptions(application_name=app),
+                    target_options=ConnectionOptions(application_name=app),
+                ),
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    def at_gate() -> list[int]:
+        return locks.lock_waiters(source_dsn, app, wait_event="advisory", query_prefix="INSERT")
 
     writer = threading.Thread(target=write, daemon=True)
+    copier = threading.Thread(target=copy, daemon=True)
     writer.start()
     try:
-        while len(commits) < 5:
-            time.sleep(0.01)
-        before = len(commits)
-        report = copy_tables(
-            source_dsn,
-            source_dsn,
-            [("public.first", '"Copies".first'), ("public.second", '"Copies".second')],
-            strategy="internal_query",
-        )
-        during = len(commits) - before
+        with locks.AdvisoryGate(source_dsn) as gate:
+            gate.create_view("public.first_gated", over="public.first")
+            pg.wait_until(lambda: errors or len(commits) >= 5, timeout=30, what="5 commits")
+            copier.start()
+            pg.wait_until(
+                lambda: errors or at_gate(),
+                timeout=30,
+                what="the copy's first INSERT ... SELECT waits at the gate",
+            )
+            before = len(commits)
+            pg.wait_until(
+                lambda: errors or len(commits) >= before + 5,
+                timeout=30,
+                what="the writer commits while the copy's first statement waits",
+            )
+        copier.join(60)
+        assert not copier.is_alive(), "the copy did not finish once the gate opened"
     finally:
         stop.set()
         writer.join(10)
-    assert during > 0, "the writer committed while the copy ran"
+    assert not errors, errors
     new_ids = 'SELECT array_agg(id ORDER BY id) FROM "Copies".{} WHERE id >= 1000000'
     first = pg.fetch_one(source_dsn, new_ids.format("first"))
     second = pg.fetch_one(source_dsn, new_ids.format("second"))
     assert first == second and first, "both tables were read in one snapshot"
+    assert len(first) < before + 5, "rows committed while the copy ran are in neither copy"  # type: ignore[arg-type]
+    report = outcome["report"]
     assert report.snapshot_label == "single_snapshot"
     receipts = [t.extraction_receipt for t in report.tables]
     assert all(r is not None and r.source_token == report.source_token for r in receipts)
@@ -287,49 +324,26 @@ def test_the_internal_query_session_terminated_mid_statement_aborts(source_dsn: 
     """The internal query is one INSERT ... SELECT in the target session: killing that session
     while the statement runs aborts the copy, drops nothing that existed, leaves no staging."""
     pg.create_mixed_table(source_dsn, rows=5_000)
-    # A volatile call in the WHERE clause runs per row: the statement takes seconds.
-    pg.execute(
-        source_dsn,
-        "CREATE VIEW public.slow AS SELECT m.* FROM public.mixed m "
-        "WHERE pg_sleep(0.001)::text IS NOT NULL",
-    )
     app = "dpone-test-internal-kill"
-    stop = threading.Event()
-
-    def kill_the_insert() -> None:
-        while not stop.is_set():
-            rows = pg.fetch_all(
-                pg.admin_dsn(),
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
-                "AND query LIKE 'INSERT INTO%%' AND state = 'active'",
-                (app,),
-            )
-            if rows:
-                pg.terminate([int(rows[0][0])])  # type: ignore[call-overload]
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_the_insert)
-    killer.start()
-    try:
+    with locks.terminated_at_gate(source_dsn, app, "INSERT INTO") as gate:
+        # The statement reads through a gate the test holds shut: it is still running (waiting
+        # at the gate, as pg_stat_activity shows) when its session is terminated.
+        gate.create_view("public.gated", over="public.mixed")
         with pytest.raises(CopyError) as err:
             copy_tables(
                 source_dsn,
                 source_dsn,
-                [("public.slow", "copies.slow")],
+                [("public.gated", "copies.gated")],
                 strategy="internal_query",
                 options=CopyOptions(
                     source_options=ConnectionOptions(application_name=app),
                     target_options=ConnectionOptions(application_name=app),
                 ),
             )
-    finally:
-        stop.set()
-        killer.join()
     assert err.value.code == "target_load_failed", err.value
     assert "terminat" in err.value.message or "closed" in err.value.message
     report = err.value.report
     assert report is not None and report.outcome == "abort"
-    assert not pg.table_exists(source_dsn, "copies", "slow")
+    assert not pg.table_exists(source_dsn, "copies", "gated")
     assert pg.fetch_all(source_dsn, STAGING_TABLES) == [], "no staging table is left"
     assert pg.open_transactions(source_dsn) == [], "no transaction stays open"
