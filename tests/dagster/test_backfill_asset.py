@@ -248,7 +248,7 @@ def test_a_backfill_without_its_check_materializes_and_checks_nothing(
     source_dsn, target_dsn = tables
     reconcile = how != "reconcile=False"
     asset = backfill_asset(
-        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=1000, reconcile=reconcile
+        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=300, reconcile=reconcile
     )
     selection = dg.AssetSelection.assets(asset).without_checks()
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
@@ -262,7 +262,7 @@ def test_a_backfill_without_its_check_materializes_and_checks_nothing(
     assert md["dagster/row_count"] == 1000
     # Deselecting the check does not skip the reconciliation; reconcile=False does.
     assert ("dpone/reconciliation" in md) is reconcile
-    label = "single_snapshot" if reconcile else "single_snapshot"
+    label = "several_snapshots_reconciled" if reconcile else "several_snapshots"
     assert md["dpone/snapshot_label"] == label
 
 
