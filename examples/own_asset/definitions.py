@@ -35,14 +35,17 @@ def shop_orders(
     yield from source.copy_tables(context, target, strategy="batched_copy")
 
 
-page_views = translator.get_asset_spec(CopyTableSpec(source="events.page_views")).replace_attributes(
-    partitions_def=cursor_range_partitions(0, 3_000, 1_000)
-)
+days = cursor_range_partitions(0, 3_000, 1_000)
+page_views = translator.get_asset_spec(CopyTableSpec(source="events.page_views"))
 
 
 @dg.multi_asset(
-    specs=[page_views.merge_attributes(metadata={"dpone/cursor": "id"})],
-    partitions_def=page_views.partitions_def,
+    specs=[
+        page_views.replace_attributes(partitions_def=days).merge_attributes(
+            metadata={"dpone/cursor": "id"}
+        )
+    ],
+    partitions_def=days,
 )
 def page_views_backfill(
     context: dg.AssetExecutionContext,
