@@ -21,16 +21,17 @@ from dpone_dagster.backfill import (
     BackfillReconciliationError,
     BackfillResult,
     BackfillStatus,
-    BatchResult,
     LedgerConfig,
     prepare_target,
 )
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME, batch_observation, partition_metadata
+from dpone_dagster.metadata import CHECK_NAME, partition_metadata
 from dpone_dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.postgres import TableName
 from dpone_dagster.reconcile import Proof
+
+from .progress import ProgressReporter
 
 if TYPE_CHECKING:
     from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
@@ -99,8 +100,11 @@ def backfill_events(
         what = backfill_target(context)
     except DponeError as exc:
         raise DponeFailure(exc) from exc
-    runner = _PartitionRunner(context, what, source, target, ledger, batch_size, reconcile)
-    checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
+    with ProgressReporter(context, what.key) as progress:
+        runner = _PartitionRunner(
+            context, what, source, target, ledger, batch_size, reconcile, progress
+        )
+        checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
     if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
         yield dg.AssetCheckResult(
             asset_key=what.key,
@@ -125,6 +129,7 @@ class _PartitionRunner:
     ledger: "BackfillLedgerResource"
     batch_size: int
     reconcile: bool
+    progress: ProgressReporter
 
     def run_all(
         self, partitions: list[str]
@@ -149,19 +154,6 @@ class _PartitionRunner:
             except DponeError as exc:
                 raise DponeFailure(exc) from exc
         return checks, None
-
-    def observe(self, partition: str, batch: BatchResult) -> None:
-        """Shows a committed batch in the UI: an observation and the run's progress tags."""
-        progress = batch.run.progress
-        self.context.log_event(batch_observation(self.what.key, partition, batch))
-        self.context.instance.add_run_tags(
-            self.context.run.run_id,
-            {
-                "dpone/partition": partition,
-                "dpone/checkpoint": progress.checkpoint or "",
-                "dpone/copied": str(progress.copied_count),
-            },
-        )
 
     def _backfill(self, rng: CursorRange) -> Backfill:
         return Backfill(
@@ -193,9 +185,11 @@ class _PartitionRunner:
         with self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
             result = backfill.run(
-                on_batch=lambda batch: self.observe(partition, batch), reconcile=self.reconcile
+                on_batch=lambda batch: self.progress.report(partition, batch),
+                reconcile=self.reconcile,
             )
             receipts = backfill.receipts()
+        self.progress.flush()  # the batches' observations precede the partition's metadata
         self.context.add_asset_metadata(
             partition_metadata(result, receipts), asset_key=what.key, partition_key=partition
         )
