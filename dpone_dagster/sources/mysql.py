@@ -64,7 +64,8 @@ class MySQLSettings:
         """Opens a session: utf8mb4, UTC time zone, no autocommit.
 
         Raises:
-            SourceError: ``mysql_connect_failed`` when the server cannot be reached.
+            SourceError: ``source_login_failed`` when the server refuses the user, its password
+                or the database; ``source_unreachable`` when no server answers.
         """
         try:
             return pymysql.connect(
@@ -81,11 +82,22 @@ class MySQLSettings:
                 program_name="dpone-dagster",
             )
         except pymysql.MySQLError as exc:
+            if exc.args and exc.args[0] in _LOGIN_REFUSED:
+                raise SourceError(
+                    "source_login_failed",
+                    f"{self.label} refused the session: {redact(str(exc))}",
+                    ["Check the user, password and database (pass secrets with EnvVar)."],
+                ) from None
             raise SourceError(
-                "mysql_connect_failed",
+                "source_unreachable",
                 f"Could not connect to {self.label}: {redact(str(exc))}",
-                ["Check host, port, user, password and that the server is running."],
+                ["Check that the server is running and that host and port reach it."],
             ) from None
+
+
+_LOGIN_REFUSED = frozenset({1044, 1045, 1049, 1698})
+"""Server errors that refuse a session: access denied (to a database, for a user, for a socket
+user) and an unknown database."""
 
 
 class MySQLStream:
@@ -243,7 +255,7 @@ class MySQLSource:
 
         Raises:
             SourceError: ``mysql_type_unmappable`` (before any row moves), ``table_not_found``,
-                ``column_not_found``, ``mysql_query_invalid``, ``mysql_connect_failed``.
+                ``column_not_found``, ``mysql_query_invalid``, ``source_unreachable``, ``source_login_failed``.
         """
         conn = self.settings.connect()
         try:

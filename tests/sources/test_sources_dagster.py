@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import dagster as dg
 import pytest
 from pydantic import BaseModel
@@ -120,3 +122,32 @@ def test_bad_definitions_fail_when_they_load() -> None:
     with pytest.raises(DponeError) as neither:
         mysql_copy_asset(key="x", target_table="raw.t")
     assert neither.value.code == "mysql_source_invalid"
+
+
+@pytest.mark.parametrize("fault", ["down", "refused"])
+def test_a_mysql_source_that_is_down_or_refuses_the_login(
+    mysql_db: MySQLSettings, target_dsn: str, fault: str
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = probe.getsockname()[1]
+        resource = (
+            MySQLSourceResource(host="127.0.0.1", port=port, user="root", database="x")
+            if fault == "down"
+            else MySQLSourceResource(
+                host=mysql_db.host, port=mysql_db.port, user="dpone_no_such_user",
+                password="wrong", database=mysql_db.database,
+            )
+        )  # fmt: skip
+        asset = mysql_copy_asset(key="orders", table="orders", target_table="raw.orders")
+        result = dg.materialize(
+            [asset],
+            resources={"mysql": resource, "target": PostgresTargetResource(dsn=target_dsn)},
+            raise_on_error=False,
+        )
+    failure = result.failure_data_for_node("orders")
+    assert failure is not None and failure.user_failure_data is not None
+    code = failure.user_failure_data.metadata[ERROR_CODE_KEY].value
+    assert code == ("source_unreachable" if fault == "down" else "source_login_failed")
+    assert not pg.open_transactions(target_dsn)
+    assert not pg.table_exists(target_dsn, "raw", "orders")
