@@ -7,14 +7,16 @@ import socket
 import psycopg
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillError, BackfillStatus, LedgerConfig
+from dpone_dagster.backfill import Backfill, BackfillStatus, LedgerConfig
 from dpone_dagster.backfill.rules import next_request
+from dpone_dagster.lifecycle import DponeError
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
 
 def code_of(call: object) -> str:
-    with pytest.raises(BackfillError) as err:
+    # A DponeError: a BackfillError, or the SessionError of a session that could not be opened.
+    with pytest.raises(DponeError) as err:
         call()  # type: ignore[operator]
     assert err.value.message and err.value.next_actions
     return err.value.code
