@@ -39,7 +39,7 @@ from .protocol import BackfillScope, TableRef
 Conn = psycopg.Connection[tuple[object, ...]]
 
 CURSOR_TYPES = frozenset({"int2", "int4", "int8", "numeric", "date", "timestamp", "timestamptz"})
-"""Cursor types whose order PostgreSQL and :func:`rules.cursor_is_strictly_before` agree on."""
+"""Cursor types whose order PostgreSQL and :mod:`.cursor_order` agree on."""
 
 
 def prepare_session(conn: Conn) -> None:
