@@ -51,37 +51,19 @@ def _cursors_match_rows(_: BatchRequest, seen: BatchObservation) -> bool:
     return (seen.first_cursor is not None) == rows == (seen.last_cursor is not None)
 
 
-def _first_not_after_last(_: BatchRequest, seen: BatchObservation) -> bool:
-    first, last = seen.first_cursor, seen.last_cursor
-    return first is None or last is None or cursor_at_most(first, last)
+def _before(low: str | None, high: str | None) -> bool:
+    """``low`` sorts strictly before ``high``; holds when either is absent."""
+    return low is None or high is None or cursor_is_strictly_before(low, high)
 
 
-def _first_after_checkpoint(request: BatchRequest, seen: BatchObservation) -> bool:
-    first, after = seen.first_cursor, request.after
-    return first is None or after is None or cursor_is_strictly_before(after, first)
+def _not_after(low: str | None, high: str | None) -> bool:
+    """``low`` sorts before ``high`` or equals it; holds when either is absent."""
+    return low is None or high is None or cursor_at_most(low, high)
 
 
-def _last_within_upper(_: BatchRequest, seen: BatchObservation) -> bool:
-    last, upper = seen.last_cursor, seen.upper
-    return last is None or (upper is not None and cursor_at_most(last, upper))
-
-
-def _upper_after_checkpoint(request: BatchRequest, seen: BatchObservation) -> bool:
-    upper, after = seen.upper, request.after
-    return upper is None or after is None or cursor_is_strictly_before(after, upper)
-
-
-def _upper_within_mark(request: BatchRequest, seen: BatchObservation) -> bool:
-    upper, hwm = seen.upper, request.source_high_water_mark
-    return upper is None or (hwm is not None and cursor_at_most(upper, hwm))
-
-
-def _final_ends_at_mark(request: BatchRequest, seen: BatchObservation) -> bool:
-    return not seen.final or seen.upper == request.source_high_water_mark
-
-
-def _non_final_has_rows_before_mark(request: BatchRequest, seen: BatchObservation) -> bool:
-    return seen.final or (seen.source_count > 0 and seen.upper != request.source_high_water_mark)
+def _within(value: str | None, bound: str | None) -> bool:
+    """``value`` is absent, or ``bound`` is present and ``value`` does not sort after it."""
+    return value is None or (bound is not None and cursor_at_most(value, bound))
 
 
 def _counts(seen: BatchObservation) -> dict[str, int]:
@@ -123,16 +105,42 @@ BATCH_RULES: tuple[BatchRule, ...] = (
         _UNORDERED,
         _cursors_match_rows,
     ),
-    BatchRule("first cursor not after the last cursor", _UNORDERED, _first_not_after_last),
-    BatchRule("first cursor strictly after the checkpoint", _UNORDERED, _first_after_checkpoint),
-    BatchRule("last cursor within the batch's upper bound", _UNORDERED, _last_within_upper),
-    BatchRule("upper bound strictly after the checkpoint", _UNORDERED, _upper_after_checkpoint),
-    BatchRule("upper bound within the mark", _UNORDERED, _upper_within_mark),
-    BatchRule("the final batch ends at the mark", _UNORDERED, _final_ends_at_mark),
+    BatchRule(
+        "first cursor not after the last cursor",
+        _UNORDERED,
+        lambda _, seen: _not_after(seen.first_cursor, seen.last_cursor),
+    ),
+    BatchRule(
+        "first cursor strictly after the checkpoint",
+        _UNORDERED,
+        lambda request, seen: _before(request.after, seen.first_cursor),
+    ),
+    BatchRule(
+        "last cursor within the batch's upper bound",
+        _UNORDERED,
+        lambda _, seen: _within(seen.last_cursor, seen.upper),
+    ),
+    BatchRule(
+        "upper bound strictly after the checkpoint",
+        _UNORDERED,
+        lambda request, seen: _before(request.after, seen.upper),
+    ),
+    BatchRule(
+        "upper bound within the mark",
+        _UNORDERED,
+        lambda request, seen: _within(seen.upper, request.source_high_water_mark),
+    ),
+    BatchRule(
+        "the final batch ends at the mark",
+        _UNORDERED,
+        lambda request, seen: not seen.final or seen.upper == request.source_high_water_mark,
+    ),
     BatchRule(
         "a non-final batch has rows and stops before the mark",
         _UNORDERED,
-        _non_final_has_rows_before_mark,
+        lambda request, seen: (
+            seen.final or (seen.source_count > 0 and seen.upper != request.source_high_water_mark)
+        ),
     ),
     BatchRule(
         "the snapshot's count, both COPY tags, the target's count and copied + duplicates agree",
