@@ -246,7 +246,7 @@ def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
         yield
 
 
-def _settle(
+def _check_ranges(
     sessions: Sessions, shape: TableShape, run_id: str, ranges: list[BatchReceipt],
     measured: _Measured, repair: bool,
 ) -> list[RangeCheck]:  # fmt: skip
@@ -305,7 +305,7 @@ def reconcile_ranges(
             with transaction(reader, IsolationLevel.REPEATABLE_READ, read_only=True):
                 target_snapshot = _snapshot_digest(reader)
                 measured = _measure(src, reader, shape, ranges, row_versions)
-            checks = _settle(sessions, shape, run_id, ranges, measured, repair)
+            checks = _check_ranges(sessions, shape, run_id, ranges, measured, repair)
     except BaseException:
         sessions.abandon()
         raise
