@@ -217,9 +217,9 @@ def _count_target(
 ) -> _Counted:
     """The target's count of the range after the copy.
 
-    A direct COPY into a table whose row versions can prove its content counts through
-    :func:`written_rows`, which also records the evidence the final reconciliation proves the
-    range with (the source snapshot's ``xmin`` bounds which writers it may have missed).
+    After a direct COPY into a table whose row versions can prove its content, the count also
+    takes the evidence of who wrote the rows (with the batch snapshot's ``xmin``), which lets the
+    final reconciliation prove the range without hashing it (:func:`written_rows`).
     """
     if path is ApplyPath.DIRECT and shape.versions is not None and bounds.first is not None:
         probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
