@@ -41,13 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from dpone_dagster.backfill import (  # noqa: E402
-    Backfill,
-    BackfillRun,
-    BatchReceipt,
-    Ledger,
-    RangeProof,
-)
+from dpone_dagster.backfill import Backfill, BackfillRun, BatchReceipt, Ledger  # noqa: E402
+from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 SAMPLES = 400
@@ -103,7 +98,7 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
                 "copy_seconds": copy_seconds - ledger.sampling,  # without the extra samples
                 "reconcile_seconds": reconcile_seconds,
                 "reconciled": report.ok and hashed.ok,
-                "proven": report.proven_by(RangeProof.ROW_VERSIONS),
+                "proven": report.proven_by(Proof.ROW_VERSIONS),
                 "ranges": len(report.ranges),
                 "hash_seconds": hash_seconds,
                 "checkpoints": {

@@ -1,7 +1,8 @@
 """Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster.
 
 Start with :class:`Backfill`; the documents it returns are in :mod:`.protocol`, the pure rules
-in :mod:`.rules`, the ledger in :mod:`.ledger`.
+in :mod:`.rules` (those of a copied batch, each named, in :mod:`.batch_rules`), the ledger in
+:mod:`.ledger`, the sessions and their transactions in :mod:`.sessions`.
 """
 
 from .api import Backfill

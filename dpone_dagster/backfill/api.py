@@ -6,9 +6,9 @@ process (or a Dagster retry, or a second orchestrator) finds the same durable ru
 after its last committed batch. The boundary (high-water mark) is fixed once, when the run is
 first planned.
 
-Sessions are opened lazily, in autocommit mode (every transaction is begun explicitly with its
-isolation level) and closed on any failure or interrupt, so an interrupted step never leaves a
-transaction open.
+Sessions are opened lazily, in autocommit mode (every transaction is begun by
+:func:`.sessions.transaction` with its isolation level and read-only mode) and closed on any
+failure or interrupt, so an interrupted step never leaves a transaction open.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import psycopg
+from psycopg import IsolationLevel
 
 from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.connection import ConnectionOptions, Side, connect
@@ -24,7 +25,7 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .boundary import mark_boundary, take_high_water_mark
 from .chain import verify_chain
-from .copier import BatchResult, PhaseHook, Sessions, copy_batch
+from .copier import BatchResult, PhaseHook, copy_batch
 from .errors import BackfillError, backfill_error
 from .ledger import Ledger, LedgerConfig, wait_for_backend_exit
 from .protocol import (
@@ -38,6 +39,7 @@ from .reconcile import reconcile_run
 from .reconcile_model import ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
+from .sessions import Sessions, transaction
 from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape, scope_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -122,8 +124,8 @@ class Backfill:
     def _connect(self, dsn: str, side: Side) -> Conn:
         conn = connect(dsn, self.options, side=side, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
-        # execution, so the first checkpoints cost what the thousandth does. (Transaction
-        # control is sent with prepare=False everywhere: BEGIN/COMMIT stay plain statements.)
+        # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
+        # own BEGIN, COMMIT, ROLLBACK and savepoints as plain statements, never prepared.)
         conn.prepare_threshold = 0
         prepare_session(conn)
         return conn
@@ -142,10 +144,7 @@ class Backfill:
         """Closes every session (any open transaction is rolled back by the server)."""
         sessions, self._sessions = self._sessions, None
         if sessions is not None:
-            for conn in {
-                id(c): c for c in (sessions.source, sessions.target, sessions.ledger)
-            }.values():
-                conn.close()
+            sessions.close()
 
     def __enter__(self) -> Backfill:
         return self
@@ -218,14 +217,12 @@ class Backfill:
         )
         boundary, evidence = mark_boundary(mark, self.cursor, self.write_pause)
         run = start_run(scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence)
-        sessions.ledger.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
         try:
-            stored = self.ledger.insert_run(sessions.ledger, run)
-            sessions.ledger.execute("COMMIT", prepare=False)
+            with transaction(sessions.ledger, IsolationLevel.READ_COMMITTED, read_only=False):
+                return self.ledger.insert_run(sessions.ledger, run)
         except BaseException:
             sessions.abandon()
             raise
-        return stored
 
     def load(self) -> BackfillRun | None:
         """The last committed state of this scope's run (``None`` before the first plan)."""
@@ -287,10 +284,14 @@ class Backfill:
 
         Once the old ledger session is gone its transaction has ended one way or the other, and
         the ledger says which.
+
+        Raises:
+            BackfillError: ``backfill_persistence_failed`` when the old ledger session is still
+                running after the wait (whether the batch committed is not known yet).
         """
+        self._guard(lambda s: wait_for_backend_exit(s.ledger, ledger_pid))
 
         def look(s: Sessions) -> BatchReceipt | None:
-            wait_for_backend_exit(s.ledger, ledger_pid)
             return replay(
                 request, self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id)
             )

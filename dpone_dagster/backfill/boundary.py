@@ -22,18 +22,20 @@ such a row and repairs its range.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from psycopg import sql
+from psycopg import IsolationLevel, sql
 
 from dpone_dagster.lifecycle import token_digest
 
-from .errors import backfill_error
+from .errors import BackfillError, backfill_error
 from .protocol import BackfillEvidence, BoundedWritePause, TrustworthyCursor
+from .sessions import transaction
 from .shape import TableShape
+from .waits import wait_while
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -73,6 +75,18 @@ class MarkReading:
     waited_seconds: float
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """What the mark's snapshot read: its token and clock, the mark, and who was in flight."""
+
+    token: str
+    taken_at: datetime
+    high_water_mark: str | None
+    rows: int
+    null_cursor: bool
+    in_flight: list[str]
+
+
 def take_high_water_mark(
     conn: Conn,
     shape: TableShape,
@@ -94,61 +108,80 @@ def take_high_water_mark(
         poll_interval: Seconds between checks.
 
     Raises:
-        BackfillError: ``backfill_high_water_mark_unsettled`` when a transaction outlives the
-            timeout.
+        BackfillError: ``plan_invalid`` when a row's cursor is NULL;
+            ``backfill_high_water_mark_unsettled`` when a transaction outlives the timeout.
     """
-    where, params = shape.where(lower, upper)
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
-    try:
-        snap = conn.execute("SELECT pg_current_snapshot()::text, clock_timestamp()").fetchone()
-        mark = conn.execute(
-            sql.SQL("SELECT max({c})::text, count(*) FROM {t} WHERE {w}").format(
-                c=shape.cursor.ident, t=shape.source.ident, w=where
-            ),
-            params,
-        ).fetchone()
-        nulls = conn.execute(
-            sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE {c} IS NULL)").format(
-                c=shape.cursor.ident, t=shape.source.ident
-            )
-        ).fetchone()
-        in_flight = conn.execute(_IN_FLIGHT).fetchall()
-        conn.execute("COMMIT", prepare=False)
-    except BaseException:
-        if not conn.broken:
-            conn.execute("ROLLBACK", prepare=False)
-        raise
-    assert snap is not None
-    assert mark is not None
-    if nulls is not None and nulls[0]:
+    snap = _read_mark(conn, shape, lower, upper)
+    if snap.null_cursor:
         raise backfill_error(
             "plan_invalid",
             f"Rows of {shape.source} have a NULL cursor {shape.cursor.name!r}: no keyset range "
             "holds them, so they would never be copied.",
             ["Fill the NULL cursor values (or choose a NOT NULL cursor), then plan again."],
         )
-    started = time.monotonic()
-    pending = [] if settle_timeout is None else [str(r[0]) for r in in_flight]
-    while pending:
-        running = conn.execute(_STILL_RUNNING, (pending,)).fetchall()
-        if not running:
-            break
-        if settle_timeout is not None and time.monotonic() - started > settle_timeout:
-            pids = ", ".join(str(r[1]) for r in running)
-            raise backfill_error(
-                "backfill_high_water_mark_unsettled",
-                f"{len(running)} transaction(s) open since the mark was taken are still "
-                f"running after {settle_timeout:g}s (backend pids {pids}).",
-            )
-        time.sleep(poll_interval)
+    awaited, waited = 0, 0.0
+    if settle_timeout is not None and snap.in_flight:
+        awaited = len(snap.in_flight)
+        waited = _settle(conn, snap.in_flight, settle_timeout, poll_interval)
     return MarkReading(
+        high_water_mark=snap.high_water_mark,
+        rows=snap.rows,
+        snapshot_token_digest=token_digest(snap.token),
+        taken_at=snap.taken_at,
+        awaited=awaited,
+        waited_seconds=waited,
+    )
+
+
+def _read_mark(conn: Conn, shape: TableShape, lower: str | None, upper: str | None) -> _Snapshot:
+    """The mark, the scope's row count, any NULL cursor and the transactions in flight, all read
+    in one ``REPEATABLE READ READ ONLY`` snapshot."""
+    where, params = shape.where(lower, upper)
+    cursor, table = shape.cursor.ident, shape.source.ident
+    with transaction(conn, IsolationLevel.REPEATABLE_READ, read_only=True):
+        snap = conn.execute("SELECT pg_current_snapshot()::text, clock_timestamp()").fetchone()
+        mark = conn.execute(
+            sql.SQL("SELECT max({c})::text, count(*) FROM {t} WHERE {w}").format(
+                c=cursor, t=table, w=where
+            ),
+            params,
+        ).fetchone()
+        nulls = conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE {c} IS NULL)").format(c=cursor, t=table)
+        ).fetchone()
+        in_flight = conn.execute(_IN_FLIGHT).fetchall()
+    assert snap is not None
+    assert mark is not None
+    return _Snapshot(
+        token=str(snap[0]),
+        taken_at=snap[1],  # type: ignore[arg-type]
         high_water_mark=None if mark[0] is None else str(mark[0]),
         rows=int(mark[1]),  # type: ignore[call-overload]
-        snapshot_token_digest=token_digest(str(snap[0])),
-        taken_at=snap[1],  # type: ignore[arg-type]
-        awaited=len(pending),
-        waited_seconds=time.monotonic() - started,
+        null_cursor=bool(nulls is not None and nulls[0]),
+        in_flight=[str(r[0]) for r in in_flight],
     )
+
+
+def _settle(conn: Conn, in_flight: list[str], timeout: float, interval: float) -> float:
+    """Waits until every virtual transaction id of ``in_flight`` has ended; the seconds waited.
+
+    Raises:
+        BackfillError: ``backfill_high_water_mark_unsettled`` naming the backends still running
+            after ``timeout`` seconds.
+    """
+
+    def still_running() -> list[tuple[object, ...]]:
+        return conn.execute(_STILL_RUNNING, (in_flight,)).fetchall()
+
+    def unsettled(running: Sequence[tuple[object, ...]]) -> BackfillError:
+        pids = ", ".join(str(r[1]) for r in running)
+        return backfill_error(
+            "backfill_high_water_mark_unsettled",
+            f"{len(running)} transaction(s) open since the mark was taken are still "
+            f"running after {timeout:g}s (backend pids {pids}).",
+        )
+
+    return wait_while(still_running, timeout=timeout, interval=interval, timed_out=unsettled)
 
 
 def mark_boundary(

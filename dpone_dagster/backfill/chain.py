@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .cursor_order import cursor_is_strictly_before
 from .errors import backfill_error
 from .protocol import BackfillRun, BatchReceipt
-from .rules import checkpoint_for, cursor_is_strictly_before, require_valid
+from .rules import checkpoint_for, require_valid
 
 
 def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:

@@ -1,7 +1,6 @@
 """One batch: read a keyset slice under its own snapshot, COPY it, commit it with its receipt.
 
-The seed fetched each batch as JSON rows and inserted them one by one (about 0.01 of the raw
-COPY pipe). Here a batch is:
+A batch is:
 
 1. Under the run's advisory lock (ledger session), the durable run and any receipt already
    stored for this batch id are read: a stored receipt with the same digest is a lost response
@@ -12,35 +11,42 @@ COPY pipe). Here a batch is:
    upper bound (the ``batch_size``-th cursor value after the checkpoint, at most the mark) and
    counts the range; a cursor that is not the whole primary key recounts with the rows tied on
    the bound, so equal cursor values never straddle two batches.
-3. The range streams as binary COPY, block by block (memory stays flat; :mod:`.stream`),
-   straight into the target inside a savepoint, its bytes hashed on the way (the content hash).
-   If a row of the batch already exists in the target (a unique violation), the savepoint is
-   rolled back and the same snapshot is copied again into a temporary staging table, then
-   applied set-based (:mod:`.staged`): new rows inserted, equal rows counted as duplicates, a
-   differing row refused with ``backfill_record_changed``. (Staging every batch would cost an
-   extra pass of the executor per row; it only pays when rows exist.)
+3. The range streams as binary COPY, block by block (memory stays flat; the relay of
+   :mod:`dpone_dagster.postgres.copy`), straight into the target inside a savepoint, its bytes
+   hashed on the way (the content hash). If a row of the batch already exists in the target (a
+   unique violation), only the savepoint is rolled back and the same snapshot is copied again
+   into a temporary staging table, then applied set-based (:mod:`.existing_rows`): new rows
+   inserted, equal rows counted as duplicates, a differing row refused with
+   ``backfill_record_changed``. (Staging every batch would cost an extra pass of the executor
+   per row; it only pays when rows exist.)
 4. The target counts the range (a direct COPY also records the row-version evidence that lets
-   the final reconciliation prove the range unchanged without hashing it, :mod:`.row_versions`),
-   the pure rule checks order and counts, and the receipt and the advanced run are written to
-   the ledger: in the target's own transaction when the ledger is
-   there (one COMMIT for rows and receipt), else right after the target's commit.
-
-Where the time goes, at 50,000-row batches on two cores: about nine tenths in the relay; per
-batch, about 5 ms for the bounds scan, 8 ms for the target count and 3-7 ms for the commit.
-Overlapping those with the next batch's relay (a second target session, the advisory lock taken
-after the copy) measured 0-9 % faster and would change the concurrency protocol; it is not done.
+   the final reconciliation prove the range unchanged without hashing it,
+   :mod:`dpone_dagster.postgres.evidence`), the pure rules check order and counts, and the
+   receipt and the advanced run are written to the ledger: in the target's own transaction when
+   the ledger is there (one COMMIT for rows and receipt), else right after the target's commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import IsolationLevel, sql
 
-from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
-from dpone_dagster.postgres.copy import EMPTY_HASH, copy_in_statement, copy_out_statement, relay
+from dpone_dagster.lifecycle import (
+    ExtractionLifecycleAuthority,
+    ExtractionLifecycleReceipt,
+    SnapshotEvidence,
+)
+from dpone_dagster.postgres.copy import (
+    EMPTY_HASH,
+    RelayResult,
+    copy_in_statement,
+    copy_out_statement,
+    relay,
+)
 from dpone_dagster.postgres.evidence import RowVersionEvidence, written_rows
 from dpone_dagster.postgres.identifiers import TableName
 
@@ -55,6 +61,7 @@ from .protocol import (
     BatchRequest,
 )
 from .rules import apply_batch, check_request, replay
+from .sessions import Sessions, transaction
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -62,35 +69,6 @@ PhaseHook = Callable[[str], None]
 
 SERVER_CLOCK = "postgresql.clock_timestamp"
 SNAPSHOT_AUTHORITY = "postgresql.pg_current_snapshot"
-
-
-@dataclass
-class Sessions:
-    """The autocommit sessions one batch uses; ``ledger`` is ``target`` when the ledger is there."""
-
-    source: Conn
-    target: Conn
-    ledger: Conn
-
-    @property
-    def ledger_in_target(self) -> bool:
-        """True when rows and receipt share one transaction."""
-        return self.ledger is self.target
-
-    def abandon(self) -> None:
-        """Ends any open transaction; a session that cannot answer is closed (server rolls back)."""
-        for conn in {id(c): c for c in (self.source, self.target, self.ledger)}.values():
-            if conn.closed:
-                continue
-            status = conn.info.transaction_status
-            if status is pq.TransactionStatus.IDLE:
-                continue
-            try:
-                if conn.broken or status is pq.TransactionStatus.ACTIVE:
-                    raise psycopg.OperationalError("session busy or broken")
-                conn.execute("ROLLBACK", prepare=False)
-            except psycopg.Error:
-                conn.close()
 
 
 @dataclass(frozen=True)
@@ -110,15 +88,78 @@ _HEAD = """SELECT count(*), min(c)::text, max(c)::text FROM (
 class _Bounds:
     """The batch's range ``(after, upper]`` and what it holds, read inside its snapshot."""
 
-    upper: str
+    upper: str | None
     final: bool
     count: int
     first: str | None
     last: str | None
 
 
+@dataclass(frozen=True)
+class _Moved:
+    """What reached the target: the relay's tags, bytes and hash, and how the rows were applied."""
+
+    relayed: RelayResult
+    copied: int
+    duplicates: int
+    path: ApplyPath
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """The target's count of the range after the copy, and its row-version evidence if any."""
+
+    rows: int
+    versions: RowVersionEvidence | None
+
+
+_NO_ROWS = _Bounds(upper=None, final=True, count=0, first=None, last=None)
+"""A scope that held no row at the mark: one empty, final batch."""
+_NOTHING_MOVED = _Moved(RelayResult(0, 0, 0, EMPTY_HASH), 0, 0, ApplyPath.NONE)
+_NOTHING_COUNTED = _Counted(0, None)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The batch's read window: its lifecycle authority (snapshot and clock acquired) and the
+    snapshot's ``xmin``."""
+
+    authority: ExtractionLifecycleAuthority
+    xmin: int
+
+
+def _open_window(src: Conn) -> _Window:
+    """Records the source transaction's snapshot and clock in a new lifecycle authority."""
+    snap = src.execute(
+        "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
+    ).fetchone()
+    assert snap is not None
+    authority = ExtractionLifecycleAuthority()
+    authority.acquire(started_at=snap[0], clock_authority=SERVER_CLOCK)  # type: ignore[arg-type]
+    authority.acquire_snapshot(
+        SnapshotEvidence(
+            authority=SNAPSHOT_AUTHORITY,
+            token=str(snap[1]),
+            acquired_at=snap[2],
+            clock_authority=SERVER_CLOCK,
+        )
+    )
+    return _Window(authority, int(str(snap[1]).split(":", 1)[0]))
+
+
+def _close_window(src: Conn, window: _Window, moved: _Moved) -> ExtractionLifecycleReceipt:
+    """The batch's lifecycle receipt: what was read, completed at the server's clock."""
+    done = src.execute("SELECT clock_timestamp()").fetchone()
+    assert done is not None
+    return window.authority.complete(
+        row_count=moved.relayed.rows_out,
+        byte_count=moved.relayed.bytes,
+        completed_at=done[0],  # type: ignore[arg-type]
+    )
+
+
 def _count_range(
-    conn: Conn, shape: TableShape, table: TableName, after: str | None, upper: str
+    conn: Conn, shape: TableShape, table: TableName, after: str | None, upper: str | None
 ) -> int:
     """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
     where, params = shape.where(after, upper)
@@ -151,90 +192,92 @@ def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int
     return _Bounds(last, last == hwm, count, first, last)
 
 
+def _copy(sessions: Sessions, shape: TableShape, after: str | None, upper: str | None) -> _Moved:
+    """Copies the range into the open target transaction, hashing the COPY stream.
+
+    A direct COPY runs inside a savepoint; when a row of the range already exists in the target
+    (a unique violation) only the savepoint is rolled back, and the same snapshot is copied again
+    through the staged apply.
+    """
+    src, tgt = sessions.source, sessions.target
+    select, params = shape.select_range(shape.source, after, upper)
+    copy_out = copy_out_statement(select, shape.fmt)
+    copy_in = copy_in_statement(shape.target, shape.columns, shape.fmt)
+    try:
+        with tgt.transaction(savepoint_name="dpone_batch"):
+            relayed = relay(src, copy_out, tgt, copy_in, params=params, hashed=True)
+        return _Moved(relayed, relayed.rows_in, 0, ApplyPath.DIRECT)
+    except psycopg.errors.UniqueViolation:
+        staged = apply_existing(src, tgt, shape, copy_out, params)
+        return _Moved(staged.relayed, staged.inserted, staged.duplicates, ApplyPath.STAGED)
+
+
+def _count_target(
+    tgt: Conn, shape: TableShape, after: str | None, bounds: _Bounds, path: ApplyPath, xmin: int
+) -> _Counted:
+    """The target's count of the range after the copy.
+
+    After a direct COPY into a table whose row versions can prove its content, the count also
+    takes the evidence of who wrote the rows (with the batch snapshot's ``xmin``), which lets the
+    final reconciliation prove the range without hashing it (:func:`written_rows`).
+    """
+    if path is ApplyPath.DIRECT and shape.versions is not None and bounds.first is not None:
+        probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
+        counted, versions = written_rows(
+            tgt, shape.target, shape.versions, where=shape.where(after, bounds.upper),
+            first=(probe, [bounds.first]), source_xmin=xmin,
+        )  # fmt: skip
+        return _Counted(counted or 0, versions)
+    return _Counted(_count_range(tgt, shape, shape.target, after, bounds.upper), None)
+
+
 def _move(
     sessions: Sessions, shape: TableShape, request: BatchRequest, on_phase: PhaseHook
 ) -> BatchObservation:
     """Reads the batch under its own snapshot and writes it into the open target transaction."""
-    src, tgt = sessions.source, sessions.target
-    authority = ExtractionLifecycleAuthority()
-    src.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
-    snap = src.execute(
-        "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
-    ).fetchone()
-    assert snap is not None
-    authority.acquire(started_at=snap[0], clock_authority=SERVER_CLOCK)  # type: ignore[arg-type]
-    authority.acquire_snapshot(
-        SnapshotEvidence(
-            authority=SNAPSHOT_AUTHORITY,
-            token=str(snap[1]),
-            acquired_at=snap[2],
-            clock_authority=SERVER_CLOCK,
-        )
-    )
-    hwm, after = request.source_high_water_mark, request.after
-    upper: str | None = None
-    final, count = True, 0
-    first: str | None = None
-    last: str | None = None
-    out_n = in_n = moved = copied = equal = target_count = 0
-    content, path = EMPTY_HASH, ApplyPath.NONE
-    versions: RowVersionEvidence | None = None
-    if hwm is not None:
-        bounds = _bounds(src, shape, after, hwm, request.batch_size)
-        upper, final, count = bounds.upper, bounds.final, bounds.count
-        first, last = bounds.first, bounds.last
-        on_phase("copy")
-        select, params = shape.select_range(shape.source, after, upper)
-        copy_out = copy_out_statement(select, shape.fmt)
-        tgt.execute("SAVEPOINT dpone_batch", prepare=False)
-        try:
-            relayed = relay(
-                src,
-                copy_out,
-                tgt,
-                copy_in_statement(shape.target, shape.columns, shape.fmt),
-                params=params,
-                hashed=True,
-            )
-            copied, path = relayed.rows_in, ApplyPath.DIRECT
-        except psycopg.errors.UniqueViolation:
-            tgt.execute("ROLLBACK TO SAVEPOINT dpone_batch", prepare=False)
-            staged = apply_existing(src, tgt, shape, copy_out, params)
-            relayed, copied, equal = staged.relayed, staged.inserted, staged.duplicates
-            path = ApplyPath.STAGED
-        out_n, in_n = relayed.rows_out, relayed.rows_in
-        moved, content = relayed.bytes, relayed.content_hash or EMPTY_HASH
-        tgt.execute("RELEASE SAVEPOINT dpone_batch", prepare=False)
-        if path is ApplyPath.DIRECT and shape.versions is not None and first is not None:
-            probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
-            counted, versions = written_rows(
-                tgt, shape.target, shape.versions, where=shape.where(after, upper),
-                first=(probe, [first]), source_xmin=int(str(snap[1]).split(":", 1)[0]),
-            )  # fmt: skip
-            target_count = counted or 0
-        else:
-            target_count = _count_range(tgt, shape, shape.target, after, upper)
-    done = src.execute("SELECT clock_timestamp()").fetchone()
-    assert done is not None
-    receipt = authority.complete(row_count=out_n, byte_count=moved, completed_at=done[0])  # type: ignore[arg-type]
-    src.execute("COMMIT", prepare=False)
+    src, after, hwm = sessions.source, request.after, request.source_high_water_mark
+    bounds, moved, counted = _NO_ROWS, _NOTHING_MOVED, _NOTHING_COUNTED
+    with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+        window = _open_window(src)
+        if hwm is not None:
+            bounds = _bounds(src, shape, after, hwm, request.batch_size)
+            on_phase("copy")
+            moved = _copy(sessions, shape, after, bounds.upper)
+            counted = _count_target(sessions.target, shape, after, bounds, moved.path, window.xmin)
+        extraction = _close_window(src, window, moved)
     return BatchObservation(
-        upper=upper,
-        first_cursor=first,
-        last_cursor=last,
-        source_count=count,
-        copy_out_count=out_n,
-        copy_in_count=in_n,
-        target_count=target_count,
-        copied_count=copied,
-        duplicate_count=equal,
-        content_hash=content,
-        byte_count=moved,
-        final=final,
-        apply_path=path,
-        extraction=receipt,
-        row_versions=versions,
+        upper=bounds.upper,
+        first_cursor=bounds.first,
+        last_cursor=bounds.last,
+        source_count=bounds.count,
+        copy_out_count=moved.relayed.rows_out,
+        copy_in_count=moved.relayed.rows_in,
+        target_count=counted.rows,
+        copied_count=moved.copied,
+        duplicate_count=moved.duplicates,
+        content_hash=moved.relayed.content_hash or EMPTY_HASH,
+        byte_count=moved.relayed.bytes,
+        final=bounds.final,
+        apply_path=moved.path,
+        extraction=extraction,
+        row_versions=counted.versions,
     )
+
+
+@contextmanager
+def _rows_transaction(sessions: Sessions) -> Iterator[None]:
+    """The transaction the batch's rows are written in.
+
+    With the ledger in the target it is the ledger's own (already open): rows and receipt commit
+    together. With the ledger elsewhere the target gets a transaction of its own, committed when
+    the block ends, before the receipt is written: a crash between the two leaves rows without a
+    receipt, which the next attempt finds present and equal (a replay through the staged apply).
+    """
+    if sessions.ledger_in_target:
+        yield
+        return
+    with transaction(sessions.target, IsolationLevel.READ_COMMITTED, read_only=False):
+        yield
 
 
 def copy_batch(
@@ -255,29 +298,24 @@ def copy_batch(
         psycopg.Error: a session failed; nothing of the batch was committed unless the failure
             hit the COMMIT itself (the caller resolves that by replay).
     """
-    lc, tgt = sessions.ledger, sessions.target
+    lc = sessions.ledger
     try:
-        lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
-        ledger.lock_run(lc, request.run_id)
-        durable = ledger.fetch_run(lc, request.run_id)
-        if durable is None:
-            raise backfill_error("backfill_run_invalid", f"The ledger has no run {request.run_id}.")
-        stored = replay(request, ledger.fetch_receipt(lc, request.run_id, request.batch_id))
-        if stored is not None:
-            lc.execute("COMMIT", prepare=False)
-            return BatchResult(durable, stored, replayed=True)
-        check_request(durable, request)
-        if not sessions.ledger_in_target:
-            tgt.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
-        seen = _move(sessions, shape, request, on_phase)
-        run, receipt = apply_batch(durable, request, seen)
-        on_phase("commit")
-        if not sessions.ledger_in_target:
-            tgt.execute(
-                "COMMIT", prepare=False
-            )  # rows first: a crash before the receipt is repaired by replay
-        ledger.record_batch(lc, durable, run, receipt)
-        lc.execute("COMMIT", prepare=False)
+        with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
+            ledger.lock_run(lc, request.run_id)
+            durable = ledger.fetch_run(lc, request.run_id)
+            if durable is None:
+                raise backfill_error(
+                    "backfill_run_invalid", f"The ledger has no run {request.run_id}."
+                )
+            stored = replay(request, ledger.fetch_receipt(lc, request.run_id, request.batch_id))
+            if stored is not None:
+                return BatchResult(durable, stored, replayed=True)
+            check_request(durable, request)
+            with _rows_transaction(sessions):
+                seen = _move(sessions, shape, request, on_phase)
+                run, receipt = apply_batch(durable, request, seen)
+                on_phase("commit")
+            ledger.record_batch(lc, durable, run, receipt)
     except BaseException:
         sessions.abandon()
         raise

@@ -1,9 +1,9 @@
 """The backfill's error codes: one stable code, one message and the next actions for each.
 
-The codes are the seed's (``lenso.extraction-backfill.v1``), so an operator who knows one system
-knows the other. One code is added: ``backfill_high_water_mark_unsettled``, raised when a
-transaction that was in flight when the high-water mark was taken does not finish in time (the
-seed had no in-flight protection, so it never needed the code).
+The codes are those of the ``lenso.extraction-backfill.v1`` contract, so an operator who knows
+another implementation of it knows this one, plus ``backfill_high_water_mark_unsettled``: a
+transaction in flight when the high-water mark was taken did not finish in time
+(:mod:`.boundary` waits them out so that none of their rows is lost).
 """
 
 from __future__ import annotations

@@ -49,6 +49,31 @@ def _row_text(shape: TableShape, alias: str) -> sql.Composed:
     )
 
 
+def _compare(target: Conn, shape: TableShape) -> tuple[int, int, object]:
+    """Staged rows the target holds equal, those it holds different, and the first different
+    key (as row text)."""
+    row = target.execute(
+        sql.SQL(
+            "SELECT count(*) FILTER (WHERE {k} IS NOT NULL AND {a} = {b}),"
+            " count(*) FILTER (WHERE {k} IS NOT NULL AND {a} <> {b}),"
+            " min(CASE WHEN {k} IS NOT NULL AND {a} <> {b} THEN {keytext} END)"
+            " FROM {stage} AS s LEFT JOIN {target} AS t ON {match}"
+        ).format(
+            k=sql.Identifier("t", shape.key[0]),
+            a=_row_text(shape, "s"),
+            b=_row_text(shape, "t"),
+            keytext=sql.SQL("ROW({})::text").format(
+                sql.SQL(", ").join(sql.Identifier("s", k) for k in shape.key)
+            ),
+            stage=_STAGE,
+            target=shape.target.ident,
+            match=_key_match(shape, "s", "t"),
+        )
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), row[2]  # type: ignore[call-overload]
+
+
 def apply_existing(
     source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str]
 ) -> Staged:
@@ -73,33 +98,13 @@ def apply_existing(
         params=params,
         hashed=True,
     )
-    match = _key_match(shape, "s", "t")
-    first_key = sql.Identifier("t", shape.key[0])
-    row = target.execute(
-        sql.SQL(
-            "SELECT count(*) FILTER (WHERE {k} IS NOT NULL AND {a} = {b}),"
-            " count(*) FILTER (WHERE {k} IS NOT NULL AND {a} <> {b}),"
-            " min(CASE WHEN {k} IS NOT NULL AND {a} <> {b} THEN {keytext} END)"
-            " FROM {stage} AS s LEFT JOIN {target} AS t ON {match}"
-        ).format(
-            k=first_key,
-            a=_row_text(shape, "s"),
-            b=_row_text(shape, "t"),
-            keytext=sql.SQL("ROW({})::text").format(
-                sql.SQL(", ").join(sql.Identifier("s", k) for k in shape.key)
-            ),
-            stage=_STAGE,
-            target=shape.target.ident,
-            match=match,
-        )
-    ).fetchone()
-    assert row is not None
-    equal, changed = int(row[0]), int(row[1])  # type: ignore[call-overload]
+    equal, changed, first_key = _compare(target, shape)
     if changed:
         raise backfill_error(
             "backfill_record_changed",
-            f"{changed} row(s) of {shape.target} differ from the source (first key {row[2]}).",
+            f"{changed} row(s) of {shape.target} differ from the source (first key {first_key}).",
         )
+    match = _key_match(shape, "s", "t")
     inserted = target.execute(
         sql.SQL(
             "INSERT INTO {target} ({cols}) SELECT {cols} FROM {stage} AS s"

@@ -5,9 +5,9 @@ here runs on the caller's connection inside the caller's transaction: the copier
 batch's rows, inserts its receipt and advances the run (compare-and-swap on the revision) in ONE
 target transaction, so a crash leaves either all three or none.
 
-Unlike the seed, the run row holds a constant-size document; receipts are one row per batch (so
-a checkpoint costs the same at the millionth row as at the first) and no per-record copy of the
-data is kept: a batch's content is bound into its receipt by the hash of its COPY stream.
+The run row holds a constant-size document; receipts are one row per batch (so a checkpoint
+costs the same at the millionth row as at the first) and no per-record copy of the data is kept:
+a batch's content is bound into its receipt by the hash of its COPY stream.
 
 Concurrency: :meth:`Ledger.lock_run` takes a transaction-scoped advisory lock per run, so two
 orchestrators on one run serialize batch by batch; the revision compare-and-swap in
@@ -16,21 +16,22 @@ orchestrators on one run serialize batch by batch; the revision compare-and-swap
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
+from psycopg import IsolationLevel, sql
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from dpone_dagster.postgres import check_dsn, check_identifier
 
-from .errors import backfill_error
+from .errors import BackfillError, backfill_error
 from .protocol import BackfillRun, BatchReceipt
 from .reconcile_model import ReconciliationReport
 from .rules import run_integrity_is_valid
+from .sessions import transaction
+from .waits import wait_while
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -127,26 +128,18 @@ class Ledger:
         Idempotent and safe when several processes start at once: creation is serialized by an
         advisory lock (``CREATE ... IF NOT EXISTS`` alone can still collide in the catalog).
         """
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
-        try:
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                ("dpone_ledger_ddl:" + self.schema,),
-            )
+        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
+            _advisory_xact_lock(conn, "dpone_ledger_ddl:" + self.schema)
             conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
             )
             for ddl in (_RUNS, _RECEIPTS, _CHECKS):
                 conn.execute(self._sql(ddl))
-            conn.execute("COMMIT", prepare=False)
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
 
     @staticmethod
     def lock_run(conn: Conn, run_id: str) -> None:
         """Takes the run's advisory lock until the current transaction ends (waits if held)."""
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (run_id,))
+        _advisory_xact_lock(conn, run_id)
 
     def fetch_run(self, conn: Conn, run_id: str) -> BackfillRun | None:
         """The stored run, verified, or ``None`` when the ledger has no such run.
@@ -268,20 +261,46 @@ class Ledger:
             )
 
 
-def wait_for_backend_exit(conn: Conn, pid: int, timeout: float = 30.0) -> None:
+def wait_for_backend_exit(
+    conn: Conn, pid: int, timeout: float = 30.0, interval: float = 0.02
+) -> None:
     """Waits until server backend ``pid`` is gone (its transaction has committed or aborted).
 
     Used after a lost COMMIT response: until the old session has ended, the ledger cannot yet
-    tell whether the batch committed. Returns ``None`` so it can prefix an expression.
+    tell whether the batch committed.
+
+    Args:
+        conn: A session on the ledger's server.
+        pid: The backend of the session whose COMMIT response was lost.
+        timeout: Seconds to wait.
+        interval: Seconds between two looks at ``pg_stat_activity``.
+
+    Raises:
+        BackfillError: ``backfill_persistence_failed`` naming the backend when it is still there
+            after ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if not row or not row[0]:
-            return
-        time.sleep(0.02)
+
+    def running() -> list[tuple[object, ...]]:
+        return conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchall()
+
+    def still_running(_: Sequence[tuple[object, ...]]) -> BackfillError:
+        return backfill_error(
+            "backfill_persistence_failed",
+            f"The ledger session whose COMMIT response was lost (server backend {pid}) was still "
+            f"running after {timeout:g}s, so whether its batch committed is not known yet.",
+            [
+                f"Wait for backend {pid} to end (or end it with pg_terminate_backend({pid})), "
+                "then run again: a batch whose receipt committed is answered by replay, any "
+                "other is copied again.",
+            ],
+        )
+
+    wait_while(running, timeout=timeout, interval=interval, timed_out=still_running)
+
+
+def _advisory_xact_lock(conn: Conn, key: str) -> None:
+    # psycopg has no API for advisory locks: a transaction-scoped one, released at its end.
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
 
 
 def _check_rows(report: ReconciliationReport) -> Iterable[tuple[object, ...]]:
@@ -292,13 +311,3 @@ def _check_rows(report: ReconciliationReport) -> Iterable[tuple[object, ...]]:
 def _json(model: BackfillRun | BatchReceipt | object) -> Jsonb:
     dump = getattr(model, "model_dump", None)
     return Jsonb(dump(mode="json") if dump is not None else model)
-
-
-def _rollback_quietly(conn: Conn) -> None:
-    """Ends a failed transaction if the session still answers (never masks the first error)."""
-    if conn.closed or conn.broken:
-        return
-    try:
-        conn.execute("ROLLBACK", prepare=False)
-    except psycopg.Error:
-        conn.close()

@@ -1,18 +1,16 @@
 """The backfill protocol's documents: boundary, scope, run, batch request, batch receipt.
 
-These are pure pydantic models (no I/O). They port the guarantees of the seed's
-``lenso.extraction-backfill.v1`` and replace its weak mechanisms:
+These are pure pydantic models (no I/O) carrying the guarantees of the
+``lenso.extraction-backfill.v1`` contract:
 
-* The seed's run document carried every copied record and every receipt, so it grew with the
-  data and every checkpoint rewrote all of it (a checkpoint at 1M rows cost a thousand times one
-  at 1k). Here the run is O(1): counts, the last checkpoint and a bounded set of evidence (one
-  entry per kind, replaced, never appended). Receipts live in ledger rows, one per batch.
-* The seed's request carried the records themselves and its digest was taken over them, so the
-  data had to pass through the client as JSON. Here a :class:`BatchRequest` names the slice of
-  the source (after which cursor value, how many rows, up to which mark) and the data moves with
-  COPY; the batch's content is bound into the receipt by its content hash instead.
+* The run is O(1) in size: counts, the last checkpoint and a bounded set of evidence (one entry
+  per kind, replaced, never appended), so a checkpoint costs the same at the millionth row as at
+  the first. Receipts live in ledger rows, one per batch.
+* A :class:`BatchRequest` names a slice of the source (after which cursor value, how many rows,
+  up to which mark), never its records: the data moves with COPY, server to server, and the
+  batch's content is bound into its receipt by the hash of its COPY stream.
 * Cursor values and names are exact strings; names reach SQL only through ``psycopg.sql`` in the
-  layers below, so no alphanumeric-only rule is needed (the seed's refused ``"Order Items"``).
+  layers below, so any legal identifier works (``"Order Items"`` included).
 
 All documents are frozen: a new state is a new document.
 """

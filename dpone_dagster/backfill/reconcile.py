@@ -28,10 +28,13 @@ ledger's range checks, and the run becomes ``blocked``: never silently accepted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import psycopg
-from psycopg import sql
+from psycopg import IsolationLevel, sql
 
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
@@ -47,13 +50,13 @@ from dpone_dagster.reconcile.row_versions import (
 )
 
 from .chain import verify_chain
-from .copier import Sessions
 from .errors import BackfillError, backfill_error
 from .existing_rows import apply_existing
 from .ledger import Ledger
 from .protocol import BackfillStatus, BatchReceipt
 from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
 from .results import after_reconcile
+from .sessions import Sessions, transaction
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -130,8 +133,8 @@ def _prove(
     }
 
 
-def _snapshot(conn: Conn) -> str:
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", prepare=False)
+def _snapshot_digest(conn: Conn) -> str:
+    """The digest of the snapshot of ``conn``'s open transaction."""
     row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
     assert row is not None
     return token_digest(str(row[0]))
@@ -179,15 +182,13 @@ def _repair(
 ) -> RangeCheck:  # fmt: skip
     tgt = sessions.target
     select, params = shape.select_range(shape.source, rng.after, rng.observation.upper)
-    tgt.execute("SAVEPOINT dpone_repair", prepare=False)
     inserted, code, detail = 0, None, ""
     try:
-        inserted = apply_existing(
-            sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
-        ).inserted
-        tgt.execute("RELEASE SAVEPOINT dpone_repair", prepare=False)
-    except BackfillError as exc:
-        tgt.execute("ROLLBACK TO SAVEPOINT dpone_repair", prepare=False)
+        with tgt.transaction(savepoint_name="dpone_repair"):
+            inserted = apply_existing(
+                sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
+            ).inserted
+    except BackfillError as exc:  # the range's rows are left as they were
         code, detail = exc.code, exc.message
     target = run_digest(tgt, *target_query)
     if target != source and code is None:
@@ -196,6 +197,76 @@ def _repair(
             "were deleted from the source after the batch was copied, or written to the target."
         )
     return _check(rng, source, target, repaired=True, inserted=inserted, code=code, detail=detail)
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """The read-only pass: ranges proven by row versions, and both digests of every other range
+    with the target's digest query (run again after a repair)."""
+
+    proved: set[int]
+    digests: dict[int, tuple[Digest, Digest]]
+    target_queries: dict[int, Query]
+
+
+def _measure(
+    src: Conn, reader: Conn, shape: TableShape, ranges: list[BatchReceipt], row_versions: bool
+) -> _Measured:
+    """Proves what row versions can, then digests every other range on both sides at once."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
+        proved = _prove(pool, src, reader, shape, ranges) if row_versions else set()
+        hashed = [r for r in ranges if r.sequence not in proved]
+        queries: dict[int, tuple[Query, Query]] = {}
+        if hashed:  # the send functions are looked up only when a range needs its hash
+            row = row_hash(src, shape.columns)
+            queries = {
+                r.sequence: (
+                    _range_query(shape, shape.source, row, r),
+                    _range_query(shape, shape.target, row, r),
+                )
+                for r in hashed
+            }
+        src_side = pool.submit(_digest_all, src, [queries[r.sequence][0] for r in hashed])
+        tgt_side = pool.submit(_digest_all, reader, [queries[r.sequence][1] for r in hashed])
+        digests = {
+            r.sequence: (s, t)
+            for r, s, t in zip(hashed, src_side.result(), tgt_side.result(), strict=True)
+        }
+    return _Measured(proved, digests, {n: q[1] for n, q in queries.items()})
+
+
+@contextmanager
+def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
+    """The target transaction repairs are written in, under the run's lock (none if not needed)."""
+    if not needed:
+        yield
+        return
+    with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
+        Ledger.lock_run(conn, run_id)  # no batch of the run commits while its ranges are repaired
+        yield
+
+
+def _check_ranges(
+    sessions: Sessions, shape: TableShape, run_id: str, ranges: list[BatchReceipt],
+    measured: _Measured, repair: bool,
+) -> list[RangeCheck]:  # fmt: skip
+    """One check per range: proven, equal, or repaired from the source's open snapshot."""
+    digests = measured.digests
+    broken = [n for n, (s, t) in digests.items() if s != t]
+    checks: list[RangeCheck] = []
+    with _repairs(sessions.target, run_id, repair and bool(broken)):
+        for rng in ranges:
+            if rng.sequence in measured.proved:
+                same = Digest(rng.observation.source_count, rng.observation.content_hash)
+                checks.append(_check(rng, same, same, proof=Proof.ROW_VERSIONS))
+                continue
+            s, t = digests[rng.sequence]
+            if s == t or not repair:
+                checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
+                continue
+            query = measured.target_queries[rng.sequence]
+            checks.append(_repair(sessions, shape, rng, query, s))
+    return checks
 
 
 def reconcile_ranges(
@@ -209,6 +280,9 @@ def reconcile_ranges(
     row_versions: bool = True,
 ) -> ReconciliationReport:
     """Compares (and repairs) every batch range; commits the repairs on the target.
+
+    The source is read under one snapshot throughout (repairs copy from it too); the target is
+    read under one snapshot by ``reader``, then repaired in one transaction of ``sessions.target``.
 
     Args:
         sessions: Source and target sessions (autocommit, idle).
@@ -224,55 +298,16 @@ def reconcile_ranges(
     """
     src = sessions.source
     require_row_hash(src, reader)
+    ranges = [r for r in receipts if r.observation.upper is not None]
     try:
-        source_snapshot = _snapshot(src)
-        target_snapshot = _snapshot(reader)
-        ranges = [r for r in receipts if r.observation.upper is not None]
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
-            proved = _prove(pool, src, reader, shape, ranges) if row_versions else set()
-            hashed = [r for r in ranges if r.sequence not in proved]
-            queries: dict[int, tuple[Query, Query]] = {}
-            if hashed:  # the send functions are looked up only when a range needs its hash
-                row = row_hash(src, shape.columns)
-                queries = {
-                    r.sequence: (
-                        _range_query(shape, shape.source, row, r),
-                        _range_query(shape, shape.target, row, r),
-                    )
-                    for r in hashed
-                }
-            src_side = pool.submit(_digest_all, src, [queries[r.sequence][0] for r in hashed])
-            tgt_side = pool.submit(_digest_all, reader, [queries[r.sequence][1] for r in hashed])
-            digests = {
-                r.sequence: (s, t)
-                for r, s, t in zip(hashed, src_side.result(), tgt_side.result(), strict=True)
-            }
-        reader.execute("COMMIT", prepare=False)
-        checks: list[RangeCheck] = []
-        began = False
-        for rng in ranges:
-            if rng.sequence in proved:
-                same = Digest(rng.observation.source_count, rng.observation.content_hash)
-                checks.append(_check(rng, same, same, proof=Proof.ROW_VERSIONS))
-                continue
-            s, t = digests[rng.sequence]
-            if s == t or not repair:
-                checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
-                continue
-            if not began:
-                sessions.target.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
-                sessions.target.execute(
-                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (run_id,)
-                )
-                began = True
-            checks.append(_repair(sessions, shape, rng, queries[rng.sequence][1], s))
-        if began:
-            sessions.target.execute("COMMIT", prepare=False)
-        src.execute("COMMIT", prepare=False)
+        with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+            source_snapshot = _snapshot_digest(src)
+            with transaction(reader, IsolationLevel.REPEATABLE_READ, read_only=True):
+                target_snapshot = _snapshot_digest(reader)
+                measured = _measure(src, reader, shape, ranges, row_versions)
+            checks = _check_ranges(sessions, shape, run_id, ranges, measured, repair)
     except BaseException:
         sessions.abandon()
-        if not reader.closed and not reader.broken:
-            reader.execute("ROLLBACK", prepare=False)
         raise
     return ReconciliationReport(
         run_id=run_id,
@@ -310,15 +345,14 @@ def reconcile_run(
     report = reconcile_ranges(
         sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions
     )
-    lc.execute("BEGIN ISOLATION LEVEL READ COMMITTED", prepare=False)
     try:
-        ledger.lock_run(lc, run_id)
-        durable = ledger.fetch_run(lc, run_id)
-        assert durable is not None
-        ledger.record_checks(lc, report)
-        if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
-            ledger.save_run(lc, durable, after_reconcile(durable, report))
-        lc.execute("COMMIT", prepare=False)
+        with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
+            ledger.lock_run(lc, run_id)
+            durable = ledger.fetch_run(lc, run_id)
+            assert durable is not None
+            ledger.record_checks(lc, report)
+            if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
+                ledger.save_run(lc, durable, after_reconcile(durable, report))
     except BaseException:
         sessions.abandon()
         raise

@@ -1,11 +1,11 @@
 """The backfill state machine: pure functions from one document to the next (no I/O).
 
-The seed's integrity rules hold: a run is accepted only with a valid digest and without claims
-it may not make; a batch builds on exactly the durable checkpoint; batches advance strictly in
-cursor order (numbers compare as numbers, timestamps as instants); a committed batch id replayed
-with the same digest returns the stored receipt, with another digest it is refused; and every
-receipt's checkpoint is a digest over the previous checkpoint, so the receipts form a chain that
-:func:`verify_chain` checks end to end.
+A run is accepted only with a valid digest and without claims it may not make; a batch builds
+on exactly the durable checkpoint; batches advance strictly in cursor order (numbers compare as
+numbers, timestamps as instants; the named rules of :mod:`.batch_rules`); a committed batch id
+replayed with the same digest returns the stored receipt, with another digest it is refused;
+and every receipt's checkpoint is a digest over the previous checkpoint, so the receipts form a
+chain that :func:`.chain.verify_chain` checks end to end.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pydantic import BaseModel
 
 from dpone_dagster.lifecycle import SnapshotLabel
 
+from .batch_rules import check_observation
+from .cursor_order import cursor_is_strictly_before
 from .errors import backfill_error
 from .protocol import (
     BACKFILL_PROTOCOL,
@@ -59,42 +59,8 @@ def run_id_for(scope: BackfillScope) -> str:
     return "backfill:" + digest(scope).removeprefix("sha256:")[:32]
 
 
-def _cursor_key(value: str) -> Decimal | datetime | None:
-    try:
-        number = Decimal(value)
-    except InvalidOperation:
-        number = None
-    if number is not None and number.is_finite():
-        return number
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
-
-
-def cursor_is_strictly_before(left: str, right: str) -> bool:
-    """True when cursor value ``left`` sorts strictly before ``right``.
-
-    Numbers compare as numbers (``"9" < "10"``), ISO timestamps and dates as instants; other
-    values (uuids) as strings, which matches PostgreSQL's order for them.
-    """
-    a, b = _cursor_key(left), _cursor_key(right)
-    if isinstance(a, Decimal) and isinstance(b, Decimal):
-        return a < b
-    if isinstance(a, datetime) and isinstance(b, datetime):
-        try:
-            return a < b
-        except TypeError:  # naive against aware: not one column's values
-            return left < right
-    return left < right
-
-
-def _at_most(left: str, right: str) -> bool:
-    return not cursor_is_strictly_before(right, left)
-
-
 def run_integrity_is_valid(run: BackfillRun) -> bool:
-    """The seed's integrity rule: protocol, no authority claims, no source effects, digest."""
+    """The integrity rule: protocol, no authority claims, no source effects, digest."""
     hwm = getattr(run.boundary, "source_high_water_mark", None)
     return (
         run.protocol == BACKFILL_PROTOCOL
@@ -228,65 +194,19 @@ def check_request(run: BackfillRun, request: BatchRequest) -> None:
         )
     if run.status is BackfillStatus.SUCCEEDED:
         raise backfill_error("backfill_batch_unordered", "No batch follows the final batch.")
-    if (
-        request.sequence != run.progress.batch_count + 1
-        or request.after != run.progress.next_after
-        or request.source_high_water_mark != run.progress.source_high_water_mark
-    ):
-        raise backfill_error(
-            "backfill_batch_unordered",
-            f"Batch {request.batch_id} does not start at the durable position "
-            f"(after {run.progress.next_after!r}).",
-        )
-
-
-def _check_observation(request: BatchRequest, seen: BatchObservation) -> None:
-    hwm = request.source_high_water_mark
-    rows = seen.source_count > 0
-    ordered = (seen.first_cursor is not None) == rows == (seen.last_cursor is not None)
-    if rows and seen.first_cursor is not None and seen.last_cursor is not None:
-        ordered = (
-            ordered
-            and _at_most(seen.first_cursor, seen.last_cursor)
-            and (
-                request.after is None or cursor_is_strictly_before(request.after, seen.first_cursor)
-            )
-            and seen.upper is not None
-            and _at_most(seen.last_cursor, seen.upper)
-        )
-    if seen.upper is not None:
-        ordered = ordered and hwm is not None and _at_most(seen.upper, hwm)
-        if request.after is not None:
-            ordered = ordered and cursor_is_strictly_before(request.after, seen.upper)
-    if seen.final:
-        ordered = ordered and seen.upper == hwm
-    else:
-        ordered = ordered and rows and seen.upper != hwm
-    if not ordered:
-        raise backfill_error(
-            "backfill_batch_unordered",
-            f"Batch {request.batch_id}: rows {seen.first_cursor!r}..{seen.last_cursor!r} up to "
-            f"{seen.upper!r} are not strictly after {request.after!r} and within {hwm!r}.",
-        )
-    counts = {
-        "read inside the snapshot": seen.source_count,
-        "COPY TO tag": seen.copy_out_count,
-        "COPY FROM tag": seen.copy_in_count,
-        "target count": seen.target_count,
-        "copied + duplicates": seen.copied_count + seen.duplicate_count,
+    p = run.progress
+    position = {
+        "sequence": (request.sequence, p.batch_count + 1),
+        "lower bound (after)": (request.after, p.next_after),
+        "high-water mark": (request.source_high_water_mark, p.source_high_water_mark),
     }
-    if len(set(counts.values())) != 1:
-        raise backfill_error(
-            "backfill_record_changed",
-            f"Batch {request.batch_id}: the counts disagree ({counts}).",
-        )
-    receipt = seen.extraction
-    if not receipt.has_snapshot or receipt.row_count != seen.copy_out_count:
-        raise backfill_error(
-            "backfill_run_invalid",
-            f"Batch {request.batch_id}: the extraction receipt lacks a completed snapshot read "
-            "of the copied rows.",
-        )
+    for name, (asked, durable) in position.items():
+        if asked != durable:
+            raise backfill_error(
+                "backfill_batch_unordered",
+                f"Batch {request.batch_id} does not start at the durable position: its {name} "
+                f"is {asked!r}, the run's next is {durable!r}.",
+            )
 
 
 def checkpoint_for(
@@ -302,62 +222,13 @@ def apply_batch(
     """The run after ``request`` was copied as ``seen`` describes, and the batch's receipt.
 
     Raises:
-        BackfillError: everything :func:`check_request` raises; ``backfill_batch_unordered``
-            when the rows are not strictly after the checkpoint and within the mark;
-            ``backfill_record_changed`` when the counts of the snapshot, both COPY tags and the
-            target disagree; ``backfill_run_invalid`` without a completed snapshot receipt.
+        BackfillError: everything :func:`check_request` raises, and the code of the first rule
+            of :data:`.batch_rules.BATCH_RULES` the batch breaks (``backfill_batch_unordered``,
+            ``backfill_record_changed`` or ``backfill_run_invalid``), naming the rule.
     """
     check_request(run, request)
-    _check_observation(request, seen)
-    batch_digest = digest(request)
-    checkpoint = checkpoint_for(run.run_id, run.progress.checkpoint, batch_digest, seen)
-    receipt = BatchReceipt(
-        run_id=run.run_id,
-        batch_id=request.batch_id,
-        sequence=request.sequence,
-        batch_digest=batch_digest,
-        previous_checkpoint=run.progress.checkpoint,
-        checkpoint=checkpoint,
-        after=request.after,
-        observation=seen,
-        source_high_water_mark=request.source_high_water_mark,
-    )
-    p = run.progress
-    copied = p.copied_count + seen.copied_count
-    duplicates = p.duplicate_count + seen.duplicate_count
-    label = run.snapshot_label
-    if seen.source_count:
-        label = (
-            SnapshotLabel.SINGLE_SNAPSHOT
-            if label is SnapshotLabel.NO_ROWS_COPIED
-            else SnapshotLabel.SEVERAL_SNAPSHOTS
-        )
-    progress = p.model_copy(
-        update={
-            "batch_count": request.sequence,
-            "copied_count": copied,
-            "duplicate_count": duplicates,
-            "remaining_estimate": max(0, p.rows_at_boundary - copied - duplicates),
-            "checkpoint": checkpoint,
-            "next_after": seen.upper if seen.upper is not None else p.next_after,
-        }
-    )
-    evidence = with_evidence(
-        run.evidence,
-        BackfillEvidence(
-            kind="last_batch_receipt",
-            subject=request.batch_id,
-            digest=batch_digest,
-            detail=f"Copied {seen.copied_count} rows and found {seen.duplicate_count} already "
-            f"present, up to cursor {seen.upper!r}.",
-        ),
-    )
-    status = BackfillStatus.SUCCEEDED if seen.final else BackfillStatus.IN_PROGRESS
-    actions = (
-        ("Reconcile the target against the source at the high-water mark.",)
-        if seen.final
-        else ("Copy the next ordered batch after progress.next_after.",)
-    )
+    check_observation(request, seen)
+    receipt = _receipt(run, request, seen)
     effects = BackfillEffects(
         reads_scoped_source_data=True,
         copies_target_data=run.effects.copies_target_data or seen.copied_count > 0,
@@ -365,15 +236,72 @@ def apply_batch(
     new_run = run.model_copy(
         update={
             "revision": run.revision + 1,
-            "status": status,
-            "progress": progress,
-            "evidence": evidence,
-            "next_actions": actions,
-            "snapshot_label": label,
+            "status": BackfillStatus.SUCCEEDED if seen.final else BackfillStatus.IN_PROGRESS,
+            "progress": _progress_after(run.progress, receipt),
+            "evidence": with_evidence(run.evidence, _receipt_evidence(receipt)),
+            "next_actions": (
+                ("Reconcile the target against the source at the high-water mark.",)
+                if seen.final
+                else ("Copy the next ordered batch after progress.next_after.",)
+            ),
+            "snapshot_label": _label_after(run.snapshot_label, seen),
             "effects": effects,
         }
     )
     return _sealed(new_run), receipt
+
+
+def _receipt(run: BackfillRun, request: BatchRequest, seen: BatchObservation) -> BatchReceipt:
+    """The batch's receipt: the next link of the run's checkpoint chain."""
+    batch_digest = digest(request)
+    return BatchReceipt(
+        run_id=run.run_id,
+        batch_id=request.batch_id,
+        sequence=request.sequence,
+        batch_digest=batch_digest,
+        previous_checkpoint=run.progress.checkpoint,
+        checkpoint=checkpoint_for(run.run_id, run.progress.checkpoint, batch_digest, seen),
+        after=request.after,
+        observation=seen,
+        source_high_water_mark=request.source_high_water_mark,
+    )
+
+
+def _progress_after(p: BackfillProgress, receipt: BatchReceipt) -> BackfillProgress:
+    """The run's position once ``receipt``'s batch is committed."""
+    seen = receipt.observation
+    copied = p.copied_count + seen.copied_count
+    duplicates = p.duplicate_count + seen.duplicate_count
+    return p.model_copy(
+        update={
+            "batch_count": receipt.sequence,
+            "copied_count": copied,
+            "duplicate_count": duplicates,
+            "remaining_estimate": max(0, p.rows_at_boundary - copied - duplicates),
+            "checkpoint": receipt.checkpoint,
+            "next_after": seen.upper if seen.upper is not None else p.next_after,
+        }
+    )
+
+
+def _receipt_evidence(receipt: BatchReceipt) -> BackfillEvidence:
+    seen = receipt.observation
+    return BackfillEvidence(
+        kind="last_batch_receipt",
+        subject=receipt.batch_id,
+        digest=receipt.batch_digest,
+        detail=f"Copied {seen.copied_count} rows and found {seen.duplicate_count} already "
+        f"present, up to cursor {seen.upper!r}.",
+    )
+
+
+def _label_after(label: SnapshotLabel, seen: BatchObservation) -> SnapshotLabel:
+    """One snapshot once a batch copied rows, several from the second such batch on."""
+    if not seen.source_count:
+        return label
+    if label is SnapshotLabel.NO_ROWS_COPIED:
+        return SnapshotLabel.SINGLE_SNAPSHOT
+    return SnapshotLabel.SEVERAL_SNAPSHOTS
 
 
 def revise(run: BackfillRun, **changes: Any) -> BackfillRun:

@@ -1,7 +1,7 @@
 """JSON Schema of every backfill document: ``python -m dpone_dagster.backfill.schema``.
 
-The schema is what another system (an auditor, a dashboard, the seed's Rust service) needs to
-read runs and receipts out of the ledger without importing this package.
+The schema is what another system (an auditor, a dashboard, a service in another language)
+needs to read runs and receipts out of the ledger without importing this package.
 """
 
 from __future__ import annotations

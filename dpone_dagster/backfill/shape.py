@@ -1,14 +1,11 @@
 """The shape of a backfill: which columns move, which key identifies a row, how the cursor sorts.
 
-The seed refused every name that was not ASCII letters, digits and underscores (so
-``"Order Items"`` could not be backfilled) and then pasted the names it accepted into SQL text.
-Here any legal PostgreSQL identifier works, because no name is ever pasted: every name (schema,
-table, column, the cursor's type) reaches SQL through :class:`psycopg.sql.Identifier`. Every
-cursor value is a bind parameter cast from text to the cursor's own type
-(``%s::text::"pg_catalog"."int8"``), so values compare by the column's ordering, never as text,
-and the seed's ``jsonb_populate_record`` cast trick is not needed. Cursor values are kept as the
-server's canonical text in a session pinned to ``TimeZone=UTC`` and ISO dates, so the same value
-always has the same spelling.
+Any legal PostgreSQL identifier works (``"Order Items"`` included), because no name is ever
+pasted into SQL text: every name (schema, table, column, the cursor's type) reaches SQL through
+:class:`psycopg.sql.Identifier`. Every cursor value is a bind parameter cast from text to the
+cursor's own type (``%s::text::"pg_catalog"."int8"``), so values compare by the column's
+ordering, never as text. Cursor values are kept as the server's canonical text in a session
+pinned to ``TimeZone=UTC`` and ISO dates, so the same value always has the same spelling.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ from .protocol import BackfillScope, TableRef
 Conn = psycopg.Connection[tuple[object, ...]]
 
 CURSOR_TYPES = frozenset({"int2", "int4", "int8", "numeric", "date", "timestamp", "timestamptz"})
-"""Cursor types whose order PostgreSQL and :func:`rules.cursor_is_strictly_before` agree on."""
+"""Cursor types whose order PostgreSQL and :mod:`.cursor_order` agree on."""
 
 
 def prepare_session(conn: Conn) -> None:

@@ -55,6 +55,7 @@ def prepare_target(
         set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
         with tgt.transaction():
             lock = f"dpone:{target.qualified}"
+            # psycopg has no API for advisory locks: this one ends with the transaction.
             tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
             if relation_oid(tgt, target) is not None:
                 return False

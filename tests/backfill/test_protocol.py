@@ -23,6 +23,7 @@ from dpone_dagster.backfill import (
     TableRef,
     TrustworthyCursor,
 )
+from dpone_dagster.backfill.batch_rules import BATCH_RULES
 from dpone_dagster.backfill.chain import verify_chain
 from dpone_dagster.backfill.rules import (
     apply_batch,
@@ -181,6 +182,70 @@ def test_rows_not_strictly_after_the_checkpoint_or_beyond_the_mark_are_unordered
     assert code_of(err) == "backfill_batch_unordered"
 
 
+def _break(rule: str) -> tuple[BackfillRun, BatchRequest, BatchObservation]:
+    """A run, its next request and an observation that breaks ``rule`` and no other rule."""
+    if rule == "upper bound strictly after the checkpoint":  # only possible with no rows
+        run = new_run(hwm="100", rows=0, lower="100")
+        return run, next_request(run, 100), observe("100", "100", 0, final=True)
+    run = advance(new_run(), 100)  # the next batch is after "100"; the mark is "1000000"
+    request = next_request(run, 100)
+    valid = observe("100", "200", 100)  # rows "101".."200" up to "200"
+    changes: dict[str, object] = {
+        "first and last cursors are set exactly when the batch has rows": {"last_cursor": None},
+        "first cursor not after the last cursor": {"first_cursor": "150", "last_cursor": "120"},
+        "first cursor strictly after the checkpoint": {"first_cursor": "100"},
+        "last cursor within the batch's upper bound": {"last_cursor": "250"},
+        "upper bound within the mark": {"upper": "2000000"},
+        "the final batch ends at the mark": {"final": True},
+        "a non-final batch has rows and stops before the mark": {
+            "upper": "1000000",
+            "last_cursor": "1000000",
+        },
+        "the snapshot's count, both COPY tags, the target's count and copied + duplicates agree": {
+            "target_count": 99
+        },
+        "the extraction receipt is a completed snapshot read of the copied rows": {
+            "extraction": observe("100", "200", 99).extraction
+        },
+    }[rule]
+    return run, request, valid.model_copy(update=changes)
+
+
+UNORDERED = "backfill_batch_unordered"
+RULES = [
+    ("first and last cursors are set exactly when the batch has rows", UNORDERED),
+    ("first cursor not after the last cursor", UNORDERED),
+    ("first cursor strictly after the checkpoint", UNORDERED),
+    ("last cursor within the batch's upper bound", UNORDERED),
+    ("upper bound strictly after the checkpoint", UNORDERED),
+    ("upper bound within the mark", UNORDERED),
+    ("the final batch ends at the mark", UNORDERED),
+    ("a non-final batch has rows and stops before the mark", UNORDERED),
+    (
+        "the snapshot's count, both COPY tags, the target's count and copied + duplicates agree",
+        "backfill_record_changed",
+    ),
+    (
+        "the extraction receipt is a completed snapshot read of the copied rows",
+        "backfill_run_invalid",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "code"), RULES, ids=[r for r, _ in RULES])
+def test_a_batch_that_breaks_one_rule_is_refused_naming_that_rule(rule: str, code: str) -> None:
+    run, request, seen = _break(rule)
+    assert [r.name for r in BATCH_RULES if not r.holds(request, seen)] == [rule]  # this one alone
+    with pytest.raises(BackfillError) as err:
+        apply_batch(run, request, seen)
+    assert code_of(err) == code
+    assert f'breaks the rule "{rule}"' in err.value.message, err.value.message
+
+
+def test_every_batch_rule_is_broken_alone_above() -> None:
+    assert [(r.name, r.code) for r in BATCH_RULES] == RULES
+
+
 def test_no_batch_follows_the_final_batch_and_a_skipped_sequence_is_unordered() -> None:
     run = advance(new_run(hwm="100", rows=100), 100, final=True)
     with pytest.raises(BackfillError) as err:
@@ -191,6 +256,7 @@ def test_no_batch_follows_the_final_batch_and_a_skipped_sequence_is_unordered() 
     with pytest.raises(BackfillError) as err2:
         apply_batch(fresh, skipped, observe(None, "100", 100))
     assert code_of(err2) == "backfill_batch_unordered"
+    assert "its sequence is 5, the run's next is 1" in err2.value.message
 
 
 def test_counts_that_disagree_are_backfill_record_changed() -> None:

@@ -1,7 +1,7 @@
 """The reconciliation's row-version proof, attacked: every write since a batch is still found.
 
 A range is proven equal without hashing only when nobody wrote it on either side since its batch
-(``dpone_dagster/backfill/row_versions.py``). Each test below makes a change the proof must not
+(``dpone_dagster/reconcile/row_versions.py``). Each test below makes a change the proof must not
 miss (some of them invisible to counts, some invisible to ``xmin`` alone) and shows that the
 range falls back to the exact content hash and is reported, while untouched ranges stay proven.
 """
