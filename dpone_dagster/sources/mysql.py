@@ -255,7 +255,8 @@ class MySQLSource:
 
         Raises:
             SourceError: ``mysql_type_unmappable`` (before any row moves), ``table_not_found``,
-                ``column_not_found``, ``mysql_query_invalid``, ``source_unreachable``, ``source_login_failed``.
+                ``column_not_found``, ``mysql_query_invalid``, ``source_unreachable``,
+                ``source_login_failed``.
         """
         conn = self.settings.connect()
         try:
