@@ -18,7 +18,12 @@ COPY), one after the other:
   reconciliation with every range hashed (``row_versions=False``) is timed after it;
 * the checkpoint cost: the real ``Ledger.record_batch`` (receipt INSERT and run compare-and-swap)
   timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
-  copied, each time rolled back to a savepoint so the ledger is left as it was; medians.
+  copied, each time rolled back to a savepoint so the ledger is left as it was; medians;
+* what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
+  of ``backfill_asset("public.mixed", cursor="id", partitions_def=cursor_range_partitions(0,
+  rows, rows))`` for its one partition, with the factory's default options (50,000-row batches)
+  and its default ``dpone_reconciled`` check, timed around ``materialize`` after a warm-up
+  materialization of a trivial asset (the process has loaded Dagster, as a run worker has).
 
 Then, once, the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record``
 insert) on 20,000 rows.
@@ -67,11 +72,10 @@ class TimedLedger(Ledger):
             samples = self.timings.setdefault(copied, [])
             began = time.perf_counter()
             for _ in range(SAMPLES):
-                conn.execute("SAVEPOINT bench_checkpoint", prepare=False)
-                started = time.perf_counter()
-                super().record_batch(conn, before, after, receipt)
-                samples.append(time.perf_counter() - started)
-                conn.execute("ROLLBACK TO SAVEPOINT bench_checkpoint", prepare=False)
+                with conn.transaction(force_rollback=True):  # a savepoint, rolled back
+                    started = time.perf_counter()
+                    super().record_batch(conn, before, after, receipt)
+                    samples.append(time.perf_counter() - started)
             self.sampling += time.perf_counter() - began
         super().record_batch(conn, before, after, receipt)
 
@@ -107,6 +111,40 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
             }
         )
     )
+
+
+def child_dagster(source: str, target: str, rows: int) -> None:
+    """Materializes the backfill asset's one partition with its defaults; prints its figures."""
+    import dagster as dg
+
+    from dpone_dagster import (
+        BackfillLedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+        backfill_asset,
+        cursor_range_partitions,
+    )
+
+    @dg.asset
+    def warm_up() -> None:
+        """Loads what a run worker has loaded before its first step."""
+
+    assert dg.materialize([warm_up]).success
+    asset = backfill_asset(
+        "public.mixed", cursor="id", partitions_def=cursor_range_partitions(0, rows, rows)
+    )
+    resources = {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+        "ledger": BackfillLedgerResource(),
+    }
+    started = time.perf_counter()
+    result = dg.materialize([asset], resources=resources, partition_key=f"0..{rows}")
+    seconds = time.perf_counter() - started
+    [check] = result.get_asset_check_evaluations()
+    if not result.success or not check.passed:
+        raise SystemExit(f"the materialization failed or its check did not pass: {check}")
+    print(json.dumps({"seconds": seconds}))
 
 
 def raw_pipe(source: str, target: str) -> float:
@@ -159,10 +197,13 @@ def fresh_target(dsn: str) -> None:
     pg.execute(dsn, "CHECKPOINT")
 
 
-def run_child(source: str, target: str, batch: int, rows: int) -> tuple[dict[str, Any], float]:
-    """The backfill in its own process: (its timings, its peak RSS in MB)."""
+def run_child(
+    source: str, target: str, batch: int, rows: int, mode: str = "--child"
+) -> tuple[dict[str, Any], float]:
+    """The backfill (or, with ``--dagster``, its asset) in its own process: (its timings, its
+    peak RSS in MB)."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", source, target, str(batch), str(rows)],
+        [sys.executable, __file__, mode, source, target, str(batch), str(rows)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -186,9 +227,13 @@ def main() -> None:
     parser.add_argument("--seed-rows", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds")
     parser.add_argument("--child", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
+    parser.add_argument("--dagster", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
+        return
+    if args.dagster:
+        child_dagster(args.dagster[0], args.dagster[1], int(args.dagster[3]))
         return
     rows = args.rows
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_dst")
@@ -205,6 +250,8 @@ def main() -> None:
             if n == 0:
                 src_print = pg.table_fingerprint(source, "public", "mixed")
                 assert src_print == pg.table_fingerprint(target, "public", "mixed")
+            fresh_target(target)
+            dagster, dagster_rss = run_child(source, target, args.batch, rows, "--dagster")
             copy, rec = stats["copy_seconds"], stats["reconcile_seconds"]
             cp = list(stats["checkpoints"].items())
             rounds.append(
@@ -215,6 +262,9 @@ def main() -> None:
                     "hash_all": stats["hash_seconds"],
                     "batches_ratio": raw / copy,
                     "done_ratio": raw / (copy + rec),
+                    "dagster": dagster["seconds"],
+                    "dagster_ratio": raw / dagster["seconds"],
+                    "dagster_rss": dagster_rss,
                     "cp_early": cp[0][1],
                     "cp_late": cp[-1][1],
                     "cp_ratio": cp[-1][1] / cp[0][1],
@@ -227,7 +277,8 @@ def main() -> None:
                 f"{copy:5.2f} s {r['batches_ratio']:.2f} | reconciliation {rec:5.2f} s ("
                 f"{stats['proven']}/{stats['ranges']} ranges by row versions; all hashed "
                 f"{stats['hash_seconds']:.2f} s) | to done "
-                f"{copy + rec:5.2f} s {r['done_ratio']:.2f} | checkpoint at {int(cp[0][0]):,} "
+                f"{copy + rec:5.2f} s {r['done_ratio']:.2f} | dagster.materialize + check "
+                f"{r['dagster']:5.2f} s {r['dagster_ratio']:.2f} | checkpoint at {int(cp[0][0]):,} "
                 f"{cp[0][1]:.3f} ms, at {int(cp[-1][0]):,} {cp[-1][1]:.3f} ms "
                 f"({r['cp_ratio']:.2f}) | RSS {rss:.0f} MB",
                 flush=True,
@@ -258,6 +309,10 @@ def main() -> None:
         f"{statistics.median(hashed):.2f}  (reconcile(row_versions=False), for contrast)"
     )
     print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
+    print(
+        f"dagster.materialize + check ratio   {spread(col('dagster_ratio'), '.2f')}  (target 0.75;"
+        f" the asset's one partition, defaults; peak RSS {max(col('dagster_rss')):.0f} MB)"
+    )
     print(
         f"checkpoint write (median of {SAMPLES - WARMUP}) near 100k copied "
         f"{statistics.median(col('cp_early')):.3f} ms, near {rows:,} "

@@ -8,8 +8,9 @@ source database and an indexed copy of its shape in a fresh target database, the
 - every strategy end to end through ``copy_tables(..., sink="replace")`` into that same table,
   each in a child process, so the reported peak RSS (``VmHWM``) is that strategy's alone;
 - what a Dagster user runs: ``dagster.materialize`` of ``snapshot_copy_assets(["public.mixed"],
-  strategy=...)`` with its default options and its default ``dpone_reconciled`` check (timed
-  around the ``materialize`` call, in the child process that built the definitions).
+  strategy=...)`` with its default options and its default ``dpone_reconciled`` check, timed
+  around the ``materialize`` call after a warm-up materialization of a trivial asset (the child
+  process has loaded Dagster, as a run worker has).
 
 It prints rows/s, the ratio to the raw pipe (pipe seconds / strategy seconds: 1.0 is as fast
 as the pipe) and the client's peak RSS, for the best and the median of ``--repeat`` runs.
@@ -75,6 +76,11 @@ def child_dagster(strategy: str, source: str, target: str) -> None:
 
     from dpone_dagster import PostgresSourceResource, PostgresTargetResource, snapshot_copy_assets
 
+    @dg.asset
+    def warm_up() -> None:
+        """Loads what a run worker has loaded before its first step."""
+
+    assert dg.materialize([warm_up]).success
     assets = snapshot_copy_assets(["public.mixed"], strategy=strategy)  # type: ignore[arg-type]
     resources = {
         "source": PostgresSourceResource(dsn=source),
