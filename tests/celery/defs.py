@@ -9,8 +9,9 @@ get alike (a worker loads this file itself, by its absolute path):
 * ``DPONE_SOURCE_DSN``, ``DPONE_TARGET_DSN``: the databases;
 * ``DPONE_APPLICATION_NAME``: the ``application_name`` of every dpone session, set per worker so
   that ``pg_stat_activity`` shows which worker reads the source;
-* ``DPONE_PARTITIONS``, ``DPONE_PARTITION_WIDTH``, ``DPONE_BATCH_SIZE``: the partitions
-  (``cursor_range_partitions(0, PARTITIONS * WIDTH, WIDTH)``) and rows per batch.
+* ``DPONE_TABLE`` (``public.events``), ``DPONE_PARTITIONS``, ``DPONE_PARTITION_WIDTH``,
+  ``DPONE_BATCH_SIZE``: the table (cursor ``id``), its partitions
+  (``cursor_range_partitions(0, PARTITIONS * WIDTH, WIDTH)``) and the rows per batch.
 """
 
 import os
@@ -31,7 +32,7 @@ WIDTH = int(os.environ.get("DPONE_PARTITION_WIDTH", "10000"))
 BATCH_SIZE = int(os.environ.get("DPONE_BATCH_SIZE", "1000"))
 
 events = backfill_asset(
-    "public.events",
+    os.environ.get("DPONE_TABLE", "public.events"),
     cursor="id",
     partitions_def=cursor_range_partitions(0, PARTITIONS * WIDTH, WIDTH),
     batch_size=BATCH_SIZE,
