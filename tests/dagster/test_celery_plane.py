@@ -448,3 +448,17 @@ def assert_every_batch_once(plane: Plane) -> None:
         )
         assert sum(int(r[3]) for r in receipts) == rows  # type: ignore[call-overload]
         assert all(int(r[4]) == 0 for r in receipts), "no batch was applied twice"  # type: ignore[call-overload]
+
+
+def test_the_celery_deployment_serves_the_demo_on_the_in_process_executor() -> None:
+    """deploy/celery's workspace loads (the demo, wrapped for Celery pool processes)."""
+    result = subprocess.run(
+        [BIN / "dagster", "definitions", "validate", "-w", ROOT / "deploy/celery/workspace.yaml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    import yaml
+
+    values = yaml.safe_load((ROOT / "deploy/kubernetes/values.yaml").read_text())
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    assert values["dagsterDaemon"]["runMonitoring"]["enabled"] is True
