@@ -16,9 +16,10 @@ materialized. It prints:
 * wall time from the first run's start to the last run's end (the run plane's work; the
   backfill daemon's own 30-second tick before the first run is shown apart), rows/s, the ratio
   to one worker and to the raw binary COPY pipe measured in the same session;
-* where the time goes: CPU seconds of the PostgreSQL backends of the source, the target and the
-  Dagster instance database, of Redis, the Celery workers (main and pool processes), the daemon
-  and the webserver (with their code servers), and the machine's busy cores, over the window;
+* where the time goes: CPU seconds of the PostgreSQL backends of the source and the target (the
+  instance database's connections live too briefly to sample), of Redis, the Celery workers
+  (main and pool processes), the daemon and the webserver (with their code servers), and the
+  machine's busy cores, over the window;
 * the median run and the median of its one step (the backfill itself): the difference is what
   a run costs around its work (the worker loading the code location, run and step events).
 """
@@ -201,7 +202,7 @@ def one_round(source: str, workers: int, rows: int, batch: int) -> dict[str, flo
             materialized = instance.get_materialized_partitions(AssetKey(["public", "mixed"]))
             return materialized >= set(keys)
 
-        databases = {"source": source, "target": target, "instance": instance_db}
+        databases = {"source": source, "target": target}
         with BackendSampler(databases) as backends:
             before = meter.read()
             launched = time.time()
@@ -273,20 +274,20 @@ def print_table(results: dict[int, dict[str, float]], raw: float, rows: int) -> 
             f" {f['run_median']:12.1f} | {f['step_median']:13.1f} | {f['tick']:13.1f}"
         )
     print(
-        "\nCPU seconds from the launch to the last run's end: PostgreSQL backends of the source,"
-        " the target and the Dagster instance databases (lower bounds, see BackendSampler), "
+        "\nCPU seconds from the launch to the last run's end: PostgreSQL backends of the source"
+        " and the target databases (lower bounds, see BackendSampler), "
         "Redis, the Celery workers, the daemon and the webserver (with their code servers); "
         f"busy = the whole machine's busy CPU seconds per second, of {os.cpu_count()} cores "
         "(other users of the machine included)\n"
-        "workers | pg source | pg target | pg instance | redis | celery workers | daemon"
+        "workers | pg source | pg target | redis | celery workers | daemon"
         " | webserver | busy cores"
     )
     for n, f in results.items():
         window = f["wall"] + f["tick"]
         print(
-            f"{n:7} | {f['pg_source']:9.1f} | {f['pg_target']:9.1f} | {f['pg_instance']:11.1f} |"
-            f" {f['redis']:5.1f} | {f['workers']:14.1f} | {f['daemon']:6.1f} |"
-            f" {f['webserver']:9.1f} | {f['machine'] / window:10.2f}"
+            f"{n:7} | {f['pg_source']:9.1f} | {f['pg_target']:9.1f} | {f['redis']:5.1f} |"
+            f" {f['workers']:14.1f} | {f['daemon']:6.1f} | {f['webserver']:9.1f} |"
+            f" {f['machine'] / window:10.2f}"
         )
 
 

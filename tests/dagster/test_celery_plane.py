@@ -44,6 +44,7 @@ PARTITIONS, WIDTH, BATCH = 12, 10_000, 1_000
 KEYS = [f"{i * WIDTH}..{(i + 1) * WIDTH}" for i in range(PARTITIONS)]
 KILL_RUN_WORKER, DUPLICATE, TERMINATE, KILL_WORKER = KEYS[1], KEYS[4], KEYS[7], KEYS[10]
 DENSE = (KILL_RUN_WORKER, DUPLICATE, TERMINATE, KILL_WORKER)
+NAMES = {KILL_RUN_WORKER: "run worker killed", KILL_WORKER: "whole worker killed"}
 POOL, POOL_LIMIT = "dpone_source", 2
 APP = "dpone-celery-"
 RANGE_TAG = "dagster/asset_partition_range_start"
@@ -360,9 +361,15 @@ def test_a_backfill_on_celery_workers_heals_itself_and_holds_the_ledger_and_the_
     finally:
         for hold in holds.values():
             hold.release()
+    duplicates = [
+        (r.status.value, error_code(plane, r.run_id))
+        for r in plane.runs(DUPLICATE)
+        if r.tags.get("dagster/backfill") == story.duplicate_backfill
+    ]
     print(
         f"\ncelery-plane: {time.monotonic() - started:.0f} s; failure detected after "
-        + ", ".join(f"{p}: {s:.1f} s" for p, s in story.detected.items())
+        + ", ".join(f"{p} ({NAMES[p]}): {s:.1f} s" for p, s in story.detected.items())
+        + f"; duplicate runs {duplicates}"
         + f"; pool samples {len(sampler.samples)}, most {max(sampler.samples)}"
     )
     assert webserver.wait_backfill(backfill, 120)["status"] == "COMPLETED_SUCCESS"
