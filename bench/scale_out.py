@@ -47,7 +47,13 @@ from psycopg import conninfo  # noqa: E402
 
 from bench.backfill import fresh_target, raw_pipe  # noqa: E402
 from tests.helpers import pg  # noqa: E402
-from tests.helpers.celery_plane import BIN, CeleryPlane, RedisSpace, wait_for  # noqa: E402
+from tests.helpers.celery_plane import (  # noqa: E402
+    CeleryPlane,
+    RedisSpace,
+    instance_env,
+    wait_for,
+    write_workspace,
+)
 
 PARTITIONS = 16
 TICK = os.sysconf("SC_CLK_TCK")
@@ -152,7 +158,6 @@ class Meter:
 
 
 def plane_env(source: str, target: str, instance_db: str, rows: int, batch: int) -> dict[str, str]:
-    params = conninfo.conninfo_to_dict(instance_db)
     return {
         "DPONE_SOURCE_DSN": source,
         "DPONE_TARGET_DSN": target,
@@ -161,11 +166,7 @@ def plane_env(source: str, target: str, instance_db: str, rows: int, batch: int)
         "DPONE_PARTITIONS": str(PARTITIONS),
         "DPONE_PARTITION_WIDTH": str(rows // PARTITIONS),
         "DPONE_BATCH_SIZE": str(batch),
-        "DAGSTER_PG_HOST": str(params.get("host") or "127.0.0.1"),
-        "DAGSTER_PG_PORT": str(params.get("port") or "5432"),
-        "DAGSTER_PG_USER": str(params.get("user") or "postgres"),
-        "DAGSTER_PG_PASSWORD": str(params.get("password") or ""),
-        "DAGSTER_PG_DB": str(params["dbname"]),
+        **instance_env(instance_db),
     }
 
 
@@ -174,19 +175,12 @@ def one_round(source: str, workers: int, rows: int, batch: int) -> dict[str, flo
     target, instance_db = pg.create_database("dpone_scale_dst"), pg.create_database("dpone_scale_i")
     space = RedisSpace()
     root = Path(tempfile.mkdtemp(prefix="dpone-scale-out-"))
-    workspace = root / "workspace.yaml"
-    workspace.write_text(
-        "load_from:\n  - python_file:\n"
-        f"      relative_path: {ROOT / 'tests' / 'celery' / 'defs.py'}\n"
-        f"      working_directory: {ROOT}\n      location_name: dpone_celery\n"
-    )
+    workspace = write_workspace(root / "workspace.yaml")
     env = plane_env(source, target, instance_db, rows, batch)
     plane = CeleryPlane(root / "plane", env, workspace, space)
     try:
         plane.migrate()
-        home = {**os.environ, **plane.env, "DAGSTER_HOME": str(plane.root / "migrate")}
-        limit = [BIN / "dagster", "instance", "concurrency", "set", "dpone_source", str(PARTITIONS)]
-        subprocess.run(limit, env=home, check=True, capture_output=True, timeout=120)
+        plane.size_pool("dpone_source", PARTITIONS)
         plane.start_daemon()
         for n in range(workers):
             plane.start_worker(f"w{n + 1}")

@@ -36,7 +36,14 @@ from dagster._core.storage.dagster_run import RunsFilter
 from psycopg import conninfo
 
 from tests.helpers import pg
-from tests.helpers.celery_plane import BIN, CeleryPlane, RedisSpace, wait_for
+from tests.helpers.celery_plane import (
+    BIN,
+    CeleryPlane,
+    RedisSpace,
+    instance_env,
+    wait_for,
+    write_workspace,
+)
 from tests.helpers.dagster_server import ROOT
 
 ASSET = ["public", "events"]
@@ -108,13 +115,7 @@ def plane(
     source, target = make_database("dpone_cel_src"), make_database("dpone_cel_tgt")
     instance_db = make_database("dpone_cel_instance")
     seed(source, target)
-    workspace = tmp_path / "workspace.yaml"
-    workspace.write_text(
-        "load_from:\n  - python_file:\n"
-        f"      relative_path: {ROOT / 'tests' / 'celery' / 'defs.py'}\n"
-        f"      working_directory: {ROOT}\n      location_name: dpone_celery\n"
-    )
-    params = conninfo.conninfo_to_dict(instance_db)
+    workspace = write_workspace(tmp_path / "workspace.yaml")
     env = {
         "DPONE_SOURCE_DSN": source,
         "DPONE_TARGET_DSN": target,
@@ -122,11 +123,7 @@ def plane(
         "DPONE_PARTITIONS": str(PARTITIONS),
         "DPONE_PARTITION_WIDTH": str(WIDTH),
         "DPONE_BATCH_SIZE": str(BATCH),
-        "DAGSTER_PG_HOST": str(params.get("host") or "127.0.0.1"),
-        "DAGSTER_PG_PORT": str(params.get("port") or "5432"),
-        "DAGSTER_PG_USER": str(params.get("user") or "postgres"),
-        "DAGSTER_PG_PASSWORD": str(params.get("password") or ""),
-        "DAGSTER_PG_DB": str(params["dbname"]),
+        **instance_env(instance_db),
     }
     space = RedisSpace()
     celery = CeleryPlane(tmp_path / "plane", env, workspace, space)
@@ -138,11 +135,7 @@ def plane(
         instance = DagsterInstance.from_config(str(celery.root / "migrate"))
         # The pool's size, set explicitly as deploy/celery/README.md says (default_limit alone
         # is applied one dequeue pass late by dagster 1.13: the first pass dequeues unlimited).
-        subprocess.run(
-            [BIN / "dagster", "instance", "concurrency", "set", POOL, str(POOL_LIMIT)],
-            env={**os.environ, "DAGSTER_HOME": str(celery.root / "migrate")},
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
+        celery.size_pool(POOL, POOL_LIMIT)
         celery.start_daemon()
         for name in ("w1", "w2", "w3"):
             celery.start_worker(name, {"DPONE_APPLICATION_NAME": f"{APP}{name}"})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
+from psycopg import conninfo
 
 from tests.helpers.dagster_server import LAUNCH_BACKFILL, ROOT, DagsterDev, free_port
 
@@ -35,6 +36,7 @@ REDIS_HINT = (
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log` (or point "
     "DPONE_TEST_REDIS_URL at a server whose databases 1-15 the tests may use)."
 )
+CODE_LOCATION = ROOT / "tests" / "celery" / "defs.py"
 _CLAIM = "dpone-test:redis-db:{}"
 _T = TypeVar("_T")
 
@@ -49,6 +51,28 @@ def wait_for(what: str, probe: Callable[[], _T | None], timeout: float, every: f
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not within {timeout:.0f}s")
         time.sleep(every)
+
+
+def instance_env(instance_dsn: str) -> dict[str, str]:
+    """The ``DAGSTER_PG_*`` variables that point ``deploy/celery/dagster.yaml`` at a database."""
+    params = conninfo.conninfo_to_dict(instance_dsn)
+    return {
+        "DAGSTER_PG_HOST": str(params.get("host") or "127.0.0.1"),
+        "DAGSTER_PG_PORT": str(params.get("port") or "5432"),
+        "DAGSTER_PG_USER": str(params.get("user") or "postgres"),
+        "DAGSTER_PG_PASSWORD": str(params.get("password") or ""),
+        "DAGSTER_PG_DB": str(params["dbname"]),
+    }
+
+
+def write_workspace(path: Path) -> Path:
+    """A workspace serving ``tests/celery/defs.py`` by its absolute path (workers load it)."""
+    path.write_text(
+        "load_from:\n  - python_file:\n"
+        f"      relative_path: {CODE_LOCATION}\n"
+        f"      working_directory: {ROOT}\n      location_name: dpone_celery\n"
+    )
+    return path
 
 
 def redis_problem(url: str = REDIS_URL) -> str | None:
@@ -225,6 +249,14 @@ class CeleryPlane:
             log.close()
         if code != 0:
             raise RuntimeError(f"dagster instance migrate failed:\n{path.read_text()[-4000:]}")
+
+    def size_pool(self, pool: str, limit: int) -> None:
+        """``dagster instance concurrency set``: the pool's size, explicitly (see the README)."""
+        subprocess.run(
+            [BIN / "dagster", "instance", "concurrency", "set", pool, str(limit)],
+            env={**os.environ, **self.env, "DAGSTER_HOME": str(self.root / "migrate")},
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
 
     def start_daemon(self) -> None:
         process, log, _ = start(
