@@ -38,6 +38,15 @@ REDIS_HINT = (
 )
 CODE_LOCATION = ROOT / "tests" / "celery" / "defs.py"
 _CLAIM = "dpone-test:redis-db:{}"
+REEXECUTE = """
+mutation($parentRunId: String!) {
+  launchRunReexecution(reexecutionParams: {parentRunId: $parentRunId, strategy: FROM_FAILURE}) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}
+"""
 _T = TypeVar("_T")
 
 
@@ -147,6 +156,13 @@ class Webserver(DagsterDev):
         if result["__typename"] != "LaunchBackfillSuccess":
             raise RuntimeError(f"backfill not launched: {result}")
         return str(result["backfillId"])
+
+    def reexecute_from_failure(self, run_id: str) -> str:
+        """What a person does from the UI: re-execute a failed run from its failure."""
+        result = self.graphql(REEXECUTE, parentRunId=run_id)["launchRunReexecution"]
+        if result["__typename"] != "LaunchRunSuccess":
+            raise RuntimeError(f"re-execution not launched: {result}")
+        return str(result["run"]["runId"])
 
 
 def start(
