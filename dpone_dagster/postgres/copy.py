@@ -20,9 +20,9 @@ one COPY message per row), so the relay keeps it small:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import psycopg
 from psycopg import errors, pq, sql
@@ -101,33 +101,62 @@ class RelayResult:
     content_hash: str | None = None
 
 
-class _Drain:
-    """Iterates the COPY messages of a started ``COPY ... TO STDOUT``; then ``rows`` is set."""
+class _Pump:
+    """Moves the messages of a started ``COPY ... TO STDOUT`` into a ``COPY ... FROM STDIN``.
 
-    def __init__(self, copy: psycopg.Copy) -> None:
-        self.copy = copy
-        self.rows = -1
+    One loop iteration per row is the relay's hot path, so it is kept flat: rows already received
+    are taken straight from libpq, gathered into one buffer, and written (and hashed) once per
+    :data:`RELAY_WRITE` bytes.
+    """
 
-    def __iter__(self) -> Iterator[Buffer]:
-        pgconn = self.copy.connection.pgconn
+    def __init__(
+        self,
+        out: psycopg.Copy,
+        inp: psycopg.Copy,
+        digest: Any,
+        on_write: Callable[[int], None] | None,
+    ) -> None:
+        self.out, self.inp, self.digest, self.on_write = out, inp, digest, on_write
+        self.moved = 0
+
+    def run(self) -> int:
+        """Relays every row; returns the source's row count (its command tag)."""
+        pgconn = self.out.connection.pgconn
+        get, read, flush = pgconn.get_copy_data, self.out.read, self._write
+        pending, gathered = bytearray(), 0
+        data: Buffer
         while True:
-            size, data = pgconn.get_copy_data(1)
-            if size > 0:
-                yield data
-                continue
+            size, data = get(1)
             if size == 0:  # nothing complete buffered: let psycopg wait for the network
-                block = self.copy.read()
-                if not block:  # psycopg read the end itself
-                    self.rows = self.copy.cursor.rowcount
-                    return
-                yield block
-                continue
-            if size == -1:  # the end: read the final result, as psycopg would
-                self.rows = _finish(pgconn, self.copy.connection.info.encoding)
-                return
-            raise psycopg.OperationalError(
-                f"receiving copy data failed: {pgconn.get_error_message()}"
-            )
+                data = read()
+                size = len(data)
+                if not size:  # psycopg read the end itself
+                    rows = self.out.cursor.rowcount
+                    break
+            elif size < 0:
+                if size != -1:
+                    raise psycopg.OperationalError(
+                        f"receiving copy data failed: {pgconn.get_error_message()}"
+                    )
+                rows = _finish(pgconn, self.out.connection.info.encoding)  # the end
+                break
+            pending += data
+            gathered += size
+            if gathered >= RELAY_WRITE:
+                flush(pending)
+                pending, gathered = bytearray(), 0
+        if gathered:
+            flush(pending)
+        return rows
+
+    def _write(self, pending: bytearray) -> None:
+        chunk = bytes(pending)  # the writer may keep a reference: never reuse its buffer
+        self.inp.write(chunk)
+        self.moved += len(chunk)
+        if self.digest is not None:
+            self.digest.update(chunk)
+        if self.on_write is not None:
+            self.on_write(len(chunk))
 
 
 def _finish(pgconn: pq.abc.PGconn, encoding: str) -> int:
@@ -175,28 +204,9 @@ def relay(
         The row counts from both command tags, the bytes moved and, if asked, their hash.
     """
     digest = hashlib.sha256() if hashed else None
-    moved = 0
-    pending = bytearray()
-
-    def write(inp: psycopg.Copy) -> None:
-        nonlocal moved, pending
-        chunk = bytes(pending)  # the writer may keep a reference: never reuse its buffer
-        pending = bytearray()
-        inp.write(chunk)
-        moved += len(chunk)
-        if digest is not None:
-            digest.update(chunk)
-        if on_write is not None:
-            on_write(len(chunk))
-
     with source.cursor() as scur, target.cursor() as tcur:
         with scur.copy(copy_out, params or None) as out, tcur.copy(copy_in) as inp:
-            drain = _Drain(out)
-            for block in drain:
-                pending += block
-                if len(pending) >= RELAY_WRITE:
-                    write(inp)
-            if pending:
-                write(inp)
+            pump = _Pump(out, inp, digest, on_write)
+            rows = pump.run()
         content = None if digest is None else "sha256:" + digest.hexdigest()
-        return RelayResult(drain.rows, tcur.rowcount, moved, content)
+        return RelayResult(rows, tcur.rowcount, pump.moved, content)
