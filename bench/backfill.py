@@ -21,9 +21,10 @@ COPY), one after the other:
   copied, each time rolled back to a savepoint so the ledger is left as it was; medians;
 * what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
   of ``backfill_asset("public.mixed", cursor="id", partitions_def=cursor_range_partitions(0,
-  rows, rows))`` for its one partition, with the factory's default options (50,000-row batches)
-  and its default ``dpone_reconciled`` check, timed around ``materialize`` after a warm-up
-  materialization of a trivial asset (the process has loaded Dagster, as a run worker has).
+  rows, rows))`` for its one partition, with the factory's default options
+  (``DEFAULT_BATCH_SIZE`` rows per batch) and its default ``dpone_reconciled`` check, timed
+  around ``materialize`` after a warm-up materialization of a trivial asset (the process has
+  loaded Dagster, as a run worker has).
 
 Then, once, the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record``
 insert) on 20,000 rows.
@@ -46,7 +47,13 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from dpone_dagster.backfill import Backfill, BackfillRun, BatchReceipt, Ledger  # noqa: E402
+from dpone_dagster.backfill import (  # noqa: E402
+    DEFAULT_BATCH_SIZE,
+    Backfill,
+    BackfillRun,
+    BatchReceipt,
+    Ledger,
+)
 from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
@@ -311,7 +318,8 @@ def main() -> None:
     print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
     print(
         f"dagster.materialize + check ratio   {spread(col('dagster_ratio'), '.2f')}  (target 0.75;"
-        f" the asset's one partition, defaults; peak RSS {max(col('dagster_rss')):.0f} MB)"
+        f" the asset's one partition, defaults: {DEFAULT_BATCH_SIZE:,}-row batches;"
+        f" peak RSS {max(col('dagster_rss')):.0f} MB)"
     )
     print(
         f"checkpoint write (median of {SAMPLES - WARMUP}) near 100k copied "

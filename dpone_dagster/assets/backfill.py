@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.partitions import PartitionError, partition_cursor_range
@@ -45,7 +46,7 @@ def backfill_asset(
     *,
     cursor: str,
     partitions_def: dg.PartitionsDefinition,
-    batch_size: int = 50_000,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     target_table: str | None = None,
     translator: DponeTranslator | None = None,
     name: str | None = None,
@@ -98,7 +99,7 @@ def backfill_asset(
         raise DponeError(
             "plan_invalid",
             f"batch_size must be at least 1, not {batch_size}.",
-            ["Use a batch size such as 50_000."],
+            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
         )
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(

@@ -5,7 +5,7 @@ in :mod:`.rules` (those of a copied batch, each named, in :mod:`.batch_rules`), 
 :mod:`.ledger`, the sessions and their transactions in :mod:`.sessions`.
 """
 
-from .api import Backfill
+from .api import DEFAULT_BATCH_SIZE, Backfill
 from .copier import BatchResult
 from .errors import BACKFILL_ERRORS, BackfillError, backfill_error
 from .ledger import DEFAULT_LEDGER_SCHEMA, Ledger, LedgerConfig
@@ -34,6 +34,7 @@ from .target import prepare_target
 __all__ = [
     "BACKFILL_ERRORS",
     "BACKFILL_PROTOCOL",
+    "DEFAULT_BATCH_SIZE",
     "DEFAULT_LEDGER_SCHEMA",
     "ApplyPath",
     "Backfill",

@@ -24,6 +24,7 @@ import dagster as dg
 import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
@@ -302,7 +303,7 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         source: PostgresSourceResource,
         target: PostgresTargetResource,
         *,
-        batch_size: int = 50_000,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         reconcile: bool = True,
     ) -> Iterator[BackfillEvent]:
         """Backfills each of the run's partitions through this ledger, in partition order.

@@ -27,6 +27,7 @@ import dagster as dg
 
 from dpone_dagster.assets.backfill import backfill_asset
 from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, snapshot_copy_assets
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -98,7 +99,7 @@ class BackfillModel(dg.Resolvable):
     cursor: str
     range_partitions: RangePartitionsModel | None = None
     daily_partitions: DailyPartitionsModel | None = None
-    batch_size: int = 50_000
+    batch_size: int = DEFAULT_BATCH_SIZE
     target: str | None = None
     group_name: str | None = None
     pool: str | None = None
