@@ -9,7 +9,9 @@ Each round measures, on the same mixed-type table (16 columns, about 320 bytes p
 COPY), one after the other:
 
 * raw pipe: ``psql COPY ... TO STDOUT (FORMAT binary) | psql COPY ... FROM STDIN (FORMAT binary)``
-  into an empty target with the same primary key;
+  into an empty target with the same primary key, right before and right after each measured
+  path (raw, backfill, raw, Dagster path, raw, ...): a path's ratio is the mean of the two raw
+  times around it over its own time, since this machine's speed drifts;
 * the backfill, in a child process (its peak RSS comes from ``wait4``), from an empty target:
   ``Backfill.batches()`` to the mark (each batch under its own snapshot, counted, hashed,
   committed with its receipt), then ``Backfill.reconcile()`` (every batch range on both servers,
@@ -248,9 +250,12 @@ def main() -> None:
     try:
         pg.create_mixed_table(source, rows=rows)
         pg.execute(source, "VACUUM ANALYZE public.mixed")
+        fresh_target(target)
+        after = raw_pipe(source, target)
         for n in range(args.repeat):
-            fresh_target(target)
-            raw = raw_pipe(source, target)
+            # raw pipe, backfill, raw pipe, Dagster path, raw pipe...: each path is compared
+            # with the raw pipe right before and right after it (the machine's speed drifts).
+            before = after
             fresh_target(target)
             stats, rss = run_child(source, target, args.batch, rows)
             assert stats["reconciled"], "the reconciliation found differences"
@@ -258,7 +263,12 @@ def main() -> None:
                 src_print = pg.table_fingerprint(source, "public", "mixed")
                 assert src_print == pg.table_fingerprint(target, "public", "mixed")
             fresh_target(target)
+            between = raw_pipe(source, target)
+            fresh_target(target)
             dagster, dagster_rss = run_child(source, target, args.batch, rows, "--dagster")
+            fresh_target(target)
+            after = raw_pipe(source, target)
+            raw, raw_dagster = (before + between) / 2, (between + after) / 2
             copy, rec = stats["copy_seconds"], stats["reconcile_seconds"]
             cp = list(stats["checkpoints"].items())
             rounds.append(
@@ -270,7 +280,7 @@ def main() -> None:
                     "batches_ratio": raw / copy,
                     "done_ratio": raw / (copy + rec),
                     "dagster": dagster["seconds"],
-                    "dagster_ratio": raw / dagster["seconds"],
+                    "dagster_ratio": raw_dagster / dagster["seconds"],
                     "dagster_rss": dagster_rss,
                     "cp_early": cp[0][1],
                     "cp_late": cp[-1][1],
@@ -302,7 +312,7 @@ def main() -> None:
 
     raw_rates = [rows / r for r in col("raw")]
     print(f"\nrows {rows:,}, batch {args.batch:,}, {args.repeat} round(s); ratios are of the raw")
-    print("pipe's rows/s in the same round (best = highest ratio, fastest time):")
+    print("pipe's rows/s measured right before and after each path (best = highest ratio):")
     print(f"raw binary COPY pipe        rows/s  {spread(raw_rates, '12,.0f')}")
     print(f"backfill, batches only      ratio   {spread(col('batches_ratio'), '.2f')}")
     rec = col("reconcile")

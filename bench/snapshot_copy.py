@@ -12,8 +12,10 @@ source database and an indexed copy of its shape in a fresh target database, the
   around the ``materialize`` call after a warm-up materialization of a trivial asset (the child
   process has loaded Dagster, as a run worker has).
 
-It prints rows/s, the ratio to the raw pipe (pipe seconds / strategy seconds: 1.0 is as fast
-as the pipe) and the client's peak RSS, for the best and the median of ``--repeat`` runs.
+Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
+is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
+this machine's speed drifts, and a baseline measured minutes earlier would blur the ratio. It
+prints rows/s, the best and the median ratio of ``--repeat`` rounds, and the client's peak RSS.
 
 Run from the repository root::
 
@@ -179,6 +181,33 @@ def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[
     return figures
 
 
+def same_rows(source: str, target: str) -> bool:
+    """The target holds exactly the source's rows (count and md5 of every row in order)."""
+    return bool(
+        pg.table_fingerprint(source, "public", "mixed")
+        == pg.table_fingerprint(target, "public", "mixed")
+    )
+
+
+def report(strategy: str, runs: list[dict[str, float]], rows: int, workers: int) -> None:
+    """One line: times, rows/s, the ratio to the raw pipe around each run, peak RSS."""
+    if any(int(r["rows"]) != rows for r in runs):
+        raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
+    seconds, ratios = [r["seconds"] for r in runs], [r["ratio"] for r in runs]
+    name = (
+        f"{strategy} ({workers} workers)"
+        if strategy == "partitioned_copy"
+        else f"{strategy} + check ({runs[0]['proof']})"
+        if strategy.startswith("dagster:")
+        else strategy
+    )
+    print(
+        f"{name:<48} {min(seconds):7.2f} {statistics.median(seconds):9.2f} "
+        f"{rows / min(seconds):>14,.0f} {max(ratios):>11.2f} {statistics.median(ratios):>13.2f} "
+        f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the table")
@@ -206,42 +235,30 @@ def main() -> None:
             f"(built in {time.perf_counter() - started:.0f} s); {os.cpu_count()} cores; "
             f"best and median of {args.repeat} runs"
         )
-        pipe = [raw_pipe(source, target) for _ in range(args.repeat)]
-        pipe_best, pipe_median = min(pipe), statistics.median(pipe)
+        # Rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every run
+        # is compared with the raw pipe measured right before and right after it (the machine's
+        # speed drifts; a baseline taken minutes earlier would blur the ratio).
+        raws: list[float] = [raw_pipe(source, target)]
+        runs: dict[str, list[dict[str, float]]] = {s: [] for s in args.strategies}
+        for round_ in range(args.repeat):
+            for strategy in args.strategies:
+                figures = run_strategy(strategy, source, target, args.workers)
+                if round_ == args.repeat - 1 and not same_rows(source, target):
+                    raise RuntimeError(f"the target differs from the source after {strategy}")
+                raws.append(raw_pipe(source, target))
+                figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
+                runs[strategy].append(figures)
         print(
-            f"{'raw binary psql pipe':<48} best {pipe_best:6.2f} s  median {pipe_median:6.2f} s "
-            f"{args.rows / pipe_best:>12,.0f} rows/s"
+            f"{'raw binary psql pipe':<48} best {min(raws):6.2f} s  median "
+            f"{statistics.median(raws):6.2f} s {args.rows / min(raws):>12,.0f} rows/s"
         )
         print(
             f"{'strategy':<48} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
             f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
         )
         for strategy in args.strategies:
-            runs = [
-                run_strategy(strategy, source, target, args.workers) for _ in range(args.repeat)
-            ]
-            if any(int(r["rows"]) != args.rows for r in runs):
-                raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
-            seconds = [r["seconds"] for r in runs]
-            best, median = min(seconds), statistics.median(seconds)
-            rss = max(r["rss_mb"] for r in runs)
-            name = (
-                f"{strategy} ({args.workers} workers)"
-                if strategy == "partitioned_copy"
-                else f"{strategy} + check ({runs[0]['proof']})"
-                if strategy.startswith("dagster:")
-                else strategy
-            )
-            print(
-                f"{name:<48} {best:7.2f} {median:9.2f} {args.rows / best:>14,.0f} "
-                f"{pipe_best / best:>11.2f} {pipe_median / median:>13.2f} "
-                f"{TARGETS[strategy]:>7.2f} {rss:>12.0f}"
-            )
-        if pg.table_fingerprint(source, "public", "mixed") != pg.table_fingerprint(
-            target, "public", "mixed"
-        ):
-            raise RuntimeError("the target differs from the source after the last copy")
-        print("target equals source (count and md5 of every row)")
+            report(strategy, runs[strategy], args.rows, args.workers)
+        print("target equals source after each strategy's last run (count and md5 of every row)")
     finally:
         pg.drop_database(source)
         pg.drop_database(target)
