@@ -5,14 +5,16 @@ remaining estimate) and the run's ``dpone/partition``, ``dpone/checkpoint`` and 
 tags. Writing them into the instance's storage costs the step tens of milliseconds per batch, a
 fair share of a batch's own time. A reporter thread writes them while the next batch copies
 (mostly while the copy waits for the servers): every batch still gets its observation, in order,
-and the run's tags show the newest batch (a tag update that a newer one already replaced is
-skipped). :meth:`ProgressReporter.flush` waits until everything reported is written, and
-re-raises a failure of the thread; the step flushes before it yields anything else, so the
-observations always precede the partition's materialization.
+and the run's tags follow the newest batch at most every :data:`TAGS_EVERY` seconds (a run-tag
+update rewrites the run's record, and the UI polls no faster). :meth:`ProgressReporter.flush`
+waits until everything reported is written, brings the tags up to the last batch and re-raises
+a failure of the thread; the step flushes at the end of every partition, before it yields
+anything else, so the observations always precede the partition's materialization.
 """
 
 import queue
 import threading
+import time
 from types import TracebackType
 
 import dagster as dg
@@ -20,7 +22,10 @@ import dagster as dg
 from dpone_dagster.backfill import BatchResult
 from dpone_dagster.metadata import batch_observation
 
-_Item = tuple[int, str, BatchResult]
+_Item = tuple[str, BatchResult]
+
+TAGS_EVERY = 2.0
+"""Seconds between two updates of the run's progress tags while a partition runs."""
 
 
 class ProgressReporter:
@@ -35,7 +40,8 @@ class ProgressReporter:
         self.context = context
         self.key = key
         self._queue: queue.Queue[_Item | None] = queue.Queue()
-        self._reported = 0
+        self._untagged: _Item | None = None  # the newest batch the run's tags do not show yet
+        self._tagged_at = 0.0
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name="dpone-progress", daemon=True)
         self._thread.start()
@@ -57,8 +63,7 @@ class ProgressReporter:
     def report(self, partition: str, batch: BatchResult) -> None:
         """Queues a committed batch for the UI."""
         self._raise()
-        self._reported += 1
-        self._queue.put((self._reported, partition, batch))
+        self._queue.put((partition, batch))
 
     def flush(self) -> None:
         """Waits until every reported batch is in Dagster.
@@ -68,6 +73,8 @@ class ProgressReporter:
         """
         self._queue.join()
         self._raise()
+        if self._untagged is not None:
+            self._tag(*self._untagged)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -84,10 +91,14 @@ class ProgressReporter:
                 self._queue.task_done()
         self._queue.task_done()
 
-    def _write(self, number: int, partition: str, batch: BatchResult) -> None:
+    def _write(self, partition: str, batch: BatchResult) -> None:
         self.context.log_event(batch_observation(self.key, partition, batch))
-        if number != self._reported:  # a newer batch is queued: its tags replace these
-            return
+        self._untagged = (partition, batch)
+        if time.monotonic() - self._tagged_at >= TAGS_EVERY:
+            self._tag(partition, batch)
+
+    def _tag(self, partition: str, batch: BatchResult) -> None:
+        self._untagged, self._tagged_at = None, time.monotonic()
         progress = batch.run.progress
         self.context.instance.add_run_tags(
             self.context.run.run_id,
