@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         mysql_copy_asset,
         rest_copy_asset,
     )
-    from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+    from dpone_dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
 
 _LAZY: dict[str, str] = {
     "BackfillLedgerResource": "dpone_dagster.resources",
@@ -48,6 +48,7 @@ _LAZY: dict[str, str] = {
     "mysql_copy_asset": "dpone_dagster.sources_dagster",
     "rest_copy_asset": "dpone_dagster.sources_dagster",
     "snapshot_copy_assets": "dpone_dagster.assets",
+    "source_asset_specs": "dpone_dagster.translator",
 }
 
 __version__ = "0.1.0"
@@ -69,6 +70,7 @@ __all__ = [
     "mysql_copy_asset",
     "rest_copy_asset",
     "snapshot_copy_assets",
+    "source_asset_specs",
 ]
 
 
