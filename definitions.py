@@ -6,6 +6,7 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
   tables (partitioned COPY, two workers): every run copies them under ONE source snapshot.
 * ``events/page_views``: a daily-partitioned, ledger-backed backfill of an events table by its
   ``happened_at`` timestamp, with a schedule that fills the newest day.
+* ``source/...``: the source tables, external assets upstream of their copies.
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
 password never shows in the UI) and default to databases on the local server.
@@ -21,6 +22,7 @@ from dpone_dagster import (
     PostgresTargetResource,
     backfill_asset,
     snapshot_copy_assets,
+    source_asset_specs,
 )
 
 DEFAULT_SOURCE_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_source"
@@ -54,7 +56,8 @@ page_views = backfill_asset(
 page_views_job = dg.define_asset_job("page_views_daily", selection=[page_views])
 
 defs = dg.Definitions(
-    assets=[shop, page_views],
+    # The source tables, upstream of their copies in the asset graph.
+    assets=[shop, page_views, *source_asset_specs([shop, page_views])],
     jobs=[page_views_job],
     schedules=[dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1)],
     resources={

@@ -82,3 +82,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so ``dg list components`` finds the component."""
+    return sorted({*globals(), *__all__})
