@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, check_copy_options
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
@@ -95,6 +96,7 @@ def build_extraction_job(
         DponeError: at definition time, for a bad name, strategy or sink.
     """
     engine_strategy = check_copy_options(strategy, sink, workers)
+    check_instance_storage()
     spec = CopyTableSpec.coerce(table)
     key = (translator or DponeTranslator()).get_asset_key(spec)
     mapping = (spec.source_table, spec.target_table)

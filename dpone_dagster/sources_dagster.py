@@ -15,6 +15,7 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dpone_dagster.failures import dagster_failures
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.metadata import rate_metadata, table_catalog_metadata
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
@@ -138,6 +139,7 @@ def _copy_asset(
 ) -> dg.AssetsDefinition:
     target = target_table if isinstance(target_table, TableName) else TableName.parse(target_table)
     check_sink(sink)
+    check_instance_storage()
     asset_key = dg.AssetKey.from_coercible(key)
 
     @dg.asset(

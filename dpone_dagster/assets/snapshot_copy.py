@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
@@ -115,6 +116,7 @@ def snapshot_copy_assets(
             )
     """
     check_copy_options(strategy, sink, workers)
+    check_instance_storage()
     specs = copy_specs(
         tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
     )
