@@ -13,6 +13,7 @@ import dagster as dg
 from dpone_dagster.backfill import BackfillResult, BatchReceipt, BatchResult
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres import CopyReport, TableCopyReport
+from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
 CHECK_NAME = "dpone_reconciled"
@@ -53,11 +54,40 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         metadata["dpone/rows_inserted"] = sink.rows_inserted
         metadata["dpone/rows_updated"] = sink.rows_updated
     metadata.update(receipt_metadata(table.extraction_receipt))
+    metadata.update(schema_change_metadata(table.schema_changes))
     if table.terminal_receipt is not None:
         metadata["dpone/terminal_receipt"] = dg.MetadataValue.json(
             table.terminal_receipt.model_dump(mode="json")
         )
     return metadata
+
+
+def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
+    """``dpone/schema_changes``: what a load changed in its target's schema, one entry per
+    column (``column``, ``kind``: added, widened or kept, ``before``, ``after``, ``detail``);
+    nothing when the schema was left as it was."""
+    if not changes:
+        return {}
+    return {
+        "dpone/schema_changes": dg.MetadataValue.json(
+            [
+                {
+                    "column": c.column,
+                    "kind": c.kind,
+                    "before": c.before,
+                    "after": c.after,
+                    "detail": c.detail,
+                }
+                for c in changes
+            ]
+        )
+    }
+
+
+def log_schema_changes(log: Any, target: str, changes: Sequence[ColumnChange]) -> None:
+    """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
+    if changes:
+        log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
 
 
 def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:

@@ -227,6 +227,7 @@ class PostgresSourceResource(_PostgresResource):
         sink: str = "replace",
         workers: int = 4,
         batch_rows: int | None = None,
+        schema_changes: str = "evolve",
     ) -> Iterator[CopyEvent]:
         """Copies the selected tables under ONE snapshot; yields each table's materialization,
         then each selected ``dpone_reconciled`` check.
@@ -246,6 +247,10 @@ class PostgresSourceResource(_PostgresResource):
             sink: ``replace``, ``append`` or ``merge``.
             workers: Worker sessions of ``partitioned_copy``.
             batch_rows: Rows per batch of ``batched_copy``.
+            schema_changes: ``evolve`` (an existing target takes added columns, widened types
+                and keeps dropped columns, in the load's transaction; the materialization lists
+                them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
+                ``schema_change_incompatible``).
 
         Raises:
             DponeFailure: any copy error, with its code, next actions and terminal outcome.
@@ -259,7 +264,7 @@ class PostgresSourceResource(_PostgresResource):
         """
         yield from snapshot_copy_events(
             context, self, target, tables=tables, translator=translator, strategy=strategy,
-            sink=sink, workers=workers, batch_rows=batch_rows,
+            sink=sink, workers=workers, batch_rows=batch_rows, schema_changes=schema_changes,
         )  # fmt: skip
 
 
