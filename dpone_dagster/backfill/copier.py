@@ -62,7 +62,7 @@ from .protocol import (
 )
 from .rules import apply_batch, check_request, replay
 from .sessions import Sessions, transaction
-from .shape import TableShape
+from .shape import TableShape, check_columns_unchanged
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
@@ -241,6 +241,7 @@ def _move(
         window = _open_window(src)
         if hwm is not None:
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
+            check_columns_unchanged(src, shape)
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper)
             counted = _count_target(sessions.target, shape, after, bounds, moved.path, window.xmin)

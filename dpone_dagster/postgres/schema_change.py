@@ -267,3 +267,18 @@ def apply_changes(
             actions.append(sql.SQL("ALTER COLUMN {} DROP NOT NULL").format(ident))
     if actions:
         conn.execute(sql.SQL("ALTER TABLE {} {}").format(table.ident, sql.SQL(", ").join(actions)))
+
+
+def column_differences(before: Sequence[Column], after: Sequence[Column]) -> list[str]:
+    """Each column whose name or type (however spelled) differs between ``before`` and
+    ``after``, as ``'name': before -> after`` (``absent`` for a missing column). For a copy that
+    cannot change its columns at all (the backfill, mid-run)."""
+    old = {c.name: c for c in before}
+    new = {c.name: c for c in after}
+    found = []
+    for name in [*old, *(n for n in new if n not in old)]:
+        was, now = old.get(name), new.get(name)
+        if was is None or now is None or normal_type(was) != normal_type(now):
+            spelled = [c.type_sql if c is not None else "absent" for c in (was, now)]
+            found.append(f"{name!r}: {spelled[0]} -> {spelled[1]}")
+    return found
