@@ -84,7 +84,9 @@ def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
     }
 
 
-def log_schema_changes(log: Any, target: str, changes: Sequence[ColumnChange]) -> None:
+def log_schema_changes(
+    log: dg.DagsterLogManager, target: str, changes: Sequence[ColumnChange]
+) -> None:
     """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
     if changes:
         log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
