@@ -75,8 +75,10 @@ class Backfill:
             after their batch was copied: ``"fail"`` (default) keeps the copied history and
             fails with ``backfill_record_changed`` (the run is ``blocked``); ``"repair"``
             rewrites the differing ranges from the reconciliation's one source snapshot, so the
-            run ends equal to the source at that snapshot (label ``repaired_to_one_snapshot``).
-            Not part of the run's scope: a blocked run can be run again with ``"repair"``.
+            run ends equal to the source at that snapshot (label ``repaired_to_one_snapshot``);
+            a batch that meets a row an earlier batch copied with other values (its cursor
+            value moved forward) replaces it instead of failing. Not part of the run's scope:
+            a blocked run can be run again with ``"repair"``.
 
     Raises:
         BackfillError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
@@ -283,7 +285,10 @@ class Backfill:
         sessions = self._open()
         ledger_pid = sessions.ledger.info.backend_pid
         try:
-            return copy_batch(sessions, self.ledger, shape, request, on_phase=self.on_phase)
+            return copy_batch(
+                sessions, self.ledger, shape, request, on_phase=self.on_phase,
+                on_changed=self.on_changed,
+            )  # fmt: skip
         except psycopg.Error as exc:
             self.close()
             resolved = self._lost_response(request, ledger_pid)

@@ -111,23 +111,51 @@ def _insert_missing(target: Conn, shape: TableShape) -> int:
     ).rowcount
 
 
+def _delete_changed(target: Conn, shape: TableShape) -> None:
+    """Deletes the target's rows whose key is staged with other values (re-inserted next)."""
+    target.execute(
+        sql.SQL("DELETE FROM {target} AS t USING {stage} AS s WHERE {match} AND {a} <> {b}").format(
+            target=shape.target.ident,
+            stage=_STAGE,
+            match=_key_match(shape, "s", "t"),
+            a=_row_text(shape, "s"),
+            b=_row_text(shape, "t"),
+        )
+    )
+
+
 def apply_existing(
-    source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str]
-) -> Staged:
+    source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str],
+    *, overwrite: bool = False,
+) -> Staged:  # fmt: skip
     """COPY into a temporary staging table, then insert new rows and count equal ones.
 
     Runs in the sessions' open transactions (the source's snapshot, the target's transaction).
 
+    Args:
+        source: The source session, in the batch's (or the reconciliation's) snapshot.
+        target: The target session, in its open transaction.
+        shape: The resolved tables.
+        copy_out: The ``COPY (SELECT ...) TO STDOUT`` of the rows.
+        params: Its parameters.
+        overwrite: A target row that differs from the staged row with its key (the source
+            changed it, or moved its cursor value into this range, after an earlier batch
+            copied it) is replaced and counted as inserted, instead of refused
+            (``on_changed="repair"``).
+
     Raises:
-        BackfillError: ``backfill_record_changed`` when a staged row differs from the target's.
+        BackfillError: ``backfill_record_changed`` when a staged row differs from the target's
+            (unless ``overwrite``).
     """
     relayed = _stage(source, target, shape, copy_out, params)
     equal, changed, first_key = _compare(target, shape)
-    if changed:
+    if changed and not overwrite:
         raise backfill_error(
             "backfill_record_changed",
             f"{changed} row(s) of {shape.target} differ from the source (first key {first_key}).",
         )
+    if changed:
+        _delete_changed(target, shape)
     inserted = _insert_missing(target, shape)
     target.execute(sql.SQL("DROP TABLE {}").format(_STAGE))
     return Staged(relayed, inserted, equal)

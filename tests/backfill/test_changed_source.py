@@ -17,11 +17,13 @@ import psycopg
 import pytest
 
 from dpone_dagster.backfill import (
+    ApplyPath,
     Backfill,
     BackfillError,
     BackfillReconciliationError,
     BackfillStatus,
     BatchResult,
+    OnChanged,
     RangeOutcome,
 )
 from dpone_dagster.lifecycle import SnapshotLabel
@@ -216,3 +218,45 @@ def test_an_unknown_on_changed_is_refused_before_anything_is_read(pair: Pair) ->
     with pytest.raises(BackfillError) as err:
         Backfill(pair.source, pair.target, "public.mixed", cursor="id", on_changed="merge")  # type: ignore[arg-type]
     assert err.value.code == "plan_invalid" and "repair" in err.value.message
+
+
+def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair(
+    source_dsn: str, target_dsn: str
+) -> None:
+    for dsn in (source_dsn, target_dsn):
+        pg.execute(
+            dsn, "CREATE TABLE moving (id bigint PRIMARY KEY, pos bigint NOT NULL, note text)"
+        )
+        pg.execute(dsn, "CREATE INDEX ON moving (pos)")
+    pg.execute(
+        source_dsn, "INSERT INTO moving SELECT g, g, 'row ' || g FROM generate_series(1, 1000) g"
+    )
+
+    def writer(batch: BatchResult) -> None:  # a writer session, at moments the batches mark
+        if batch.receipt.sequence == 1:  # copied row 5 moves forward, into batch 6's range
+            pg.execute(source_dsn, "UPDATE moving SET pos = 550, note = 'up' WHERE id = 5")
+        if batch.receipt.observation.final:  # copied row 900 moves back, into batch 1's range
+            pg.execute(source_dsn, "UPDATE moving SET pos = 50, note = 'down' WHERE id = 900")
+
+    def backfill(on_changed: OnChanged) -> Backfill:
+        return Backfill(
+            source_dsn, target_dsn, "public.moving", cursor="pos", batch_size=100,
+            on_changed=on_changed,
+        )  # fmt: skip
+
+    with pytest.raises(BackfillError) as err:  # batch 6 meets row 5, copied by batch 1
+        backfill("fail").run(on_batch=writer)
+    assert err.value.code == "backfill_record_changed" and "on_changed" in str(err.value)
+    assert backfill("fail").load().progress.batch_count == 5  # type: ignore[union-attr]
+
+    result = backfill("repair").run(on_batch=writer)  # resumes at batch 6
+    sixth = backfill("repair").receipts()[5]
+    # 100 rows of pos 501..599, row 5 among them: replaced through the staged apply, counted
+    assert (sixth.copied_count, sixth.duplicate_count) == (100, 0)
+    assert sixth.observation.apply_path is ApplyPath.STAGED
+    report = result.reconciliation
+    assert report is not None and report.ok and report.ranges[0].updated == 1  # row 900
+    assert result.snapshot_label is SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT
+    assert pg.table_fingerprint(source_dsn, "public", "moving") == pg.table_fingerprint(
+        target_dsn, "public", "moving"
+    )
