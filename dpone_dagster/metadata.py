@@ -10,7 +10,12 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import BackfillResult, BatchReceipt, BatchResult
+from dpone_dagster.backfill import (
+    BackfillResult,
+    BatchReceipt,
+    BatchResult,
+    ReconciliationReport,
+)
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres import CopyReport, TableCopyReport
 from dpone_dagster.postgres.schema_change import ColumnChange
@@ -141,11 +146,40 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     }
 
 
+def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
+    """The reconciliation of a partition: its summary, and the rows its repairs inserted,
+    updated and deleted (numbers, so the UI plots them)."""
+    repaired = report.repaired_rows()
+    return {
+        "dpone/reconciliation": dg.MetadataValue.json(
+            {
+                "ok": report.ok,
+                "ranges": len(report.ranges),
+                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
+                "differing": [r.sequence for r in report.differing],
+            }
+        ),
+        "dpone/reconciliation_snapshot_digest": report.source_snapshot,
+        "dpone/rows_repaired_inserted": repaired["inserted"],
+        "dpone/rows_repaired_updated": repaired["updated"],
+        "dpone/rows_repaired_deleted": repaired["deleted"],
+    }
+
+
 def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
-    """Everything a backfill partition's materialization says about its run."""
+    """Everything a backfill partition's materialization says about its run.
+
+    ``dagster/row_count`` is the rows the batches wrote (copied and found equal) or, once a
+    reconciliation ran, the rows the target's ranges hold after it (repairs included).
+    """
     run, progress = result.run, result.run.progress
+    report = result.reconciliation
+    rows = progress.copied_count + progress.duplicate_count
+    if report is not None:
+        rows = sum(r.target_count for r in report.ranges)
     metadata: dict[str, Any] = {
-        "dagster/row_count": progress.copied_count + progress.duplicate_count,
+        "dagster/row_count": rows,
         "dpone/run_id": run.run_id,
         "dpone/checkpoint": progress.checkpoint or "",
         "dpone/high_water_mark": progress.source_high_water_mark or "",
@@ -156,17 +190,8 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         "dpone/snapshot_label": run.snapshot_label.value,
         **_window(receipts),
     }
-    report = result.reconciliation
     if report is not None:
-        metadata["dpone/reconciliation"] = dg.MetadataValue.json(
-            {
-                "ok": report.ok,
-                "ranges": len(report.ranges),
-                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
-                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
-                "differing": [r.sequence for r in report.differing],
-            }
-        )
+        metadata.update(_reconciliation_metadata(report))
     return metadata
 
 

@@ -24,7 +24,7 @@ import dagster as dg
 import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
@@ -310,6 +310,7 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         reconcile: bool = True,
+        on_changed: OnChanged = "fail",
     ) -> Iterator[BackfillEvent]:
         """Backfills each of the run's partitions through this ledger, in partition order.
 
@@ -326,13 +327,18 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             target: The target database.
             batch_size: Rows per batch.
             reconcile: Reconcile each partition once it reaches its mark.
+            on_changed: ``"fail"`` (default): a row the source changed or deleted after its
+                batch was copied fails the partition with ``backfill_record_changed``;
+                ``"repair"``: the partition's differing ranges are rewritten from the
+                reconciliation's one source snapshot (label ``repaired_to_one_snapshot``).
 
         Raises:
             DponeFailure: any backfill error, with its code and next actions.
         """
         yield from backfill_events(
-            context, self, source, target, batch_size=batch_size, reconcile=reconcile
-        )
+            context, self, source, target, batch_size=batch_size, reconcile=reconcile,
+            on_changed=on_changed,
+        )  # fmt: skip
 
     def ledger_dsn(self, target: PostgresTargetResource) -> str:
         """The ledger's DSN: its own, or the target's."""

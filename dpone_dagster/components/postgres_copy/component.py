@@ -15,6 +15,7 @@
           cursor: id
           range_partitions: {start: 0, stop: 200000, step: 50000}
           batch_size: 20000
+          on_changed: repair   # rows changed after their batch: rewrite (default: fail)
 
 DSNs are read from environment variables at run time (``EnvVar``), so no secret is written in
 the YAML or shown in the UI. Every name is checked when the definitions load.
@@ -32,7 +33,7 @@ from dpone_dagster.assets.snapshot_copy import (
     CopyStrategy,
     snapshot_copy_assets,
 )
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -101,6 +102,8 @@ class BackfillModel(dg.Resolvable):
         target: The target table (the source's name by default).
         group_name: The asset's group.
         pool: Concurrency pool.
+        on_changed: ``fail`` (default) or ``repair``: what the reconciliation does with rows
+            the source changed or deleted after their batch was copied (``backfill_asset``).
     """
 
     table: str
@@ -111,6 +114,7 @@ class BackfillModel(dg.Resolvable):
     target: str | None = None
     group_name: str | None = None
     pool: str | None = None
+    on_changed: OnChanged = "fail"
 
     def partitions_def(self) -> dg.PartitionsDefinition:
         """The partitions the YAML asked for (exactly one kind)."""
@@ -179,6 +183,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
                     translator=translator,
                     group_name=backfill.group_name,
                     pool=backfill.pool,
+                    on_changed=backfill.on_changed,
                 )
             )
         resources: dict[str, object] = {}
