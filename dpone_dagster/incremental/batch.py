@@ -15,7 +15,7 @@ committed with its receipt and the stream's new state in ONE target transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -37,6 +37,7 @@ from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, Strea
 
 Conn = psycopg.Connection[tuple[object, ...]]
 Deletes = Literal["ignore", "hard", "soft"]
+PhaseHook = Callable[[str], None]
 
 
 class RunOverError(Exception):
@@ -53,6 +54,7 @@ class _Rows:
     run: RunInProgress
     size: int
     window: ReadWindow
+    on_phase: PhaseHook
     receipt: ExtractionLifecycleReceipt | None = None
     last: Checkpoint | None = None
     rows: int = 0
@@ -71,6 +73,7 @@ class _Rows:
 
     def load_into(self, conn: Conn, staging: TableName) -> int:
         """Streams the batch into ``staging``; notes its last ``(cursor, key)``."""
+        self.on_phase("copy")
         query, params = self.shape.select_batch(
             self.run.lower, self.run.checkpoint, self.run.mark, self.size
         )
@@ -118,8 +121,12 @@ def copy_batch(
     target_dsn: str,
     batch_size: int,
     deletes: Deletes,
+    on_phase: PhaseHook = lambda _: None,
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
+
+    ``on_phase`` is called with ``"copy"`` (the rows start moving) and ``"commit"`` (just before
+    the COMMIT).
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
@@ -136,12 +143,13 @@ def copy_batch(
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
             window = open_read_window(src)
             plan = plan_tables(src, tgt, [TableMapping(shape.source, shape.target)], "merge")[0]
-            rows = _Rows(src, shape, plan, state.run, batch_size, window)
+            rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
             load = TargetLoad(tgt, target_dsn, [plan], "merge")
             done: list[BatchOutcome] = []
 
             def finish(conn: Conn) -> None:
                 done.append(_finish(conn, ledger, shape, state, rows, load, deletes))
+                on_phase("commit")
 
             load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
         return done[0]

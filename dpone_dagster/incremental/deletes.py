@@ -26,7 +26,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.postgres.catalog import column_list
+from dpone_dagster.postgres.catalog import column_list, table_columns
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import row_hash
 
@@ -167,10 +167,13 @@ def apply_deletes(tgt: Conn, shape: StreamShape, keys: Sequence[Key], at: dateti
 
 def ensure_soft_column(tgt: Conn, shape: StreamShape) -> None:
     """Adds the soft-delete column (``timestamptz``, NULL for live rows) to the target if
-    missing."""
-    if shape.soft_column is not None:
+    missing (the catalog is read first: an ``ALTER`` would lock the target until the commit)."""
+    if shape.soft_column is None:
+        return
+    names = {c.name for c in table_columns(tgt, shape.target)}
+    if shape.soft_column not in names:
         tgt.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} timestamptz").format(
+            sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
                 shape.target.ident, sql.Identifier(shape.soft_column)
             )
         )
@@ -180,6 +183,7 @@ def revive(tgt: Conn, shape: StreamShape, staging: TableName) -> int:
     """Clears the soft-delete mark of target rows whose key arrives again in ``staging``."""
     if shape.soft_column is None:
         return 0
+    ensure_soft_column(tgt, shape)
     soft = sql.Identifier(shape.soft_column)
     equal = sql.SQL(" AND ").join(
         sql.SQL("t.{} = s.{}").format(k.ident, k.ident) for k in shape.key

@@ -22,7 +22,7 @@ from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
 
 from .backfill_link import backfill_mark
-from .batch import BatchOutcome, Deletes, copy_batch
+from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch
 from .errors import incremental_error
 from .mark import StreamMark, take_mark
 from .plan import nothing_to_do, plan_run
@@ -64,6 +64,7 @@ class IncrementalSync:
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options.
         on_batch: Called after each committed batch.
+        on_phase: Called with ``"copy"`` and ``"commit"`` inside each batch.
 
     Raises:
         IncrementalError: ``incremental_options_invalid`` for a bad option.
@@ -95,6 +96,7 @@ class IncrementalSync:
         label: str = "",
         options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
+        on_phase: PhaseHook | None = None,
     ) -> None:
         _check_options(deletes, batch_size, lookback, settle_timeout)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
@@ -108,6 +110,7 @@ class IncrementalSync:
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.ledger = StreamLedger(ledger_schema)
         self.on_batch = on_batch or (lambda _: None)
+        self.on_phase: PhaseHook = on_phase or (lambda _: None)
 
     def _open(self) -> Sessions:
         src = connect(self.source_dsn, self.options, side="source", autocommit=True)
@@ -193,7 +196,7 @@ class IncrementalSync:
     ) -> BatchOutcome | None:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
-            batch_size=self.batch_size, deletes=self.deletes,
+            batch_size=self.batch_size, deletes=self.deletes, on_phase=self.on_phase,
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
