@@ -24,7 +24,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from .backfill_link import backfill_mark
 from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch
 from .errors import incremental_error
-from .mark import StreamMark, take_mark
+from .mark import StreamMark, check_no_null_cursor, take_mark
 from .plan import nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, resolve_stream
@@ -148,6 +148,7 @@ class IncrementalSync:
             sessions.source, sessions.target, self.source, self.target, self.cursor, self.soft
         )
         sessions.target.commit()
+        check_no_null_cursor(sessions.source, shape)
         if self.lookback is not None and not shape.cursor_is_time:
             raise incremental_error(
                 "incremental_options_invalid",

@@ -66,6 +66,21 @@ class StreamMark:
     unsettled_pids: tuple[int, ...] = ()
 
 
+def check_no_null_cursor(conn: Conn, shape: StreamShape) -> None:
+    """Refuses a source with a NULL cursor (an index probe), before anything is written.
+
+    Raises:
+        IncrementalError: ``incremental_cursor_null``.
+    """
+    found = conn.execute(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NULL)").format(
+            shape.source.ident, shape.cursor.ident
+        )
+    ).fetchone()
+    if found is not None and found[0]:
+        raise incremental_error("incremental_cursor_null", f"Table {shape.source}.")
+
+
 class _StillOpenError(Exception):
     def __init__(self, running: Sequence[tuple[object, ...]]) -> None:
         super().__init__("still open")
