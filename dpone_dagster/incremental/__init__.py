@@ -8,13 +8,20 @@ path's ``merge`` sink in batches that commit with their receipts and the stream'
 """
 
 from .batch import BatchOutcome
-from .deletes import DeleteScan
+from .compare import Comparison
 from .engine import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES, IncrementalSync
 from .errors import INCREMENTAL_ERRORS, IncrementalError, incremental_error
 from .mark import StreamMark
 from .report import IncrementalResult, Notice
 from .shape import StreamShape
-from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
+from .state import (
+    Checkpoint,
+    RunInProgress,
+    StreamLedger,
+    StreamReceipt,
+    StreamState,
+    Verification,
+)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -23,7 +30,7 @@ __all__ = [
     "INCREMENTAL_ERRORS",
     "BatchOutcome",
     "Checkpoint",
-    "DeleteScan",
+    "Comparison",
     "IncrementalError",
     "IncrementalResult",
     "IncrementalSync",
@@ -34,5 +41,6 @@ __all__ = [
     "StreamReceipt",
     "StreamShape",
     "StreamState",
+    "Verification",
     "incremental_error",
 ]

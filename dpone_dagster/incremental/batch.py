@@ -31,9 +31,10 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
 from dpone_dagster.postgres.plan import TableMapping, TablePlan, plan_tables
 
-from .deletes import DeleteScan, apply_deletes, ensure_soft_column, find_deleted, revive
+from .deletes import ensure_soft_column, revive
 from .shape import StreamShape
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
+from .verify import FinalCheck, final_check
 
 Conn = psycopg.Connection[tuple[object, ...]]
 Deletes = Literal["ignore", "hard", "soft"]
@@ -121,6 +122,7 @@ def copy_batch(
     target_dsn: str,
     batch_size: int,
     deletes: Deletes,
+    verify: bool = False,
     on_phase: PhaseHook = lambda _: None,
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
@@ -148,7 +150,7 @@ def copy_batch(
             done: list[BatchOutcome] = []
 
             def finish(conn: Conn) -> None:
-                done.append(_finish(conn, ledger, shape, state, rows, load, deletes))
+                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify))
                 on_phase("commit")
 
             load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
@@ -169,26 +171,26 @@ def _finish(
     rows: _Rows,
     load: TargetLoad,
     deletes: Deletes,
+    verify: bool,
 ) -> BatchOutcome:
-    """Detects deletes after the final batch, then writes the receipt and the new state."""
+    """After the final batch, finds deletes and verifies (as asked); then writes the receipt
+    and the new state."""
     run = state.run
     assert run is not None
     final = rows.rows < rows.size
-    scan = DeleteScan([], 0, 0)
-    deleted = 0
+    check = FinalCheck()
     if final:
         ensure_soft_column(conn, shape)
-        if deletes != "ignore":
-            scan = find_deleted(rows.src, conn, shape)
-            deleted = apply_deletes(conn, shape, scan.deleted, rows.window.authority.receipt.
-                                    snapshot_acquired_at or run.taken_at)  # fmt: skip
+        at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
+        check = final_check(rows.src, conn, shape, deletes=deletes, verify=verify,
+                            mark=run.mark, at=at)  # fmt: skip
     sink = load.tables[0].sink_result
     inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
     receipt = StreamReceipt(
         stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
         after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
-        updated=updated, deleted=deleted, keys_compared=scan.keys_compared, final=final,
-        extraction=rows.extraction_receipt,
+        updated=updated, deleted=check.deleted, keys_compared=check.keys_compared, final=final,
+        extraction=rows.extraction_receipt, verification=check.verification,
     )  # fmt: skip
     progressed = run.model_copy(
         update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,

@@ -60,6 +60,8 @@ class IncrementalSync:
             backfill of the same tables and cursor instead of copying the table again.
         settle_timeout: Seconds a run waits for transactions open at its mark (see
             :mod:`.mark` for what happens after).
+        verify: After the final batch, compare whole rows of both sides in its snapshot
+            (:mod:`.verify`) and record the verdict in its receipt.
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options.
@@ -92,6 +94,7 @@ class IncrementalSync:
         lookback: timedelta | None = None,
         continue_from_backfill: bool = False,
         settle_timeout: float = 30.0,
+        verify: bool = False,
         ledger_schema: str = "dpone_ledger",
         label: str = "",
         options: ConnectionOptions | None = None,
@@ -108,6 +111,7 @@ class IncrementalSync:
         self.batch_size, self.lookback = batch_size, lookback
         self.continue_from_backfill = continue_from_backfill
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
+        self.verify = verify
         self.ledger = StreamLedger(ledger_schema)
         self.on_batch = on_batch or (lambda _: None)
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
@@ -197,7 +201,8 @@ class IncrementalSync:
     ) -> BatchOutcome | None:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
-            batch_size=self.batch_size, deletes=self.deletes, on_phase=self.on_phase,
+            batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
+            on_phase=self.on_phase,
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
@@ -232,7 +237,7 @@ class IncrementalSync:
             if state.run is not None or stale:  # another run began, or ended after our mark
                 return state, state, mark
             run = plan_run(sessions.source, shape, state, mark, self.lookback)
-            if nothing_to_do(state, run, self.deletes):
+            if nothing_to_do(state, run, self.deletes) and not self.verify:
                 return state, state, mark
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
             self.ledger.save(tgt, state, begun)

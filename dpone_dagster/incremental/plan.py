@@ -35,6 +35,21 @@ def greatest(src: Conn, shape: StreamShape, values: list[str | None]) -> str | N
     return None if row[0] is None else str(row[0])
 
 
+def above(src: Conn, shape: StreamShape, values: list[str], mark: str | None) -> list[bool]:
+    """For each cursor value (text), whether it lies above ``mark`` (every one, without a
+    mark)."""
+    if mark is None or not values:
+        return [True] * len(values)
+    rows = src.execute(
+        sql.SQL(
+            "SELECT CAST(v AS {t}) > CAST(%s::text AS {t}) FROM unnest(%s::text[])"
+            " WITH ORDINALITY AS u(v, n) ORDER BY n"
+        ).format(t=sql.SQL(shape.cursor.type_sql)),
+        (mark, values),
+    ).fetchall()
+    return [bool(r[0]) for r in rows]
+
+
 def _minus(src: Conn, shape: StreamShape, value: str, lookback: timedelta) -> str:
     row = src.execute(
         sql.SQL("SELECT (CAST(%s::text AS {}) - %s::interval)::text").format(

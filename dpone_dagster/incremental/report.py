@@ -14,7 +14,7 @@ from dpone_dagster.lifecycle import SnapshotLabel
 from .errors import INCREMENTAL_ERRORS
 from .mark import StreamMark
 from .shape import StreamShape
-from .state import StreamReceipt, StreamState
+from .state import StreamReceipt, StreamState, Verification
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -53,6 +53,7 @@ class IncrementalResult:
         awaited: Transactions open at the mark that were waited out.
         notices: ``incremental_mark_unsettled`` while transactions outlive the settle timeout.
         receipts: The run's batch receipts.
+        verification: The final batch's verification, when the run was verified.
     """
 
     stream_id: str
@@ -74,6 +75,7 @@ class IncrementalResult:
     awaited: int
     notices: tuple[Notice, ...]
     receipts: tuple[StreamReceipt, ...]
+    verification: Verification | None = None
 
 
 def _lag(src: Conn, shape: StreamShape, state: StreamState) -> float | None:
@@ -145,4 +147,5 @@ def build_result(
         awaited=0 if mark is None else mark.awaited,
         notices=_notices(after, mark),
         receipts=tuple(receipts),
+        verification=receipts[-1].verification if receipts else None,
     )

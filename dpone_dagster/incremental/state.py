@@ -97,6 +97,30 @@ class StreamState(_Frozen):
     run: RunInProgress | None = None
 
 
+class Verification(_Frozen):
+    """The final batch's comparison of whole rows, both sides, in its source snapshot.
+
+    Attributes:
+        ok: Every source row at or below the mark is in the target with equal values, and the
+            target holds no other live row (``ignore``: rows the source deleted are allowed).
+        keys_compared: Keys that crossed the wire.
+        ranges_differing: Key-hash ranges whose digests differed.
+        changed_since_mark: Rows that differ because the source changed them after the mark
+            (their cursor is above it: the next run's).
+        deleted_kept: Target rows whose key the source lost, kept under ``ignore``.
+        unexplained: How many rows differ with no such reason.
+        examples: Up to 20 of their keys.
+    """
+
+    ok: bool
+    keys_compared: int = Field(ge=0)
+    ranges_differing: int = Field(ge=0)
+    changed_since_mark: int = Field(ge=0)
+    deleted_kept: int = Field(ge=0)
+    unexplained: int = Field(ge=0)
+    examples: tuple[tuple[str, ...], ...] = ()
+
+
 class StreamReceipt(_Frozen):
     """What one committed batch did.
 
@@ -113,6 +137,7 @@ class StreamReceipt(_Frozen):
         keys_compared: Keys that crossed the wire for the delete detection.
         final: The batch reached the run's mark.
         extraction: The batch's read window and snapshot (its lifecycle receipt).
+        verification: The final batch's comparison of whole rows, when asked for.
     """
 
     stream_id: str
@@ -127,6 +152,7 @@ class StreamReceipt(_Frozen):
     keys_compared: int = Field(default=0, ge=0)
     final: bool
     extraction: ExtractionLifecycleReceipt
+    verification: Verification | None = None
 
 
 _STREAMS = """CREATE TABLE IF NOT EXISTS {streams} (

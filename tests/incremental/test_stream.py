@@ -125,3 +125,20 @@ def test_ignore_keeps_deleted_rows_and_the_state_is_one_small_row_per_stream(
         stream.target, "SELECT count(*) FROM dpone_ledger.incremental_batch_receipts"
     )
     assert receipts == 26 + 11
+
+
+def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Stream) -> None:
+    first = stream.run(verify=True, deletes="hard")
+    assert first.verification is not None and first.verification.ok
+    assert first.verification.keys_compared == 0
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id = 3")
+    pg.execute(stream.source, "UPDATE shop.orders SET note = 'v', updated_at = now() WHERE id = 4")
+    # Damage the replica behind the stream's back: a row lost, a row changed.
+    pg.execute(stream.target, "DELETE FROM shop.orders WHERE id = 8")
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 9")
+    second = stream.run(verify=True, deletes="hard")
+    assert second.deleted == 1
+    check = second.verification
+    assert check is not None and not check.ok
+    assert check.unexplained == 2 and set(check.examples) == {("8",), ("9",)}
+    assert check.keys_compared < 10
