@@ -141,7 +141,8 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
     return str(row[0])
 
 
-def _has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
+def has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
+    """True when a valid, non-partial index of ``table`` starts with column ``cursor``."""
     oid = relation_oid(conn, table)
     row = conn.execute(_CURSOR_INDEX, (oid, cursor)).fetchone()
     return bool(row and row[0])
@@ -200,7 +201,7 @@ def resolve_shape(
             "plan_invalid",
             f"Table {source} has no primary key; rows need one to be matched in the target.",
         )
-    if not _has_cursor_index(src, source, cursor):
+    if not has_cursor_index(src, source, cursor):
         raise backfill_error(
             "plan_invalid",
             f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
@@ -231,7 +232,7 @@ def _check_target(
             "destination_expansion_incomplete",
             f"Target {target} needs the primary key ({', '.join(key)}).",
         )
-    if not _has_cursor_index(tgt, target, cursor):
+    if not has_cursor_index(tgt, target, cursor):
         raise backfill_error(
             "destination_expansion_incomplete",
             f"No index on target {target} starts with {cursor!r} (needed to count and compare "

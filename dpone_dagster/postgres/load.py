@@ -133,6 +133,7 @@ class TargetLoad:
         *,
         begin: Callable[[Conn], None] = begin_read_write,
         fill_stagings: StagingFiller | None = None,
+        before_commit: Callable[[Conn], None] | None = None,
     ) -> None:
         """Stages every table, applies the sinks and commits.
 
@@ -140,6 +141,8 @@ class TargetLoad:
             rows: The rows of the table at an index (opened when the load reaches it).
             begin: Sets (or begins) the target transaction.
             fill_stagings: Fills the staging tables from other sessions first.
+            before_commit: Writes what must commit with the rows (a ledger's state), in the
+                load's transaction after every sink.
 
         Raises:
             TargetCommitUnknownError: the COMMIT's acknowledgement was lost.
@@ -161,6 +164,8 @@ class TargetLoad:
                 fill_stagings(self.target, self.target_dsn, stagings)
             for index, (table, staging_name) in enumerate(zip(self.tables, stagings, strict=True)):
                 self._load(table, rows(index), staging_name)
+            if before_commit is not None:
+                before_commit(self.target)
             commit_target(self.target)
             for guard in guards:
                 guard.transfer(None)

@@ -32,6 +32,7 @@ from dpone_dagster.postgres.identifiers import check_identifier
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 from .backfill import backfill_events
+from .incremental import IncrementalEvent, StreamOptions, incremental_events
 from .snapshot_copy import CopyEvent, snapshot_copy_events
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
@@ -339,6 +340,33 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             context, self, source, target, batch_size=batch_size, reconcile=reconcile,
             on_changed=on_changed,
         )  # fmt: skip
+
+    def incremental(
+        self,
+        context: dg.AssetExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        options: StreamOptions | None = None,
+    ) -> Iterator[IncrementalEvent]:
+        """Runs the asset's incremental stream once through this ledger.
+
+        The table, target and cursor are the asset spec's (``dpone/source_table``,
+        ``dpone/table``, ``dpone/cursor``, as :func:`~dpone_dagster.incremental_asset` writes
+        them). The run continues a run left in progress (a crash, a retry, a concurrent run)
+        or copies ``(mark, new mark]``; after every committed batch an ``AssetObservation``
+        shows in the UI; then the ``dpone_reconciled`` check (when declared) and the
+        materialization with the run's metadata are yielded.
+
+        Args:
+            context: The asset's execution context.
+            source: The source database.
+            target: The target database (the stream's state lives in its ledger schema).
+            options: How the stream runs (deletes, batch size, lookback...).
+
+        Raises:
+            DponeFailure: any stream error, with its code and next actions.
+        """
+        yield from incremental_events(context, self, source, target, options or StreamOptions())
 
     def ledger_dsn(self, target: PostgresTargetResource) -> str:
         """The ledger's DSN: its own, or the target's."""
