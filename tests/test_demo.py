@@ -44,6 +44,14 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
         == 31
     )
     assert "backfill ledger: 31 runs, 31 succeeded" in done.stdout
+    # The evolution between two runs: the target took the new column with its data.
+    assert (
+        "shop/customers schema change: added 'loyalty_tier' text DEFAULT 'bronze'::text "
+        "(NOT NULL, as in the source)" in done.stdout
+    ), done.stdout
+    assert pg.fetch_all(
+        target, "SELECT loyalty_tier, count(*) FROM shop.customers GROUP BY 1 ORDER BY 1"
+    ) == [("bronze", 1800), ("gold", 200)]
     assert_the_printed_command_shows_the_runs(done.stdout, port, tmp_path)
 
 
@@ -62,8 +70,9 @@ def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: 
         runs = server.runs()
     finally:
         server.stop()
-    assert len(runs) == 2, runs  # the shop copy, and the backfill's partition range in one run
+    # The shop copy, the customers' copy after the evolution, the backfill's range in one run.
+    assert len(runs) == 3, runs
     assert {r["status"] for r in runs} == {"SUCCESS"}
-    selected = sorted(tuple(tuple(a["path"]) for a in r["assetSelection"]) for r in runs)
-    assert (("events", "page_views"),) in selected
-    assert any(("shop", "orders") in s for s in selected)
+    selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
+    assert ("shop", "orders") in selected[0]
+    assert selected[1:] == [{("shop", "customers")}, {("events", "page_views")}]

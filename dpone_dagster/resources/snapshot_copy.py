@@ -19,6 +19,7 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import (
     CHECK_NAME,
     copy_check_result,
+    log_schema_changes,
     source_key_of,
     step_seconds_metadata,
     table_catalog_metadata,
@@ -26,6 +27,7 @@ from dpone_dagster.metadata import (
 )
 from dpone_dagster.postgres import CopyOptions, CopyReport, Sink, SnapshotCopy, SnapshotSession
 from dpone_dagster.postgres.plan import check_sink
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.reconcile import reconcile_copy
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
@@ -86,10 +88,17 @@ def snapshot_copy_events(
     sink: str,
     workers: int,
     batch_rows: int | None,
+    schema_changes: str = "evolve",
 ) -> Iterator[CopyEvent]:
     """See :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`."""
     try:
-        options = _Options(check_strategy(strategy), check_sink(sink), workers, batch_rows)
+        options = _Options(
+            check_strategy(strategy),
+            check_sink(sink),
+            workers,
+            batch_rows,
+            check_schema_changes(schema_changes),
+        )
         chosen = selected_tables(context, tables, translator)
         checked = [
             key
@@ -110,12 +119,14 @@ def snapshot_copy_events(
 
 @dataclass(frozen=True)
 class _Options:
-    """How the step copies: the strategy, sink, workers and batch size it was asked for."""
+    """How the step copies: the strategy, sink, workers, batch size and schema-change rule it
+    was asked for."""
 
     strategy: Strategy
     sink: Sink
     workers: int
     batch_rows: int | None
+    schema_changes: SchemaChanges
 
 
 def _copy(
@@ -136,7 +147,7 @@ def _copy(
     mappings = [(t.source_table, t.target_table) for t in tables.values()]
     with SnapshotCopy(
         source.dsn, target.dsn, mappings, strategy=how.strategy, sink=how.sink,
-        workers=how.workers, options=options,
+        workers=how.workers, options=options, schema_changes=how.schema_changes,
     ) as copy:  # fmt: skip
         source.track(copy)
         steps = (("plan", copy.plan), ("extract", copy.extract))
@@ -169,6 +180,7 @@ def _materializations(
         context.log,
     )
     for key, table, standard in zip(keys, report.tables, catalog, strict=True):
+        log_schema_changes(context.log, table.target.qualified, table.schema_changes)
         metadata = {**table_metadata(report, table), **step_seconds_metadata(seconds), **standard}
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 

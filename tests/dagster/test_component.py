@@ -57,6 +57,16 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
             assert specs[dg.AssetKey(["source", "shop", "orders"])].kinds == {"postgres"}
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
+            # A column added to a source between two runs: the next run evolves the target.
+            pg.execute(source_dsn, "ALTER TABLE shop.customers ADD note text DEFAULT 'new'")
+            again = runnable.resolve_job_def("copy").execute_in_process()
+            [customers] = [
+                m.materialization
+                for m in again.get_asset_materialization_events()
+                if m.materialization.asset_key == dg.AssetKey(["shop", "customers"])
+            ]
+            [change] = customers.metadata["dpone/schema_changes"].value  # type: ignore[misc]
+            assert (change["column"], change["kind"]) == ("note", "added")
             assert (
                 runnable.resolve_job_def("events")
                 .execute_in_process(partition_key="0..50000")
@@ -234,3 +244,34 @@ def test_dg_lists_the_component_and_scaffolds_a_defs_yaml_that_runs(
     assert pg.table_fingerprint(source_dsn, "shop", "orders") == pg.table_fingerprint(
         target_dsn, "shop", "orders"
     )
+
+
+def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
+    def load(on_changed: str) -> dg.Definitions:
+        attributes = {
+            "source_dsn_env": "DPONE_SOURCE_DSN",  # read at run time: no server needed here
+            "target_dsn_env": "DPONE_TARGET_DSN",
+            "backfills": [
+                {
+                    "table": "events.page_views",
+                    "cursor": "id",
+                    "range_partitions": {"start": 0, "stop": 100, "step": 50},
+                    "on_changed": on_changed,
+                }
+            ],
+        }
+        with create_defs_folder_sandbox() as sandbox:
+            path = sandbox.scaffold_component(
+                component_cls=PostgresCopyComponent,
+                defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
+                                    "attributes": attributes},
+            )  # fmt: skip
+            with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+                return defs
+
+    specs = {s.key: s for s in load("repair").resolve_all_asset_specs()}
+    spec = specs[dg.AssetKey(["events", "page_views"])]
+    assert spec.metadata["dpone/on_changed"] == "repair"
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        load("overwrite")
+    assert "on_changed" in chain(raised.value)

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dpone_dagster import source_asset_specs
+from dpone_dagster import incremental_asset, source_asset_specs
 from dpone_dagster.assets import backfill_asset, snapshot_copy_assets
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
@@ -26,6 +26,8 @@ from dpone_dagster.resources import (
 )
 from dpone_dagster.translator import DponeTranslator
 from tests.helpers import pg
+from tests.incremental.conftest import ORDERS as ORDERS_TABLE
+from tests.incremental.conftest import insert_orders
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDERS = dg.AssetKey(["shop", "orders"])
@@ -142,13 +144,36 @@ def test_a_backfill_partition_reports_schema_lineage_and_numbers(
         assert isinstance(remaining, dg.IntMetadataValue)
 
 
+def test_an_incremental_run_reports_schema_and_lineage_without_its_soft_delete_marker(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, ORDERS_TABLE)
+    insert_orders(source_dsn, 1, 300)
+    orders = incremental_asset("shop.orders", cursor="updated_at", deletes="soft")
+    result = dg.materialize([orders], resources=resources(source_dsn, target_dsn))
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    metadata = dict(event.materialization.metadata)
+    database = pg.fetch_one(target_dsn, "SELECT current_database()")
+    assert metadata["dagster/table_name"] == dg.MetadataValue.text(f"{database}.shop.orders")
+    schema = metadata["dagster/column_schema"].schema
+    names = [c.name for c in schema.columns]
+    assert names == ["id", "updated_at", "note", "amount", "_dpone_deleted_at"]
+    lineage = metadata["dagster/column_lineage"].lineage.deps_by_column
+    # The soft-delete marker is the target's own: no source column feeds it.
+    assert set(lineage) == {"id", "updated_at", "note", "amount"}
+    assert lineage["note"] == [dg.TableColumnDep(asset_key=SOURCE_ORDERS, column_name="note")]
+    assert isinstance(metadata["dpone/lag_seconds"], dg.FloatMetadataValue)
+    assert isinstance(metadata["dagster/row_count"], dg.IntMetadataValue)
+
+
 DEFINITIONS = """
 import os
 
 import dagster as dg
 
 from dpone_dagster import PostgresSourceResource, PostgresTargetResource, snapshot_copy_assets
-from dpone_dagster import source_asset_specs
+from dpone_dagster import incremental_asset, source_asset_specs
 
 shop = snapshot_copy_assets(["shop.orders"])
 defs = dg.Definitions(
