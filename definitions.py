@@ -57,7 +57,14 @@ page_views_job = dg.define_asset_job("page_views_daily", selection=[page_views])
 
 defs = dg.Definitions(
     # The source tables, upstream of their copies in the asset graph.
-    assets=[shop, page_views, *source_asset_specs([shop, page_views])],
+    assets=[
+        shop,
+        page_views,
+        *(
+            s.replace_attributes(group_name="sources")
+            for s in source_asset_specs([shop, page_views])
+        ),
+    ],
     jobs=[page_views_job],
     schedules=[dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1)],
     resources={

@@ -27,7 +27,7 @@ from dpone_dagster.assets.snapshot_copy import (
 )
 from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import log_schema_changes, table_metadata
+from dpone_dagster.metadata import log_schema_changes, table_catalog_metadata, table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import copy_failure
@@ -106,7 +106,9 @@ def build_extraction_job(
     engine_strategy = check_copy_options(strategy, sink, workers, schema_changes)
     check_instance_storage()
     spec = CopyTableSpec.coerce(table)
-    key = (translator or DponeTranslator()).get_asset_key(spec)
+    tr = translator or DponeTranslator()
+    key = tr.get_asset_key(spec)
+    source_key = tr.get_source_asset_key(spec) if tr.source_assets else None
     mapping = (spec.source_table, spec.target_table)
 
     @dg.op(name="acquire")
@@ -138,7 +140,10 @@ def build_extraction_job(
 
     @dg.op(name="settle", out={})
     def settle(
-        context: dg.OpExecutionContext, source: PostgresSourceResource, copy: str
+        context: dg.OpExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        copy: str,
     ) -> Iterator[dg.AssetMaterialization]:
         live = source.held(copy, SnapshotCopy)
         report: CopyReport | None = live.report
@@ -148,7 +153,13 @@ def build_extraction_job(
             for table_report in report.tables:
                 changes = table_report.schema_changes
                 log_schema_changes(context.log, table_report.target.qualified, changes)
-                metadata: dict[str, Any] = table_metadata(report, table_report)
+                [standard] = table_catalog_metadata(
+                    target.dsn,
+                    target.options,
+                    [(table_report.target, source_key, table_report.columns or None)],
+                    context.log,
+                )
+                metadata: dict[str, Any] = {**table_metadata(report, table_report), **standard}
                 yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
 
     @dg.job(
