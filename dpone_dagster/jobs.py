@@ -70,6 +70,27 @@ def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[
         raise
 
 
+def _materializations(
+    context: dg.OpExecutionContext,
+    target: PostgresTargetResource,
+    report: CopyReport,
+    key: dg.AssetKey,
+    source_key: dg.AssetKey | None,
+) -> Iterator[dg.AssetMaterialization]:
+    """The settled copy's materialization: its receipts and the standard table set."""
+    for table_report in report.tables:
+        changes = table_report.schema_changes
+        log_schema_changes(context.log, table_report.target.qualified, changes)
+        [standard] = table_catalog_metadata(
+            target.dsn,
+            target.options,
+            [(table_report.target, source_key, table_report.columns or None)],
+            context.log,
+        )
+        metadata: dict[str, Any] = {**table_metadata(report, table_report), **standard}
+        yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
+
+
 def build_extraction_job(
     table: str | CopyTableSpec,
     *,
@@ -150,17 +171,7 @@ def build_extraction_job(
         live.close()
         context.log.info(f"dpone terminal outcome: {_outcome_line(live)}")
         if report is not None:
-            for table_report in report.tables:
-                changes = table_report.schema_changes
-                log_schema_changes(context.log, table_report.target.qualified, changes)
-                [standard] = table_catalog_metadata(
-                    target.dsn,
-                    target.options,
-                    [(table_report.target, source_key, table_report.columns or None)],
-                    context.log,
-                )
-                metadata: dict[str, Any] = {**table_metadata(report, table_report), **standard}
-                yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
+            yield from _materializations(context, target, report, key, source_key)
 
     @dg.job(
         name=name or f"extract_{key.to_python_identifier()}",
