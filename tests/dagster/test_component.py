@@ -247,30 +247,16 @@ def test_dg_lists_the_component_and_scaffolds_a_defs_yaml_that_runs(
 
 
 def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
-    def load(on_changed: str) -> dg.Definitions:
-        attributes = {
-            "source_dsn_env": "DPONE_SOURCE_DSN",  # read at run time: no server needed here
-            "target_dsn_env": "DPONE_TARGET_DSN",
-            "backfills": [
-                {
-                    "table": "events.page_views",
-                    "cursor": "id",
-                    "range_partitions": {"start": 0, "stop": 100, "step": 50},
-                    "on_changed": on_changed,
-                }
-            ],
+    def load(on_changed: str) -> dict[dg.AssetKey, dg.AssetSpec]:
+        backfill = {
+            "table": "events.page_views",
+            "cursor": "id",
+            "range_partitions": {"start": 0, "stop": 100, "step": 50},
+            "on_changed": on_changed,
         }
-        with create_defs_folder_sandbox() as sandbox:
-            path = sandbox.scaffold_component(
-                component_cls=PostgresCopyComponent,
-                defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
-                                    "attributes": attributes},
-            )  # fmt: skip
-            with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
-                return defs
+        return build({"backfills": [backfill]})
 
-    specs = {s.key: s for s in load("repair").resolve_all_asset_specs()}
-    spec = specs[dg.AssetKey(["events", "page_views"])]
+    spec = load("repair")[dg.AssetKey(["events", "page_views"])]
     assert spec.metadata["dpone/on_changed"] == "repair"
     with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
         load("overwrite")
