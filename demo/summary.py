@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
-
 import psycopg
 
-from demo.seed import DEFAULT_SOURCE_DSN, DEFAULT_TARGET_DSN
+from demo.seed import choose
 
 TABLES = ["shop.customers", "shop.orders", 'shop."Order Items"', "events.page_views"]
 
 
 def main() -> None:
     """Prints one line per demo table and one for the ledger."""
-    source = os.environ.get("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)
-    target = os.environ.get("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)
+    source, target = choose("source").dsn, choose("target").dsn
     with psycopg.connect(source) as src, psycopg.connect(target) as tgt:
         for table in TABLES:
             query = f"SELECT count(*) FROM {table}"  # noqa: S608 - fixed demo names

@@ -114,8 +114,9 @@ class ServerChoice:
         """One line that says which server is used, and how to point at another."""
         if self.embedded is None:
             return f"PostgreSQL at {describe_dsn(self.dsn)}"
+        default = describe_dsn(default_dsn()).rsplit("/", 1)[0]
         return (
-            f"No DSN set and no PostgreSQL answers at {describe_dsn(default_dsn())}: using the "
+            f"No DSN set and no PostgreSQL answers at {default}: using the "
             f"embedded PostgreSQL at 127.0.0.1:{self.embedded.port} (data in "
             f"{self.embedded.folder}; stop it with `python -m dpone_dagster.embedded stop`)"
         )

@@ -34,8 +34,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         except DponeError as exc:
             pytest.exit(str(exc), returncode=3)
         os.environ["DPONE_TEST_PG_DSN"] = choice.dsn  # subprocesses of the tests use it too
-        if choice.embedded is not None:
-            print(f"\n{choice.note()}")
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if choice.embedded is not None and reporter is not None:
+            reporter.write_line(choice.note())
     for dsn in {pg.admin_dsn(), pg.target_admin_dsn()}:
         problem = pg.server_problem(dsn)
         if problem is not None:
