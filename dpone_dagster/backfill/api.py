@@ -228,6 +228,7 @@ class Backfill:
         existing = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
         if existing is not None:
             return existing
+        self._refuse_changed_columns(sessions, scope)
         settle = None if self.write_pause is not None else self.settle_timeout
         mark = take_high_water_mark(
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
@@ -240,6 +241,22 @@ class Backfill:
         except BaseException:
             sessions.abandon()
             raise
+
+    def _refuse_changed_columns(self, sessions: Sessions, scope: BackfillScope) -> None:
+        """A run of the same tables, cursor and range that stopped under other columns would be
+        shadowed by a new run of this scope: refused, so its committed batches are not
+        silently left with stale columns."""
+        same = ("label", "source", "target", "cursor", "lower", "upper")
+        for run in self.ledger.runs_in_progress(sessions.ledger):
+            theirs = run.scope
+            if all(getattr(theirs, f) == getattr(scope, f) for f in same):
+                raise backfill_error(
+                    "backfill_schema_changed",
+                    f"Run {run.run_id} of {self.source} stopped at checkpoint "
+                    f"{run.progress.checkpoint} copying columns {list(theirs.columns)} "
+                    f"({theirs.copy_format}); the source now has {list(scope.columns)} "
+                    f"({scope.copy_format}), key {list(scope.key)}.",
+                )
 
     def load(self) -> BackfillRun | None:
         """The last committed state of this scope's run (``None`` before the first plan)."""

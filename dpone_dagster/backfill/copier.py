@@ -63,7 +63,7 @@ from .protocol import (
 from .reconcile_model import OnChanged
 from .rules import apply_batch, check_request, replay
 from .sessions import Sessions, transaction
-from .shape import TableShape
+from .shape import TableShape, check_columns_unchanged
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
@@ -121,7 +121,7 @@ _NOTHING_COUNTED = _Counted(0, None)
 
 
 @dataclass(frozen=True)
-class _Window:
+class ReadWindow:
     """The batch's read window: its lifecycle authority (snapshot and clock acquired) and the
     snapshot's ``xmin``."""
 
@@ -129,8 +129,9 @@ class _Window:
     xmin: int
 
 
-def _open_window(src: Conn) -> _Window:
-    """Records the source transaction's snapshot and clock in a new lifecycle authority."""
+def open_read_window(src: Conn) -> ReadWindow:
+    """Records the source transaction's snapshot and clock in a new lifecycle authority (the
+    session must be inside its ``REPEATABLE READ`` transaction)."""
     snap = src.execute(
         "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
     ).fetchone()
@@ -145,16 +146,19 @@ def _open_window(src: Conn) -> _Window:
             clock_authority=SERVER_CLOCK,
         )
     )
-    return _Window(authority, int(str(snap[1]).split(":", 1)[0]))
+    return ReadWindow(authority, int(str(snap[1]).split(":", 1)[0]))
 
 
-def _close_window(src: Conn, window: _Window, moved: _Moved) -> ExtractionLifecycleReceipt:
-    """The batch's lifecycle receipt: what was read, completed at the server's clock."""
+def close_read_window(
+    src: Conn, window: ReadWindow, rows: int, byte_count: int
+) -> ExtractionLifecycleReceipt:
+    """The read's lifecycle receipt: ``rows`` and ``byte_count`` read, completed at the server's
+    clock."""
     done = src.execute("SELECT clock_timestamp()").fetchone()
     assert done is not None
     return window.authority.complete(
-        row_count=moved.relayed.rows_out,
-        byte_count=moved.relayed.bytes,
+        row_count=rows,
+        byte_count=byte_count,
         completed_at=done[0],  # type: ignore[arg-type]
     )
 
@@ -242,13 +246,14 @@ def _move(
     src, after, hwm = sessions.source, request.after, request.source_high_water_mark
     bounds, moved, counted = _NO_ROWS, _NOTHING_MOVED, _NOTHING_COUNTED
     with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-        window = _open_window(src)
+        window = open_read_window(src)
         if hwm is not None:
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
+            check_columns_unchanged(src, shape)
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper, overwrite)
             counted = _count_target(sessions.target, shape, after, bounds, moved.path, window.xmin)
-        extraction = _close_window(src, window, moved)
+        extraction = close_read_window(src, window, moved.relayed.rows_out, moved.relayed.bytes)
     return BatchObservation(
         upper=bounds.upper,
         first_cursor=bounds.first,

@@ -72,6 +72,17 @@ BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         "A copied record differs from the source.",
         RECORD_CHANGED_ACTIONS,
     ),
+    "backfill_schema_changed": (
+        "The source's copied columns changed during the run; it does not evolve mid-run, because "
+        "the batches it already committed hold the old columns.",
+        (
+            "Either restore the source's columns as they were and run again: the run resumes "
+            "after its last durable checkpoint.",
+            "Or start the partition over under the new columns: change the target table to "
+            "the source's new columns, delete the partition's rows from the target, and run "
+            "again (a new run, with its own id, copies the partition from its start).",
+        ),
+    ),
     "backfill_run_invalid": (
         "The backfill run failed its integrity validation.",
         ("Resume from the last integrity-valid durable revision; do not edit ledger rows.",),

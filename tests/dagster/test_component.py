@@ -42,6 +42,16 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
             events_job = dg.define_asset_job("events", selection=dg.AssetSelection.groups("events"))
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
+            # A column added to a source between two runs: the next run evolves the target.
+            pg.execute(source_dsn, "ALTER TABLE shop.customers ADD note text DEFAULT 'new'")
+            again = runnable.resolve_job_def("copy").execute_in_process()
+            [customers] = [
+                m.materialization
+                for m in again.get_asset_materialization_events()
+                if m.materialization.asset_key == dg.AssetKey(["shop", "customers"])
+            ]
+            [change] = customers.metadata["dpone/schema_changes"].value  # type: ignore[misc]
+            assert (change["column"], change["kind"]) == ("note", "added")
             assert (
                 runnable.resolve_job_def("events")
                 .execute_in_process(partition_key="0..50000")

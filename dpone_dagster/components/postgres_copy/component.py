@@ -27,7 +27,12 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from dpone_dagster.assets.backfill import backfill_asset
-from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, snapshot_copy_assets
+from dpone_dagster.assets.snapshot_copy import (
+    CopySchemaChanges,
+    CopySink,
+    CopyStrategy,
+    snapshot_copy_assets,
+)
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
@@ -48,6 +53,8 @@ class SnapshotCopyModel(dg.Resolvable):
         strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
             ``internal_query``.
         sink: ``replace``, ``append`` or ``merge``.
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, with the data) or ``freeze`` (any difference is refused).
         workers: Worker sessions of ``partitioned_copy``.
         name: The op's name.
         group_name: The assets' group.
@@ -58,6 +65,7 @@ class SnapshotCopyModel(dg.Resolvable):
     targets: dict[str, str] | None = None
     strategy: CopyStrategy = "batched_copy"
     sink: CopySink = "replace"
+    schema_changes: CopySchemaChanges = "evolve"
     workers: int = 4
     name: str | None = None
     group_name: str | None = None
@@ -156,6 +164,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
                     specs,
                     strategy=copy.strategy,
                     sink=copy.sink,
+                    schema_changes=copy.schema_changes,
                     workers=copy.workers,
                     name=copy.name or f"snapshot_copy_{index}",
                     translator=translator,
