@@ -1,10 +1,12 @@
-"""dpone-dagster: PostgreSQL snapshot copies and crash-safe ordered backfills for Dagster.
+"""dpone-dagster: PostgreSQL snapshot copies, crash-safe ordered backfills and incremental sync
+for Dagster.
 
 The names here are what a Dagster user needs: the resources (whose event iterators copy and
 backfill), the asset factories, the partitions, the translator, the component and the failure
 type. The domain APIs live in their subpackages and run without Dagster:
 :mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
-backfill), :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
+backfill), :mod:`dpone_dagster.incremental` (incremental streams),
+:mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
 (MySQL/MariaDB and REST), :mod:`dpone_dagster.lifecycle` (receipts and terminal outcomes). The
 names below are imported on first use, so that ``import dpone_dagster.postgres`` (or any other
 domain package) never loads Dagster.
@@ -14,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dpone_dagster.assets import backfill_asset, snapshot_copy_assets
+    from dpone_dagster.assets import backfill_asset, incremental_asset, snapshot_copy_assets
     from dpone_dagster.components import PostgresCopyComponent
     from dpone_dagster.failures import DponeFailure
     from dpone_dagster.jobs import build_extraction_job
@@ -44,6 +46,7 @@ _LAZY: dict[str, str] = {
     "RestSourceResource": "dpone_dagster.sources_dagster",
     "backfill_asset": "dpone_dagster.assets",
     "build_extraction_job": "dpone_dagster.jobs",
+    "incremental_asset": "dpone_dagster.assets",
     "cursor_range_partitions": "dpone_dagster.partitions",
     "mysql_copy_asset": "dpone_dagster.sources_dagster",
     "rest_copy_asset": "dpone_dagster.sources_dagster",
@@ -66,6 +69,7 @@ __all__ = [
     "backfill_asset",
     "build_extraction_job",
     "cursor_range_partitions",
+    "incremental_asset",
     "mysql_copy_asset",
     "rest_copy_asset",
     "snapshot_copy_assets",

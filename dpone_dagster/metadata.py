@@ -10,9 +10,16 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import BackfillResult, BatchReceipt, BatchResult
+from dpone_dagster.backfill import (
+    BackfillResult,
+    BatchReceipt,
+    BatchResult,
+    ReconciliationReport,
+)
+from dpone_dagster.incremental import IncrementalResult
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres import CopyReport, TableCopyReport
+from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
 CHECK_NAME = "dpone_reconciled"
@@ -54,11 +61,42 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         metadata["dpone/rows_inserted"] = sink.rows_inserted
         metadata["dpone/rows_updated"] = sink.rows_updated
     metadata.update(receipt_metadata(table.extraction_receipt))
+    metadata.update(schema_change_metadata(table.schema_changes))
     if table.terminal_receipt is not None:
         metadata["dpone/terminal_receipt"] = dg.MetadataValue.json(
             table.terminal_receipt.model_dump(mode="json")
         )
     return metadata
+
+
+def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
+    """``dpone/schema_changes``: what a load changed in its target's schema, one entry per
+    column (``column``, ``kind``: added, widened or kept, ``before``, ``after``, ``detail``);
+    nothing when the schema was left as it was."""
+    if not changes:
+        return {}
+    return {
+        "dpone/schema_changes": dg.MetadataValue.json(
+            [
+                {
+                    "column": c.column,
+                    "kind": c.kind,
+                    "before": c.before,
+                    "after": c.after,
+                    "detail": c.detail,
+                }
+                for c in changes
+            ]
+        )
+    }
+
+
+def log_schema_changes(
+    log: dg.DagsterLogManager, target: str, changes: Sequence[ColumnChange]
+) -> None:
+    """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
+    if changes:
+        log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
 
 
 def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:
@@ -110,11 +148,40 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     }
 
 
+def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
+    """The reconciliation of a partition: its summary, and the rows its repairs inserted,
+    updated and deleted (numbers, so the UI plots them)."""
+    repaired = report.repaired_rows()
+    return {
+        "dpone/reconciliation": dg.MetadataValue.json(
+            {
+                "ok": report.ok,
+                "ranges": len(report.ranges),
+                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
+                "differing": [r.sequence for r in report.differing],
+            }
+        ),
+        "dpone/reconciliation_snapshot_digest": report.source_snapshot,
+        "dpone/rows_repaired_inserted": repaired["inserted"],
+        "dpone/rows_repaired_updated": repaired["updated"],
+        "dpone/rows_repaired_deleted": repaired["deleted"],
+    }
+
+
 def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
-    """Everything a backfill partition's materialization says about its run."""
+    """Everything a backfill partition's materialization says about its run.
+
+    ``dagster/row_count`` is the rows the batches wrote (copied and found equal) or, once a
+    reconciliation ran, the rows the target's ranges hold after it (repairs included).
+    """
     run, progress = result.run, result.run.progress
+    report = result.reconciliation
+    rows = progress.copied_count + progress.duplicate_count
+    if report is not None:
+        rows = sum(r.target_count for r in report.ranges)
     metadata: dict[str, Any] = {
-        "dagster/row_count": progress.copied_count + progress.duplicate_count,
+        "dagster/row_count": rows,
         "dpone/run_id": run.run_id,
         "dpone/checkpoint": progress.checkpoint or "",
         "dpone/high_water_mark": progress.source_high_water_mark or "",
@@ -125,17 +192,8 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         "dpone/snapshot_label": run.snapshot_label.value,
         **_window(receipts),
     }
-    report = result.reconciliation
     if report is not None:
-        metadata["dpone/reconciliation"] = dg.MetadataValue.json(
-            {
-                "ok": report.ok,
-                "ranges": len(report.ranges),
-                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
-                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
-                "differing": [r.sequence for r in report.differing],
-            }
-        )
+        metadata.update(_reconciliation_metadata(report))
     return metadata
 
 
@@ -152,5 +210,87 @@ def batch_observation(key: dg.AssetKey, partition: str, batch: BatchResult) -> d
             "dpone/remaining_estimate": progress.remaining_estimate,
             "dpone/batch": batch.receipt.sequence,
             "dpone/replayed": batch.replayed,
+        },
+    )
+
+
+def _stream_summary(result: IncrementalResult) -> dict[str, Any]:
+    """What the run's batch receipts add up to."""
+    receipts = result.receipts
+    if not receipts:
+        return {"batches": 0}
+    first, last = receipts[0], receipts[-1]
+    started = first.extraction.extraction_started_at
+    completed = last.extraction.extraction_completed_at
+    return {
+        "batches": len(receipts),
+        "first_sequence": first.sequence,
+        "last_sequence": last.sequence,
+        "after_cursor": first.after.cursor if first.after else None,
+        "last_cursor": last.last.cursor if last.last else None,
+        "snapshots": len({r.extraction.source_token for r in receipts}),
+        "extraction_started_at": started.isoformat() if started else None,
+        "extraction_completed_at": completed.isoformat() if completed else None,
+    }
+
+
+def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[str, Any]:
+    """Everything an incremental run's materialization says (counts and the lag as numbers)."""
+    tokens = sorted({t for t in result.snapshot_tokens if t})
+    metadata: dict[str, Any] = {
+        "dagster/row_count": target_rows,
+        "dpone/stream_id": result.stream_id,
+        "dpone/run": result.run or 0,
+        "dpone/rows_read": result.rows,
+        "dpone/rows_inserted": result.inserted,
+        "dpone/rows_updated": result.updated,
+        "dpone/rows_deleted": result.deleted,
+        "dpone/old_mark": result.old_mark or "",
+        "dpone/new_mark": result.new_mark or "",
+        "dpone/batches": result.batches,
+        "dpone/batches_committed_now": result.batches_here,
+        "dpone/resumed": result.resumed,
+        "dpone/keys_compared": result.keys_compared,
+        "dpone/snapshot_label": result.snapshot_label.value,
+        "dpone/snapshot_token_digest": tokens[0] if len(tokens) == 1 else json.dumps(tokens),
+        "dpone/receipts_summary": dg.MetadataValue.json(_stream_summary(result)),
+    }
+    if result.lag_seconds is not None:
+        metadata["dpone/lag_seconds"] = dg.MetadataValue.float(result.lag_seconds)
+    if result.notices:
+        metadata["dpone/notices"] = dg.MetadataValue.json(
+            [{"code": n.code, "message": n.message} for n in result.notices]
+        )
+    return metadata
+
+
+def incremental_check(key: dg.AssetKey, result: IncrementalResult) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of an incremental run: its final batch's verification.
+
+    A run with nothing to verify (no batch: nothing changed and no deletes or verification
+    asked for) passes with ``dpone/verified`` false.
+    """
+    check = result.verification
+    if check is None:
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=CHECK_NAME, passed=True,
+            description="Nothing ran this time; the previous run's check stands.",
+            metadata={"dpone/verified": False},
+        )  # fmt: skip
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CHECK_NAME,
+        passed=check.ok,
+        description="Every source row at or below the mark is in the target, equal"
+        + ("." if check.ok else f": {check.unexplained} row(s) are not."),
+        metadata={
+            "dpone/verified": True,
+            "dpone/guarantee": "equal_at_or_below_mark",
+            "dpone/keys_compared": check.keys_compared,
+            "dpone/ranges_differing": check.ranges_differing,
+            "dpone/changed_since_mark": check.changed_since_mark,
+            "dpone/deleted_kept": check.deleted_kept,
+            "dpone/unexplained": check.unexplained,
+            "dpone/examples": dg.MetadataValue.json([list(k) for k in check.examples]),
         },
     )

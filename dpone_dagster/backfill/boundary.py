@@ -149,7 +149,7 @@ def _read_mark(conn: Conn, shape: TableShape, lower: str | None, upper: str | No
         nulls = conn.execute(
             sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE {c} IS NULL)").format(c=cursor, t=table)
         ).fetchone()
-        in_flight = conn.execute(_IN_FLIGHT).fetchall()
+        in_flight = in_flight_transactions(conn)
     assert snap is not None
     assert mark is not None
     return _Snapshot(
@@ -158,8 +158,19 @@ def _read_mark(conn: Conn, shape: TableShape, lower: str | None, upper: str | No
         high_water_mark=None if mark[0] is None else str(mark[0]),
         rows=int(mark[1]),  # type: ignore[call-overload]
         null_cursor=bool(nulls is not None and nulls[0]),
-        in_flight=[str(r[0]) for r in in_flight],
+        in_flight=in_flight,
     )
+
+
+def in_flight_transactions(conn: Conn) -> list[str]:
+    """The virtual transaction ids of every other client session of the database with a
+    transaction open (written or not), read in ``conn``'s current snapshot."""
+    return [str(r[0]) for r in conn.execute(_IN_FLIGHT).fetchall()]
+
+
+def still_running(conn: Conn, in_flight: Sequence[str]) -> list[tuple[object, ...]]:
+    """``(virtualxid, pid)`` of each transaction of ``in_flight`` that has not ended yet."""
+    return conn.execute(_STILL_RUNNING, (list(in_flight),)).fetchall()
 
 
 def _settle(conn: Conn, in_flight: list[str], timeout: float, interval: float) -> float:
@@ -170,8 +181,8 @@ def _settle(conn: Conn, in_flight: list[str], timeout: float, interval: float) -
             after ``timeout`` seconds.
     """
 
-    def still_running() -> list[tuple[object, ...]]:
-        return conn.execute(_STILL_RUNNING, (in_flight,)).fetchall()
+    def running() -> list[tuple[object, ...]]:
+        return still_running(conn, in_flight)
 
     def unsettled(running: Sequence[tuple[object, ...]]) -> BackfillError:
         pids = ", ".join(str(r[1]) for r in running)
@@ -181,7 +192,7 @@ def _settle(conn: Conn, in_flight: list[str], timeout: float, interval: float) -
             f"running after {timeout:g}s (backend pids {pids}).",
         )
 
-    return wait_while(still_running, timeout=timeout, interval=interval, timed_out=unsettled)
+    return wait_while(running, timeout=timeout, interval=interval, timed_out=unsettled)
 
 
 def mark_boundary(

@@ -21,6 +21,7 @@ from dpone_dagster.postgres.catalog import (
     CatalogError,
     Column,
     column_list,
+    normal_type,
     primary_key,
     relation_oid,
     table_columns,
@@ -28,6 +29,7 @@ from dpone_dagster.postgres.catalog import (
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.schema_change import column_differences
 from dpone_dagster.reconcile.digest import pin_settings
 
 from .errors import backfill_error
@@ -139,7 +141,8 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
     return str(row[0])
 
 
-def _has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
+def has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
+    """True when a valid, non-partial index of ``table`` starts with column ``cursor``."""
     oid = relation_oid(conn, table)
     row = conn.execute(_CURSOR_INDEX, (oid, cursor)).fetchone()
     return bool(row and row[0])
@@ -150,6 +153,24 @@ def _columns(conn: Conn, table: TableName, code: str) -> list[Column]:
         return table_columns(conn, table)
     except CatalogError as exc:
         raise backfill_error(code, exc.message) from None
+
+
+def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
+    """Refuses a batch whose source no longer has the run's copied columns and types.
+
+    Called inside the batch's source transaction after its first read of the table, whose
+    lock keeps the columns as they are until the transaction ends.
+
+    Raises:
+        BackfillError: ``backfill_schema_changed`` listing each column's before and after.
+    """
+    now = [c for c in _columns(src, shape.source, "backfill_schema_changed") if not c.generated]
+    changed = column_differences(shape.columns, now)
+    if changed:
+        raise backfill_error(
+            "backfill_schema_changed",
+            f"Source {shape.source}: {'; '.join(changed)}. Nothing of this batch was written.",
+        )
 
 
 def resolve_shape(
@@ -180,7 +201,7 @@ def resolve_shape(
             "plan_invalid",
             f"Table {source} has no primary key; rows need one to be matched in the target.",
         )
-    if not _has_cursor_index(src, source, cursor):
+    if not has_cursor_index(src, source, cursor):
         raise backfill_error(
             "plan_invalid",
             f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
@@ -198,7 +219,9 @@ def _check_target(
     problems = [
         f"{c.name!r} {c.type_sql}"
         for c in columns
-        if c.name not in have or have[c.name].type_sql != c.type_sql or have[c.name].generated
+        if c.name not in have
+        or normal_type(have[c.name]) != normal_type(c)  # equal however spelled
+        or have[c.name].generated
     ]
     if problems:
         raise backfill_error(
@@ -210,7 +233,7 @@ def _check_target(
             "destination_expansion_incomplete",
             f"Target {target} needs the primary key ({', '.join(key)}).",
         )
-    if not _has_cursor_index(tgt, target, cursor):
+    if not has_cursor_index(tgt, target, cursor):
         raise backfill_error(
             "destination_expansion_incomplete",
             f"No index on target {target} starts with {cursor!r} (needed to count and compare "

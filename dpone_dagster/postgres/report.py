@@ -15,6 +15,7 @@ from dpone_dagster.lifecycle import (
 from .evidence import RowVersionEvidence
 from .identifiers import TableName
 from .plan import Sink
+from .schema_change import ColumnChange
 from .sinks import SinkResult
 from .strategy import Strategy
 
@@ -38,6 +39,8 @@ class TableCopyReport:
             all exactly (the reconciliation then proves them without hashing).
         copy_format_reason: Why the rows moved as text, when they did (a user-defined type, or
             a type whose binary form is not certified between the servers' major versions).
+        schema_changes: What the load changed in the existing target's schema (applied only
+            when the outcome is ``success``).
     """
 
     source: TableName
@@ -50,6 +53,7 @@ class TableCopyReport:
     columns: tuple[str, ...] = ()
     row_versions: RowVersionEvidence | None = None
     copy_format_reason: str | None = None
+    schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
     def rows_extracted(self) -> int | None:

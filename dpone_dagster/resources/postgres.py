@@ -24,7 +24,7 @@ import dagster as dg
 import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
@@ -32,6 +32,7 @@ from dpone_dagster.postgres.identifiers import check_identifier
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 from .backfill import backfill_events
+from .incremental import IncrementalEvent, StreamOptions, incremental_events
 from .snapshot_copy import CopyEvent, snapshot_copy_events
 
 DEFAULT_LEDGER_SCHEMA = "dpone_ledger"
@@ -227,6 +228,7 @@ class PostgresSourceResource(_PostgresResource):
         sink: str = "replace",
         workers: int = 4,
         batch_rows: int | None = None,
+        schema_changes: str = "evolve",
     ) -> Iterator[CopyEvent]:
         """Copies the selected tables under ONE snapshot; yields each table's materialization,
         then each selected ``dpone_reconciled`` check.
@@ -246,6 +248,10 @@ class PostgresSourceResource(_PostgresResource):
             sink: ``replace``, ``append`` or ``merge``.
             workers: Worker sessions of ``partitioned_copy``.
             batch_rows: Rows per batch of ``batched_copy``.
+            schema_changes: ``evolve`` (an existing target takes added columns, widened types
+                and keeps dropped columns, in the load's transaction; the materialization lists
+                them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
+                ``schema_change_incompatible``).
 
         Raises:
             DponeFailure: any copy error, with its code, next actions and terminal outcome.
@@ -259,7 +265,7 @@ class PostgresSourceResource(_PostgresResource):
         """
         yield from snapshot_copy_events(
             context, self, target, tables=tables, translator=translator, strategy=strategy,
-            sink=sink, workers=workers, batch_rows=batch_rows,
+            sink=sink, workers=workers, batch_rows=batch_rows, schema_changes=schema_changes,
         )  # fmt: skip
 
 
@@ -305,6 +311,7 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         reconcile: bool = True,
+        on_changed: OnChanged = "fail",
     ) -> Iterator[BackfillEvent]:
         """Backfills each of the run's partitions through this ledger, in partition order.
 
@@ -321,13 +328,45 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             target: The target database.
             batch_size: Rows per batch.
             reconcile: Reconcile each partition once it reaches its mark.
+            on_changed: ``"fail"`` (default): a row the source changed or deleted after its
+                batch was copied fails the partition with ``backfill_record_changed``;
+                ``"repair"``: the partition's differing ranges are rewritten from the
+                reconciliation's one source snapshot (label ``repaired_to_one_snapshot``).
 
         Raises:
             DponeFailure: any backfill error, with its code and next actions.
         """
         yield from backfill_events(
-            context, self, source, target, batch_size=batch_size, reconcile=reconcile
-        )
+            context, self, source, target, batch_size=batch_size, reconcile=reconcile,
+            on_changed=on_changed,
+        )  # fmt: skip
+
+    def incremental(
+        self,
+        context: dg.AssetExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        options: StreamOptions | None = None,
+    ) -> Iterator[IncrementalEvent]:
+        """Runs the asset's incremental stream once through this ledger.
+
+        The table, target and cursor are the asset spec's (``dpone/source_table``,
+        ``dpone/table``, ``dpone/cursor``, as :func:`~dpone_dagster.incremental_asset` writes
+        them). The run continues a run left in progress (a crash, a retry, a concurrent run)
+        or copies ``(mark, new mark]``; after every committed batch an ``AssetObservation``
+        shows in the UI; then the ``dpone_reconciled`` check (when declared) and the
+        materialization with the run's metadata are yielded.
+
+        Args:
+            context: The asset's execution context.
+            source: The source database.
+            target: The target database (the stream's state lives in its ledger schema).
+            options: How the stream runs (deletes, batch size, lookback...).
+
+        Raises:
+            DponeFailure: any stream error, with its code and next actions.
+        """
+        yield from incremental_events(context, self, source, target, options or StreamOptions())
 
     def ledger_dsn(self, target: PostgresTargetResource) -> str:
         """The ledger's DSN: its own, or the target's."""

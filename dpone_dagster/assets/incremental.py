@@ -1,0 +1,137 @@
+"""``incremental_asset``: a non-partitioned asset that keeps a target table current.
+
+A thin factory over :meth:`~dpone_dagster.BackfillLedgerResource.incremental`: it checks the
+table, cursor and options when the definitions load, builds the spec (naming the table, the
+target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
+``yield from ledger.incremental(context, source, target, options)``. Schedule it every few
+minutes; a run that finds nothing to do is an index probe.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import dagster as dg
+
+from dpone_dagster.incremental import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES
+from dpone_dagster.incremental.batch import Deletes
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import CHECK_NAME
+from dpone_dagster.postgres import check_identifier
+from dpone_dagster.resources import (
+    BackfillLedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from dpone_dagster.resources.incremental import IncrementalEvent, StreamOptions
+from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+
+
+def _check(deletes: str, batch_size: int, soft_delete_column: str) -> None:
+    if deletes not in DELETES:
+        raise DponeError(
+            "incremental_options_invalid",
+            f"deletes={deletes!r}.",
+            [f"Use one of {', '.join(DELETES)}."],
+        )
+    if batch_size < 1:
+        raise DponeError(
+            "incremental_options_invalid",
+            f"batch_size must be at least 1, not {batch_size}.",
+            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
+        )
+    check_identifier(soft_delete_column, what="soft-delete column")
+
+
+def incremental_asset(
+    table: str,
+    *,
+    cursor: str,
+    deletes: Deletes = "ignore",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    target_table: str | None = None,
+    soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
+    lookback: timedelta | None = None,
+    continue_from_backfill: bool = False,
+    settle_timeout: float = 30.0,
+    translator: DponeTranslator | None = None,
+    name: str | None = None,
+    group_name: str | None = None,
+    pool: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    reconcile: bool = True,
+) -> dg.AssetsDefinition:
+    """An asset that copies, on each materialization, what changed in ``table`` since the last.
+
+    Args:
+        table: The source table (``schema.table``; quote names that need it).
+        cursor: The column that grows when a row is inserted or updated (``updated_at`` set by
+            the server, or a sequence id): integer, numeric, date or timestamp, indexed, never
+            NULL.
+        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost)
+            or ``soft`` (set ``soft_delete_column`` on them instead).
+        batch_size: Rows per batch (each commits with its receipt and the stream's state).
+        target_table: The target table; the source's name by default; created on the first run.
+        soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
+        lookback: For a cursor set from a client clock that may run behind the server's: each
+            run reads this much below the mark again.
+        continue_from_backfill: The first run starts from the mark of a complete
+            ``backfill_asset`` of the same table and cursor instead of copying the table.
+        settle_timeout: Seconds a run waits for transactions open at its mark.
+        translator: Maps the table to its asset spec (key ``[schema, table]`` by default).
+        name: The op's name; derived from the key by default.
+        group_name: The asset group.
+        pool: Dagster concurrency pool limiting runs that read the source.
+        op_tags: Tags of the op.
+        reconcile: Verify each run in its final snapshot and report the ``dpone_reconciled``
+            check (costs a comparison of both sides' digests per run).
+
+    Returns:
+        The asset definition (resource keys ``source``, ``target``, ``ledger``).
+
+    Raises:
+        DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor
+            or option (``incremental_options_invalid``).
+
+    Examples:
+        .. code-block:: python
+
+            orders = incremental_asset("shop.orders", cursor="updated_at", deletes="hard")
+            defs = dg.Definitions(
+                assets=[orders],
+                schedules=[dg.ScheduleDefinition(name="orders_every_5_min",
+                           target=orders, cron_schedule="*/5 * * * *")],
+                resources={"source": ..., "target": ..., "ledger": BackfillLedgerResource()},
+            )
+    """
+    spec_in = CopyTableSpec(source=table, target=target_table)
+    check_identifier(cursor, what="cursor column")
+    _check(deletes, batch_size, soft_delete_column)
+    options = StreamOptions(
+        deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
+        lookback=lookback, continue_from_backfill=continue_from_backfill,
+        settle_timeout=settle_timeout, reconcile=reconcile,
+    )  # fmt: skip
+    spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
+    check = dg.AssetCheckSpec(
+        CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
+    )
+
+    @dg.multi_asset(
+        name=name or f"incremental_{spec.key.to_python_identifier()}",
+        specs=[spec.replace_attributes(metadata={**spec.metadata, "dpone/cursor": cursor})],
+        check_specs=[check] if reconcile else [],
+        pool=pool,
+        op_tags={**(op_tags or {}), "dpone/source_table": spec_in.source_table.qualified},
+        group_name=group_name,
+    )
+    def _incremental(
+        context: dg.AssetExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        ledger: BackfillLedgerResource,
+    ) -> Iterator[IncrementalEvent]:
+        yield from ledger.incremental(context, source, target, options)
+
+    return _incremental

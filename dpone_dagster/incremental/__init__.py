@@ -1,0 +1,46 @@
+"""Incremental sync: keep a target table current with a source table, run after run. No Dagster.
+
+Start with :class:`IncrementalSync`. A run takes a mark safe against late commits
+(:mod:`.mark`), copies ``(previous mark, mark]`` in ``(cursor, key)`` order through the one load
+path's ``merge`` sink in batches that commit with their receipts and the stream's state
+(:mod:`.batch`, :mod:`.state`), and finds deletes by comparing key digests range by range
+(:mod:`.deletes`).
+"""
+
+from .batch import BatchOutcome
+from .compare import Comparison
+from .engine import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES, IncrementalSync
+from .errors import INCREMENTAL_ERRORS, IncrementalError, incremental_error
+from .mark import StreamMark
+from .report import IncrementalResult, Notice
+from .shape import StreamShape
+from .state import (
+    Checkpoint,
+    RunInProgress,
+    StreamLedger,
+    StreamReceipt,
+    StreamState,
+    Verification,
+)
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_SOFT_DELETE_COLUMN",
+    "DELETES",
+    "INCREMENTAL_ERRORS",
+    "BatchOutcome",
+    "Checkpoint",
+    "Comparison",
+    "IncrementalError",
+    "IncrementalResult",
+    "IncrementalSync",
+    "Notice",
+    "RunInProgress",
+    "StreamLedger",
+    "StreamMark",
+    "StreamReceipt",
+    "StreamShape",
+    "StreamState",
+    "Verification",
+    "incremental_error",
+]

@@ -1,0 +1,214 @@
+"""One batch of a stream: read under its own snapshot, merged through the one load path, and
+committed with its receipt and the stream's new state in ONE target transaction.
+
+1. The target transaction begins with the stream's advisory lock and its durable state: the
+   batch starts strictly after the state's checkpoint, so two runs of one stream (or a retry of
+   a killed one) never copy a batch twice.
+2. The source opens a ``REPEATABLE READ READ ONLY`` transaction (its snapshot and clock go into
+   the batch's lifecycle receipt) and the next ``batch_size`` rows in ``(cursor, key)`` order,
+   up to the run's mark, stream as COPY into the load path's staging table
+   (:class:`~dpone_dagster.postgres.load.TargetLoad`), which applies the ``merge`` sink.
+3. A batch with fewer rows than ``batch_size`` reached the mark: in the same source snapshot,
+   after the merge, the delete detection compares both key sets (:mod:`.deletes`).
+4. The receipt and the state (compare-and-swap) are written before the load's COMMIT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import psycopg
+from psycopg import IsolationLevel
+
+from dpone_dagster.backfill.copier import ReadWindow, close_read_window, open_read_window
+from dpone_dagster.backfill.sessions import Sessions, transaction
+from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
+from dpone_dagster.postgres.connection import set_transaction_mode
+from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.load import TargetLoad
+from dpone_dagster.postgres.plan import TableMapping, TablePlan, plan_tables
+
+from .deletes import ensure_soft_column, revive
+from .shape import StreamShape
+from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
+from .verify import FinalCheck, final_check
+
+Conn = psycopg.Connection[tuple[object, ...]]
+Deletes = Literal["ignore", "hard", "soft"]
+PhaseHook = Callable[[str], None]
+
+
+class RunOverError(Exception):
+    """The run this batch belongs to was completed (by another process) before it began."""
+
+
+@dataclass
+class _Rows:
+    """The batch's rows, as the load path takes them (a :class:`Loadable`)."""
+
+    src: Conn
+    shape: StreamShape
+    plan: TablePlan
+    run: RunInProgress
+    size: int
+    window: ReadWindow
+    on_phase: PhaseHook
+    receipt: ExtractionLifecycleReceipt | None = None
+    last: Checkpoint | None = None
+    rows: int = 0
+    exact_rows: bool = False
+    writers: Sequence[int] = field(default_factory=tuple)
+
+    @property
+    def source_label(self) -> str:
+        """What is read."""
+        return str(self.shape.source)
+
+    @property
+    def extraction_receipt(self) -> ExtractionLifecycleReceipt:
+        """The batch's lifecycle receipt (completed once its rows were read)."""
+        return self.receipt or self.window.authority.receipt
+
+    def load_into(self, conn: Conn, staging: TableName) -> int:
+        """Streams the batch into ``staging``; notes its last ``(cursor, key)``."""
+        self.on_phase("copy")
+        query, params = self.shape.select_batch(
+            self.run.lower, self.run.checkpoint, self.run.mark, self.size
+        )
+        fmt = self.plan.copy_format
+        copy_in = copy_in_statement(staging, list(self.plan.column_names), fmt)
+        moved = relay(self.src, copy_out_statement(query, fmt), conn, copy_in, params=params)
+        self.receipt = close_read_window(self.src, self.window, moved.rows_out, moved.bytes)
+        self.rows = moved.rows_in
+        row = conn.execute(self.shape.last_row(staging)).fetchone()
+        if row is not None:
+            self.last = Checkpoint(cursor=str(row[0]), key=tuple(row[1]))  # type: ignore[arg-type]
+        if self.plan.target_exists:
+            revive(conn, self.shape, staging)
+        return self.rows
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """A committed batch: the state after it and its receipt."""
+
+    state: StreamState
+    receipt: StreamReceipt
+
+
+def _begin(sessions: Sessions, ledger: StreamLedger, stream_id: str, run: int) -> StreamState:
+    """Begins the target transaction under the stream's lock; the durable state.
+
+    Raises:
+        RunOverError: the run ``run`` is no longer in progress.
+    """
+    set_transaction_mode(sessions.target, IsolationLevel.READ_COMMITTED, read_only=False)
+    ledger.lock(sessions.target, stream_id)
+    state = ledger.fetch(sessions.target, stream_id)
+    if state is None or state.run is None or state.run.number != run:
+        raise RunOverError(stream_id)
+    return state
+
+
+def copy_batch(
+    sessions: Sessions,
+    ledger: StreamLedger,
+    shape: StreamShape,
+    stream: tuple[str, int],
+    *,
+    target_dsn: str,
+    batch_size: int,
+    deletes: Deletes,
+    verify: bool = False,
+    on_phase: PhaseHook = lambda _: None,
+) -> BatchOutcome | None:
+    """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
+
+    ``on_phase`` is called with ``"copy"`` (the rows start moving) and ``"commit"`` (just before
+    the COMMIT).
+
+    Returns:
+        The committed batch, or ``None`` when the run was already complete.
+
+    Raises:
+        IncrementalError: ``incremental_stream_stale`` (the compare-and-swap lost).
+        DponeError, psycopg.Error: the load failed; nothing of the batch was committed (every
+            open transaction is rolled back first).
+    """
+    src, tgt = sessions.source, sessions.target
+    try:
+        state = _begin(sessions, ledger, *stream)
+        assert state.run is not None
+        with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+            window = open_read_window(src)
+            plan = plan_tables(src, tgt, [TableMapping(shape.source, shape.target)], "merge")[0]
+            rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
+            load = TargetLoad(tgt, target_dsn, [plan], "merge")
+            done: list[BatchOutcome] = []
+
+            def finish(conn: Conn) -> None:
+                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify))
+                on_phase("commit")
+
+            load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
+        return done[0]
+    except RunOverError:
+        sessions.abandon()
+        return None
+    except BaseException:
+        sessions.abandon()
+        raise
+
+
+def _finish(
+    conn: Conn,
+    ledger: StreamLedger,
+    shape: StreamShape,
+    state: StreamState,
+    rows: _Rows,
+    load: TargetLoad,
+    deletes: Deletes,
+    verify: bool,
+) -> BatchOutcome:
+    """After the final batch, finds deletes and verifies (as asked); then writes the receipt
+    and the new state."""
+    run = state.run
+    assert run is not None
+    final = rows.rows < rows.size
+    check = FinalCheck()
+    if final:
+        ensure_soft_column(conn, shape)
+        at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
+        check = final_check(rows.src, conn, shape, deletes=deletes, verify=verify,
+                            mark=run.mark, at=at)  # fmt: skip
+    sink = load.tables[0].sink_result
+    inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
+    receipt = StreamReceipt(
+        stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
+        after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
+        updated=updated, deleted=check.deleted, keys_compared=check.keys_compared, final=final,
+        extraction=rows.extraction_receipt, verification=check.verification,
+    )  # fmt: skip
+    progressed = run.model_copy(
+        update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,
+                "updated": run.updated + updated, "batches": run.batches + 1}
+    )  # fmt: skip
+    after = state.model_copy(
+        update={"revision": state.revision + 1, "sequence": state.sequence + 1,
+                "run": progressed}
+    )  # fmt: skip
+    if final:
+        after = complete_run(after, progressed)
+    ledger.record(conn, state, after, receipt)
+    return BatchOutcome(after, receipt)
+
+
+def complete_run(state: StreamState, run: RunInProgress) -> StreamState:
+    """The state once ``run`` reached its mark: the mark advances, the run is over."""
+    return state.model_copy(
+        update={"mark": run.mark, "mark_taken_at": run.taken_at, "runs": state.runs + 1,
+                "unsettled": run.unsettled, "rescan_from": run.rescan_from, "run": None}
+    )  # fmt: skip

@@ -1,0 +1,260 @@
+"""The incremental stream's entry point: plan a run, copy its batches, report what it did.
+
+An :class:`IncrementalSync` is one stream: a source table, a target table, a cursor and the
+primary key. Its id is the digest of those, so a restarted process (a Dagster retry, a second
+run launched at the same time) finds the same durable state and continues the run in progress
+after its last committed batch, or starts the next run from the stream's mark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg
+from psycopg import IsolationLevel
+
+from dpone_dagster.backfill.sessions import Sessions, transaction
+from dpone_dagster.backfill.shape import prepare_session
+from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.identifiers import TableName
+
+from .backfill_link import backfill_mark
+from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch
+from .errors import incremental_error
+from .mark import StreamMark, check_no_null_cursor, take_mark
+from .plan import nothing_to_do, plan_run
+from .report import IncrementalResult, build_result
+from .shape import StreamShape, resolve_stream
+from .state import StreamLedger, StreamState
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+DEFAULT_BATCH_SIZE = 50_000
+"""Rows per batch by default (one target transaction each)."""
+DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
+"""The target column ``soft`` deletes set, created if missing."""
+DELETES: tuple[Deletes, ...] = ("ignore", "hard", "soft")
+
+
+class IncrementalSync:
+    """Keeps a target table current with a source table, run after run.
+
+    Args:
+        source_dsn: The source database.
+        target_dsn: The target database (the ledger lives in its schema ``ledger_schema``).
+        table: The source table (``TableName`` or text such as ``'shop.orders'``).
+        cursor: The column whose value grows when a row is inserted or updated (integer,
+            numeric, date, timestamp or timestamptz; indexed; never NULL).
+        target_table: The target table; defaults to the source table's name. Created on the
+            first run if missing.
+        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost)
+            or ``soft`` (set ``soft_delete_column`` instead).
+        soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
+        batch_size: Rows per batch.
+        lookback: For a time cursor set from a client clock that may run behind the server's:
+            every run reads this much below the stream's mark again.
+        continue_from_backfill: On a stream with no state, start from the mark of a complete
+            backfill of the same tables and cursor instead of copying the table again.
+        settle_timeout: Seconds a run waits for transactions open at its mark (see
+            :mod:`.mark` for what happens after).
+        verify: After the final batch, compare whole rows of both sides in its snapshot
+            (:mod:`.verify`) and record the verdict in its receipt.
+        ledger_schema: The ledger's schema in the target database.
+        label: Distinguishes streams whose databases and tables share names on other servers.
+        options: Session options.
+        on_batch: Called after each committed batch.
+        on_phase: Called with ``"copy"`` and ``"commit"`` inside each batch.
+
+    Raises:
+        IncrementalError: ``incremental_options_invalid`` for a bad option.
+
+    Examples:
+        Keep ``analytics.orders`` current with ``shop.orders``, deleting what the source lost::
+
+            sync = IncrementalSync(src, dst, "shop.orders", cursor="updated_at",
+                                   target_table="analytics.orders", deletes="hard")
+            result = sync.run()
+            print(result.inserted, result.updated, result.deleted, result.new_mark)
+    """
+
+    def __init__(
+        self,
+        source_dsn: str,
+        target_dsn: str,
+        table: TableName | str,
+        *,
+        cursor: str,
+        target_table: TableName | str | None = None,
+        deletes: Deletes = "ignore",
+        soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        lookback: timedelta | None = None,
+        continue_from_backfill: bool = False,
+        settle_timeout: float = 30.0,
+        verify: bool = False,
+        ledger_schema: str = "dpone_ledger",
+        label: str = "",
+        options: ConnectionOptions | None = None,
+        on_batch: Callable[[BatchOutcome], None] | None = None,
+        on_phase: PhaseHook | None = None,
+    ) -> None:
+        _check_options(deletes, batch_size, lookback, settle_timeout)
+        self.source = table if isinstance(table, TableName) else TableName.parse(table)
+        target = target_table if target_table is not None else self.source
+        self.target = target if isinstance(target, TableName) else TableName.parse(target)
+        self.source_dsn, self.target_dsn, self.cursor = source_dsn, target_dsn, cursor
+        self.deletes: Deletes = deletes
+        self.soft = soft_delete_column if deletes == "soft" else None
+        self.batch_size, self.lookback = batch_size, lookback
+        self.continue_from_backfill = continue_from_backfill
+        self.settle_timeout, self.label, self.options = settle_timeout, label, options
+        self.verify = verify
+        self.ledger = StreamLedger(ledger_schema)
+        self.on_batch = on_batch or (lambda _: None)
+        self.on_phase: PhaseHook = on_phase or (lambda _: None)
+
+    def _open(self) -> Sessions:
+        src = connect(self.source_dsn, self.options, side="source", autocommit=True)
+        try:
+            tgt = connect(self.target_dsn, self.options, side="target")
+        except BaseException:
+            src.close()
+            raise
+        for conn in (src, tgt):
+            prepare_session(conn)
+        tgt.commit()
+        return Sessions(source=src, target=tgt, ledger=tgt)
+
+    def stream_id(self, sessions: Sessions) -> str:
+        """``incremental:<digest>`` of the databases, tables, cursor and label."""
+        scope = [self.label, sessions.source.info.dbname, str(self.source),
+                 sessions.target.info.dbname, str(self.target), self.cursor]  # fmt: skip
+        digest = hashlib.sha256(json.dumps(scope).encode()).hexdigest()[:32]
+        return f"incremental:{digest}"
+
+    def plan(self) -> StreamShape:
+        """Checks the stream against both catalogs without writing anything.
+
+        Raises:
+            IncrementalError: the stream cannot run (see :func:`.shape.resolve_stream`).
+        """
+        sessions = self._open()
+        try:
+            return self._resolve(sessions)
+        finally:
+            sessions.close()
+
+    def _resolve(self, sessions: Sessions) -> StreamShape:
+        shape = resolve_stream(
+            sessions.source, sessions.target, self.source, self.target, self.cursor, self.soft
+        )
+        sessions.target.commit()
+        check_no_null_cursor(sessions.source, shape)
+        if self.lookback is not None and not shape.cursor_is_time:
+            raise incremental_error(
+                "incremental_options_invalid",
+                f"lookback applies to a date or timestamp cursor; {self.cursor!r} is a "
+                f"{shape.cursor.type_sql}.",
+            )
+        return shape
+
+    def run(self) -> IncrementalResult:
+        """Runs the stream once: continues the run in progress, or takes a new mark and copies
+        up to it; then reports the run.
+
+        Raises:
+            IncrementalError: a bad stream (nothing written), ``incremental_cursor_null``,
+                ``incremental_backfill_incomplete``, ``incremental_stream_stale``.
+            DponeError, psycopg.Error: a session or the load failed; the committed batches stay
+                and the next run continues after them.
+        """
+        sessions = self._open()
+        try:
+            shape = self._resolve(sessions)
+            self.ledger.ensure(sessions.target)
+            stream_id = self.stream_id(sessions)
+            before, state, mark = self._begin(sessions, shape, stream_id)
+            if state.run is None:
+                return build_result(sessions.source, shape, before, state, [], mark, 0)
+            number, mine = state.run.number, 0
+            while (done := self._batch(sessions, shape, stream_id, number)) is not None:
+                mine += 1
+                self.on_batch(done)
+                if done.state.run is None:
+                    break
+            with transaction(sessions.target, IsolationLevel.READ_COMMITTED, read_only=True):
+                after = self.ledger.fetch(sessions.target, stream_id)
+                receipts = self.ledger.receipts(sessions.target, stream_id, number)
+            assert after is not None
+            return build_result(sessions.source, shape, before, after, receipts, mark, mine)
+        except BaseException:
+            sessions.abandon()
+            raise
+        finally:
+            sessions.close()
+
+    def _batch(
+        self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
+    ) -> BatchOutcome | None:
+        return copy_batch(
+            sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
+            batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
+            on_phase=self.on_phase,
+        )  # fmt: skip
+
+    def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
+        """The stream's state, stored when new (from the backfill's mark when asked)."""
+        tgt = sessions.target
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, stream_id)
+            state = self.ledger.fetch(tgt, stream_id)
+            if state is None:
+                state = StreamState(stream_id=stream_id)
+                if self.continue_from_backfill:
+                    dbs = (sessions.source.info.dbname, tgt.info.dbname)
+                    mark = backfill_mark(sessions.source, tgt, self.ledger.backfill, shape, dbs)
+                    state = state.model_copy(update={"mark": mark})
+                self.ledger.save(tgt, None, state)
+        return state
+
+    def _begin(
+        self, sessions: Sessions, shape: StreamShape, stream_id: str
+    ) -> tuple[StreamState, StreamState, StreamMark | None]:
+        """``(state before, state with the run to do, the mark taken)``: the run in progress
+        if there is one (resumed or joined), else a new run from a fresh mark."""
+        state = self._state(sessions, shape, stream_id)
+        if state.run is not None:
+            return state, state, None
+        mark = take_mark(sessions.source, shape, settle_timeout=self.settle_timeout)
+        tgt = sessions.target
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, stream_id)
+            state = self.ledger.fetch(tgt, stream_id) or state
+            stale = state.mark_taken_at is not None and state.mark_taken_at >= mark.taken_at
+            if state.run is not None or stale:  # another run began, or ended after our mark
+                return state, state, mark
+            run = plan_run(sessions.source, shape, state, mark, self.lookback)
+            if nothing_to_do(state, run, self.deletes) and not self.verify:
+                return state, state, mark
+            begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
+            self.ledger.save(tgt, state, begun)
+        return state, begun, mark
+
+
+def _check_options(
+    deletes: str, batch_size: int, lookback: timedelta | None, settle_timeout: float
+) -> None:
+    if deletes not in DELETES:
+        raise incremental_error(
+            "incremental_options_invalid",
+            f"deletes={deletes!r}; use one of {', '.join(DELETES)}.",
+        )
+    if batch_size < 1:
+        raise incremental_error("incremental_options_invalid", f"batch_size={batch_size}.")
+    if lookback is not None and lookback < timedelta(0):
+        raise incremental_error("incremental_options_invalid", f"lookback={lookback}.")
+    if settle_timeout < 0:
+        raise incremental_error("incremental_options_invalid", f"settle_timeout={settle_timeout}.")

@@ -1,0 +1,151 @@
+"""What one run of a stream did, from its batch receipts in the ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.lifecycle import SnapshotLabel
+
+from .errors import INCREMENTAL_ERRORS
+from .mark import StreamMark
+from .shape import StreamShape
+from .state import StreamReceipt, StreamState, Verification
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the run did not fail on but an operator should know (a stable code)."""
+
+    code: str
+    message: str
+    next_actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IncrementalResult:
+    """One run of a stream.
+
+    Attributes:
+        stream_id: The stream.
+        run: The run's number (``None``: there was nothing to do).
+        old_mark: The stream's mark before the run.
+        new_mark: Its mark after the run.
+        mark_taken_at: The source clock when the new mark was taken.
+        lag_seconds: For a time cursor, the source clock at the mark minus the newest cursor
+            value copied (``None`` for other cursors or an empty table).
+        rows: Rows read and merged.
+        inserted: Rows the target gained.
+        updated: Rows updated because a value differed.
+        deleted: Rows deleted (``soft``: marked).
+        keys_compared: Keys that crossed the wire for the delete detection.
+        batches: Batches of the run (every process's).
+        batches_here: Batches this call committed (fewer when it resumed or joined a run).
+        resumed: The call continued a run begun earlier (a crash, a retry, a concurrent run).
+        snapshot_label: One source snapshot or several.
+        snapshot_tokens: Digests of the batches' snapshots, in order.
+        awaited: Transactions open at the mark that were waited out.
+        notices: ``incremental_mark_unsettled`` while transactions outlive the settle timeout.
+        receipts: The run's batch receipts.
+        verification: The final batch's verification, when the run was verified.
+    """
+
+    stream_id: str
+    run: int | None
+    old_mark: str | None
+    new_mark: str | None
+    mark_taken_at: datetime | None
+    lag_seconds: float | None
+    rows: int
+    inserted: int
+    updated: int
+    deleted: int
+    keys_compared: int
+    batches: int
+    batches_here: int
+    resumed: bool
+    snapshot_label: SnapshotLabel
+    snapshot_tokens: tuple[str, ...]
+    awaited: int
+    notices: tuple[Notice, ...]
+    receipts: tuple[StreamReceipt, ...]
+    verification: Verification | None = None
+
+
+def _lag(src: Conn, shape: StreamShape, state: StreamState) -> float | None:
+    if not shape.cursor_is_time or state.mark is None or state.mark_taken_at is None:
+        return None
+    row = src.execute(
+        sql.SQL(
+            "SELECT extract(epoch FROM %s::timestamptz - CAST(CAST(%s::text AS {}) AS"
+            " timestamptz))::float8"
+        ).format(sql.SQL(shape.cursor.type_sql)),
+        (state.mark_taken_at, state.mark),
+    ).fetchone()
+    assert row is not None
+    return float(row[0])  # type: ignore[arg-type]
+
+
+def _notices(state: StreamState, mark: StreamMark | None) -> tuple[Notice, ...]:
+    if not state.unsettled:
+        return ()
+    message, actions = INCREMENTAL_ERRORS["incremental_mark_unsettled"]
+    pids = (
+        ""
+        if mark is None
+        else " (server backends " + ", ".join(map(str, mark.unsettled_pids)) + ")"
+    )
+    return (
+        Notice(
+            "incremental_mark_unsettled",
+            f"{message} {len(state.unsettled)} transaction(s){pids}; the next run reads again "
+            f"from {state.rescan_from or 'the start'}.",
+            actions,
+        ),
+    )
+
+
+def _label(receipts: Sequence[StreamReceipt]) -> SnapshotLabel:
+    if not receipts:
+        return SnapshotLabel.NO_ROWS_COPIED
+    return SnapshotLabel.SINGLE_SNAPSHOT if len(receipts) == 1 else SnapshotLabel.SEVERAL_SNAPSHOTS
+
+
+def build_result(
+    src: Conn,
+    shape: StreamShape,
+    before: StreamState,
+    after: StreamState,
+    receipts: Sequence[StreamReceipt],
+    mark: StreamMark | None,
+    mine: int,
+) -> IncrementalResult:
+    """The run's result from the states around it and its receipts."""
+    return IncrementalResult(
+        stream_id=after.stream_id,
+        run=receipts[0].run if receipts else None,
+        old_mark=before.mark,
+        new_mark=after.mark,
+        mark_taken_at=after.mark_taken_at,
+        lag_seconds=_lag(src, shape, after),
+        rows=sum(r.rows for r in receipts),
+        inserted=sum(r.inserted for r in receipts),
+        updated=sum(r.updated for r in receipts),
+        deleted=sum(r.deleted for r in receipts),
+        keys_compared=sum(r.keys_compared for r in receipts),
+        batches=len(receipts),
+        batches_here=mine,
+        resumed=mark is None and bool(receipts),
+        snapshot_label=_label(receipts),
+        snapshot_tokens=tuple(r.extraction.source_token or "" for r in receipts),
+        awaited=0 if mark is None else mark.awaited,
+        notices=_notices(after, mark),
+        receipts=tuple(receipts),
+        verification=receipts[-1].verification if receipts else None,
+    )

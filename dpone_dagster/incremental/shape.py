@@ -1,0 +1,165 @@
+"""The shape of a stream: the columns that move, the key, the cursor, and the keyset order.
+
+A stream reads its rows in ``(cursor, key)`` order with strict row comparison: a batch starts
+strictly after the last ``(cursor, key)`` the previous batch copied, so rows with equal cursor
+values split across batches (or runs) are neither lost nor read twice. Every value reaches SQL
+as a bind parameter cast from text to its column's type; every name through
+:class:`psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.backfill.shape import CURSOR_TYPES, has_cursor_index
+from dpone_dagster.postgres import check_identifier
+from dpone_dagster.postgres.catalog import (
+    Column,
+    column_list,
+    primary_key,
+    relation_oid,
+    table_columns,
+)
+from dpone_dagster.postgres.identifiers import TableName
+
+from .errors import incremental_error
+from .state import Checkpoint
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class StreamShape:
+    """A resolved stream.
+
+    Attributes:
+        source: The source table.
+        target: The target table.
+        columns: The copied columns (the source's, generated ones left out).
+        key: The primary-key columns, in key order.
+        cursor: The cursor column.
+        soft_column: The target's deleted-at column for ``soft`` deletes (else ``None``).
+    """
+
+    source: TableName
+    target: TableName
+    columns: tuple[Column, ...]
+    key: tuple[Column, ...]
+    cursor: Column
+    soft_column: str | None = None
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The key's column names."""
+        return tuple(k.name for k in self.key)
+
+    @property
+    def cursor_is_time(self) -> bool:
+        """The cursor is a date or a timestamp (a ``lookback`` applies, a lag is measured)."""
+        return self.cursor.type_name in ("date", "timestamp", "timestamptz")
+
+    def cast(self, column: Column) -> sql.Composed:
+        """A bind parameter cast from text to ``column``'s type."""
+        return sql.SQL("CAST(%s::text AS {})").format(sql.SQL(column.type_sql))
+
+    def order(self) -> list[Column]:
+        """The keyset order: the cursor, then the key columns that are not the cursor."""
+        return [self.cursor, *(k for k in self.key if k.name != self.cursor.name)]
+
+    def range_where(
+        self, lower: str | None, after: Checkpoint | None, mark: str | None
+    ) -> tuple[sql.Composable, list[str]]:
+        """The rows after ``after`` (or above ``lower``) and at most ``mark``, with parameters
+        (no row when there is no mark: the table was empty)."""
+        if mark is None:
+            return sql.SQL("false"), []
+        parts: list[sql.Composable] = [
+            sql.SQL("{} <= {}").format(self.cursor.ident, self.cast(self.cursor))
+        ]
+        params: list[str] = [mark]
+        if after is not None:
+            order = self.order()
+            parts.append(
+                sql.SQL("({}) > ({})").format(
+                    column_list(order), sql.SQL(", ").join(self.cast(c) for c in order)
+                )
+            )
+            params += [after.cursor, *self._key_after(after)]
+        elif lower is not None:
+            parts.append(sql.SQL("{} > {}").format(self.cursor.ident, self.cast(self.cursor)))
+            params.append(lower)
+        return sql.SQL(" AND ").join(parts), params
+
+    def _key_after(self, after: Checkpoint) -> list[str]:
+        return [v for k, v in zip(self.key, after.key, strict=True) if k.name != self.cursor.name]
+
+    def select_batch(
+        self, lower: str | None, after: Checkpoint | None, mark: str | None, size: int
+    ) -> tuple[sql.Composed, list[object]]:
+        """The next batch's rows in keyset order, and their parameters."""
+        where, params = self.range_where(lower, after, mark)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}").format(
+            column_list(self.columns), self.source.ident, where, column_list(self.order()),
+            sql.Literal(size),
+        )  # fmt: skip
+        return query, list(params)
+
+    def last_row(self, table: TableName) -> sql.Composed:
+        """The last ``(cursor, key)`` of ``table`` in keyset order, as text."""
+        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(c.ident) for c in self.order())
+        return sql.SQL("SELECT {}::text, ARRAY[{}]::text[] FROM {} ORDER BY {} LIMIT 1").format(
+            self.cursor.ident,
+            sql.SQL(", ").join(sql.SQL("{}::text").format(k.ident) for k in self.key),
+            table.ident,
+            order,
+        )
+
+
+def resolve_stream(
+    src: Conn, tgt: Conn, source: TableName, target: TableName, cursor: str, soft: str | None
+) -> StreamShape:
+    """Reads both catalogs and refuses a stream that cannot be copied incrementally.
+
+    Raises:
+        IncrementalError: ``incremental_cursor_invalid``, ``incremental_primary_key_missing``,
+            ``incremental_cursor_unindexed``, ``incremental_target_key_differs``,
+            ``incremental_options_invalid`` (a soft-delete column that is also a source column).
+        CatalogError: ``table_not_found`` for a source table that does not exist.
+    """
+    columns = [c for c in table_columns(src, source) if not c.generated]
+    by_name = {c.name: c for c in columns}
+    cur = by_name.get(cursor)
+    if cur is None or cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
+        kind = "no such column" if cur is None else f"a {cur.type_sql}"
+        raise incremental_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
+    key = primary_key(src, source)
+    if not key:
+        raise incremental_error("incremental_primary_key_missing", f"Table {source}.")
+    if not has_cursor_index(src, source, cursor):
+        raise incremental_error(
+            "incremental_cursor_unindexed", f"Table {source}, cursor {cursor!r}."
+        )
+    if soft is not None:
+        check_identifier(soft, what="soft-delete column")
+        if soft in by_name:
+            raise incremental_error(
+                "incremental_options_invalid",
+                f"The soft-delete column {soft!r} is a column of the source {source}.",
+                ["Name a column the source does not have (the default is _dpone_deleted_at)."],
+            )
+    _check_target_key(tgt, target, key)
+    return StreamShape(source, target, tuple(columns), tuple(by_name[k] for k in key), cur, soft)
+
+
+def _check_target_key(tgt: Conn, target: TableName, key: Sequence[str]) -> None:
+    have = primary_key(tgt, target)
+    if (have and have != list(key)) or (not have and relation_oid(tgt, target) is not None):
+        raise incremental_error(
+            "incremental_target_key_differs",
+            f"Target {target} has primary key ({', '.join(have) or 'none'}); the source's is "
+            f"({', '.join(key)}).",
+        )

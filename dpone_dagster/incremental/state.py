@@ -1,0 +1,274 @@
+"""A stream's durable state and batch receipts: two ledger tables, one row per stream.
+
+The state is a constant-size document (the mark, the run in progress and its checkpoint, what
+was in flight at the mark); each committed batch adds one receipt row. Both are written in the
+target transaction that holds the batch's rows, so a crash leaves all or nothing, and the state
+moves by compare-and-swap on its revision under a transaction-scoped advisory lock per stream:
+two runs of one stream serialize batch by batch and never apply a batch twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import psycopg
+from psycopg import IsolationLevel, sql
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpone_dagster.backfill.ledger import DEFAULT_LEDGER_SCHEMA, Ledger
+from dpone_dagster.backfill.sessions import transaction
+from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
+from dpone_dagster.postgres import check_identifier
+
+from .errors import incremental_error
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Checkpoint(_Frozen):
+    """The last row a run copied, in ``(cursor, key)`` order (canonical text of each value)."""
+
+    cursor: str
+    key: tuple[str, ...]
+
+
+class RunInProgress(_Frozen):
+    """A run that has taken its mark and not reached it yet.
+
+    Attributes:
+        number: The run's number in the stream (1 for the initial load).
+        lower: The exclusive lower cursor bound of the run (``None``: from the start).
+        mark: The inclusive upper bound (the largest cursor value at the mark's snapshot).
+        taken_at: The source server's clock when the mark's snapshot was taken.
+        snapshot_token_digest: Digest of the mark's snapshot.
+        checkpoint: The last row copied by the run (``None`` before its first batch).
+        unsettled: Virtual xids of transactions still open after the settle timeout.
+        rescan_from: The lower bound the next run must read from while they stay open.
+        awaited: Transactions open at the mark that were waited out.
+        inserted: Rows the run's batches inserted so far.
+        updated: Rows they updated.
+        batches: Batches committed.
+    """
+
+    number: int = Field(ge=1)
+    lower: str | None
+    mark: str | None
+    taken_at: datetime
+    snapshot_token_digest: str
+    checkpoint: Checkpoint | None = None
+    unsettled: tuple[str, ...] = ()
+    rescan_from: str | None = None
+    awaited: int = 0
+    inserted: int = 0
+    updated: int = 0
+    batches: int = 0
+
+
+class StreamState(_Frozen):
+    """The durable state of one stream (O(1) in size).
+
+    Attributes:
+        stream_id: ``incremental:<digest of source, target, cursor and key>``.
+        revision: Bumped by every change; the compare-and-swap key.
+        mark: Every source row with a cursor at or below it has been copied (``None``: nothing
+            yet).
+        mark_taken_at: The source clock when that mark was taken.
+        runs: Runs completed.
+        sequence: Batches committed over the stream's life.
+        unsettled: Transactions that were still open at the last mark (see ``rescan_from``).
+        rescan_from: While ``unsettled`` is not empty, the next run reads from this bound
+            instead of ``mark``: rows those transactions commit below the mark are read again.
+        run: The run in progress, if any.
+    """
+
+    stream_id: str
+    revision: int = Field(default=1, ge=1)
+    mark: str | None = None
+    mark_taken_at: datetime | None = None
+    runs: int = 0
+    sequence: int = 0
+    unsettled: tuple[str, ...] = ()
+    rescan_from: str | None = None
+    run: RunInProgress | None = None
+
+
+class Verification(_Frozen):
+    """The final batch's comparison of whole rows, both sides, in its source snapshot.
+
+    Attributes:
+        ok: Every source row at or below the mark is in the target with equal values, and the
+            target holds no other live row (``ignore``: rows the source deleted are allowed).
+        keys_compared: Keys that crossed the wire.
+        ranges_differing: Key-hash ranges whose digests differed.
+        changed_since_mark: Rows that differ because the source changed them after the mark
+            (their cursor is above it: the next run's).
+        deleted_kept: Target rows whose key the source lost, kept under ``ignore``.
+        unexplained: How many rows differ with no such reason.
+        examples: Up to 20 of their keys.
+    """
+
+    ok: bool
+    keys_compared: int = Field(ge=0)
+    ranges_differing: int = Field(ge=0)
+    changed_since_mark: int = Field(ge=0)
+    deleted_kept: int = Field(ge=0)
+    unexplained: int = Field(ge=0)
+    examples: tuple[tuple[str, ...], ...] = ()
+
+
+class StreamReceipt(_Frozen):
+    """What one committed batch did.
+
+    Attributes:
+        stream_id: The stream.
+        sequence: The batch's number over the stream's life.
+        run: The run's number.
+        after: Where the batch started (exclusive).
+        last: The last row it copied (``None``: no row).
+        rows: Rows read and staged.
+        inserted: Rows the merge inserted.
+        updated: Rows the merge updated (a value differed).
+        deleted: Target rows deleted (or marked, ``soft``) by the delete detection.
+        keys_compared: Keys that crossed the wire for the delete detection.
+        final: The batch reached the run's mark.
+        extraction: The batch's read window and snapshot (its lifecycle receipt).
+        verification: The final batch's comparison of whole rows, when asked for.
+    """
+
+    stream_id: str
+    sequence: int = Field(ge=1)
+    run: int = Field(ge=1)
+    after: Checkpoint | None
+    last: Checkpoint | None
+    rows: int = Field(ge=0)
+    inserted: int = Field(ge=0)
+    updated: int = Field(ge=0)
+    deleted: int = Field(default=0, ge=0)
+    keys_compared: int = Field(default=0, ge=0)
+    final: bool
+    extraction: ExtractionLifecycleReceipt
+    verification: Verification | None = None
+
+
+_STREAMS = """CREATE TABLE IF NOT EXISTS {streams} (
+    stream_id text PRIMARY KEY,
+    revision bigint NOT NULL CHECK (revision >= 1),
+    state_json jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)"""
+
+_RECEIPTS = """CREATE TABLE IF NOT EXISTS {receipts} (
+    stream_id text NOT NULL REFERENCES {streams} (stream_id),
+    sequence bigint NOT NULL CHECK (sequence >= 1),
+    run bigint NOT NULL,
+    receipt_json jsonb NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (stream_id, sequence)
+)"""
+
+
+class StreamLedger:
+    """Reads and writes stream states and receipts on a given connection (the caller owns the
+    transaction), in the ledger schema the backfill uses.
+
+    Args:
+        schema: The ledger schema's exact name.
+    """
+
+    def __init__(self, schema: str = DEFAULT_LEDGER_SCHEMA) -> None:
+        self.schema = check_identifier(schema, what="ledger schema")
+        self.backfill = Ledger(schema)
+        self.streams = sql.Identifier(schema, "incremental_streams")
+        self.receipts_table = sql.Identifier(schema, "incremental_batch_receipts")
+
+    def _sql(self, text: str) -> sql.Composed:
+        return sql.SQL(text).format(streams=self.streams, receipts=self.receipts_table)
+
+    def ensure(self, conn: Conn) -> None:
+        """Creates the ledger's tables (the backfill's too) if missing; idempotent."""
+        self.backfill.ensure(conn)
+        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
+            Ledger.lock_run(conn, "dpone_ledger_ddl:" + self.schema)
+            for ddl in (_STREAMS, _RECEIPTS):
+                conn.execute(self._sql(ddl))
+
+    @staticmethod
+    def lock(conn: Conn, stream_id: str) -> None:
+        """Takes the stream's advisory lock until the current transaction ends."""
+        Ledger.lock_run(conn, stream_id)
+
+    def fetch(self, conn: Conn, stream_id: str) -> StreamState | None:
+        """The stored state of the stream, or ``None`` when it has none yet."""
+        row = conn.execute(
+            self._sql("SELECT revision, state_json FROM {streams} WHERE stream_id = %s"),
+            (stream_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        state = StreamState.model_validate(row[1])
+        if state.revision != row[0]:
+            raise incremental_error(
+                "incremental_stream_stale",
+                f"The stored state of {stream_id} does not match its revision column.",
+            )
+        return state
+
+    def save(self, conn: Conn, before: StreamState | None, after: StreamState) -> None:
+        """Stores ``after`` if the stored revision is still ``before``'s (or none is stored).
+
+        Raises:
+            IncrementalError: ``incremental_stream_stale`` when another revision was stored.
+        """
+        if before is None:
+            cur = conn.execute(
+                self._sql(
+                    "INSERT INTO {streams} (stream_id, revision, state_json) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (stream_id) DO NOTHING"
+                ),
+                (after.stream_id, after.revision, Jsonb(after.model_dump(mode="json"))),
+            )
+        else:
+            cur = conn.execute(
+                self._sql(
+                    "UPDATE {streams} SET revision = %s, state_json = %s,"
+                    " updated_at = clock_timestamp() WHERE stream_id = %s AND revision = %s"
+                ),
+                (after.revision, Jsonb(after.model_dump(mode="json")), after.stream_id,
+                 before.revision),
+            )  # fmt: skip
+        if cur.rowcount != 1:
+            raise incremental_error(
+                "incremental_stream_stale",
+                f"Stream {after.stream_id} is no longer at revision "
+                f"{None if before is None else before.revision}.",
+            )
+
+    def record(
+        self, conn: Conn, before: StreamState, after: StreamState, receipt: StreamReceipt
+    ) -> None:
+        """Inserts the batch's receipt and advances the state (compare-and-swap)."""
+        conn.execute(
+            self._sql(
+                "INSERT INTO {receipts} (stream_id, sequence, run, receipt_json)"
+                " VALUES (%s, %s, %s, %s)"
+            ),
+            (receipt.stream_id, receipt.sequence, receipt.run,
+             Jsonb(receipt.model_dump(mode="json"))),
+        )  # fmt: skip
+        self.save(conn, before, after)
+
+    def receipts(self, conn: Conn, stream_id: str, run: int | None = None) -> list[StreamReceipt]:
+        """The stream's receipts (of one run, when given), in sequence order."""
+        rows = conn.execute(
+            self._sql(
+                "SELECT receipt_json FROM {receipts} WHERE stream_id = %s"
+                " AND (%s::bigint IS NULL OR run = %s::bigint) ORDER BY sequence"
+            ),
+            (stream_id, run, run),
+        ).fetchall()
+        return [StreamReceipt.model_validate(r[0]) for r in rows]

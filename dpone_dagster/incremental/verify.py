@@ -1,0 +1,84 @@
+"""The final batch's verdicts: which keys to delete, and whether the target now equals the
+source at or below the run's mark.
+
+Both come from one :func:`.compare.compare` in the final batch's source snapshot and target
+transaction (after its merge): the key sets alone when only deletes are wanted, whole rows when
+the run is verified. A difference is explained when the source row's cursor lies above the mark
+(changed or inserted since: the next run's) or when the target holds a key the source lost
+(deleted now, or kept under ``ignore``); any other difference fails the verification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from .compare import Comparison, Key, compare
+from .deletes import apply_deletes
+from .plan import above
+from .shape import StreamShape
+from .state import Verification
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class FinalCheck:
+    """What the final batch found and did: rows deleted, keys compared, the verification."""
+
+    deleted: int = 0
+    keys_compared: int = 0
+    verification: Verification | None = None
+
+
+def _verdict(
+    src: Conn, shape: StreamShape, found: Comparison, mark: str | None, *, kept: bool
+) -> Verification:
+    candidates = {**found.source_only, **found.differing}
+    keys = list(candidates)
+    later = above(src, shape, [candidates[k] for k in keys], mark)
+    unexplained: list[Key] = [k for k, is_later in zip(keys, later, strict=True) if not is_later]
+    return Verification(
+        ok=not unexplained,
+        keys_compared=found.keys_compared,
+        ranges_differing=found.ranges_differing,
+        changed_since_mark=len(keys) - len(unexplained),
+        deleted_kept=len(found.target_only) if kept else 0,
+        unexplained=len(unexplained),
+        examples=tuple(sorted(unexplained)[:20]),
+    )
+
+
+def final_check(
+    src: Conn,
+    tgt: Conn,
+    shape: StreamShape,
+    *,
+    deletes: str,
+    verify: bool,
+    mark: str | None,
+    at: datetime,
+) -> FinalCheck:
+    """Finds (and applies) the deletes and verifies the run, as asked.
+
+    Args:
+        src: The source session, in the final batch's snapshot.
+        tgt: The target session, in the final batch's transaction (after the merge).
+        shape: The stream.
+        deletes: ``ignore``, ``hard`` or ``soft``.
+        verify: Compare whole rows and judge the differences.
+        mark: The run's mark.
+        at: The time a ``soft`` delete records (the snapshot's).
+    """
+    if deletes == "ignore" and not verify:
+        return FinalCheck()
+    found = compare(src, tgt, shape, rows=verify)
+    deleted = 0
+    if deletes != "ignore":
+        deleted = apply_deletes(tgt, shape, sorted(found.target_only), at)
+    verification = None
+    if verify:
+        verification = _verdict(src, shape, found, mark, kept=deletes == "ignore")
+    return FinalCheck(deleted, found.keys_compared, verification)

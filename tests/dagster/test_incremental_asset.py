@@ -1,0 +1,109 @@
+"""incremental_asset materialized through Dagster, asserting on the target, the metadata and the
+dpone_reconciled check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from dpone_dagster import incremental_asset
+from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.metadata import CHECK_NAME
+from dpone_dagster.resources import (
+    BackfillLedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from tests.helpers import pg
+from tests.incremental.conftest import ORDERS, Stream, insert_orders
+
+KEY = dg.AssetKey(["shop", "orders"])
+
+
+def resources(source_dsn: str, target_dsn: str, **ledger: Any) -> dict[str, Any]:
+    return {
+        "source": PostgresSourceResource(dsn=source_dsn),
+        "target": PostgresTargetResource(dsn=target_dsn),
+        "ledger": BackfillLedgerResource(**ledger),
+    }
+
+
+@pytest.fixture
+def stream(source_dsn: str, target_dsn: str) -> Stream:
+    pg.execute(source_dsn, ORDERS)
+    insert_orders(source_dsn, 1, 2000)
+    return Stream(source_dsn, target_dsn)
+
+
+def _materialize(
+    stream: Stream, asset: dg.AssetsDefinition, **ledger: Any
+) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [asset], resources=resources(stream.source, stream.target, **ledger), raise_on_error=False
+    )
+
+
+def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+    [event] = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+    return {k: getattr(v, "value", v) for k, v in event.metadata.items()}
+
+
+def test_runs_copy_changes_late_rows_and_deletes_with_metadata_and_the_check(
+    stream: Stream,
+) -> None:
+    orders = incremental_asset("shop.orders", cursor="updated_at", deletes="hard", batch_size=700)
+    first = _materialize(stream, orders)
+    assert first.success
+    md = _metadata(first)
+    assert md["dagster/row_count"] == 2000 and md["dpone/rows_inserted"] == 2000
+    assert md["dpone/batches"] == 3 and md["dpone/old_mark"] == ""
+    assert md["dpone/snapshot_label"] == "several_snapshots"
+    assert isinstance(md["dpone/lag_seconds"], float)
+    [check] = first.get_asset_check_evaluations()
+    assert check.check_name == CHECK_NAME and check.passed
+    stream.assert_equal()
+
+    pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id <= 5")
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id BETWEEN 100 AND 109")
+    second = _materialize(stream, orders)
+    assert second.success
+    md = _metadata(second)
+    assert (md["dpone/rows_updated"], md["dpone/rows_deleted"], md["dpone/rows_inserted"]) == (
+        5,
+        10,
+        0,
+    )
+    assert md["dagster/row_count"] == 1990
+    assert md["dpone/old_mark"] < md["dpone/new_mark"]
+    assert md["dpone/snapshot_label"] == "single_snapshot"
+    observations = [e for e in second.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert len(observations) == 1
+    assert second.get_asset_check_evaluations()[0].passed
+    stream.assert_equal()
+
+
+def test_bad_input_fails_at_definition_time_or_with_a_stable_code(stream: Stream) -> None:
+    with pytest.raises(DponeError) as info:
+        incremental_asset("shop.orders", cursor="updated_at", deletes="everything")  # type: ignore[arg-type]
+    assert info.value.code == "incremental_options_invalid"
+    with pytest.raises(ValueError, match="identifier_invalid"):
+        incremental_asset("shop.", cursor="updated_at")
+    pg.execute(stream.source, "DROP INDEX shop.orders_updated_at")
+    result = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at"))
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    data = failure.step_failure_data
+    assert data is not None and data.user_failure_data is not None
+    code = data.user_failure_data.metadata[ERROR_CODE_KEY]
+    assert getattr(code, "value", code) == "incremental_cursor_unindexed"
+    assert not pg.table_exists(stream.target, "shop", "orders")
+
+
+def test_a_ledger_in_another_database_is_refused(stream: Stream, make_database: Any) -> None:
+    other = make_database("dpone_led")
+    result = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at"), dsn=other)
+    assert not result.success
+    assert not pg.table_exists(stream.target, "shop", "orders")

@@ -1,0 +1,144 @@
+"""Contract points 2-4 against a real server: the initial load, boundaries between batches and
+runs, updates, and deletes (hard and soft)."""
+
+from __future__ import annotations
+
+import itertools
+
+from dpone_dagster.lifecycle import SnapshotLabel
+from tests.helpers import pg
+from tests.incremental.conftest import Stream, insert_orders
+
+
+def test_first_run_is_the_initial_load_in_batches_then_a_run_with_nothing_to_do(
+    stream: Stream,
+) -> None:
+    first = stream.run()
+    assert first.run == 1 and first.old_mark is None
+    assert (first.rows, first.inserted, first.updated) == (2500, 2500, 0)
+    assert first.batches == 3 and first.snapshot_label is SnapshotLabel.SEVERAL_SNAPSHOTS
+    assert first.new_mark == str(pg.fetch_one(stream.source, "SELECT max(updated_at)::text"
+                                              " FROM shop.orders"))  # fmt: skip
+    assert first.lag_seconds is not None and first.lag_seconds >= 0
+    stream.assert_equal()
+    again = stream.run()
+    assert again.run is None and again.rows == 0 and again.new_mark == first.new_mark
+
+
+def test_equal_cursor_values_split_across_batches_and_runs_are_neither_lost_nor_doubled(
+    stream: Stream,
+) -> None:
+    # Every row shares one cursor value: batches of 300 split the tie by key.
+    pg.execute(stream.source, "UPDATE shop.orders SET updated_at = '2026-01-01 00:00:00+00'")
+    first = stream.run(batch_size=300)
+    assert (first.rows, first.inserted, first.batches) == (2500, 2500, 9)
+    runs = [(r.after, r.last) for r in first.receipts]
+    assert all(b[0] == a[1] for a, b in itertools.pairwise(runs))  # a chain
+    assert {r.last.cursor for r in first.receipts if r.last} == {"2026-01-01 00:00:00+00"}
+    stream.assert_equal()
+    # A second tie, above the first: the next run reads it, and nothing of the first again.
+    insert_orders(stream.source, 5001, 700)
+    pg.execute(stream.source, "UPDATE shop.orders SET updated_at = '2026-01-02 00:00:00+00'"
+                              " WHERE id > 5000 OR id <= 10")  # fmt: skip
+    second = stream.run(batch_size=300)
+    assert (second.rows, second.inserted, second.updated) == (710, 700, 10)
+    assert second.old_mark == "2026-01-01 00:00:00+00"
+    assert second.new_mark == "2026-01-02 00:00:00+00"
+    stream.assert_equal()
+    assert stream.run(batch_size=300).rows == 0
+
+
+def test_updates_move_rows_forward_and_the_target_keeps_the_latest_state_once(
+    stream: Stream,
+) -> None:
+    stream.run()
+    for note in ("first", "second", "third"):  # the same rows updated three times
+        pg.execute(stream.source, "UPDATE shop.orders SET note = %s, updated_at = now()"
+                                  " WHERE id %% 50 = 0", (note,))  # fmt: skip
+    result = stream.run()
+    assert (result.rows, result.inserted, result.updated) == (50, 0, 50)
+    stream.assert_equal()
+    assert (
+        pg.fetch_one(stream.target, "SELECT count(*) FROM shop.orders WHERE note = 'third'") == 50
+    )
+    # An update that changes nothing but the cursor is read, and the merge leaves the row be.
+    pg.execute(stream.source, "UPDATE shop.orders SET updated_at = now() WHERE id = 7")
+    touched = stream.run()
+    assert (touched.rows, touched.updated) == (1, 1)
+    stream.assert_equal()
+
+
+def _mutate_for_deletes(source: str) -> None:
+    pg.execute(source, "DELETE FROM shop.orders WHERE id %% 97 = 0")  # scattered
+    pg.execute(source, "DELETE FROM shop.orders WHERE id BETWEEN 1000 AND 1499")  # a key range
+    # Deleted, then a new row with the same key.
+    pg.execute(source, "DELETE FROM shop.orders WHERE id IN (5, 6)")
+    pg.execute(source, "INSERT INTO shop.orders (id, note) VALUES (5, 'reborn'), (6, 'reborn')")
+
+
+def test_hard_deletes_scattered_a_whole_key_range_and_delete_then_reinsert(stream: Stream) -> None:
+    stream.run(deletes="hard")
+    _mutate_for_deletes(stream.source)
+    result = stream.run(deletes="hard")
+    gone = 500 + len([i for i in range(97, 2501, 97) if not 1000 <= i <= 1499])
+    assert result.deleted == gone
+    assert result.keys_compared < 2 * gone + 50  # keys cross the wire for differing ranges only
+    assert (result.inserted, result.updated) == (0, 2)
+    stream.assert_equal()
+    assert pg.fetch_one(stream.target, "SELECT note FROM shop.orders WHERE id = 5") == "reborn"
+    assert stream.run(deletes="hard").deleted == 0
+
+
+def test_soft_deletes_mark_rows_with_a_created_column_and_a_returning_key_clears_it(
+    stream: Stream,
+) -> None:
+    stream.run(deletes="soft")
+    _mutate_for_deletes(stream.source)
+    result = stream.run(deletes="soft")
+    marked = pg.fetch_one(stream.target, "SELECT count(*) FROM shop.orders"
+                                         " WHERE _dpone_deleted_at IS NOT NULL")  # fmt: skip
+    assert marked == result.deleted > 500
+    stream.assert_equal(live="_dpone_deleted_at IS NULL")
+    assert pg.fetch_one(stream.target, "SELECT count(*) FROM shop.orders") == 2500
+    # A marked key arrives again: the merge brings its values and the mark is cleared.
+    pg.execute(stream.source, "INSERT INTO shop.orders (id, note) VALUES (1200, 'back')")
+    back = stream.run(deletes="soft")
+    assert back.deleted == 0
+    assert pg.fetch_one(stream.target, "SELECT _dpone_deleted_at IS NULL AND note = 'back'"
+                                       " FROM shop.orders WHERE id = 1200")  # fmt: skip
+    stream.assert_equal(live="_dpone_deleted_at IS NULL")
+
+
+def test_ignore_keeps_deleted_rows_and_the_state_is_one_small_row_per_stream(
+    stream: Stream,
+) -> None:
+    stream.run(batch_size=100)
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id <= 100")
+    insert_orders(stream.source, 9001, 1000)
+    stream.run(batch_size=100)
+    assert pg.fetch_one(stream.target, "SELECT count(*) FROM shop.orders") == 3500
+    assert pg.fetch_one(stream.target, "SELECT count(*) FROM dpone_ledger.incremental_streams") == 1
+    size = pg.fetch_one(stream.target, "SELECT pg_column_size(state_json)"
+                                       " FROM dpone_ledger.incremental_streams")  # fmt: skip
+    assert isinstance(size, int) and size < 1000  # O(1): 36 batches later, no list grows
+    receipts = pg.fetch_one(
+        stream.target, "SELECT count(*) FROM dpone_ledger.incremental_batch_receipts"
+    )
+    assert receipts == 26 + 11
+
+
+def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Stream) -> None:
+    first = stream.run(verify=True, deletes="hard")
+    assert first.verification is not None and first.verification.ok
+    assert first.verification.keys_compared == 0
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id = 3")
+    pg.execute(stream.source, "UPDATE shop.orders SET note = 'v', updated_at = now() WHERE id = 4")
+    # Damage the replica behind the stream's back: a row lost, a row changed.
+    pg.execute(stream.target, "DELETE FROM shop.orders WHERE id = 8")
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 9")
+    second = stream.run(verify=True, deletes="hard")
+    assert second.deleted == 1
+    check = second.verification
+    assert check is not None and not check.ok
+    assert check.unexplained == 2 and set(check.examples) == {("8",), ("9",)}
+    assert check.keys_compared < 10
