@@ -56,7 +56,8 @@ CREATE TABLE shop.orders (
 FILL = """
 INSERT INTO shop.orders (id, updated_at, customer, status, amount, note)
 SELECT g, now() - interval '1 day' + g * interval '1 millisecond' / 20, g %% 9973,
-       (ARRAY['new', 'paid', 'shipped', 'done'])[1 + g %% 4], g * 0.37, 'order note ' || md5(g::text)
+       (ARRAY['new', 'paid', 'shipped', 'done'])[1 + g %% 4], g * 0.37,
+       'order note ' || md5(g::text)
 FROM generate_series(%s::bigint, %s::bigint) g
 """
 LIMITS = {"changed_1pct": 0.10, "nothing_changed": 0.02, "deletes_100_hard": 0.25}
