@@ -120,8 +120,8 @@ def change_one_percent(source: str, rows: int, round_: int) -> None:
     pg.execute(source, "UPDATE shop.orders SET status = 'changed' || %s, updated_at = now()"
                        " WHERE id %% 200 = %s", (round_, round_ % 200))  # fmt: skip
     start = rows * 10 + round_ * rows
-    pg.execute(source, FILL.replace("now() - interval '1 day' +", "now() +"),
-               (start, start + rows // 200 - 1))  # fmt: skip
+    fresh = FILL.replace("now() - interval '1 day' + g * interval '1 millisecond' / 20", "now()")
+    pg.execute(source, fresh, (start, start + rows // 200 - 1))
 
 
 def delete_random(source: str, rows: int, rng: random.Random) -> None:

@@ -4,10 +4,9 @@ Counts come from index-only scans of the primary key on both sides, so a run tha
 delete costs one ``count(*)`` per side, and one that finds a few drills only into the ranges
 that differ:
 
-1. each side counts its rows (``count(*)``, which PostgreSQL may run in parallel);
-2. if the counts differ, the key range ``[min, max]`` of both sides is split into 1,024 equal
-   ranges of the first key column, then each differing range into 64, and those are counted,
-   each side in one query per level;
+1. the key range ``[min, max]`` of both sides is split into 1,024 equal ranges of the first key
+   column, counted on each side in one query (one pass over the key's index);
+2. each range whose counts differ is split into 64, and those are counted, and so on;
 3. a differing range with at most :data:`LEAF_ROWS` target rows sends its keys, from both sides;
    the keys the target holds and the source does not are the deleted ones.
 
@@ -73,13 +72,6 @@ class _Side:
         assert row is not None
         return row[0], row[1]  # type: ignore[return-value]
 
-    def total(self) -> int:
-        """``count(*)`` of the side's (live) rows: a scan PostgreSQL may run in parallel."""
-        row = self.conn.execute(
-            sql.SQL("SELECT count(*) FROM {t} WHERE {w}").format(t=self.table, w=self.live)
-        ).fetchone()
-        return int(row[0]) if row else 0  # type: ignore[call-overload]
-
     def counts(self, ranges: Sequence[Range]) -> list[int]:
         query = sql.SQL(
             "SELECT (SELECT count(*) FROM {t} WHERE {k} >= r.lo AND {k} < r.hi AND {w})"
@@ -132,10 +124,9 @@ def range_scan(src: Conn, tgt: Conn, shape: StreamShape, mark: str) -> RangeScan
         live = sql.SQL("{} IS NULL").format(sql.Identifier(shape.soft_column))
     source = _Side(src, shape, shape.source.ident, sql.SQL("true"))
     target = _Side(tgt, shape, shape.target.ident, live)
-    have, held = both(source.total, target.total)
-    if held == have - len(fresh):  # no delete, and no row changed since the mark
-        return RangeScan([], 0, 1)
     ends = [v for pair in both(source.bounds, target.bounds) for v in pair if v is not None]
+    if not ends:
+        return RangeScan([], 0, 0)
     return _drill(source, target, _split((min(ends), max(ends) + 1), FIRST_SPLIT), fresh)
 
 
@@ -145,7 +136,7 @@ def _count_both(source: _Side, target: _Side, ranges: list[Range]) -> tuple[list
 
 def _drill(source: _Side, target: _Side, ranges: list[Range], fresh: list[int]) -> RangeScan:
     leaves: list[Range] = []
-    counted, parts = 1, SPLIT
+    counted, parts = 0, SPLIT
     while ranges:
         have, held = _count_both(source, target, ranges)
         counted += len(ranges)
