@@ -8,7 +8,13 @@ import psycopg
 
 from demo.seed import DEFAULT_SOURCE_DSN, DEFAULT_TARGET_DSN
 
-TABLES = ["shop.customers", "shop.orders", 'shop."Order Items"', "events.page_views"]
+TABLES = [
+    "shop.customers",
+    "shop.orders",
+    'shop."Order Items"',
+    "events.page_views",
+    "shop.stock",
+]
 
 
 def main() -> None:
