@@ -11,10 +11,13 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
   commit and one delete arriving).
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
-password never shows in the UI) and default to databases on the local server.
+password never shows in the UI) and default to databases on the local server at 127.0.0.1:5432,
+or, when nothing answers there, on the embedded PostgreSQL of ``.dpone_pg/`` that the demo
+started (started here if it is not running): `dagster dev` sees the demo's data either way.
 """
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
@@ -26,13 +29,15 @@ from dpone_dagster import (
     incremental_asset,
     snapshot_copy_assets,
 )
+from dpone_dagster.embedded import choose_server
 
-DEFAULT_SOURCE_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_source"
-DEFAULT_TARGET_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_target"
+EMBEDDED_FOLDER = Path(__file__).resolve().parent / ".dpone_pg"
 
 
-def _dsn(variable: str, default: str) -> str:
-    return dg.EnvVar(variable) if os.environ.get(variable) else default
+def _dsn(variable: str, dbname: str) -> str:
+    if os.environ.get(variable):
+        return dg.EnvVar(variable)
+    return choose_server(None, dbname, folder=EMBEDDED_FOLDER).dsn
 
 
 shop = snapshot_copy_assets(
@@ -79,8 +84,8 @@ defs = dg.Definitions(
         stock_every_five_minutes,
     ],
     resources={
-        "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)),
-        "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)),
+        "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "dpone_demo_source")),
+        "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "dpone_demo_target")),
         "ledger": BackfillLedgerResource(),
     },
 )

@@ -19,9 +19,14 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, check_copy_options
+from dpone_dagster.assets.snapshot_copy import (
+    CopySchemaChanges,
+    CopySink,
+    CopyStrategy,
+    check_copy_options,
+)
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import table_metadata
+from dpone_dagster.metadata import log_schema_changes, table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import copy_failure
@@ -72,6 +77,7 @@ def build_extraction_job(
     workers: int = 2,
     name: str | None = None,
     translator: DponeTranslator | None = None,
+    schema_changes: CopySchemaChanges = "evolve",
 ) -> dg.JobDefinition:
     """A job that copies one table in four visible steps.
 
@@ -87,6 +93,8 @@ def build_extraction_job(
         workers: Worker sessions of ``partitioned_copy``.
         name: The job's name (``extract_<schema>_<table>`` by default).
         translator: Maps the table to the asset key its materialization is recorded under.
+        schema_changes: ``evolve`` or ``freeze``: what an existing target whose columns differ
+            gets (see :func:`~dpone_dagster.postgres.copy_tables`).
 
     Returns:
         The job (in-process executor; resources ``source`` and ``target``).
@@ -94,7 +102,7 @@ def build_extraction_job(
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
     """
-    engine_strategy = check_copy_options(strategy, sink, workers)
+    engine_strategy = check_copy_options(strategy, sink, workers, schema_changes)
     spec = CopyTableSpec.coerce(table)
     key = (translator or DponeTranslator()).get_asset_key(spec)
     mapping = (spec.source_table, spec.target_table)
@@ -107,7 +115,7 @@ def build_extraction_job(
     ) -> str:
         copy = SnapshotCopy(
             source.dsn, target.dsn, [mapping], strategy=engine_strategy, sink=sink,
-            workers=workers,
+            workers=workers, schema_changes=schema_changes,
             options=CopyOptions(source_options=source.options, target_options=target.options),
         )  # fmt: skip
         handle = source.hold(copy)
@@ -136,6 +144,8 @@ def build_extraction_job(
         context.log.info(f"dpone terminal outcome: {_outcome_line(live)}")
         if report is not None:
             for table_report in report.tables:
+                changes = table_report.schema_changes
+                log_schema_changes(context.log, table_report.target.qualified, changes)
                 metadata: dict[str, Any] = table_metadata(report, table_report)
                 yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
 

@@ -10,10 +10,16 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import BackfillResult, BatchReceipt, BatchResult
+from dpone_dagster.backfill import (
+    BackfillResult,
+    BatchReceipt,
+    BatchResult,
+    ReconciliationReport,
+)
 from dpone_dagster.incremental import IncrementalResult
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres import CopyReport, TableCopyReport
+from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
 CHECK_NAME = "dpone_reconciled"
@@ -54,11 +60,42 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         metadata["dpone/rows_inserted"] = sink.rows_inserted
         metadata["dpone/rows_updated"] = sink.rows_updated
     metadata.update(receipt_metadata(table.extraction_receipt))
+    metadata.update(schema_change_metadata(table.schema_changes))
     if table.terminal_receipt is not None:
         metadata["dpone/terminal_receipt"] = dg.MetadataValue.json(
             table.terminal_receipt.model_dump(mode="json")
         )
     return metadata
+
+
+def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
+    """``dpone/schema_changes``: what a load changed in its target's schema, one entry per
+    column (``column``, ``kind``: added, widened or kept, ``before``, ``after``, ``detail``);
+    nothing when the schema was left as it was."""
+    if not changes:
+        return {}
+    return {
+        "dpone/schema_changes": dg.MetadataValue.json(
+            [
+                {
+                    "column": c.column,
+                    "kind": c.kind,
+                    "before": c.before,
+                    "after": c.after,
+                    "detail": c.detail,
+                }
+                for c in changes
+            ]
+        )
+    }
+
+
+def log_schema_changes(
+    log: dg.DagsterLogManager, target: str, changes: Sequence[ColumnChange]
+) -> None:
+    """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
+    if changes:
+        log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
 
 
 def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:
@@ -110,11 +147,40 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     }
 
 
+def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
+    """The reconciliation of a partition: its summary, and the rows its repairs inserted,
+    updated and deleted (numbers, so the UI plots them)."""
+    repaired = report.repaired_rows()
+    return {
+        "dpone/reconciliation": dg.MetadataValue.json(
+            {
+                "ok": report.ok,
+                "ranges": len(report.ranges),
+                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
+                "differing": [r.sequence for r in report.differing],
+            }
+        ),
+        "dpone/reconciliation_snapshot_digest": report.source_snapshot,
+        "dpone/rows_repaired_inserted": repaired["inserted"],
+        "dpone/rows_repaired_updated": repaired["updated"],
+        "dpone/rows_repaired_deleted": repaired["deleted"],
+    }
+
+
 def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
-    """Everything a backfill partition's materialization says about its run."""
+    """Everything a backfill partition's materialization says about its run.
+
+    ``dagster/row_count`` is the rows the batches wrote (copied and found equal) or, once a
+    reconciliation ran, the rows the target's ranges hold after it (repairs included).
+    """
     run, progress = result.run, result.run.progress
+    report = result.reconciliation
+    rows = progress.copied_count + progress.duplicate_count
+    if report is not None:
+        rows = sum(r.target_count for r in report.ranges)
     metadata: dict[str, Any] = {
-        "dagster/row_count": progress.copied_count + progress.duplicate_count,
+        "dagster/row_count": rows,
         "dpone/run_id": run.run_id,
         "dpone/checkpoint": progress.checkpoint or "",
         "dpone/high_water_mark": progress.source_high_water_mark or "",
@@ -125,17 +191,8 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         "dpone/snapshot_label": run.snapshot_label.value,
         **_window(receipts),
     }
-    report = result.reconciliation
     if report is not None:
-        metadata["dpone/reconciliation"] = dg.MetadataValue.json(
-            {
-                "ok": report.ok,
-                "ranges": len(report.ranges),
-                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
-                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
-                "differing": [r.sequence for r in report.differing],
-            }
-        )
+        metadata.update(_reconciliation_metadata(report))
     return metadata
 
 

@@ -15,8 +15,10 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dpone_dagster.failures import dagster_failures
+from dpone_dagster.metadata import log_schema_changes, schema_change_metadata
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.resources import PostgresTargetResource
 from dpone_dagster.sources import (
     MySQLSettings,
@@ -111,6 +113,7 @@ def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
         "dpone/terminal_outcome": dg.MetadataValue.text(report.outcome.value),
         "dpone/snapshot_label": dg.MetadataValue.text(report.snapshot_label.value),
         "dpone/extraction_receipt": dg.MetadataValue.json(json.loads(receipt.model_dump_json())),
+        **schema_change_metadata(report.schema_changes),
     }
 
 
@@ -119,6 +122,7 @@ def _copy_asset(
     key: str | Sequence[str] | dg.AssetKey,
     target_table: str | TableName,
     sink: Sink,
+    schema_changes: SchemaChanges,
     primary_key: Sequence[str],
     source_resource_key: str,
     target_resource_key: str,
@@ -129,6 +133,7 @@ def _copy_asset(
 ) -> dg.AssetsDefinition:
     target = target_table if isinstance(target_table, TableName) else TableName.parse(target_table)
     check_sink(sink)
+    check_schema_changes(schema_changes)
     asset_key = dg.AssetKey.from_coercible(key)
 
     @dg.asset(
@@ -150,7 +155,9 @@ def _copy_asset(
                 sink=sink,
                 primary_key=primary_key,
                 options=target_resource.options,
+                schema_changes=schema_changes,
             )
+        log_schema_changes(context.log, target.qualified, report.schema_changes)
         context.log.info(
             f"dpone: {report.rows_loaded} rows from {report.source_label} into {target} "
             f"({report.sink_method}); outcome {report.outcome.value}"
@@ -170,6 +177,7 @@ def mysql_copy_asset(
     columns: Sequence[str] | None = None,
     sink: Sink = "replace",
     primary_key: Sequence[str] = (),
+    schema_changes: SchemaChanges = "evolve",
     source_resource_key: str = "mysql",
     target_resource_key: str = "target",
     group_name: str | None = None,
@@ -186,6 +194,9 @@ def mysql_copy_asset(
         columns: Copy only these columns of ``table``.
         sink: ``replace``, ``append`` or ``merge``.
         primary_key: The key of a target created by the copy (required for ``merge``).
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, listed under ``dpone/schema_changes``) or ``freeze`` (any
+            difference fails with ``schema_change_incompatible``).
         source_resource_key: The :class:`MySQLSourceResource`'s key.
         target_resource_key: The :class:`~dpone_dagster.resources.PostgresTargetResource`'s key.
         group_name: The asset's group.
@@ -211,6 +222,7 @@ def mysql_copy_asset(
         key=key,
         target_table=target_table,
         sink=sink,
+        schema_changes=schema_changes,
         primary_key=primary_key,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
@@ -235,6 +247,7 @@ def rest_copy_asset(
     max_pages: int | None = None,
     sink: Sink = "replace",
     primary_key: Sequence[str] = (),
+    schema_changes: SchemaChanges = "evolve",
     source_resource_key: str = "rest",
     target_resource_key: str = "target",
     group_name: str | None = None,
@@ -257,6 +270,7 @@ def rest_copy_asset(
         max_pages: Refuse to read more pages than this.
         sink: ``replace``, ``append`` or ``merge``.
         primary_key: The key of a target created by the copy (required for ``merge``).
+        schema_changes: ``evolve`` or ``freeze`` (see :func:`mysql_copy_asset`).
         source_resource_key: The :class:`RestSourceResource`'s key.
         target_resource_key: The target resource's key.
         group_name: The asset's group.
@@ -296,6 +310,7 @@ def rest_copy_asset(
         key=key,
         target_table=target_table,
         sink=sink,
+        schema_changes=schema_changes,
         primary_key=primary_key,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,

@@ -39,6 +39,14 @@ def test_the_demo_materializes_every_demo_asset(make_database: Any, tmp_path: Pa
         == 31
     )
     assert "backfill ledger: 31 runs, 31 succeeded" in done.stdout
+    # The evolution between two runs: the target took the new column with its data.
+    assert (
+        "shop/customers schema change: added 'loyalty_tier' text DEFAULT 'bronze'::text "
+        "(NOT NULL, as in the source)" in done.stdout
+    ), done.stdout
+    assert pg.fetch_all(
+        target, "SELECT loyalty_tier, count(*) FROM shop.customers GROUP BY 1 ORDER BY 1"
+    ) == [("bronze", 1800), ("gold", 200)]
     # The incremental stream: one change, one delete and one late commit arrived.
     assert pg.table_fingerprint(source, "shop", "stock") == pg.table_fingerprint(
         target, "shop", "stock"

@@ -12,7 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, BackfillError, OnChanged, check_on_changed
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.partitions import PartitionError, partition_cursor_range
@@ -55,6 +55,7 @@ def backfill_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
+    on_changed: OnChanged = "fail",
 ) -> dg.AssetsDefinition:
     """A partitioned asset that backfills ``table`` range by range through the durable ledger.
 
@@ -75,13 +76,19 @@ def backfill_asset(
         op_tags: Tags of the op.
         reconcile: Reconcile each partition (count and hash per batch range) once it reaches its
             mark, and report it through the ``dpone_reconciled`` asset check.
+        on_changed: What the reconciliation does with rows the source updated or deleted after
+            their batch was copied: ``"fail"`` (default) keeps the copied history and fails the
+            partition with ``backfill_record_changed``; ``"repair"`` rewrites the differing
+            ranges from the reconciliation's one source snapshot (rows updated, deleted,
+            inserted; label ``repaired_to_one_snapshot``). For a table that keeps changing
+            after its backfill, see ``incremental_asset``.
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
 
     Raises:
-        DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor
-            or partitions (``plan_invalid``).
+        DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor,
+            partitions or ``on_changed`` (``plan_invalid``).
 
     Examples:
         .. code-block:: python
@@ -95,6 +102,10 @@ def backfill_asset(
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
     _check_partitions(partitions_def)
+    try:
+        check_on_changed(on_changed)
+    except BackfillError as exc:
+        raise DponeError(exc.code, exc.message, ['Use on_changed="fail" or "repair".']) from None
     if batch_size < 1:
         raise DponeError(
             "plan_invalid",
@@ -111,7 +122,7 @@ def backfill_asset(
         specs=[
             spec.replace_attributes(
                 partitions_def=partitions_def,
-                metadata={**spec.metadata, "dpone/cursor": cursor},
+                metadata={**spec.metadata, "dpone/cursor": cursor, "dpone/on_changed": on_changed},
             )
         ],
         check_specs=[check] if reconcile else [],
@@ -129,7 +140,8 @@ def backfill_asset(
         ledger: BackfillLedgerResource,
     ) -> Iterator[BackfillEvent]:
         yield from ledger.backfill(
-            context, source, target, batch_size=batch_size, reconcile=reconcile
-        )
+            context, source, target, batch_size=batch_size, reconcile=reconcile,
+            on_changed=on_changed,
+        )  # fmt: skip
 
     return _backfill

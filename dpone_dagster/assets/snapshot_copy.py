@@ -15,6 +15,7 @@ import dagster as dg
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
+from dpone_dagster.postgres.schema_change import check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import CopyEvent
@@ -26,15 +27,21 @@ CopyStrategy = Literal[
 """The :class:`~dpone_dagster.postgres.Strategy` names, for type checkers and YAML."""
 CopySink = Literal["replace", "append", "merge"]
 """The sinks."""
+CopySchemaChanges = Literal["evolve", "freeze"]
+"""What a load does when an existing target's columns differ from the source's."""
 
 
-def check_copy_options(strategy: str, sink: str, workers: int) -> Strategy:
+def check_copy_options(
+    strategy: str, sink: str, workers: int, schema_changes: str = "evolve"
+) -> Strategy:
     """The :class:`Strategy` named ``strategy``; fails at definition time for bad options.
 
     Raises:
         CopyPlanError: ``copy_options_invalid`` for an unknown strategy or sink, or no worker.
+        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
     """
     check_sink(sink)
+    check_schema_changes(schema_changes)
     if workers < 1:
         raise DponeError("copy_options_invalid", "workers must be at least 1.", ["Use 1 or more."])
     return check_strategy(strategy)
@@ -75,6 +82,7 @@ def snapshot_copy_assets(
     op_tags: Mapping[str, Any] | None = None,
     batch_rows: int | None = None,
     reconcile: bool = True,
+    schema_changes: CopySchemaChanges = "evolve",
 ) -> dg.AssetsDefinition:
     """One multi-asset that copies ``tables`` from the source under ONE snapshot.
 
@@ -96,6 +104,10 @@ def snapshot_copy_assets(
             proven by row versions where the load vouched for every row, else by count and
             content digest; ``merge``/keyed ``append``: every snapshot row present and equal;
             unkeyed ``append``: counts).
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, in the load's transaction, listed under
+            ``dpone/schema_changes``) or ``freeze`` (any difference fails the run with
+            ``schema_change_incompatible``, nothing written).
 
     Returns:
         A subsettable multi-asset (resource keys ``source`` and ``target``).
@@ -114,7 +126,7 @@ def snapshot_copy_assets(
                 workers=2,
             )
     """
-    check_copy_options(strategy, sink, workers)
+    check_copy_options(strategy, sink, workers, schema_changes)
     specs = copy_specs(
         tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
     )
@@ -143,7 +155,8 @@ def snapshot_copy_assets(
         target: PostgresTargetResource,
     ) -> Iterator[CopyEvent]:
         yield from source.copy_tables(
-            context, target, strategy=strategy, sink=sink, workers=workers, batch_rows=batch_rows
-        )
+            context, target, strategy=strategy, sink=sink, workers=workers,
+            batch_rows=batch_rows, schema_changes=schema_changes,
+        )  # fmt: skip
 
     return _snapshot_copy

@@ -27,7 +27,14 @@ from .protocol import (
     TableRef,
     TrustworthyCursor,
 )
-from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .reconcile_model import (
+    ON_CHANGED,
+    OnChanged,
+    RangeCheck,
+    RangeOutcome,
+    ReconciliationReport,
+    check_on_changed,
+)
 from .results import BackfillReconciliationError, BackfillResult
 from .target import prepare_target
 
@@ -36,6 +43,7 @@ __all__ = [
     "BACKFILL_PROTOCOL",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_LEDGER_SCHEMA",
+    "ON_CHANGED",
     "ApplyPath",
     "Backfill",
     "BackfillEffects",
@@ -56,11 +64,13 @@ __all__ = [
     "Ledger",
     "LedgerConfig",
     "MissingBoundary",
+    "OnChanged",
     "RangeCheck",
     "RangeOutcome",
     "ReconciliationReport",
     "TableRef",
     "TrustworthyCursor",
     "backfill_error",
+    "check_on_changed",
     "prepare_target",
 ]

@@ -36,7 +36,7 @@ from .protocol import (
     BatchRequest,
 )
 from .reconcile import reconcile_run
-from .reconcile_model import ReconciliationReport
+from .reconcile_model import OnChanged, ReconciliationReport, check_on_changed
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .sessions import Sessions, transaction
@@ -71,10 +71,19 @@ class Backfill:
         settle_timeout: Seconds the plan waits for transactions in flight at the mark.
         options: Session options (application name, timeouts).
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
+        on_changed: What the final reconciliation does with rows the source updated or deleted
+            after their batch was copied: ``"fail"`` (default) keeps the copied history and
+            fails with ``backfill_record_changed`` (the run is ``blocked``); ``"repair"``
+            rewrites the differing ranges from the reconciliation's one source snapshot, so the
+            run ends equal to the source at that snapshot (label ``repaired_to_one_snapshot``);
+            a batch that meets a row an earlier batch copied with other values (its cursor
+            value moved forward) replaces it instead of failing. Not part of the run's scope:
+            a blocked run can be run again with ``"repair"``.
 
     Raises:
         BackfillError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
-            batch size below 1 or a target that is the source itself.
+            batch size below 1, an unknown ``on_changed`` or a target that is the source
+            itself.
         IdentifierError: ``identifier_invalid`` for a name PostgreSQL cannot hold exactly.
 
     Examples:
@@ -101,6 +110,7 @@ class Backfill:
         settle_timeout: float = 60.0,
         options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
+        on_changed: OnChanged = "fail",
     ) -> None:
         if cursor is None:
             raise backfill_error("backfill_cursor_missing", "No cursor column was given.")
@@ -108,6 +118,7 @@ class Backfill:
             raise backfill_error(
                 "plan_invalid", f"batch_size must be at least 1, not {batch_size}."
             )
+        self.on_changed = check_on_changed(on_changed)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
@@ -217,6 +228,7 @@ class Backfill:
         existing = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
         if existing is not None:
             return existing
+        self._refuse_changed_columns(sessions, scope)
         settle = None if self.write_pause is not None else self.settle_timeout
         mark = take_high_water_mark(
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
@@ -229,6 +241,22 @@ class Backfill:
         except BaseException:
             sessions.abandon()
             raise
+
+    def _refuse_changed_columns(self, sessions: Sessions, scope: BackfillScope) -> None:
+        """A run of the same tables, cursor and range that stopped under other columns would be
+        shadowed by a new run of this scope: refused, so its committed batches are not
+        silently left with stale columns."""
+        same = ("label", "source", "target", "cursor", "lower", "upper")
+        for run in self.ledger.runs_in_progress(sessions.ledger):
+            theirs = run.scope
+            if all(getattr(theirs, f) == getattr(scope, f) for f in same):
+                raise backfill_error(
+                    "backfill_schema_changed",
+                    f"Run {run.run_id} of {self.source} stopped at checkpoint "
+                    f"{run.progress.checkpoint} copying columns {list(theirs.columns)} "
+                    f"({theirs.copy_format}); the source now has {list(scope.columns)} "
+                    f"({scope.copy_format}), key {list(scope.key)}.",
+                )
 
     def load(self) -> BackfillRun | None:
         """The last committed state of this scope's run (``None`` before the first plan)."""
@@ -274,7 +302,10 @@ class Backfill:
         sessions = self._open()
         ledger_pid = sessions.ledger.info.backend_pid
         try:
-            return copy_batch(sessions, self.ledger, shape, request, on_phase=self.on_phase)
+            return copy_batch(
+                sessions, self.ledger, shape, request, on_phase=self.on_phase,
+                on_changed=self.on_changed,
+            )  # fmt: skip
         except psycopg.Error as exc:
             self.close()
             resolved = self._lost_response(request, ledger_pid)
@@ -370,7 +401,9 @@ class Backfill:
         """Compares source and target per batch range and repairs what it can.
 
         A range nobody wrote since its batch is proven equal by row versions; every other range
-        by count and exact content hash (``row_versions=False`` hashes every range).
+        by count and exact content hash (``row_versions=False`` hashes every range). A differing
+        range gets its missing rows; with ``on_changed="repair"`` it is rewritten from the
+        source's snapshot (changed rows updated, deleted rows deleted).
 
         Records every range check in the ledger; a run at its mark becomes ``succeeded`` (label
         ``several_snapshots_reconciled`` when several batch snapshots were used) or ``blocked``.
@@ -385,7 +418,7 @@ class Backfill:
         try:
             return reconcile_run(
                 sessions, reader, self.ledger, shape, run_id_for(scope), repair=repair,
-                row_versions=row_versions,
+                row_versions=row_versions, on_changed=self.on_changed,
             )  # fmt: skip
         finally:
             reader.close()

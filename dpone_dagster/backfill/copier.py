@@ -60,9 +60,10 @@ from .protocol import (
     BatchReceipt,
     BatchRequest,
 )
+from .reconcile_model import OnChanged
 from .rules import apply_batch, check_request, replay
 from .sessions import Sessions, transaction
-from .shape import TableShape
+from .shape import TableShape, check_columns_unchanged
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
@@ -196,12 +197,14 @@ def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int
     return _Bounds(last, last == hwm, count, first, last)
 
 
-def _copy(sessions: Sessions, shape: TableShape, after: str | None, upper: str | None) -> _Moved:
+def _copy(
+    sessions: Sessions, shape: TableShape, after: str | None, upper: str | None, overwrite: bool
+) -> _Moved:
     """Copies the range into the open target transaction, hashing the COPY stream.
 
     A direct COPY runs inside a savepoint; when a row of the range already exists in the target
     (a unique violation) only the savepoint is rolled back, and the same snapshot is copied again
-    through the staged apply.
+    through the staged apply (which, with ``overwrite``, replaces existing rows that differ).
     """
     src, tgt = sessions.source, sessions.target
     select, params = shape.select_range(shape.source, after, upper)
@@ -212,7 +215,7 @@ def _copy(sessions: Sessions, shape: TableShape, after: str | None, upper: str |
             relayed = relay(src, copy_out, tgt, copy_in, params=params, hashed=True)
         return _Moved(relayed, relayed.rows_in, 0, ApplyPath.DIRECT)
     except psycopg.errors.UniqueViolation:
-        staged = apply_existing(src, tgt, shape, copy_out, params)
+        staged = apply_existing(src, tgt, shape, copy_out, params, overwrite=overwrite)
         return _Moved(staged.relayed, staged.inserted, staged.duplicates, ApplyPath.STAGED)
 
 
@@ -236,8 +239,9 @@ def _count_target(
 
 
 def _move(
-    sessions: Sessions, shape: TableShape, request: BatchRequest, on_phase: PhaseHook
-) -> BatchObservation:
+    sessions: Sessions, shape: TableShape, request: BatchRequest, on_phase: PhaseHook,
+    overwrite: bool,
+) -> BatchObservation:  # fmt: skip
     """Reads the batch under its own snapshot and writes it into the open target transaction."""
     src, after, hwm = sessions.source, request.after, request.source_high_water_mark
     bounds, moved, counted = _NO_ROWS, _NOTHING_MOVED, _NOTHING_COUNTED
@@ -245,8 +249,9 @@ def _move(
         window = open_read_window(src)
         if hwm is not None:
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
+            check_columns_unchanged(src, shape)
             on_phase("copy")
-            moved = _copy(sessions, shape, after, bounds.upper)
+            moved = _copy(sessions, shape, after, bounds.upper, overwrite)
             counted = _count_target(sessions.target, shape, after, bounds, moved.path, window.xmin)
         extraction = close_read_window(src, window, moved.relayed.rows_out, moved.relayed.bytes)
     return BatchObservation(
@@ -291,8 +296,14 @@ def copy_batch(
     request: BatchRequest,
     *,
     on_phase: PhaseHook = lambda _: None,
+    on_changed: OnChanged = "fail",
 ) -> BatchResult:
     """Copies and commits one batch, or answers it by replay.
+
+    A row of the batch that the target already holds with other values (the source changed it,
+    or moved its cursor value into this batch's range, after an earlier batch copied it) is
+    refused with ``backfill_record_changed``, or with ``on_changed="repair"`` replaced by the
+    batch's row (counted as copied).
 
     Any failure (including a ``BaseException`` such as an interrupt) rolls back every open
     transaction before it propagates: the durable checkpoint stays where it was.
@@ -316,7 +327,7 @@ def copy_batch(
                 return BatchResult(durable, stored, replayed=True)
             check_request(durable, request)
             with _rows_transaction(sessions):
-                seen = _move(sessions, shape, request, on_phase)
+                seen = _move(sessions, shape, request, on_phase, on_changed == "repair")
                 run, receipt = apply_batch(durable, request, seen)
                 on_phase("commit")
             ledger.record_batch(lc, durable, run, receipt)

@@ -18,6 +18,18 @@ class BackfillError(DponeError):
     """A deliberate backfill failure with a stable code (see :data:`BACKFILL_ERRORS`)."""
 
 
+RECORD_CHANGED_ACTIONS: Final[tuple[str, ...]] = (
+    "Inspect the differing ranges (ledger table backfill_range_checks): if the target is wrong, "
+    "fix it and reconcile again (Backfill.reconcile, or run the partition again).",
+    "If the source table changes under the backfill (rows updated or deleted after they were "
+    'copied), run the partition again with on_changed="repair" (Backfill, backfill_asset, '
+    "the ledger resource's backfill): the differing ranges are rewritten from one source "
+    "snapshot, and the partition is labelled repaired_to_one_snapshot.",
+    "To keep a changing table current after its backfill, use incremental_asset.",
+)
+"""The next actions of ``backfill_record_changed``: fix a wrong target, or repair from the
+source, or keep a changing table current incrementally."""
+
 BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "plan_invalid": (
         "The backfill plan is invalid.",
@@ -58,9 +70,17 @@ BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     ),
     "backfill_record_changed": (
         "A copied record differs from the source.",
+        RECORD_CHANGED_ACTIONS,
+    ),
+    "backfill_schema_changed": (
+        "The source's copied columns changed during the run; it does not evolve mid-run, because "
+        "the batches it already committed hold the old columns.",
         (
-            "Reconcile the differing rows (Backfill.reconcile) and decide which side is right "
-            "before resuming.",
+            "Either restore the source's columns as they were and run again: the run resumes "
+            "after its last durable checkpoint.",
+            "Or start the partition over under the new columns: change the target table to "
+            "the source's new columns, delete the partition's rows from the target, and run "
+            "again (a new run, with its own id, copies the partition from its start).",
         ),
     ),
     "backfill_run_invalid": (

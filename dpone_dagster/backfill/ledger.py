@@ -165,6 +165,13 @@ class Ledger:
             raise backfill_error("backfill_run_invalid", f"Stored run {run_id} does not verify.")
         return run
 
+    def runs_in_progress(self, conn: Conn) -> list[BackfillRun]:
+        """Every run that committed a batch and has not finished (any scope)."""
+        rows = conn.execute(
+            self._sql("SELECT run_id FROM {runs} WHERE status = 'in_progress' ORDER BY run_id")
+        ).fetchall()
+        return [run for (run_id,) in rows if (run := self.fetch_run(conn, str(run_id)))]
+
     def insert_run(self, conn: Conn, run: BackfillRun) -> BackfillRun:
         """Stores a new run unless one with its id exists; returns the stored one."""
         conn.execute(

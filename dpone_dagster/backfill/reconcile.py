@@ -24,6 +24,11 @@ missing from the target are inserted; equal rows are left alone) and digested ag
 still differs (a row the source changed or deleted after its batch was copied, a row the target
 holds that the source does not) is reported with ``backfill_record_changed``, stored in the
 ledger's range checks, and the run becomes ``blocked``: never silently accepted.
+
+With ``on_changed="repair"`` the history may change: a differing range is rewritten from the
+same source snapshot (rows gone from the source deleted, changed rows updated, missing rows
+inserted), so every range ends equal to the source at that ONE snapshot, and the run is
+labelled ``repaired_to_one_snapshot``.
 """
 
 from __future__ import annotations
@@ -51,10 +56,10 @@ from dpone_dagster.reconcile.row_versions import (
 
 from .chain import verify_chain
 from .errors import BackfillError, backfill_error
-from .existing_rows import apply_existing
+from .existing_rows import apply_existing, apply_repair
 from .ledger import Ledger
 from .protocol import BackfillStatus, BatchReceipt
-from .reconcile_model import RangeCheck, RangeOutcome, ReconciliationReport
+from .reconcile_model import OnChanged, RangeCheck, RangeOutcome, ReconciliationReport
 from .results import after_reconcile
 from .sessions import Sessions, transaction
 from .shape import TableShape
@@ -148,6 +153,8 @@ def _check(
     repaired: bool = False,
     proof: Proof = Proof.CONTENT_HASH,
     inserted: int = 0,
+    updated: int = 0,
+    deleted: int = 0,
     code: str | None = None,
     detail: str = "",
 ) -> RangeCheck:
@@ -164,6 +171,8 @@ def _check(
         receipt_hash=rng.observation.content_hash,
         proof=proof,
         inserted=inserted,
+        updated=updated,
+        deleted=deleted,
         outcome=(
             RangeOutcome.DIFFERS
             if not equal
@@ -178,16 +187,25 @@ def _check(
 
 def _repair(
     sessions: Sessions, shape: TableShape, rng: BatchReceipt, target_query: Query,
-    source: Digest,
+    source: Digest, on_changed: OnChanged,
 ) -> RangeCheck:  # fmt: skip
-    tgt = sessions.target
-    select, params = shape.select_range(shape.source, rng.after, rng.observation.upper)
-    inserted, code, detail = 0, None, ""
+    """Repairs one differing range from the source's open snapshot and digests it again.
+
+    ``on_changed="fail"`` only inserts missing rows (a changed row is reported, never
+    overwritten); ``"repair"`` also updates changed rows and deletes rows gone from the source.
+    """
+    tgt, after, upper = sessions.target, rng.after, rng.observation.upper
+    inserted = updated = deleted = 0
+    code, detail = None, ""
     try:
         with tgt.transaction(savepoint_name="dpone_repair"):
-            inserted = apply_existing(
-                sessions.source, tgt, shape, copy_out_statement(select, shape.fmt), params
-            ).inserted
+            if on_changed == "repair":
+                done = apply_repair(sessions.source, tgt, shape, after, upper)
+                inserted, updated, deleted = done.inserted, done.updated, done.deleted
+            else:
+                select, params = shape.select_range(shape.source, after, upper)
+                copy_out = copy_out_statement(select, shape.fmt)
+                inserted = apply_existing(sessions.source, tgt, shape, copy_out, params).inserted
     except BackfillError as exc:  # the range's rows are left as they were
         code, detail = exc.code, exc.message
     target = run_digest(tgt, *target_query)
@@ -196,7 +214,10 @@ def _repair(
             f"The target holds {target.count} rows of the range, the source {source.count}: rows "
             "were deleted from the source after the batch was copied, or written to the target."
         )
-    return _check(rng, source, target, repaired=True, inserted=inserted, code=code, detail=detail)
+    return _check(
+        rng, source, target, repaired=True, code=code, detail=detail,
+        inserted=inserted, updated=updated, deleted=deleted,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -248,7 +269,7 @@ def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
 
 def _check_ranges(
     sessions: Sessions, shape: TableShape, run_id: str, ranges: list[BatchReceipt],
-    measured: _Measured, repair: bool,
+    measured: _Measured, repair: bool, on_changed: OnChanged,
 ) -> list[RangeCheck]:  # fmt: skip
     """One check per range: proven, equal, or repaired from the source's open snapshot."""
     digests = measured.digests
@@ -265,7 +286,7 @@ def _check_ranges(
                 checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
                 continue
             query = measured.target_queries[rng.sequence]
-            checks.append(_repair(sessions, shape, rng, query, s))
+            checks.append(_repair(sessions, shape, rng, query, s, on_changed))
     return checks
 
 
@@ -278,6 +299,7 @@ def reconcile_ranges(
     *,
     repair: bool = True,
     row_versions: bool = True,
+    on_changed: OnChanged = "fail",
 ) -> ReconciliationReport:
     """Compares (and repairs) every batch range; commits the repairs on the target.
 
@@ -292,6 +314,8 @@ def reconcile_ranges(
         receipts: The run's receipts in sequence order.
         repair: Copy missing rows into differing ranges (else only report).
         row_versions: Prove untouched ranges by row versions (else hash every range).
+        on_changed: ``"repair"`` also rewrites changed rows and deletes rows gone from the
+            source, so a repaired range equals the source at this snapshot.
 
     Returns:
         One check per range with rows or bounds; ``ok`` is False when any range differs.
@@ -305,7 +329,7 @@ def reconcile_ranges(
             with transaction(reader, IsolationLevel.REPEATABLE_READ, read_only=True):
                 target_snapshot = _snapshot_digest(reader)
                 measured = _measure(src, reader, shape, ranges, row_versions)
-            checks = _check_ranges(sessions, shape, run_id, ranges, measured, repair)
+            checks = _check_ranges(sessions, shape, run_id, ranges, measured, repair, on_changed)
     except BaseException:
         sessions.abandon()
         raise
@@ -326,12 +350,14 @@ def reconcile_run(
     *,
     repair: bool = True,
     row_versions: bool = True,
+    on_changed: OnChanged = "fail",
 ) -> ReconciliationReport:
     """A run's final reconciliation: its checkpoint chain verified, every range compared
     (:func:`reconcile_ranges`), the checks recorded and the run settled under its lock.
 
     A run at its mark becomes ``succeeded`` (label ``several_snapshots_reconciled`` when several
-    batch snapshots were used) or ``blocked``.
+    batch snapshots were used, ``repaired_to_one_snapshot`` when ``on_changed="repair"``
+    rewrote rows) or ``blocked``.
 
     Raises:
         BackfillError: ``backfill_run_invalid`` for a missing run or a broken chain.
@@ -343,8 +369,9 @@ def reconcile_run(
     receipts = ledger.receipts(lc, run_id)
     verify_chain(run, receipts)
     report = reconcile_ranges(
-        sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions
-    )
+        sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions,
+        on_changed=on_changed,
+    )  # fmt: skip
     try:
         with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
             ledger.lock_run(lc, run_id)

@@ -3,10 +3,36 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpone_dagster.reconcile import Proof
+
+from .errors import backfill_error
+
+OnChanged = Literal["fail", "repair"]
+"""What the final reconciliation does with a row the source changed or deleted after its batch
+was copied: ``"fail"`` (the default) keeps the copied history and reports the range with
+``backfill_record_changed``; ``"repair"`` rewrites the range from the reconciliation's one source
+snapshot (changed rows updated, deleted rows deleted, missing rows inserted)."""
+
+ON_CHANGED: tuple[OnChanged, ...] = ("fail", "repair")
+"""Every value of :data:`OnChanged`."""
+
+
+def check_on_changed(value: str) -> OnChanged:
+    """``value`` as an :data:`OnChanged`.
+
+    Raises:
+        BackfillError: ``plan_invalid`` for any other value.
+    """
+    for choice in ON_CHANGED:
+        if value == choice:
+            return choice
+    raise backfill_error(
+        "plan_invalid", f"on_changed must be one of {', '.join(ON_CHANGED)}, not {value!r}."
+    )
 
 
 class RangeOutcome(StrEnum):
@@ -14,7 +40,8 @@ class RangeOutcome(StrEnum):
 
     EQUAL = "equal"
     REPAIRED = "repaired"
-    """Rows missing from the target were copied; the range is now equal."""
+    """Rows missing from the target were copied (and, with ``on_changed="repair"``, changed rows
+    rewritten and deleted rows removed); the range is now equal."""
     DIFFERS = "differs"
     """Still different after repair; ``code`` says why. Never silently accepted."""
 
@@ -34,6 +61,8 @@ class RangeCheck(BaseModel):
         receipt_hash: The batch receipt's content hash (the source range when copied).
         proof: How equality was established: row versions, or the content hash of both sides.
         inserted: Rows copied by the repair.
+        updated: Rows the repair rewrote (changed in the source after their batch).
+        deleted: Rows the repair deleted (gone from the source's range after their batch).
         outcome: equal, repaired or differs.
         code: The error code of a difference (``backfill_record_changed``).
         detail: What differs, in words.
@@ -51,6 +80,8 @@ class RangeCheck(BaseModel):
     receipt_hash: str
     proof: Proof = Proof.CONTENT_HASH
     inserted: int = Field(default=0, ge=0)
+    updated: int = Field(default=0, ge=0)
+    deleted: int = Field(default=0, ge=0)
     outcome: RangeOutcome
     code: str | None = None
     detail: str = ""
@@ -86,6 +117,20 @@ class ReconciliationReport(BaseModel):
     def count(self, outcome: RangeOutcome) -> int:
         """How many ranges ended with ``outcome``."""
         return sum(1 for r in self.ranges if r.outcome is outcome)
+
+    @property
+    def rewritten(self) -> bool:
+        """True when a repair updated or deleted rows: the target then shows the source at the
+        reconciliation's snapshot, not at the batches' snapshots."""
+        return any(r.updated or r.deleted for r in self.ranges)
+
+    def repaired_rows(self) -> dict[str, int]:
+        """Rows the repairs inserted, updated and deleted, over every range."""
+        return {
+            "inserted": sum(r.inserted for r in self.ranges),
+            "updated": sum(r.updated for r in self.ranges),
+            "deleted": sum(r.deleted for r in self.ranges),
+        }
 
     def proven_by(self, proof: Proof) -> int:
         """How many ranges were established by ``proof``."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from dpone_dagster.lifecycle import SnapshotLabel
 
-from .errors import BackfillError
+from .errors import RECORD_CHANGED_ACTIONS, BackfillError
 from .protocol import BackfillEvidence, BackfillRun, BackfillStatus
 from .reconcile_model import RangeOutcome, ReconciliationReport
 from .rules import digest, revise, with_evidence
@@ -22,10 +22,7 @@ class BackfillReconciliationError(BackfillError):
             "backfill_record_changed",
             f"{len(bad)} batch range(s) of {report.run_id} differ from the source after repair "
             f"(first: batch {bad[0].sequence}, {bad[0].detail})",
-            [
-                "Inspect the differing ranges (ledger table backfill_range_checks), fix the side "
-                "that is wrong, then call reconcile() again."
-            ],
+            RECORD_CHANGED_ACTIONS,
         )
         self.report = report
 
@@ -52,30 +49,47 @@ class BackfillResult:
         return self.run.snapshot_label
 
 
-def after_reconcile(run: BackfillRun, report: ReconciliationReport) -> BackfillRun:
+def _label_after(run: BackfillRun, report: ReconciliationReport) -> SnapshotLabel:
+    """The run's label after ``report``: a rewrite from the reconciliation's snapshot says so
+    for good; otherwise several batch snapshots are reconciled only when every range is equal."""
     label = run.snapshot_label
-    if label in (SnapshotLabel.SEVERAL_SNAPSHOTS, SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED):
-        label = (
+    if report.ok and (report.rewritten or label is SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT):
+        return SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT
+    if label in (
+        SnapshotLabel.SEVERAL_SNAPSHOTS,
+        SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED,
+        SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT,
+    ):
+        return (
             SnapshotLabel.SEVERAL_SNAPSHOTS_RECONCILED
             if report.ok
             else SnapshotLabel.SEVERAL_SNAPSHOTS
         )
+    return label
+
+
+def after_reconcile(run: BackfillRun, report: ReconciliationReport) -> BackfillRun:
+    """The run after its reconciliation: ``succeeded`` or ``blocked``, its label, and the
+    reconciliation's evidence (the source snapshot's digest, outcomes and rows repaired)."""
     counts = {o.value: report.count(o) for o in RangeOutcome}
     evidence = BackfillEvidence(
         kind="reconciliation",
         subject=report.source_snapshot,
         digest=digest(report),
-        detail=f"{len(report.ranges)} batch ranges under one source snapshot: {counts}.",
+        detail=(
+            f"{len(report.ranges)} batch ranges under one source snapshot: {counts}; "
+            f"rows repaired: {report.repaired_rows()}."
+        ),
     )
     return revise(
         run,
         status=BackfillStatus.SUCCEEDED if report.ok else BackfillStatus.BLOCKED,
-        snapshot_label=label,
+        snapshot_label=_label_after(run, report),
         evidence=with_evidence(run.evidence, evidence),
         next_actions=(
             ("Nothing left: the target equals the source at the mark.",)
             if report.ok
-            else ("Inspect backfill_range_checks, fix the differing rows, reconcile again.",)
+            else RECORD_CHANGED_ACTIONS
         ),
     )
 

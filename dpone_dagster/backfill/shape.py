@@ -21,6 +21,7 @@ from dpone_dagster.postgres.catalog import (
     CatalogError,
     Column,
     column_list,
+    normal_type,
     primary_key,
     relation_oid,
     table_columns,
@@ -28,6 +29,7 @@ from dpone_dagster.postgres.catalog import (
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.schema_change import column_differences
 from dpone_dagster.reconcile.digest import pin_settings
 
 from .errors import backfill_error
@@ -153,6 +155,24 @@ def _columns(conn: Conn, table: TableName, code: str) -> list[Column]:
         raise backfill_error(code, exc.message) from None
 
 
+def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
+    """Refuses a batch whose source no longer has the run's copied columns and types.
+
+    Called inside the batch's source transaction after its first read of the table, whose
+    lock keeps the columns as they are until the transaction ends.
+
+    Raises:
+        BackfillError: ``backfill_schema_changed`` listing each column's before and after.
+    """
+    now = [c for c in _columns(src, shape.source, "backfill_schema_changed") if not c.generated]
+    changed = column_differences(shape.columns, now)
+    if changed:
+        raise backfill_error(
+            "backfill_schema_changed",
+            f"Source {shape.source}: {'; '.join(changed)}. Nothing of this batch was written.",
+        )
+
+
 def resolve_shape(
     src: Conn, tgt: Conn, source: TableName, target: TableName, cursor: str
 ) -> TableShape:
@@ -198,7 +218,9 @@ def _check_target(
     problems = [
         f"{c.name!r} {c.type_sql}"
         for c in columns
-        if c.name not in have or have[c.name].type_sql != c.type_sql or have[c.name].generated
+        if c.name not in have
+        or normal_type(have[c.name]) != normal_type(c)  # equal however spelled
+        or have[c.name].generated
     ]
     if problems:
         raise backfill_error(

@@ -1,7 +1,13 @@
-"""What the PostgreSQL catalog says about a table: its columns, types and primary key."""
+"""What the PostgreSQL catalog says about a table: its columns, types and primary key.
+
+It is also the one place that reads a type's spelling as a type (:func:`normal_type`): the
+catalog's ``numeric(14,2)``, a generic source's ``varchar(40)`` or ``timestamptz(3)``, and a
+domain over its base type are compared by what they are, not how they are written.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +39,9 @@ class Column:
         type_schema: Schema of a user-defined type, for messages.
         type_name: Name of a user-defined type (the element type for arrays).
         generation_sql: The expression of a generated column, else None.
+        base_type_sql: For a domain, its base type as ``format_type`` prints it, else None.
+        any_default: The column has a default of any kind (a constant, ``nextval``, an
+            expression) or is an identity column: an insert that leaves it out still fills it.
     """
 
     name: str
@@ -45,6 +54,8 @@ class Column:
     type_schema: str
     type_name: str
     generation_sql: str | None = None
+    base_type_sql: str | None = None
+    any_default: bool = False
 
     @property
     def ident(self) -> sql.Identifier:
@@ -64,7 +75,9 @@ SELECT a.attname,
        base.oid >= 16384,
        bn.nspname,
        base.typname,
-       CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END
+       CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
+       CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) END,
+       d.adbin IS NOT NULL OR a.attidentity <> ''
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -125,6 +138,8 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
             type_schema=str(r[7]),
             type_name=str(r[8]),
             generation_sql=None if r[9] is None else str(r[9]),
+            base_type_sql=None if r[10] is None else str(r[10]),
+            any_default=bool(r[11]),
         )
         for r in rows
     ]
@@ -142,3 +157,83 @@ def column_list(columns: Sequence[Column] | Sequence[str]) -> sql.Composed:
     """``"a", "b", "c"`` for SQL text."""
     names = [c.name if isinstance(c, Column) else c for c in columns]
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+def column_type(column: Column) -> sql.Composable:
+    """A column's type for DDL: built-in types as the catalog prints them, user-defined types
+    (enums, domains, their arrays) composed from their exact schema and name."""
+    if not column.user_type:
+        return sql.SQL(column.type_sql)  # format_type() output for a built-in type
+    suffix = sql.SQL("[]" if column.type_sql.endswith("[]") else "")
+    return sql.Composed([sql.Identifier(column.type_schema, column.type_name), suffix])
+
+
+@dataclass(frozen=True)
+class NormalType:
+    """A column type as what it is, whatever its spelling.
+
+    Attributes:
+        name: The type's canonical name (``character varying``, ``timestamp with time zone``;
+            ``schema.name`` for a user-defined type).
+        modifiers: Its modifiers with PostgreSQL's defaults filled in (``(14, 2)`` for
+            ``numeric(14,2)``, ``(6,)`` for a bare ``timestamp``; empty for an unconstrained
+            ``numeric`` or ``varchar``).
+        array: An array of that type.
+    """
+
+    name: str
+    modifiers: tuple[int, ...]
+    array: bool
+
+    def __str__(self) -> str:
+        mods = f"({','.join(str(m) for m in self.modifiers)})" if self.modifiers else ""
+        return f"{self.name}{mods}{'[]' if self.array else ''}"
+
+
+_ALIASES = {
+    "int": "integer", "int4": "integer", "int2": "smallint", "int8": "bigint",
+    "varchar": "character varying", "char": "character", "bpchar": "character",
+    "bool": "boolean", "float8": "double precision", "float4": "real", "decimal": "numeric",
+    "timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone",
+    "timetz": "time with time zone", "time": "time without time zone", "varbit": "bit varying",
+}  # fmt: skip
+_DEFAULT_MODIFIERS = {
+    "timestamp with time zone": (6,), "timestamp without time zone": (6,),
+    "time with time zone": (6,), "time without time zone": (6,), "character": (1,),
+}  # fmt: skip
+_SPELLING = re.compile(
+    r"^(?P<head>[^(\[]*?)\s*(?:\((?P<mods>[^)]*)\))?\s*(?P<tail>[^(\[]*?)\s*"
+    r"(?P<array>(?:\[\d*\])*)$"
+)
+
+
+def normal_type(column: Column) -> NormalType:
+    """What ``column``'s type is: aliases resolved, default modifiers filled in, a domain read as
+    its base type, a user-defined type by its schema and name.
+
+    Examples:
+        >>> from dataclasses import replace
+        >>> c = Column("v", "varchar(40)", 0, False, None, False, False, "pg_catalog", "varchar")
+        >>> normal_type(c) == normal_type(replace(c, type_sql="character varying(40)"))
+        True
+        >>> str(normal_type(replace(c, type_sql="timestamptz")))
+        'timestamp with time zone(6)'
+    """
+    if column.base_type_sql is not None:
+        return parse_type(column.base_type_sql)
+    if column.user_type:
+        return NormalType(
+            f"{column.type_schema}.{column.type_name}", (), column.type_sql.endswith("]")
+        )
+    return parse_type(column.type_sql)
+
+
+def parse_type(spelling: str) -> NormalType:
+    """A built-in type's spelling (``format_type`` output or a common alias) as a NormalType."""
+    found = _SPELLING.match(spelling.strip().lower())
+    if found is None:  # not a spelling this reads: compared as written
+        return NormalType(" ".join(spelling.lower().split()), (), False)
+    name = " ".join(f"{found['head']} {found['tail']}".split())
+    name = _ALIASES.get(name, name)
+    mods = tuple(int(m) for m in (found["mods"] or "").replace(" ", "").split(",") if m)
+    return NormalType(name, mods or _DEFAULT_MODIFIERS.get(name, ()), bool(found["array"]))

@@ -1,4 +1,4 @@
-"""The one load path: stage -> sink -> commit -> settle.
+"""The one load path: stage -> schema change -> sink -> commit -> settle.
 
 Every load into the PostgreSQL target goes through here, whatever read the rows (a snapshot
 copy's strategy, a generic source):
@@ -7,9 +7,14 @@ copy's strategy, a generic source):
    guard (:func:`~dpone_dagster.lifecycle.owned_staging_handle`) and its rows are written into
    it (a partitioned copy's workers fill theirs first, from sessions of their own); the rows the
    target took must equal the rows the extraction receipt counted;
-2. **sink**: each staging table is applied to its target (:mod:`.sinks`), same transaction;
-3. **commit**: the target's answer to COMMIT is the evidence of the outcome;
-4. **settle**: :func:`settle_load` is the one place that turns how a load ended into the
+2. **schema change**: what the plan decided for an existing target whose columns differ
+   (:mod:`.schema_change`: add, widen, keep) is applied in the same transaction: to the staging
+   table that will be swapped in as the target, or to the target itself just before its sink
+   (its ``ALTER TABLE`` lock is held from there to the commit, so a reader waits, then sees the
+   new columns with their data; a failure leaves the old schema and rows);
+3. **sink**: each staging table is applied to its target (:mod:`.sinks`), same transaction;
+4. **commit**: the target's answer to COMMIT is the evidence of the outcome;
+5. **settle**: :func:`settle_load` is the one place that turns how a load ended into the
    terminal outcome of its artifacts: ``success`` once the COMMIT was acknowledged,
    ``retain_commit_unknown`` when its acknowledgement was lost, ``abort`` on any earlier failure
    or interruption. Staging tables are dropped and the target is left as it was on every path but
@@ -37,6 +42,7 @@ from .connection import set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
 from .plan import Sink, TablePlan
+from .schema_change import apply_changes
 from .sinks import SinkResult, apply_sink
 from .staging import ensure_schema, staging_table
 
@@ -152,6 +158,8 @@ class TargetLoad:
                 staging = staging_table(self.target, table.plan, dsn=self.target_dsn)
                 guards.append(stack.enter_context(owned_staging_handle(staging)))
                 stagings.append(staging.name)
+                if table.plan.swap:  # the staging table becomes the target: it takes the change
+                    apply_changes(self.target, staging.name, table.plan.schema_changes)
             if fill_stagings is not None:
                 fill_stagings(self.target, self.target_dsn, stagings)
             for index, (table, staging_name) in enumerate(zip(self.tables, stagings, strict=True)):
@@ -173,6 +181,8 @@ class TargetLoad:
                 f"receipt counts {counted}.",
                 ["Report this with both counts: nothing was committed."],
             )
+        if not table.plan.swap:
+            apply_changes(self.target, table.plan.target, table.plan.schema_changes)
         table.sink_result = apply_sink(self.target, table.plan, staging, self.sink, loaded)
         if self.sink == "replace" and source.exact_rows:
             table.row_versions = load_writers(

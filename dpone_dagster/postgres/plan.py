@@ -12,12 +12,14 @@ from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
 import psycopg
+from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 
 from .catalog import Column, primary_key, relation_oid, table_columns
 from .copy import CopyFormat, copy_format_for
 from .identifiers import TableName
+from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
 
 Sink = Literal["replace", "append", "merge"]
 SINKS: tuple[Sink, ...] = ("replace", "append", "merge")
@@ -83,6 +85,8 @@ class TablePlan:
         swap: The sink installs the loaded staging table as the target (a missing target, or a
             ``replace`` into a plain table nothing else depends on).
         unlogged_target: The target is an ``UNLOGGED`` table.
+        schema_changes: What the load changes in the existing target's schema, in the load's
+            transaction (:mod:`.schema_change`): added, widened and kept columns.
     """
 
     source: TableName
@@ -97,6 +101,7 @@ class TablePlan:
     copy_format: CopyFormat
     swap: bool
     unlogged_target: bool = False
+    schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -133,6 +138,8 @@ SELECT c.relkind::text, c.relpersistence::text,
 FROM pg_class c WHERE c.oid = %s::bigint::oid
 """
 
+_HAS_ROWS = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
+
 _TYPE_EXISTS = """
 SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
                WHERE n.nspname = %s AND t.typname = %s)
@@ -159,6 +166,7 @@ def plan_tables(
     target: psycopg.Connection[tuple[object, ...]],
     mappings: Sequence[TableMapping],
     sink: Sink,
+    schema_changes: SchemaChanges = "evolve",
 ) -> list[TablePlan]:
     """Plans the copy of every table from both catalogs.
 
@@ -167,14 +175,16 @@ def plan_tables(
         target: A session of the target database.
         mappings: The tables to copy.
         sink: How the target takes the rows.
+        schema_changes: ``evolve`` or ``freeze`` (:mod:`.schema_change`).
 
     Raises:
         CatalogError: ``table_not_found`` for a source table that does not exist.
         CopyPlanError: ``copy_options_invalid`` (no tables, one target twice),
-            ``target_not_a_table``, ``target_columns_mismatch``, ``target_type_missing``,
-            ``merge_needs_primary_key``.
+            ``target_not_a_table``, ``target_type_missing``, ``merge_needs_primary_key``.
+        SchemaChangeError: ``schema_change_incompatible``.
     """
     check_sink(sink)
+    check_schema_changes(schema_changes)
     if not mappings:
         raise CopyPlanError("copy_options_invalid", "No tables to copy.", ["Name a table."])
     targets = [m.target for m in mappings]
@@ -185,7 +195,7 @@ def plan_tables(
             f"Target table {', '.join(twice)} is named more than once.",
             ["Copy each source into its own target table."],
         )
-    return [_plan_one(source, target, m, sink) for m in mappings]
+    return [_plan_one(source, target, m, sink, schema_changes) for m in mappings]
 
 
 def _plan_one(
@@ -193,6 +203,7 @@ def _plan_one(
     target: psycopg.Connection[tuple[object, ...]],
     mapping: TableMapping,
     sink: Sink,
+    schema_changes: SchemaChanges,
 ) -> TablePlan:
     source_columns = tuple(table_columns(source, mapping.source))
     columns = tuple(c for c in source_columns if not c.generated)
@@ -210,7 +221,7 @@ def _plan_one(
         copy_format=copy_format_for(columns),
         swap=True,
     )
-    return plan_target(target, plan, sink)
+    return plan_target(target, plan, sink, schema_changes=schema_changes)
 
 
 def plan_target(
@@ -219,6 +230,7 @@ def plan_target(
     sink: Sink,
     *,
     source_label: str | None = None,
+    schema_changes: SchemaChanges = "evolve",
 ) -> TablePlan:
     """Completes a plan made for a new target with what the target's catalog says.
 
@@ -230,16 +242,19 @@ def plan_target(
         plan: The plan as if the target did not exist (created from the source's columns).
         sink: How the target takes the rows.
         source_label: How messages name the source (``plan.source`` by default).
+        schema_changes: ``evolve`` or ``freeze``: what a target whose columns differ gets.
 
     Raises:
-        CopyPlanError: ``target_not_a_table``, ``target_columns_mismatch``,
-            ``target_type_missing``, ``merge_needs_primary_key``.
+        CopyPlanError: ``target_not_a_table``, ``target_type_missing``,
+            ``merge_needs_primary_key``.
+        SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`).
     """
     oid = relation_oid(target, plan.target)
     if oid is None:
         _check_user_types(target, plan.target, plan.source_columns)
         return plan
-    return _onto_existing(target, oid, plan, sink, source_label or str(plan.source))
+    label = source_label or str(plan.source)
+    return _onto_existing(target, oid, plan, sink, (label, schema_changes))
 
 
 def _onto_existing(
@@ -247,7 +262,7 @@ def _onto_existing(
     oid: int,
     plan: TablePlan,
     sink: Sink,
-    source_label: str,
+    how: tuple[str, SchemaChanges],
 ) -> TablePlan:
     """The plan for a target that exists: its columns, key and shape decide."""
     columns = plan.columns
@@ -260,18 +275,14 @@ def _onto_existing(
             f"Target {plan.target} exists but is not a table (relkind {relkind!r}).",
             ["Name a table as the target, or drop the object that holds its name."],
         )
-    target_columns = {c.name: c for c in table_columns(target, plan.target)}
-    unwritable = [
-        c.name for c in columns if c.name not in target_columns or target_columns[c.name].generated
-    ]
-    if unwritable:
-        raise CopyPlanError(
-            "target_columns_mismatch",
-            f"Target {plan.target} has no writable column for source column(s) "
-            f"{', '.join(repr(n) for n in unwritable)} of {source_label}.",
-            ["Add the columns to the target, or copy into a new target table."],
-        )
+    target_columns = table_columns(target, plan.target)
     target_key = tuple(primary_key(target, plan.target))
+    changes = decide(
+        columns, target_columns, (plan.key, target_key), how[1],
+        target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),
+        labels=(how[0], str(plan.target)),
+    )  # fmt: skip
+    _check_user_types(target, plan.target, [c.source for c in changes if c.source is not None])
     names = {c.name for c in columns}
     if sink == "merge" and (not target_key or not set(target_key) <= names):
         raise CopyPlanError(
@@ -280,7 +291,9 @@ def _onto_existing(
             f"(target key: {list(target_key) or 'none'}).",
             ["Add a primary key to the target, or use the replace or append sink."],
         )
-    written = tuple(target_columns[c.name] for c in columns)
+    evolved = {c.column: c.source for c in changes if c.source is not None}
+    by_name = {c.name: c for c in target_columns}
+    written = tuple(evolved.get(c.name) or by_name[c.name] for c in columns)
     same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
     return replace(
         plan,
@@ -291,6 +304,7 @@ def _onto_existing(
         copy_format=copy_format_for([*columns, *written]) if same_types else "text",
         swap=sink == "replace" and swappable,
         unlogged_target=persistence == "u",
+        schema_changes=changes,
     )
 
 
@@ -318,7 +332,9 @@ def _check_user_types(
 
 
 def _fetch_bool(
-    conn: psycopg.Connection[tuple[object, ...]], query: str, params: tuple[object, ...]
+    conn: psycopg.Connection[tuple[object, ...]],
+    query: str | sql.Composed,
+    params: tuple[object, ...],
 ) -> bool:
     row = conn.execute(query, params).fetchone()
     return bool(row and row[0])

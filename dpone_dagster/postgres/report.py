@@ -15,6 +15,7 @@ from dpone_dagster.lifecycle import (
 from .evidence import RowVersionEvidence
 from .identifiers import TableName
 from .plan import Sink
+from .schema_change import ColumnChange
 from .sinks import SinkResult
 from .strategy import Strategy
 
@@ -36,6 +37,8 @@ class TableCopyReport:
             reconciliation digests on both sides.
         row_versions: Who wrote the target's rows, when the load can vouch that it wrote them
             all exactly (the reconciliation then proves them without hashing).
+        schema_changes: What the load changed in the existing target's schema (applied only
+            when the outcome is ``success``).
     """
 
     source: TableName
@@ -47,6 +50,7 @@ class TableCopyReport:
     copy_format: str
     columns: tuple[str, ...] = ()
     row_versions: RowVersionEvidence | None = None
+    schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
     def rows_extracted(self) -> int | None:

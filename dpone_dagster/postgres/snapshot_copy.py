@@ -25,6 +25,7 @@ from .options import CopyOptions
 from .plan import CopyPlanError, Sink, TableMapping, TablePlan, TableSpec, check_sink, plan_tables
 from .registry import open_strategy
 from .report import CopyError, CopyReport, TableCopyReport
+from .schema_change import SchemaChanges, check_schema_changes
 from .strategy import ExtractionStrategy, SourceReads, Strategy, check_strategy
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -45,6 +46,7 @@ def copy_tables(
     sink: Sink = "replace",
     workers: int = 2,
     options: CopyOptions | None = None,
+    schema_changes: SchemaChanges = "evolve",
 ) -> CopyReport:
     """Copies ``tables``, read under one source snapshot, into the target.
 
@@ -58,6 +60,9 @@ def copy_tables(
         sink: ``replace``, ``append`` or ``merge``.
         workers: Worker sessions of ``partitioned_copy``.
         options: Tuning and hooks.
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, in the load's transaction) or ``freeze`` (any difference is
+            refused with ``schema_change_incompatible``).
 
     Returns:
         The report: per-table receipts, row counts, the ``success`` outcome, the snapshot label.
@@ -66,7 +71,8 @@ def copy_tables(
         CopyError: the copy failed and every artifact was settled; ``.report`` says how
             (``target_commit_unknown`` when the target's COMMIT acknowledgement was lost).
         DponeError: before anything is read: ``copy_options_invalid``, ``table_not_found``,
-            ``source_unreachable``, ``target_login_failed`` and the other plan errors.
+            ``source_unreachable``, ``target_login_failed``, ``schema_change_incompatible``
+            and the other plan errors.
 
     Examples:
         .. code-block:: python
@@ -76,7 +82,7 @@ def copy_tables(
     """
     copy = SnapshotCopy(
         source_dsn, target_dsn, tables, strategy=strategy, sink=sink, workers=workers,
-        options=options,
+        options=options, schema_changes=schema_changes,
     )  # fmt: skip
     with copy:
         copy.plan()
@@ -102,9 +108,11 @@ class SnapshotCopy:
         sink: ``replace``, ``append`` or ``merge``.
         workers: Worker sessions of a partitioned copy.
         options: Tuning and hooks.
+        schema_changes: ``evolve`` or ``freeze`` (see :func:`copy_tables`).
 
     Raises:
         CopyPlanError: ``copy_options_invalid`` for an unknown strategy or sink, or no worker.
+        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
         IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
     """
 
@@ -118,9 +126,11 @@ class SnapshotCopy:
         sink: Sink = "replace",
         workers: int = 2,
         options: CopyOptions | None = None,
+        schema_changes: SchemaChanges = "evolve",
     ) -> None:
         self.strategy = check_strategy(strategy)
         self.sink: Sink = check_sink(sink)
+        self.schema_changes = check_schema_changes(schema_changes)
         if workers < 1:
             raise CopyPlanError(
                 "copy_options_invalid",
@@ -246,7 +256,9 @@ class SnapshotCopy:
                         "source and target DSNs reach different databases.",
                         ["Use another strategy, or point both DSNs at the same database."],
                     )
-                return plan_tables(source, self.target, self.mappings, self.sink)
+                return plan_tables(
+                    source, self.target, self.mappings, self.sink, self.schema_changes
+                )
             finally:
                 self.target.rollback()  # read only: nothing to keep
 
@@ -305,6 +317,7 @@ class SnapshotCopy:
                     copy_format=table.plan.copy_format,
                     columns=table.plan.column_names,
                     row_versions=table.row_versions if outcome is TerminalOutcome.SUCCESS else None,
+                    schema_changes=table.plan.schema_changes,
                 )
                 for table, artifact in zip(load.tables, strategy.artifacts, strict=True)
             ),

@@ -16,7 +16,7 @@ from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, redact
 
-from .catalog import Column
+from .catalog import Column, column_type
 from .connection import ConnectionOptions, SessionError, connect, describe_dsn
 from .identifiers import TableName
 from .plan import TablePlan
@@ -138,15 +138,6 @@ class PostgresStagingTable:
                 f"(DSN {redact(self.dsn)}): {redact(str(exc))}",
                 ["Drop the table by hand once the target answers."],
             ) from None
-
-
-def column_type(column: Column) -> sql.Composable:
-    """A column's type for DDL: built-in types as the catalog prints them, user-defined types
-    (enums, domains, their arrays) composed from their exact schema and name."""
-    if not column.user_type:
-        return sql.SQL(column.type_sql)  # format_type() output for a built-in type
-    suffix = sql.SQL("[]" if column.type_sql.endswith("[]") else "")
-    return sql.Composed([sql.Identifier(column.type_schema, column.type_name), suffix])
 
 
 def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> sql.Composed:

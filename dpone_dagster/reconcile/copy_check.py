@@ -52,7 +52,13 @@ from dpone_dagster.postgres import (
     TableName,
     TablePlan,
 )
-from dpone_dagster.postgres.catalog import column_list, primary_key, relation_oid, table_columns
+from dpone_dagster.postgres.catalog import (
+    column_list,
+    normal_type,
+    primary_key,
+    relation_oid,
+    table_columns,
+)
 from dpone_dagster.postgres.connection import connect, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay, select_columns
 from dpone_dagster.postgres.evidence import RowVersionEvidence
@@ -248,9 +254,12 @@ def _resolve(source: Conn, target: Conn, table: _Table, sink: Sink) -> _Table:
     casts: tuple[tuple[str, str], ...] = ()
     if exists:
         key = tuple(primary_key(target, table.target))
-        theirs = {c.name: c.type_sql for c in table_columns(target, table.target)}
+        # A type spelled differently (a domain over it, ``int8`` for ``bigint``) is no cast.
+        theirs = {c.name: normal_type(c) for c in table_columns(target, table.target)}
         casts = tuple(
-            (c.name, c.type_sql) for c in columns if theirs.get(c.name, c.type_sql) != c.type_sql
+            (c.name, c.type_sql)
+            for c in columns
+            if theirs.get(c.name, normal_type(c)) != normal_type(c)
         )
     guarantee = Guarantee.EQUAL
     if sink != "replace":

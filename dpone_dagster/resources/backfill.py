@@ -22,6 +22,7 @@ from dpone_dagster.backfill import (
     BackfillResult,
     BackfillStatus,
     LedgerConfig,
+    OnChanged,
     prepare_target,
 )
 from dpone_dagster.failures import DponeFailure
@@ -94,6 +95,7 @@ def backfill_events(
     *,
     batch_size: int,
     reconcile: bool,
+    on_changed: OnChanged = "fail",
 ) -> Iterator[BackfillEvent]:
     """See :meth:`~dpone_dagster.BackfillLedgerResource.backfill`."""
     try:
@@ -102,7 +104,7 @@ def backfill_events(
         raise DponeFailure(exc) from exc
     with ProgressReporter(context, what.key) as progress:
         runner = _PartitionRunner(
-            context, what, source, target, ledger, batch_size, reconcile, progress
+            context, what, source, target, ledger, batch_size, reconcile, progress, on_changed
         )
         checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
     if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
@@ -130,6 +132,7 @@ class _PartitionRunner:
     batch_size: int
     reconcile: bool
     progress: ProgressReporter
+    on_changed: OnChanged = "fail"
 
     def run_all(
         self, partitions: list[str]
@@ -167,6 +170,7 @@ class _PartitionRunner:
             lower=rng.lower,
             upper=rng.upper,
             options=self.source.options,
+            on_changed=self.on_changed,
         )
 
     def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:

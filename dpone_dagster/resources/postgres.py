@@ -24,7 +24,7 @@ import dagster as dg
 import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
@@ -228,6 +228,7 @@ class PostgresSourceResource(_PostgresResource):
         sink: str = "replace",
         workers: int = 4,
         batch_rows: int | None = None,
+        schema_changes: str = "evolve",
     ) -> Iterator[CopyEvent]:
         """Copies the selected tables under ONE snapshot; yields each table's materialization,
         then each selected ``dpone_reconciled`` check.
@@ -247,6 +248,10 @@ class PostgresSourceResource(_PostgresResource):
             sink: ``replace``, ``append`` or ``merge``.
             workers: Worker sessions of ``partitioned_copy``.
             batch_rows: Rows per batch of ``batched_copy``.
+            schema_changes: ``evolve`` (an existing target takes added columns, widened types
+                and keeps dropped columns, in the load's transaction; the materialization lists
+                them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
+                ``schema_change_incompatible``).
 
         Raises:
             DponeFailure: any copy error, with its code, next actions and terminal outcome.
@@ -260,7 +265,7 @@ class PostgresSourceResource(_PostgresResource):
         """
         yield from snapshot_copy_events(
             context, self, target, tables=tables, translator=translator, strategy=strategy,
-            sink=sink, workers=workers, batch_rows=batch_rows,
+            sink=sink, workers=workers, batch_rows=batch_rows, schema_changes=schema_changes,
         )  # fmt: skip
 
 
@@ -306,6 +311,7 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         reconcile: bool = True,
+        on_changed: OnChanged = "fail",
     ) -> Iterator[BackfillEvent]:
         """Backfills each of the run's partitions through this ledger, in partition order.
 
@@ -322,13 +328,18 @@ class BackfillLedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             target: The target database.
             batch_size: Rows per batch.
             reconcile: Reconcile each partition once it reaches its mark.
+            on_changed: ``"fail"`` (default): a row the source changed or deleted after its
+                batch was copied fails the partition with ``backfill_record_changed``;
+                ``"repair"``: the partition's differing ranges are rewritten from the
+                reconciliation's one source snapshot (label ``repaired_to_one_snapshot``).
 
         Raises:
             DponeFailure: any backfill error, with its code and next actions.
         """
         yield from backfill_events(
-            context, self, source, target, batch_size=batch_size, reconcile=reconcile
-        )
+            context, self, source, target, batch_size=batch_size, reconcile=reconcile,
+            on_changed=on_changed,
+        )  # fmt: skip
 
     def incremental(
         self,

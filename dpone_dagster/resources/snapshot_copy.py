@@ -14,7 +14,12 @@ import dagster as dg
 
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME, copy_check_result, table_metadata
+from dpone_dagster.metadata import (
+    CHECK_NAME,
+    copy_check_result,
+    log_schema_changes,
+    table_metadata,
+)
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy, SnapshotSession
 from dpone_dagster.reconcile import reconcile_copy
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
@@ -75,6 +80,7 @@ def snapshot_copy_events(
     sink: str,
     workers: int,
     batch_rows: int | None,
+    schema_changes: str = "evolve",
 ) -> Iterator[CopyEvent]:
     """See :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`."""
     try:
@@ -87,8 +93,10 @@ def snapshot_copy_events(
         # The copy reads under a snapshot this step holds, so the checks can read the source
         # under the very same snapshot after the load committed.
         with source.open_snapshot(export=True) as held:
-            report = _copy(source, target, held, chosen, strategy, sink, workers, batch_rows)
+            how = (strategy, sink, workers, batch_rows, schema_changes)
+            report = _copy(source, target, held, chosen, how)
             for key, table in zip(chosen, report.tables, strict=True):
+                log_schema_changes(context.log, table.target.qualified, table.schema_changes)
                 yield dg.MaterializeResult(asset_key=key, metadata=table_metadata(report, table))
             if checked:
                 yield from _checks(source, target, held, report, list(chosen), checked)
@@ -101,11 +109,10 @@ def _copy(
     target: "PostgresTargetResource",
     held: SnapshotSession,
     tables: Mapping[dg.AssetKey, CopyTableSpec],
-    strategy: str,
-    sink: str,
-    workers: int,
-    batch_rows: int | None,
+    how: tuple[str, str, int, int | None, str],
 ) -> CopyReport:
+    """The copy; ``how`` is (strategy, sink, workers, batch_rows, schema_changes)."""
+    strategy, sink, workers, batch_rows, schema_changes = how
     options = CopyOptions(
         source_options=source.options,
         target_options=target.options,
@@ -115,7 +122,7 @@ def _copy(
     mappings = [(t.source_table, t.target_table) for t in tables.values()]
     with SnapshotCopy(
         source.dsn, target.dsn, mappings, strategy=strategy, sink=sink,  # type: ignore[arg-type]
-        workers=workers, options=options,
+        workers=workers, options=options, schema_changes=schema_changes,  # type: ignore[arg-type]
     ) as copy:  # fmt: skip
         source.track(copy)
         copy.plan()

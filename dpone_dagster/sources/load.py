@@ -30,6 +30,7 @@ from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import connect, set_transaction_mode
 from dpone_dagster.postgres.load import TargetLoad, settle_load
 from dpone_dagster.postgres.plan import Sink, TablePlan, check_sink, plan_target
+from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.sinks import SinkResult
 from dpone_dagster.postgres.staging import (
     PostgresStagingTable,
@@ -71,6 +72,8 @@ class SourceLoadReport:
         terminal_receipt: The artifact's terminal receipt.
         rows_loaded: Rows the staging COPY's command tag reported (None before it finished).
         sink_result: What the sink did (None when the load failed before it ran).
+        schema_changes: What the load changed in the existing target's schema (applied only
+            when the outcome is ``success``).
     """
 
     source_label: str
@@ -81,6 +84,7 @@ class SourceLoadReport:
     terminal_receipt: ArtifactTerminalReceipt | None
     rows_loaded: int | None
     sink_result: SinkResult | None
+    schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
     def sink_method(self) -> str | None:
@@ -110,6 +114,7 @@ def load_source(
     primary_key: Sequence[str] = (),
     options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
+    schema_changes: SchemaChanges = "evolve",
 ) -> SourceLoadReport:
     """Copies a generic source into ``target`` through a staging table and a sink.
 
@@ -121,21 +126,26 @@ def load_source(
         primary_key: The primary key of a target this load creates.
         options: Options of the target session.
         on_progress: Called with the rows staged so far, every 10,000 rows.
+        schema_changes: ``evolve`` (an existing target takes added columns and widened types
+            and keeps dropped columns, in the load's transaction) or ``freeze`` (any difference
+            is refused with ``schema_change_incompatible``).
 
     Returns:
         The report of a committed load (outcome ``success``).
 
     Raises:
         CopyPlanError: ``copy_options_invalid`` for an unknown sink.
+        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
         SourceError: the source could not be described (``mysql_type_unmappable``,
             ``rest_type_unmappable``...): nothing was read or written.
         SourceLoadError: the load failed and the artifact was settled (``abort``, or
             ``retain_commit_unknown`` with code ``target_commit_unknown``); see ``.report``.
     """
     check_sink(sink)
+    check_schema_changes(schema_changes)
     artifact = source.extract().artifact
     artifact.on_progress = on_progress
-    load = _SourceLoad(artifact, target, sink, primary_key)
+    load = _SourceLoad(artifact, target, sink, primary_key, schema_changes)
     settle_load(
         lambda: load.run(target_dsn, options),
         settle=load.settle,
@@ -194,8 +204,14 @@ class _SourceLoad:
     """One :func:`load_source` call: its artifact and the target's load."""
 
     def __init__(
-        self, artifact: RowStreamArtifact, target: TableName, sink: Sink, key: Sequence[str]
+        self,
+        artifact: RowStreamArtifact,
+        target: TableName,
+        sink: Sink,
+        key: Sequence[str],
+        schema_changes: SchemaChanges,
     ) -> None:
+        self.schema_changes: SchemaChanges = schema_changes
         self.artifact = artifact
         self.target = target
         self.sink: Sink = sink
@@ -228,7 +244,13 @@ class _SourceLoad:
         with connect(target_dsn, options, side="target") as conn:
             set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
             label = self.artifact.source_label
-            plan = plan_target(conn, self.new_target_plan(), self.sink, source_label=label)
+            plan = plan_target(
+                conn,
+                self.new_target_plan(),
+                self.sink,
+                source_label=label,
+                schema_changes=self.schema_changes,
+            )
             conn.rollback()  # read only: nothing to keep
             self.load = TargetLoad(conn, target_dsn, [plan], self.sink)
             self.load.run(lambda _: self.artifact)
@@ -257,4 +279,5 @@ class _SourceLoad:
             terminal_receipt=terminal,
             rows_loaded=None if table is None else table.rows_loaded,
             sink_result=None if table is None else table.sink_result,
+            schema_changes=() if table is None else table.plan.schema_changes,
         )

@@ -42,6 +42,16 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
             events_job = dg.define_asset_job("events", selection=dg.AssetSelection.groups("events"))
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
+            # A column added to a source between two runs: the next run evolves the target.
+            pg.execute(source_dsn, "ALTER TABLE shop.customers ADD note text DEFAULT 'new'")
+            again = runnable.resolve_job_def("copy").execute_in_process()
+            [customers] = [
+                m.materialization
+                for m in again.get_asset_materialization_events()
+                if m.materialization.asset_key == dg.AssetKey(["shop", "customers"])
+            ]
+            [change] = customers.metadata["dpone/schema_changes"].value  # type: ignore[misc]
+            assert (change["column"], change["kind"]) == ("note", "added")
             assert (
                 runnable.resolve_job_def("events")
                 .execute_in_process(partition_key="0..50000")
@@ -78,3 +88,33 @@ def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
         ):
             pass
     assert "exactly one of range_partitions or daily_partitions" in chain(raised.value)
+
+
+def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
+    def load(on_changed: str) -> dg.Definitions:
+        attributes = {
+            "source_dsn_env": "DPONE_SOURCE_DSN",  # read at run time: no server needed here
+            "target_dsn_env": "DPONE_TARGET_DSN",
+            "backfills": [
+                {
+                    "table": "events.page_views",
+                    "cursor": "id",
+                    "range_partitions": {"start": 0, "stop": 100, "step": 50},
+                    "on_changed": on_changed,
+                }
+            ],
+        }
+        with create_defs_folder_sandbox() as sandbox:
+            path = sandbox.scaffold_component(
+                component_cls=PostgresCopyComponent,
+                defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
+                                    "attributes": attributes},
+            )  # fmt: skip
+            with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+                return defs
+
+    [spec] = load("repair").resolve_all_asset_specs()
+    assert spec.metadata["dpone/on_changed"] == "repair"
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        load("overwrite")
+    assert "on_changed" in chain(raised.value)

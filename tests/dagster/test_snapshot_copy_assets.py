@@ -139,6 +139,7 @@ def test_a_run_time_error_is_a_failure_with_its_code_and_nothing_left_open(
         (["shop.order items"], {}, "identifier_invalid"),
         (["shop.orders"], {"strategy": "fastest"}, "copy_options_invalid"),
         (["shop.orders"], {"sink": "upsert"}, "copy_options_invalid"),
+        (["shop.orders"], {"schema_changes": "thaw"}, "copy_options_invalid"),
         (["a.t", {"source": "b.t", "target": "a.t"}], {}, "plan_invalid"),
         ([], {}, "plan_invalid"),
     ],
@@ -184,3 +185,51 @@ def test_the_check_of_one_table_runs_alone(shop: str, target_dsn: str) -> None:
     assert check.asset_key == items and check.passed
     assert check.metadata["dpone/proof"].value == "row_versions"
     assert check.metadata["dpone/source_rows"].value == 700
+
+
+def test_a_column_added_between_two_runs_is_listed_logged_and_the_check_stays_green(
+    shop: str, target_dsn: str
+) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    assets = snapshot_copy_assets(["shop.orders"])
+    first = dg.materialize([assets], resources=resources(shop, target_dsn), instance=instance)
+    assert "dpone/schema_changes" not in metadata_by_key(first)[dg.AssetKey(["shop", "orders"])]
+    pg.execute(shop, "ALTER TABLE shop.orders ADD note varchar(20) NOT NULL DEFAULT 'new'")
+    again = dg.materialize([assets], resources=resources(shop, target_dsn), instance=instance)
+    metadata = metadata_by_key(again)[dg.AssetKey(["shop", "orders"])]
+    assert metadata["dpone/schema_changes"] == [
+        {
+            "column": "note",
+            "kind": "added",
+            "before": None,
+            "after": "character varying(20) DEFAULT 'new'::character varying",
+            "detail": "NOT NULL, as in the source",
+        }
+    ]
+    logs = [e.user_message for e in instance.all_logs(again.run_id)]
+    assert any(m.startswith("Schema of shop.orders changed: added 'note'") for m in logs), logs
+    [check] = again.get_asset_check_evaluations()
+    assert check.passed, check.description
+    assert pg.table_fingerprint(shop, "shop", "orders") == pg.table_fingerprint(
+        target_dsn, "shop", "orders"
+    )
+
+
+def test_freeze_fails_the_run_with_the_changed_columns_and_writes_nothing(
+    shop: str, target_dsn: str
+) -> None:
+    assets = snapshot_copy_assets(["shop.orders"], schema_changes="freeze")
+    assert dg.materialize([assets], resources=resources(shop, target_dsn)).success
+    pg.execute(shop, "ALTER TABLE shop.orders ALTER small TYPE integer")
+    before = pg.table_fingerprint(target_dsn, "shop", "orders")
+    result = dg.materialize([assets], resources=resources(shop, target_dsn), raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("snapshot_copy")
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "schema_change_incompatible"
+    assert "widened 'small': smallint -> integer" in str(failure.user_failure_data.description)
+    assert pg.table_fingerprint(target_dsn, "shop", "orders") == before
+    assert pg.fetch_one(
+        target_dsn, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+        " WHERE attrelid = 'shop.orders'::regclass AND attname = 'small'"
+    ) == "smallint"  # fmt: skip

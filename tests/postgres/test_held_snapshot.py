@@ -41,6 +41,7 @@ def _copy(
     )  # fmt: skip
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_reads_the_held_snapshot_and_reconciles_while_the_source_changes(
     source_dsn: str, target_dsn: str, strategy: Strategy
@@ -152,6 +153,7 @@ SPECIAL_ROWS = """
 """
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize(
     "strategy", ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]
 )

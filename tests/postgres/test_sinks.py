@@ -17,6 +17,7 @@ from dpone_dagster.postgres import (
     TableName,
     copy_tables,
 )
+from dpone_dagster.postgres.schema_change import SchemaChangeError
 from tests.helpers import locks, pg
 
 STAGING_TABLES = r"SELECT relname FROM pg_class WHERE relname LIKE '\_dpone\_stg\_%%'"
@@ -172,9 +173,13 @@ def test_merge_needs_a_target_key_and_every_source_column_needs_a_target_column(
 ) -> None:
     pg.create_mixed_table(source_dsn, rows=10)
     pg.execute(target_dsn, "CREATE TABLE public.mixed (id bigint, label text)")
-    with pytest.raises(CopyPlanError) as err:
+    with pytest.raises(SchemaChangeError) as refused:  # freeze: no column is added
+        copy_tables(source_dsn, target_dsn, ["public.mixed"], schema_changes="freeze")
+    assert refused.value.code == "schema_change_incompatible"
+    assert "added 'qty' integer DEFAULT 0 (NOT NULL, as in the source)" in refused.value.message
+    with pytest.raises(CopyPlanError) as err:  # evolve would add them, but there is no key
         copy_tables(source_dsn, target_dsn, ["public.mixed"], sink="merge")
-    assert err.value.code == "target_columns_mismatch"
+    assert err.value.code == "merge_needs_primary_key"
     pg.create_mixed_table(target_dsn, name="nokey", rows=0)
     pg.execute(target_dsn, "ALTER TABLE public.nokey DROP CONSTRAINT nokey_pkey")
     with pytest.raises(CopyPlanError) as err:

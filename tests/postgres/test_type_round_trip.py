@@ -61,6 +61,7 @@ def _shape(dsn: str, table: TableName) -> tuple[list[tuple[object, ...]], list[s
         return columns, primary_key(conn, table)  # type: ignore[return-value]
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize(
     "strategy", ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"]
 )

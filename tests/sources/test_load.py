@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -171,7 +172,7 @@ def test_a_lost_commit_answer_retains_and_still_rolls_back_the_source(
     mysql_db: MySQLSettings, target_dsn: str
 ) -> None:
     _orders(mysql_db)
-    proxy = TcpProxy("127.0.0.1", 5432)
+    proxy = TcpProxy.to(target_dsn)
     try:
         # Forward the COMMIT (not the BEGIN ... READ COMMITTED), then drop its answer.
         proxy.cut_after_client_message(is_commit)
@@ -194,10 +195,69 @@ def test_a_target_without_the_columns_is_refused_before_any_row_is_read(
     mysql_db: MySQLSettings, target_dsn: str
 ) -> None:
     _orders(mysql_db)
-    pg.execute(target_dsn, 'CREATE SCHEMA raw; CREATE TABLE raw."Orders ""x""" (id bigint)')
+    pg.execute(target_dsn, 'CREATE SCHEMA raw; CREATE TABLE raw."Orders ""x""" (id numeric(20))')
     with pytest.raises(SourceLoadError) as caught:
-        load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET)
-    assert caught.value.code == "target_columns_mismatch"
-    assert "'note'" in caught.value.message and "mysql://" in caught.value.message
+        load_source(
+            MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, schema_changes="freeze"
+        )
+    assert caught.value.code == "schema_change_incompatible"
+    assert "added 'note' varchar(" in caught.value.message and "mysql://" in caught.value.message
     receipt = caught.value.report.extraction_receipt
     assert receipt.state is ReceiptState.PENDING  # the source was never read
+
+
+def test_mysql_an_added_column_and_a_widened_type_evolve_the_target_with_the_data(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    _orders(mysql_db)
+    load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, primary_key=["id"])
+    # varchar(20) from MySQL against the target's character varying(20): no change at all.
+    same = load_source(
+        MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, schema_changes="freeze"
+    )
+    assert same.outcome is TerminalOutcome.SUCCESS and same.schema_changes == ()
+    mysql.execute(
+        mysql_db,
+        "ALTER TABLE orders MODIFY note varchar(200), ADD qty int NOT NULL DEFAULT 5",
+        "UPDATE orders SET qty = id * 10, note = REPEAT('x', 100) WHERE id = 2",
+    )
+    report = load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, sink="merge")
+    changes = {c.column: (c.kind, c.before, c.after) for c in report.schema_changes}
+    assert changes == {
+        "note": ("widened", "character varying(20)", "varchar(200)"),
+        "qty": ("added", None, "integer"),
+    }
+    assert _rows(target_dsn) == [(1, "n1", 5), (2, "x" * 100, 20), (3, "n3", 5)]
+
+
+class PricedItem(BaseModel):
+    id: int
+    name: str
+    price: Decimal | None = None
+
+
+def test_rest_a_field_added_to_the_model_adds_a_column_with_the_data(target_dsn: str) -> None:
+    priced = [[{"id": 1, "name": "a", "price": "1.50"}, {"id": 4, "name": "d"}], []]
+
+    def respond(request: Request) -> Reply:
+        return Reply(
+            {
+                "data": PAGES[int(request.query["page"]) - 1]
+                if int(request.query["page"]) <= len(PAGES)
+                else []
+            }
+        )
+
+    with ApiServer(respond) as server:
+        load_source(_rest(server), target_dsn, TARGET, primary_key=["id"])
+    with ApiServer(lambda r: Reply({"data": priced[int(r.query["page"]) - 1]})) as server:
+        settings = RestSettings(server.url, max_retries=1, backoff_seconds=0.01)
+        source = RestSource(
+            settings, "/items", PricedItem, records_path="data", pagination=PageNumberPagination()
+        )
+        report = load_source(source, target_dsn, TARGET, sink="merge")
+    [change] = report.schema_changes
+    assert (change.kind, change.column, change.after) == ("added", "price", "numeric")
+    assert _rows(target_dsn) == [
+        (1, "a", Decimal("1.50")), (2, "b", None), (3, "c", None), (4, "d", None),
+    ]  # fmt: skip

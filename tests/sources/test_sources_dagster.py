@@ -151,3 +151,35 @@ def test_a_mysql_source_that_is_down_or_refuses_the_login(
     assert code == ("source_unreachable" if fault == "down" else "source_login_failed")
     assert not pg.open_transactions(target_dsn)
     assert not pg.table_exists(target_dsn, "raw", "orders")
+
+
+def test_a_mysql_column_added_between_two_runs_is_listed_in_the_materialization(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    mysql.execute(
+        mysql_db,
+        "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL)",
+        "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
+    )
+    asset = mysql_copy_asset(
+        key="orders", table="orders", target_table="raw.orders", sink="merge", primary_key=["id"]
+    )
+    resources = {
+        "mysql": _mysql_resource(mysql_db),
+        "target": PostgresTargetResource(dsn=target_dsn),
+    }
+    assert dg.materialize([asset], resources=resources).success
+    mysql.execute(mysql_db, "ALTER TABLE orders ADD currency char(3) NOT NULL DEFAULT 'EUR'")
+    result = dg.materialize([asset], resources=resources)
+    metadata = result.asset_materializations_for_node("orders")[0].metadata
+    [change] = metadata["dpone/schema_changes"].value  # type: ignore[misc]
+    assert (change["column"], change["kind"], change["after"]) == (
+        "currency",
+        "added",
+        "varchar(3)",
+    )
+    assert change["detail"].startswith("nullable: NOT NULL in the source")
+    assert pg.fetch_all(target_dsn, "SELECT id, currency FROM raw.orders ORDER BY id") == [
+        (1, "EUR"),
+        (2, "EUR"),
+    ]

@@ -15,6 +15,7 @@
           cursor: id
           range_partitions: {start: 0, stop: 200000, step: 50000}
           batch_size: 20000
+          on_changed: repair   # rows changed after their batch: rewrite (default: fail)
 
 DSNs are read from environment variables at run time (``EnvVar``), so no secret is written in
 the YAML or shown in the UI. Every name is checked when the definitions load.
@@ -26,8 +27,13 @@ from dataclasses import dataclass, field
 import dagster as dg
 
 from dpone_dagster.assets.backfill import backfill_asset
-from dpone_dagster.assets.snapshot_copy import CopySink, CopyStrategy, snapshot_copy_assets
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE
+from dpone_dagster.assets.snapshot_copy import (
+    CopySchemaChanges,
+    CopySink,
+    CopyStrategy,
+    snapshot_copy_assets,
+)
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -47,6 +53,8 @@ class SnapshotCopyModel(dg.Resolvable):
         strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
             ``internal_query``.
         sink: ``replace``, ``append`` or ``merge``.
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, with the data) or ``freeze`` (any difference is refused).
         workers: Worker sessions of ``partitioned_copy``.
         name: The op's name.
         group_name: The assets' group.
@@ -57,6 +65,7 @@ class SnapshotCopyModel(dg.Resolvable):
     targets: dict[str, str] | None = None
     strategy: CopyStrategy = "batched_copy"
     sink: CopySink = "replace"
+    schema_changes: CopySchemaChanges = "evolve"
     workers: int = 4
     name: str | None = None
     group_name: str | None = None
@@ -93,6 +102,8 @@ class BackfillModel(dg.Resolvable):
         target: The target table (the source's name by default).
         group_name: The asset's group.
         pool: Concurrency pool.
+        on_changed: ``fail`` (default) or ``repair``: what the reconciliation does with rows
+            the source changed or deleted after their batch was copied (``backfill_asset``).
     """
 
     table: str
@@ -103,6 +114,7 @@ class BackfillModel(dg.Resolvable):
     target: str | None = None
     group_name: str | None = None
     pool: str | None = None
+    on_changed: OnChanged = "fail"
 
     def partitions_def(self) -> dg.PartitionsDefinition:
         """The partitions the YAML asked for (exactly one kind)."""
@@ -152,6 +164,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
                     specs,
                     strategy=copy.strategy,
                     sink=copy.sink,
+                    schema_changes=copy.schema_changes,
                     workers=copy.workers,
                     name=copy.name or f"snapshot_copy_{index}",
                     translator=translator,
@@ -170,6 +183,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
                     translator=translator,
                     group_name=backfill.group_name,
                     pool=backfill.pool,
+                    on_changed=backfill.on_changed,
                 )
             )
         resources: dict[str, object] = {}
