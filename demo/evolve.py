@@ -7,12 +7,11 @@ the default) and lists it under ``dpone/schema_changes``. Running it again chang
 
 from __future__ import annotations
 
-import os
 import sys
 
 import psycopg
 
-from demo.seed import DEFAULT_SOURCE_DSN
+from demo.seed import choose
 
 EVOLVE = """
 ALTER TABLE shop.customers ADD COLUMN IF NOT EXISTS loyalty_tier text NOT NULL DEFAULT 'bronze';
@@ -22,7 +21,7 @@ UPDATE shop.customers SET loyalty_tier = 'gold' WHERE id % 10 = 0 AND loyalty_ti
 
 def main() -> int:
     """Adds ``loyalty_tier`` to the demo source's ``shop.customers``."""
-    source = os.environ.get("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)
+    source = choose("source").dsn
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute(EVOLVE.encode())
     print("demo source: shop.customers gained the column loyalty_tier")

@@ -5,20 +5,28 @@ again recreates the same source. The target database is created when missing and
 its ledger shows that a backfill already done is not done twice.
 
 Environment:
-    DPONE_SOURCE_DSN: the demo source (default: database ``dpone_demo_source`` on 127.0.0.1).
-    DPONE_TARGET_DSN: the demo target (default: database ``dpone_demo_target`` on 127.0.0.1).
+    DPONE_SOURCE_DSN: the demo source (default: database ``dpone_demo_source``).
+    DPONE_TARGET_DSN: the demo target (default: database ``dpone_demo_target``).
+
+The default databases live on the PostgreSQL at 127.0.0.1:5432 if one answers there, else on the
+embedded PostgreSQL of ``.dpone_pg/`` (started here, and reused by ``dagster dev`` while it runs;
+see ``dpone_dagster/embedded.py``). A DSN that is set and does not answer is an error.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import psycopg
 from psycopg import conninfo, sql
 
-DEFAULT_SOURCE_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_source"
-DEFAULT_TARGET_DSN = "postgresql://postgres@127.0.0.1:5432/dpone_demo_target"
+from dpone_dagster import embedded
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres.connection import Side, connect
+
+EMBEDDED_FOLDER = Path(__file__).resolve().parent.parent / ".dpone_pg"
 EVENT_ROWS = 200_000
 
 SCHEMA = """
@@ -72,8 +80,27 @@ SELECT g, timestamptz '2026-01-01 00:00+00' + g * interval '13 seconds', 1 + g %
        jsonb_build_object('ref', CASE WHEN g % 3 = 0 THEN 'ads' ELSE 'direct' END, 'n', g)
 FROM generate_series(1, {rows}) AS g;
 CREATE INDEX ON events.page_views (happened_at);
+CREATE TABLE shop.stock (
+    id bigint PRIMARY KEY,
+    sku varchar(32) NOT NULL,
+    qty integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO shop.stock (id, sku, qty)
+SELECT g, 'SKU-' || g, (g * 17) % 90 FROM generate_series(1, 500) AS g;
+CREATE INDEX ON shop.stock (updated_at);
 ANALYZE;
 """
+
+
+def choose(side: Side) -> embedded.ServerChoice:
+    """The demo's ``side`` database: ``DPONE_<SIDE>_DSN``, else on the default or embedded one."""
+    return embedded.choose_server(
+        os.environ.get(f"DPONE_{side.upper()}_DSN"),
+        f"dpone_demo_{side}",
+        folder=EMBEDDED_FOLDER,
+        side=side,
+    )
 
 
 def _admin(dsn: str) -> str:
@@ -85,7 +112,14 @@ def _dbname(dsn: str) -> str:
 
 
 def seed(source_dsn: str, target_dsn: str, *, rows: int = EVENT_ROWS) -> None:
-    """Recreates the demo source database and creates the target database if missing."""
+    """Recreates the demo source database and creates the target database if missing.
+
+    Raises:
+        SessionError: ``source_unreachable`` / ``target_unreachable`` (or ``..._login_failed``)
+            naming the server that did not answer.
+    """
+    connect(_admin(source_dsn), side="source").close()  # a clear error, naming the server
+    connect(_admin(target_dsn), side="target").close()
     with psycopg.connect(_admin(source_dsn), autocommit=True) as admin:
         name = sql.Identifier(_dbname(source_dsn))
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
@@ -102,10 +136,15 @@ def seed(source_dsn: str, target_dsn: str, *, rows: int = EVENT_ROWS) -> None:
 
 def main() -> int:
     """Seeds the databases named by ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN``."""
-    source = os.environ.get("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)
-    target = os.environ.get("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)
-    seed(source, target)
-    print(f"demo source {_dbname(source)} filled; demo target {_dbname(target)} ready")
+    try:
+        source, target = choose("source"), choose("target")
+        for note in {c.note() for c in (source, target) if c.embedded is not None}:
+            print(note)
+        seed(source.dsn, target.dsn)
+    except DponeError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    print(f"demo source {_dbname(source.dsn)} filled; demo target {_dbname(target.dsn)} ready")
     return 0
 
 

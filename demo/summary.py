@@ -3,14 +3,20 @@ table (from the Dagster instance of ``DAGSTER_HOME``), and the backfill ledger's
 
 from __future__ import annotations
 
-import os
+from typing import cast
 
 import dagster as dg
 import psycopg
 
-from demo.seed import DEFAULT_SOURCE_DSN, DEFAULT_TARGET_DSN
+from demo.seed import choose
 
-TABLES = ["shop.customers", "shop.orders", 'shop."Order Items"', "events.page_views"]
+TABLES = [
+    "shop.customers",
+    "shop.orders",
+    'shop."Order Items"',
+    "events.page_views",
+    "shop.stock",
+]
 
 
 def schema_changes(key: dg.AssetKey) -> str:
@@ -24,14 +30,13 @@ def schema_changes(key: dg.AssetKey) -> str:
     return "\n".join(
         f"{key.to_user_string()} schema change: {c['kind']} {c['column']!r} {c['after']} "
         f"({c['detail']})"
-        for c in changes.value  # type: ignore[union-attr]
+        for c in cast("list[dict[str, str]]", changes.value)
     )
 
 
 def main() -> None:
     """Prints one line per demo table and one for the ledger."""
-    source = os.environ.get("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)
-    target = os.environ.get("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)
+    source, target = choose("source").dsn, choose("target").dsn
     with psycopg.connect(source) as src, psycopg.connect(target) as tgt:
         for table in TABLES:
             query = f"SELECT count(*) FROM {table}"  # noqa: S608 - fixed demo names

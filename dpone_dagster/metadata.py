@@ -170,6 +170,7 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         "dpone/terminal_outcome": report.outcome.value,
         "dpone/snapshot_label": report.snapshot_label.value,
         "dpone/copy_format": table.copy_format,
+        "dpone/copy_format_reason": table.copy_format_reason or "",
         "dpone/source_table": table.source.qualified,
         "dpone/table": table.target.qualified,
         "dpone/rows_loaded": table.rows_loaded or 0,
@@ -409,6 +410,7 @@ def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[st
         metadata["dpone/notices"] = dg.MetadataValue.json(
             [{"code": n.code, "message": n.message} for n in result.notices]
         )
+    metadata.update(schema_change_metadata(result.schema_changes))
     return metadata
 
 

@@ -1,24 +1,46 @@
 """The real-PostgreSQL test harness.
 
-The server comes from ``DPONE_TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/
-postgres``); its user must be allowed to ``CREATE DATABASE``. Every test that touches data gets
-fresh databases and drops them afterwards. If the server does not answer, the whole run stops at
-once with a message that says how to start one: no test ever skips for a missing server.
+The server comes from ``DPONE_TEST_PG_DSN``; its user must be allowed to ``CREATE DATABASE``.
+Unset, it is the server at ``127.0.0.1:5432`` (user ``postgres``) if one answers there, else the
+embedded PostgreSQL 18 of ``.dpone_pg/`` (started, or reused while it runs; one line says so).
+A configured DSN that does not answer stops the whole run at once with a message that names the
+server and says how to start it: no fallback, and no test ever skips for a missing server.
+
+``DPONE_TEST_TARGET_DSN`` puts the target databases on another server (the cross-server,
+cross-version set: ``pytest -m cross_server``). Every test that touches data gets fresh
+databases and drops them afterwards.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from dpone_dagster import embedded
+from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    problem = pg.server_problem(pg.admin_dsn())
-    if problem is not None:
-        pytest.exit(problem, returncode=3)
+    configured = os.environ.get("DPONE_TEST_PG_DSN")
+    if not configured:
+        try:
+            choice = embedded.choose_server(None, "postgres", folder=ROOT / ".dpone_pg")
+        except DponeError as exc:
+            pytest.exit(str(exc), returncode=3)
+        os.environ["DPONE_TEST_PG_DSN"] = choice.dsn  # subprocesses of the tests use it too
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if choice.embedded is not None and reporter is not None:
+            reporter.write_line(choice.note())
+    for dsn in {pg.admin_dsn(), pg.target_admin_dsn()}:
+        problem = pg.server_problem(dsn)
+        if problem is not None:
+            pytest.exit(problem, returncode=3)
 
 
 @pytest.fixture
@@ -26,8 +48,8 @@ def make_database() -> Iterator[Callable[[str], str]]:
     """A factory of fresh databases (DSNs), all dropped when the test ends."""
     made: list[str] = []
 
-    def make(prefix: str = "dpone_t") -> str:
-        dsn = pg.create_database(prefix)
+    def make(prefix: str = "dpone_t", server: str | None = None) -> str:
+        dsn = pg.create_database(prefix, server)
         made.append(dsn)
         return dsn
 
@@ -43,6 +65,6 @@ def source_dsn(make_database: Callable[[str], str]) -> str:
 
 
 @pytest.fixture
-def target_dsn(make_database: Callable[[str], str]) -> str:
-    """A fresh, empty target database."""
-    return make_database("dpone_tgt")
+def target_dsn(make_database: Callable[..., str]) -> str:
+    """A fresh, empty target database (on ``DPONE_TEST_TARGET_DSN``'s server when set)."""
+    return make_database("dpone_tgt", pg.target_admin_dsn())

@@ -52,6 +52,14 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     assert pg.fetch_all(
         target, "SELECT loyalty_tier, count(*) FROM shop.customers GROUP BY 1 ORDER BY 1"
     ) == [("bronze", 1800), ("gold", 200)]
+    # The incremental stream: one change, one delete and one late commit arrived.
+    assert pg.table_fingerprint(source, "shop", "stock") == pg.table_fingerprint(
+        target, "shop", "stock"
+    )
+    assert "change: id 7 has qty 999 in the target" in done.stdout
+    assert "delete: id 13 is gone from the target" in done.stdout
+    assert "late commit: id 21 committed now" in done.stdout and "below the mark" in done.stdout
+    assert "late:   id 21 has qty 555 in the target" in done.stdout
     assert_the_printed_command_shows_the_runs(done.stdout, port, tmp_path)
 
 
@@ -70,9 +78,11 @@ def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: 
         runs = server.runs()
     finally:
         server.stop()
-    # The shop copy, the customers' copy after the evolution, the backfill's range in one run.
-    assert len(runs) == 3, runs
+    # The shop copy, the customers' copy after the evolution, the backfill's range in one run,
+    # and three runs of the incremental stock stream.
+    assert len(runs) == 6, runs
     assert {r["status"] for r in runs} == {"SUCCESS"}
     selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
     assert ("shop", "orders") in selected[0]
-    assert selected[1:] == [{("shop", "customers")}, {("events", "page_views")}]
+    assert selected[1:3] == [{("shop", "customers")}, {("events", "page_views")}]
+    assert selected[3:] == [{("shop", "stock")}] * 3

@@ -79,7 +79,7 @@ def test_a_row_reserved_below_the_mark_and_committed_later_is_not_lost(
 
 
 def test_a_lost_commit_response_is_answered_by_replay(pair: Pair) -> None:
-    proxy = TcpProxy()
+    proxy = TcpProxy.to(pair.target)
     batches = {"n": 0}
 
     def on_phase(phase: str) -> None:
@@ -109,7 +109,7 @@ def test_a_ledger_elsewhere_crashing_after_the_rows_committed_is_repaired_by_rep
     pair: Pair, make_database: object
 ) -> None:
     ledger_dsn = make_database("dpone_ledger")  # type: ignore[operator]
-    proxy = TcpProxy()
+    proxy = TcpProxy.to(ledger_dsn)
     batches = {"n": 0}
 
     def on_phase(phase: str) -> None:
@@ -162,7 +162,7 @@ def test_a_terminated_session_mid_batch_leaves_the_checkpoint_and_the_next_attem
             if calls["copy"] == 3:
                 pids = pg.backends(dsn, APP)
                 assert pids
-                pg.terminate(pids)
+                pg.terminate(pids, dsn)
 
     b = Backfill(
         pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000, on_phase=on_phase

@@ -22,6 +22,7 @@ def backfill(pair: Pair) -> Backfill:
     return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
 
 
+@pytest.mark.cross_server
 def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     pair: Pair,
 ) -> None:
@@ -105,6 +106,7 @@ def test_values_equal_by_their_type_but_stored_otherwise_are_differences(pair: P
     assert all(r.source_count == r.target_count for r in found.differing)
 
 
+@pytest.mark.cross_server
 def test_user_defined_types_and_hostile_column_names_are_digested_alike(
     source_dsn: str, target_dsn: str
 ) -> None:

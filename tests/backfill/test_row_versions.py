@@ -39,6 +39,7 @@ def outcomes(report: ReconciliationReport) -> list[str]:
     return [r.outcome.value for r in report.ranges]
 
 
+@pytest.mark.cross_server
 def test_direct_batches_carry_evidence_bound_into_the_checkpoint_chain(pair: Pair) -> None:
     b = backfill(pair)
     report = b.run().reconciliation
@@ -57,6 +58,7 @@ def test_direct_batches_carry_evidence_bound_into_the_checkpoint_chain(pair: Pai
     assert checkpoint_for(first.run_id, None, first.batch_digest, forged) != first.checkpoint
 
 
+@pytest.mark.cross_server
 def test_source_writes_since_a_batch_fall_back_to_the_hash_and_are_found(pair: Pair) -> None:
     b = backfill(pair)
     b.run()

@@ -89,19 +89,22 @@ def chain(exc: BaseException | None) -> str:
     return text
 
 
-def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
-    attributes = {"backfills": [{"table": "events.page_views", "cursor": "id"}]}
+def load_defs(attributes: dict[str, Any]) -> dg.Definitions:
+    """The definitions a ``PostgresCopyComponent`` with ``attributes`` builds."""
     with create_defs_folder_sandbox() as sandbox:
         path = sandbox.scaffold_component(
             component_cls=PostgresCopyComponent,
             defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
                                 "attributes": attributes},
         )  # fmt: skip
-        with (
-            pytest.raises(Exception) as raised,  # noqa: PT011 - Dagster wraps the cause
-            sandbox.load_component_and_build_defs(defs_path=path),
-        ):
-            pass
+        with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+            return defs
+
+
+def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
+    attributes = {"backfills": [{"table": "events.page_views", "cursor": "id"}]}
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        load_defs(attributes)
     assert "exactly one of range_partitions or daily_partitions" in chain(raised.value)
 
 
@@ -113,14 +116,7 @@ def build(attributes: dict[str, Any]) -> dict[dg.AssetKey, dg.AssetSpec]:
     os.environ.setdefault("DPONE_UNUSED_DSN", UNUSED_DSN)
     attributes = {"source_dsn_env": "DPONE_UNUSED_DSN", "target_dsn_env": "DPONE_UNUSED_DSN",
                   **attributes}  # fmt: skip
-    with create_defs_folder_sandbox() as sandbox:
-        path = sandbox.scaffold_component(
-            component_cls=PostgresCopyComponent,
-            defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
-                                "attributes": attributes},
-        )  # fmt: skip
-        with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
-            return {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+    return {spec.key: spec for spec in load_defs(attributes).resolve_all_asset_specs()}
 
 
 def test_yaml_sets_asset_attributes_per_table_over_the_components() -> None:

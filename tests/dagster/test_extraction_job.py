@@ -133,7 +133,7 @@ def test_a_failing_load_records_abort_and_leaves_the_target_unchanged(
 def test_a_lost_commit_acknowledgement_records_retain_commit_unknown(
     orders: str, target_dsn: str, tmp_path: Any
 ) -> None:
-    proxy = TcpProxy()
+    proxy = TcpProxy.to(target_dsn)
     proxy.cut_after_client_message()
     try:
         job = build_extraction_job("shop.orders")

@@ -25,7 +25,7 @@ def lock_waiters(
     ``relation``...) and running a statement that starts with ``query_prefix``."""
     dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
     rows = pg.fetch_all(
-        pg.admin_dsn(),
+        pg.server_admin(dsn),
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s"
         " AND wait_event_type = 'Lock' AND (%s::text IS NULL OR wait_event = %s)"
         " AND (%s::text IS NULL OR starts_with(query, %s))",
@@ -133,7 +133,7 @@ def terminated_at_gate(
 
     def terminate_the_waiter() -> None:
         try:
-            pg.terminate(pg.wait_until(waiting, timeout=timeout, what=what)[:1])
+            pg.terminate(pg.wait_until(waiting, timeout=timeout, what=what)[:1], dsn)
         except BaseException as exc:
             errors.append(exc)
             gate.open()

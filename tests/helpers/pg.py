@@ -20,13 +20,32 @@ _T = TypeVar("_T")
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 START_HINT = (
     "Start PostgreSQL 15 locally with `pg_ctlcluster --skip-systemctl-redirect 15 main start` "
-    "(or point DPONE_TEST_PG_DSN at a server where this user may CREATE DATABASE)."
+    "(or point DPONE_TEST_PG_DSN at a server where this user may CREATE DATABASE, or unset it "
+    "and let the harness start the embedded PostgreSQL of .dpone_pg/)."
 )
+TARGET_ENV = "DPONE_TEST_TARGET_DSN"
+"""Puts the target databases on another server (the cross-server set: ``-m cross_server``)."""
 
 
 def admin_dsn() -> str:
     """The server the tests use, from ``DPONE_TEST_PG_DSN``."""
     return os.environ.get("DPONE_TEST_PG_DSN", DEFAULT_DSN)
+
+
+def target_admin_dsn() -> str:
+    """The server of the target databases: ``DPONE_TEST_TARGET_DSN``, else :func:`admin_dsn`."""
+    return os.environ.get(TARGET_ENV) or admin_dsn()
+
+
+def _address(dsn: str) -> tuple[str, str]:
+    params = conninfo.conninfo_to_dict(dsn)
+    return str(params.get("host") or "localhost"), str(params.get("port") or "5432")
+
+
+def server_admin(dsn: str) -> str:
+    """The admin DSN of the server ``dsn`` points at (the target server's or the main one)."""
+    target = target_admin_dsn()
+    return target if _address(dsn) == _address(target) else admin_dsn()
 
 
 def with_db(dsn: str, dbname: str) -> str:
@@ -35,28 +54,36 @@ def with_db(dsn: str, dbname: str) -> str:
 
 
 def server_problem(dsn: str) -> str | None:
-    """None when the server answers, else a message that says how to start one."""
+    """None when the server answers, else a message that names it and says how to start one."""
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        host = conninfo.conninfo_to_dict(dsn).get("host")
-        return f"PostgreSQL at {host} does not answer: {exc}\n{START_HINT}"
+        host, port = _address(dsn)
+        return f"PostgreSQL at {host}:{port} does not answer: {exc}\n{START_HINT}"
     return None
 
 
-def create_database(prefix: str = "dpone_t") -> str:
-    """Creates a fresh, uniquely named database and returns its DSN."""
+def server_version(dsn: str) -> int:
+    """The server's major version (``server_version_num // 10000``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.info.server_version // 10000
+
+
+def create_database(prefix: str = "dpone_t", server: str | None = None) -> str:
+    """Creates a fresh, uniquely named database on ``server`` (an admin DSN, default
+    :func:`admin_dsn`) and returns its DSN."""
+    server = server or admin_dsn()
     name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn(), autocommit=True) as conn:
+    with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_db(admin_dsn(), name)
+    return with_db(server, name)
 
 
 def drop_database(dsn: str) -> None:
     """Drops a database made by :func:`create_database`, disconnecting its sessions."""
     name = conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(admin_dsn(), autocommit=True) as conn:
+    with psycopg.connect(server_admin(dsn), autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))
         )
@@ -188,12 +215,14 @@ def open_transactions(dsn: str, application_name: str | None = None) -> list[tup
     query = (
         "SELECT pid, application_name, state, query FROM pg_stat_activity"
         " WHERE datname = %s AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        # Sessions only: an autovacuum worker (the embedded server runs autovacuum) is none.
+        " AND backend_type = 'client backend'"
     )
     params: tuple[object, ...] = (dbname,)
     if application_name is not None:
         query += " AND application_name = %s"
         params += (application_name,)
-    return fetch_all(admin_dsn(), query, params)
+    return fetch_all(server_admin(dsn), query, params)
 
 
 def wait_for_no_open_transaction(
@@ -222,17 +251,19 @@ def backends(dsn: str, application_name: str) -> list[int]:
     """Backend pids of ``dsn``'s database whose application_name matches."""
     dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
     rows = fetch_all(
-        admin_dsn(),
+        server_admin(dsn),
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = %s",
         (dbname, application_name),
     )
     return [int(r[0]) for r in rows]  # type: ignore[call-overload]
 
 
-def terminate(pids: list[int]) -> None:
-    """``pg_terminate_backend`` each pid."""
+def terminate(pids: list[int], dsn: str | None = None) -> None:
+    """``pg_terminate_backend`` each pid, on the server of ``dsn`` (default: the main one)."""
     for pid in pids:
-        execute(admin_dsn(), "SELECT pg_terminate_backend(%s)", (pid,))
+        execute(
+            server_admin(dsn) if dsn else admin_dsn(), "SELECT pg_terminate_backend(%s)", (pid,)
+        )
 
 
 def wait_until(

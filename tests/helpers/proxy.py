@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from psycopg import conninfo
 
+from tests.helpers import pg
+
 
 def is_commit(chunk: bytes) -> bool:
     """True for a simple-protocol ``COMMIT`` query message (what psycopg's commit() sends).
@@ -31,11 +33,15 @@ class TcpProxy:
     """Forwards ``127.0.0.1:<port>`` to ``target_host:target_port``.
 
     Args:
-        target_host: PostgreSQL's host.
-        target_port: PostgreSQL's port.
+        target_host: The server's host (default: the test server's, ``DPONE_TEST_PG_DSN``).
+        target_port: The server's port (default: the test server's).
     """
 
-    def __init__(self, target_host: str = "127.0.0.1", target_port: int = 5432) -> None:
+    def __init__(self, target_host: str | None = None, target_port: int | None = None) -> None:
+        if target_host is None or target_port is None:
+            params = conninfo.conninfo_to_dict(pg.admin_dsn())
+            target_host = str(params.get("host") or "127.0.0.1")
+            target_port = int(params.get("port") or 5432)
         self.target = (target_host, target_port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -46,6 +52,12 @@ class TcpProxy:
         self.refuse = False
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="tcp-proxy").start()
+
+    @classmethod
+    def to(cls, dsn: str) -> TcpProxy:
+        """A proxy to the server ``dsn`` points at."""
+        params = conninfo.conninfo_to_dict(dsn)
+        return cls(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
 
     def dsn(self, dsn: str) -> str:
         """``dsn`` routed through this proxy."""

@@ -203,7 +203,7 @@ def test_a_block_that_never_hands_over_drops_the_table(target: str) -> None:
 
 
 def test_a_failing_drop_is_a_redacted_note_on_the_primary_error(target: str) -> None:
-    proxy = TcpProxy()
+    proxy = TcpProxy.to(target)
     secret_dsn = proxy.dsn(target).replace("user=postgres", "user=postgres password=s3cr3t-pw")
     assert "s3cr3t-pw" in secret_dsn
     try:

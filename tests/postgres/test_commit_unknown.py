@@ -13,12 +13,13 @@ from tests.helpers.proxy import TcpProxy, is_commit
 
 
 @pytest.fixture
-def proxy() -> Iterator[TcpProxy]:
-    proxy = TcpProxy()
+def proxy(target_dsn: str) -> Iterator[TcpProxy]:
+    proxy = TcpProxy.to(target_dsn)
     yield proxy
     proxy.close()
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize("strategy", ["whole_copy", "stream_rows"])
 def test_a_lost_commit_acknowledgement_retains_the_files_and_closes_the_source(
     source_dsn: str, target_dsn: str, proxy: TcpProxy, tmp_path: Path, strategy: str

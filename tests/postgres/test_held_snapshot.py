@@ -41,6 +41,7 @@ def _copy(
     )  # fmt: skip
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_reads_the_held_snapshot_and_reconciles_while_the_source_changes(
     source_dsn: str, target_dsn: str, strategy: Strategy
@@ -77,6 +78,7 @@ def test_every_strategy_reads_the_held_snapshot_and_reconciles_while_the_source_
     assert pg.open_transactions(source_dsn) == [] and pg.open_transactions(target_dsn) == []
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize(
     ("change", "target_rows", "same_digest"),
     [
@@ -152,6 +154,7 @@ SPECIAL_ROWS = """
 """
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize(
     "strategy", ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]
 )

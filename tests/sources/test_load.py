@@ -172,7 +172,7 @@ def test_a_lost_commit_answer_retains_and_still_rolls_back_the_source(
     mysql_db: MySQLSettings, target_dsn: str
 ) -> None:
     _orders(mysql_db)
-    proxy = TcpProxy("127.0.0.1", 5432)
+    proxy = TcpProxy.to(target_dsn)
     try:
         # Forward the COMMIT (not the BEGIN ... READ COMMITTED), then drop its answer.
         proxy.cut_after_client_message(is_commit)

@@ -37,6 +37,7 @@ STRATEGIES = ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]
 SOURCE_APP, TARGET_APP = "dpone-cert-source", "dpone-cert-target"
 STAGING_TABLES = r"SELECT relname FROM pg_class WHERE relname LIKE '\_dpone\_stg\_%%'"
 ORDERS, ITEMS = TableName("public", "mixed"), TableName("Shop Floor", "Items")
+pytestmark = pytest.mark.cross_server
 
 
 def _fingerprint(dsn: str, table: TableName) -> tuple[int, str]:
@@ -162,7 +163,7 @@ def _terminator(dsn: str, app: str, phase: str | None) -> Callable[[CopyProgress
         if not killed and phase in (None, progress.phase):
             killed.extend(pg.backends(dsn, app))
             assert killed, f"no session named {app}"
-            pg.terminate(killed)
+            pg.terminate(killed, dsn)
 
     return terminate
 
