@@ -46,7 +46,7 @@ class Shot:
     name: str
     path: str
     ready_text: str
-    click_text: str | None = None
+    clicks: tuple[str, ...] = ()
     scroll_to_text: str | None = None
     height: int = HEIGHT
 
@@ -68,7 +68,15 @@ SHOTS = [
         "metadata_plots",
         "/assets/shop/customers",
         "dpone/rows_per_second",
-        click_text="Plots",
+        clicks=("Plots",),
+        scroll_to_text="Table",
+        height=1800,
+    ),
+    Shot(
+        "backfill_plots",
+        "/assets/events/page_views",
+        "dpone/rows_per_second",
+        clicks=("Plots", "Events"),  # the partition's figures over time
         scroll_to_text="Table",
         height=1800,
     ),
@@ -160,10 +168,11 @@ class Page:
             time.sleep(0.5)
 
     def click_text(self, text: str) -> None:
-        """Clicks the innermost button or tab whose text is exactly ``text``."""
+        """Clicks the last button or tab whose text is exactly ``text`` (a view's own toggle
+        comes after the page's tabs of the same name)."""
         script = f"""(() => {{
             const all = [...document.querySelectorAll('button, [role=tab], a')];
-            const hit = all.find(e => e.innerText.trim() === {json.dumps(text)});
+            const hit = all.reverse().find(e => e.innerText.trim() === {json.dumps(text)});
             if (hit) {{ hit.click(); return true; }}
             return false;
         }})()"""
@@ -192,8 +201,9 @@ class Page:
         self.call("Page.navigate", url=base + shot.path)
         self.wait_for_text(shot.ready_text)
         self.wait_for_text("Loading", shown=False)
-        if shot.click_text:
-            self.click_text(shot.click_text)
+        for text in shot.clicks:
+            self.click_text(text)
+        if shot.clicks:
             self.wait_for_charts()
         if shot.scroll_to_text:
             self.scroll_to(shot.scroll_to_text)
