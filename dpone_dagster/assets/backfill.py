@@ -86,6 +86,11 @@ def backfill_asset(
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
+        It depends on its source table's external asset (see
+        :func:`~dpone_dagster.source_asset_specs`); each materialization carries
+        ``dagster/table_name``, ``dagster/column_schema`` (read from the target's catalog after
+        the commit) and ``dagster/column_lineage``. The definition carries no column schema:
+        reading a catalog when definitions load would make loading need a reachable database.
 
     Raises:
         DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor,

@@ -112,6 +112,11 @@ def snapshot_copy_assets(
 
     Returns:
         A subsettable multi-asset (resource keys ``source`` and ``target``).
+        Each table depends on its source table's external asset (see
+        :func:`~dpone_dagster.source_asset_specs`); each materialization carries
+        ``dagster/table_name``, ``dagster/column_schema`` (read from the target's catalog after
+        the commit) and ``dagster/column_lineage``. The definition carries no column schema:
+        reading a catalog when definitions load would make loading need a reachable database.
 
     Raises:
         DponeError: at definition time: ``identifier_invalid`` for a bad name,
