@@ -144,12 +144,14 @@ def _copy_asset(
     group_name: str | None,
     op_tags: Mapping[str, Any] | None,
     metadata: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
     target = target_table if isinstance(target_table, TableName) else TableName.parse(target_table)
     check_sink(sink)
     check_instance_storage()
     check_schema_changes(schema_changes)
     asset_key = dg.AssetKey.from_coercible(key)
+    upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
 
     @dg.asset(
         key=asset_key,
@@ -159,6 +161,7 @@ def _copy_asset(
         op_tags=op_tags,
         kinds={"postgres"},
         metadata=metadata,
+        deps=[] if upstream is None else [upstream],
     )
     def _asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
         target_resource: PostgresTargetResource = getattr(context.resources, target_resource_key)
@@ -179,7 +182,7 @@ def _copy_asset(
             f"({report.sink_method}); outcome {report.outcome.value}"
         )
         [standard] = table_catalog_metadata(
-            target_resource.dsn, target_resource.options, [(target, None, None)], context.log
+            target_resource.dsn, target_resource.options, [(target, upstream, None)], context.log
         )
         return dg.MaterializeResult(metadata={**report_metadata(report), **standard})
 
@@ -201,6 +204,7 @@ def mysql_copy_asset(
     target_resource_key: str = "target",
     group_name: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
     """An asset that copies a MySQL/MariaDB table or query into a PostgreSQL table.
 
@@ -220,6 +224,9 @@ def mysql_copy_asset(
         target_resource_key: The :class:`~dpone_dagster.resources.PostgresTargetResource`'s key.
         group_name: The asset's group.
         op_tags: Tags of the asset's op (e.g. a pool).
+        source_key: The asset key of what is read (an external asset you define): the copy
+            depends on it, and its materializations' ``dagster/column_lineage`` maps each target
+            column to the same-named column of it. No lineage without one.
 
     Raises:
         DponeError: at definition time, for a bad target name, sink or source spec.
@@ -250,6 +257,7 @@ def mysql_copy_asset(
         f"{target_table} ({sink}).",
         group_name=group_name,
         op_tags=op_tags,
+        source_key=source_key,
     )
 
 
@@ -271,6 +279,7 @@ def rest_copy_asset(
     target_resource_key: str = "target",
     group_name: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
     """An asset that copies the records of an HTTP JSON API into a PostgreSQL table.
 
@@ -294,6 +303,9 @@ def rest_copy_asset(
         target_resource_key: The target resource's key.
         group_name: The asset's group.
         op_tags: Tags of the asset's op.
+        source_key: The asset key of what is read (an external asset you define): the copy
+            depends on it, and its materializations' ``dagster/column_lineage`` maps each target
+            column to the same-named column of it. No lineage without one.
 
     Raises:
         DponeError: at definition time: ``rest_type_unmappable`` for a model field no column
@@ -349,6 +361,7 @@ def rest_copy_asset(
         group_name=group_name,
         op_tags=op_tags,
         metadata={"dagster/column_schema": schema},
+        source_key=source_key,
     )
 
 

@@ -40,7 +40,11 @@ def test_a_mysql_asset_materializes_into_the_target(
         "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL)",
         "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
     )
-    asset = mysql_copy_asset(key=["shop", "orders"], table="orders", target_table="raw.orders")
+    source = dg.AssetKey(["mysql", "orders"])
+    asset = mysql_copy_asset(
+        key=["shop", "orders"], table="orders", target_table="raw.orders", source_key=source
+    )
+    assert [d.asset_key for d in next(iter(asset.specs)).deps] == [source]
     result = dg.materialize(
         [asset],
         resources={
@@ -68,6 +72,11 @@ def test_a_mysql_asset_materializes_into_the_target(
     assert [(c.name, c.constraints.nullable) for c in schema.schema.columns] == [
         ("id", False),
         ("total", False),
+    ]
+    lineage = metadata["dagster/column_lineage"]
+    assert isinstance(lineage, dg.TableColumnLineageMetadataValue)
+    assert lineage.lineage.deps_by_column["total"] == [
+        dg.TableColumnDep(asset_key=source, column_name="total")
     ]
     assert isinstance(metadata["dpone/bytes"], dg.IntMetadataValue)
     assert isinstance(metadata["dpone/rows_per_second"], dg.FloatMetadataValue)
