@@ -51,6 +51,7 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         "dpone/terminal_outcome": report.outcome.value,
         "dpone/snapshot_label": report.snapshot_label.value,
         "dpone/copy_format": table.copy_format,
+        "dpone/copy_format_reason": table.copy_format_reason or "",
         "dpone/source_table": table.source.qualified,
         "dpone/table": table.target.qualified,
         "dpone/rows_loaded": table.rows_loaded or 0,

@@ -17,7 +17,7 @@ from psycopg import sql
 from dpone_dagster.lifecycle import DponeError
 
 from .catalog import Column, primary_key, relation_oid, table_columns
-from .copy import CopyFormat, copy_format_for
+from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
 
@@ -85,6 +85,8 @@ class TablePlan:
         swap: The sink installs the loaded staging table as the target (a missing target, or a
             ``replace`` into a plain table nothing else depends on).
         unlogged_target: The target is an ``UNLOGGED`` table.
+        versions: The source's and the target's major versions (None for a generic source).
+        copy_format_reason: Why ``copy_format`` is ``text``, when it is.
         schema_changes: What the load changes in the existing target's schema, in the load's
             transaction (:mod:`.schema_change`): added, widened and kept columns.
     """
@@ -101,6 +103,8 @@ class TablePlan:
     copy_format: CopyFormat
     swap: bool
     unlogged_target: bool = False
+    versions: tuple[int, int] | None = None
+    copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
@@ -212,6 +216,8 @@ def _plan_one(
     source_columns = tuple(table_columns(source, mapping.source))
     columns = tuple(c for c in source_columns if not c.generated)
     key = tuple(primary_key(source, mapping.source))
+    versions = major_versions(source, target)
+    copy_format, reason = copy_format_choice(columns, versions)
     plan = TablePlan(  # as a new target, created from the source
         source=mapping.source,
         target=mapping.target,
@@ -222,8 +228,10 @@ def _plan_one(
         target_exists=False,
         target_key=key,
         target_pk_name=None,
-        copy_format=copy_format_for(columns),
+        copy_format=copy_format,
         swap=True,
+        versions=versions,
+        copy_format_reason=reason,
     )
     return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
 
@@ -301,13 +309,17 @@ def _onto_existing(
     by_name = {c.name: c for c in target_columns}
     written = tuple(evolved.get(c.name) or by_name[c.name] for c in columns)
     same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
+    copy_format, reason = copy_format_choice([*columns, *written], plan.versions)
+    if not same_types:
+        copy_format, reason = "text", "the target's column types differ from the source's"
     return replace(
         plan,
         written=written,
         target_exists=True,
         target_key=target_key,
         target_pk_name=None if pk_name is None else str(pk_name),
-        copy_format=copy_format_for([*columns, *written]) if same_types else "text",
+        copy_format=copy_format,
+        copy_format_reason=reason,
         swap=sink == "replace" and swappable,
         unlogged_target=persistence == "u",
         schema_changes=changes,
