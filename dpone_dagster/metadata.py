@@ -223,9 +223,11 @@ def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
 def log_schema_changes(
     log: dg.DagsterLogManager, target: str, changes: Sequence[ColumnChange]
 ) -> None:
-    """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
+    """Logs one line naming each difference of ``target``'s columns from the source's (added,
+    widened, kept), or nothing when there is none."""
     if changes:
-        log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
+        listed = "; ".join(c.describe() for c in changes)
+        log.info(f"Schema of {target} against the source: {listed}.")
 
 
 def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:
