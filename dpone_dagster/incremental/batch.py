@@ -76,7 +76,7 @@ class _Rows:
         """Streams the batch into ``staging``; notes its last ``(cursor, key)``."""
         self.on_phase("copy")
         query, params = self.shape.select_batch(
-            self.run.lower, self.run.checkpoint, self.run.mark, self.size
+            self.run.lower, self.run.checkpoint, self.run.mark, self.size, self.plan.column_names
         )
         fmt = self.plan.copy_format
         copy_in = copy_in_statement(staging, list(self.plan.column_names), fmt)
