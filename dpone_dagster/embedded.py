@@ -241,9 +241,12 @@ def start(folder: Path) -> EmbeddedServer:
         if not (data / "PG_VERSION").exists():
             _run(commands.initdb, folder, ["--auth=trust", "--encoding=UTF8", "--no-locale",
                                            "-U", "postgres"], user)  # fmt: skip
+        # TCP only (a socket path in the working tree can pass the length limit of Unix sockets),
+        # UTC, and no autovacuum, as on the CI cluster: a worker's snapshot would hold back
+        # the xmin horizon the row-version proof reads, and make its tests depend on timing.
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={_free_port()} "
-            "-c unix_socket_directories='' -c TimeZone=UTC"
+            "-c unix_socket_directories='' -c TimeZone=UTC -c autovacuum=off"
         )
         _run(commands.pg_ctl, folder, ["-w", "-t", "60", "-o", options, "-l",
                                         str(data / "server.log"), "start"], user)  # fmt: skip

@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
-from dpone_dagster.postgres.schema_change import check_schema_changes
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import CopyEvent
@@ -27,7 +28,7 @@ CopyStrategy = Literal[
 """The :class:`~dpone_dagster.postgres.Strategy` names, for type checkers and YAML."""
 CopySink = Literal["replace", "append", "merge"]
 """The sinks."""
-CopySchemaChanges = Literal["evolve", "freeze"]
+CopySchemaChanges = SchemaChanges
 """What a load does when an existing target's columns differ from the source's."""
 
 
@@ -127,6 +128,7 @@ def snapshot_copy_assets(
             )
     """
     check_copy_options(strategy, sink, workers, schema_changes)
+    check_instance_storage()
     specs = copy_specs(
         tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
     )

@@ -26,7 +26,7 @@ from dpone_dagster.postgres.catalog import (
     relation_oid,
     table_columns,
 )
-from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
+from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import column_differences
@@ -208,7 +208,8 @@ def resolve_shape(
         )
     _check_target(tgt, target, columns, key, cursor)
     versions = keys_for(src, tgt, source, target, columns)
-    return TableShape(source, target, tuple(columns), key, cur, copy_format_for(columns), versions)
+    fmt = copy_format_for(columns, major_versions(src, tgt))
+    return TableShape(source, target, tuple(columns), key, cur, fmt, versions)
 
 
 def _check_target(

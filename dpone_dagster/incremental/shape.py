@@ -98,18 +98,12 @@ class StreamShape:
         return [v for k, v in zip(self.key, after.key, strict=True) if k.name != self.cursor.name]
 
     def select_batch(
-        self,
-        lower: str | None,
-        after: Checkpoint | None,
-        mark: str | None,
-        size: int,
-        columns: Sequence[Column] | Sequence[str],
+        self, lower: str | None, after: Checkpoint | None, mark: str | None, size: int
     ) -> tuple[sql.Composed, list[object]]:
-        """The next batch's ``columns`` in keyset order (the batch's plan names them: a column
-        the source gained since the run began moves too), and their parameters."""
+        """The next batch's rows in keyset order, and their parameters."""
         where, params = self.range_where(lower, after, mark)
         query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}").format(
-            column_list(columns), self.source.ident, where, column_list(self.order()),
+            column_list(self.columns), self.source.ident, where, column_list(self.order()),
             sql.Literal(size),
         )  # fmt: skip
         return query, list(params)

@@ -42,9 +42,54 @@ EMPTY_HASH = "sha256:" + hashlib.sha256(b"").hexdigest()
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-def copy_format_for(columns: Sequence[Column]) -> CopyFormat:
-    """``binary`` unless a column's type OID can differ between source and target databases."""
-    return "text" if any(c.user_type for c in columns) else "binary"
+BINARY_ACROSS_VERSIONS = frozenset(
+    {"int2", "int4", "int8", "numeric", "float8", "text", "varchar", "bytea", "bool", "date",
+     "timestamp", "timestamptz", "interval", "uuid", "json", "jsonb"}
+)  # fmt: skip
+"""Built-in types (and arrays of them) whose binary COPY form is certified between major
+versions: ``tests/postgres/test_type_round_trip.py`` round-trips each of them exactly from
+PostgreSQL 15 to 18 and back (``.ci/run``, ``-m cross_server``). Any other type crosses major
+versions as text."""
+
+
+def copy_format_choice(
+    columns: Sequence[Column], versions: tuple[int, int] | None = None
+) -> tuple[CopyFormat, str | None]:
+    """The COPY format for a relay of ``columns``, and why it is ``text`` when it is.
+
+    Args:
+        columns: The relayed columns (source and target columns alike).
+        versions: The source's and the target's major versions, when both are PostgreSQL.
+
+    Returns:
+        ``("binary", None)`` when both ends agree on every type's binary form; else ``"text"``
+        with the reason: a user-defined type (its OID differs between databases), or a type
+        whose binary form is not certified between the two major versions.
+    """
+    users = sorted({f"{c.type_schema}.{c.type_name}" for c in columns if c.user_type})
+    if users:
+        return "text", f"user-defined type(s) {', '.join(users)} have per-database OIDs"
+    if versions is not None and versions[0] != versions[1]:
+        uncertified = sorted({c.type_name for c in columns} - BINARY_ACROSS_VERSIONS)
+        if uncertified:
+            return "text", (
+                f"binary COPY of {', '.join(uncertified)} is not certified from PostgreSQL "
+                f"{versions[0]} to {versions[1]}"
+            )
+    return "binary", None
+
+
+def copy_format_for(
+    columns: Sequence[Column], versions: tuple[int, int] | None = None
+) -> CopyFormat:
+    """``binary`` unless a column's binary form can differ between source and target (see
+    :func:`copy_format_choice`)."""
+    return copy_format_choice(columns, versions)[0]
+
+
+def major_versions(source: Conn, target: Conn) -> tuple[int, int]:
+    """The major versions of the servers of two sessions (``18`` for 18.1)."""
+    return source.info.server_version // 10000, target.info.server_version // 10000
 
 
 def copy_out_statement(select: sql.Composable, fmt: CopyFormat = "binary") -> sql.Composed:

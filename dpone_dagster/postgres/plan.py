@@ -7,7 +7,7 @@ nothing written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
@@ -17,7 +17,7 @@ from psycopg import sql
 from dpone_dagster.lifecycle import DponeError
 
 from .catalog import Column, primary_key, relation_oid, table_columns
-from .copy import CopyFormat, copy_format_for
+from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
 
@@ -85,6 +85,8 @@ class TablePlan:
         swap: The sink installs the loaded staging table as the target (a missing target, or a
             ``replace`` into a plain table nothing else depends on).
         unlogged_target: The target is an ``UNLOGGED`` table.
+        versions: The source's and the target's major versions (None for a generic source).
+        copy_format_reason: Why ``copy_format`` is ``text``, when it is.
         schema_changes: What the load changes in the existing target's schema, in the load's
             transaction (:mod:`.schema_change`): added, widened and kept columns.
     """
@@ -101,6 +103,8 @@ class TablePlan:
     copy_format: CopyFormat
     swap: bool
     unlogged_target: bool = False
+    versions: tuple[int, int] | None = None
+    copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
 
     @property
@@ -167,6 +171,8 @@ def plan_tables(
     mappings: Sequence[TableMapping],
     sink: Sink,
     schema_changes: SchemaChanges = "evolve",
+    *,
+    keep: Collection[str] = (),
 ) -> list[TablePlan]:
     """Plans the copy of every table from both catalogs.
 
@@ -176,6 +182,8 @@ def plan_tables(
         mappings: The tables to copy.
         sink: How the target takes the rows.
         schema_changes: ``evolve`` or ``freeze`` (:mod:`.schema_change`).
+        keep: Target columns the copy itself owns (a soft-delete column): never taken for
+            columns the source dropped.
 
     Raises:
         CatalogError: ``table_not_found`` for a source table that does not exist.
@@ -195,7 +203,7 @@ def plan_tables(
             f"Target table {', '.join(twice)} is named more than once.",
             ["Copy each source into its own target table."],
         )
-    return [_plan_one(source, target, m, sink, schema_changes) for m in mappings]
+    return [_plan_one(source, target, m, sink, (schema_changes, keep)) for m in mappings]
 
 
 def _plan_one(
@@ -203,11 +211,13 @@ def _plan_one(
     target: psycopg.Connection[tuple[object, ...]],
     mapping: TableMapping,
     sink: Sink,
-    schema_changes: SchemaChanges,
+    changes: tuple[SchemaChanges, Collection[str]],
 ) -> TablePlan:
     source_columns = tuple(table_columns(source, mapping.source))
     columns = tuple(c for c in source_columns if not c.generated)
     key = tuple(primary_key(source, mapping.source))
+    versions = major_versions(source, target)
+    copy_format, reason = copy_format_choice(columns, versions)
     plan = TablePlan(  # as a new target, created from the source
         source=mapping.source,
         target=mapping.target,
@@ -218,10 +228,12 @@ def _plan_one(
         target_exists=False,
         target_key=key,
         target_pk_name=None,
-        copy_format=copy_format_for(columns),
+        copy_format=copy_format,
         swap=True,
+        versions=versions,
+        copy_format_reason=reason,
     )
-    return plan_target(target, plan, sink, schema_changes=schema_changes)
+    return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
 
 
 def plan_target(
@@ -231,6 +243,7 @@ def plan_target(
     *,
     source_label: str | None = None,
     schema_changes: SchemaChanges = "evolve",
+    keep: Collection[str] = (),
 ) -> TablePlan:
     """Completes a plan made for a new target with what the target's catalog says.
 
@@ -243,6 +256,7 @@ def plan_target(
         sink: How the target takes the rows.
         source_label: How messages name the source (``plan.source`` by default).
         schema_changes: ``evolve`` or ``freeze``: what a target whose columns differ gets.
+        keep: Target columns the copy owns (see :func:`plan_tables`).
 
     Raises:
         CopyPlanError: ``target_not_a_table``, ``target_type_missing``,
@@ -254,7 +268,7 @@ def plan_target(
         _check_user_types(target, plan.target, plan.source_columns)
         return plan
     label = source_label or str(plan.source)
-    return _onto_existing(target, oid, plan, sink, (label, schema_changes))
+    return _onto_existing(target, oid, plan, sink, (label, schema_changes, keep))
 
 
 def _onto_existing(
@@ -262,7 +276,7 @@ def _onto_existing(
     oid: int,
     plan: TablePlan,
     sink: Sink,
-    how: tuple[str, SchemaChanges],
+    how: tuple[str, SchemaChanges, Collection[str]],
 ) -> TablePlan:
     """The plan for a target that exists: its columns, key and shape decide."""
     columns = plan.columns
@@ -280,7 +294,7 @@ def _onto_existing(
     changes = decide(
         columns, target_columns, (plan.key, target_key), how[1],
         target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),
-        labels=(how[0], str(plan.target)),
+        labels=(how[0], str(plan.target)), keep=how[2],
     )  # fmt: skip
     _check_user_types(target, plan.target, [c.source for c in changes if c.source is not None])
     names = {c.name for c in columns}
@@ -295,13 +309,17 @@ def _onto_existing(
     by_name = {c.name: c for c in target_columns}
     written = tuple(evolved.get(c.name) or by_name[c.name] for c in columns)
     same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
+    copy_format, reason = copy_format_choice([*columns, *written], plan.versions)
+    if not same_types:
+        copy_format, reason = "text", "the target's column types differ from the source's"
     return replace(
         plan,
         written=written,
         target_exists=True,
         target_key=target_key,
         target_pk_name=None if pk_name is None else str(pk_name),
-        copy_format=copy_format_for([*columns, *written]) if same_types else "text",
+        copy_format=copy_format,
+        copy_format_reason=reason,
         swap=sink == "replace" and swappable,
         unlogged_target=persistence == "u",
         schema_changes=changes,

@@ -37,6 +37,8 @@ class TableCopyReport:
             reconciliation digests on both sides.
         row_versions: Who wrote the target's rows, when the load can vouch that it wrote them
             all exactly (the reconciliation then proves them without hashing).
+        copy_format_reason: Why the rows moved as text, when they did (a user-defined type, or
+            a type whose binary form is not certified between the servers' major versions).
         schema_changes: What the load changed in the existing target's schema (applied only
             when the outcome is ``success``).
     """
@@ -50,6 +52,7 @@ class TableCopyReport:
     copy_format: str
     columns: tuple[str, ...] = ()
     row_versions: RowVersionEvidence | None = None
+    copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
 
     @property

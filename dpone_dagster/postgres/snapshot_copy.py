@@ -315,6 +315,7 @@ class SnapshotCopy:
                     rows_loaded=table.rows_loaded,
                     sink_result=table.sink_result,
                     copy_format=table.plan.copy_format,
+                    copy_format_reason=table.plan.copy_format_reason,
                     columns=table.plan.column_names,
                     row_versions=table.row_versions if outcome is TerminalOutcome.SUCCESS else None,
                     schema_changes=table.plan.schema_changes,

@@ -215,6 +215,8 @@ def open_transactions(dsn: str, application_name: str | None = None) -> list[tup
     query = (
         "SELECT pid, application_name, state, query FROM pg_stat_activity"
         " WHERE datname = %s AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+        # Sessions only: an autovacuum worker (the embedded server runs autovacuum) is none.
+        " AND backend_type = 'client backend'"
     )
     params: tuple[object, ...] = (dbname,)
     if application_name is not None:

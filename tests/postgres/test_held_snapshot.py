@@ -78,6 +78,7 @@ def test_every_strategy_reads_the_held_snapshot_and_reconciles_while_the_source_
     assert pg.open_transactions(source_dsn) == [] and pg.open_transactions(target_dsn) == []
 
 
+@pytest.mark.cross_server
 @pytest.mark.parametrize(
     ("change", "target_rows", "same_digest"),
     [

@@ -223,6 +223,41 @@ def test_a_reader_never_sees_the_new_column_before_its_data(
     ) == [(200, 200)]
 
 
+def test_a_snapshot_reader_of_the_table_holds_the_alter_until_it_ends_and_sees_no_new_column(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, ITEMS)
+    copy_tables(source_dsn, target_dsn, ["public.items"])
+    pg.execute(source_dsn, "ALTER TABLE public.items ADD note text NOT NULL DEFAULT 'none'")
+    pg.execute(source_dsn, "UPDATE public.items SET note = 'n' || id")
+    done: list[object] = []
+    with psycopg.connect(target_dsn) as reader:
+        reader.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        assert reader.execute("SELECT count(*) FROM public.items").fetchone() == (200,)
+        load = threading.Thread(
+            target=lambda: done.append(
+                copy_tables(source_dsn, target_dsn, ["public.items"], sink="merge")
+            )
+        )
+        load.start()
+        try:
+            pg.wait_until(
+                lambda: locks.lock_waiters(target_dsn, "dpone-dagster", wait_event="relation"),
+                timeout=60,
+                what="the load's ALTER TABLE waits for the reader's lock",
+            )
+            cursor = reader.execute("SELECT * FROM public.items LIMIT 1")
+            assert cursor.description is not None
+            assert "note" not in [c.name for c in cursor.description]
+        finally:
+            reader.commit()
+            load.join(60)
+    assert done, "the load ended once the reader's transaction did"
+    assert pg.fetch_all(
+        target_dsn, "SELECT count(*) FILTER (WHERE note = 'n' || id) FROM public.items"
+    ) == [(200,)]
+
+
 def test_a_load_that_fails_after_the_alter_leaves_the_old_schema_and_rows(
     source_dsn: str, target_dsn: str
 ) -> None:
@@ -349,3 +384,32 @@ def test_equal_types_spelled_differently_are_no_change_and_pass_the_copy_check(
 )
 def test_the_widening_rules(before: str, after: str, widened: bool) -> None:
     assert widens(parse_type(before), parse_type(after)) is widened
+
+
+def test_internal_query_evolves_its_target_in_the_same_database(source_dsn: str) -> None:
+    pg.execute(source_dsn, ITEMS)
+    pair = [("public.items", "public.items_copy")]
+    copy_tables(source_dsn, source_dsn, pair, strategy="internal_query")
+    pg.execute(source_dsn, "ALTER TABLE public.items ADD note text DEFAULT 'none'")
+    pg.execute(source_dsn, "UPDATE public.items SET note = 'n' || id WHERE mod(id, 2) = 0")
+    report = copy_tables(source_dsn, source_dsn, pair, strategy="internal_query", sink="merge")
+    [change] = report.tables[0].schema_changes
+    assert (change.kind, change.column) == ("added", "note")
+    assert pg.table_fingerprint(source_dsn, "public", "items") == pg.table_fingerprint(
+        source_dsn, "public", "items_copy"
+    )
+
+
+def test_a_source_column_the_target_computes_is_refused(source_dsn: str, target_dsn: str) -> None:
+    pg.execute(source_dsn, ITEMS)
+    pg.execute(
+        target_dsn,
+        "CREATE TABLE public.items (id bigint PRIMARY KEY, name varchar(40) NOT NULL,"
+        " small smallint, qty integer GENERATED ALWAYS AS (id * 3) STORED, price numeric(10,2),"
+        " ratio real, seen_at timestamp(3), code varchar(10), total numeric(8,2))",
+    )
+    with pytest.raises(SchemaChangeError) as caught:
+        copy_tables(source_dsn, target_dsn, ["public.items"])
+    assert caught.value.code == "schema_change_incompatible"
+    assert "'qty': generated in the target -> integer" in caught.value.message
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.items") == 0

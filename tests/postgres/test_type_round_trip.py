@@ -7,6 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dpone_dagster.metadata import table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyPlanError, TableName, copy_tables
 from dpone_dagster.postgres.catalog import CatalogError, primary_key, table_columns
 from tests.helpers import pg
@@ -129,3 +130,37 @@ def test_an_unknown_source_table_is_table_not_found_and_nothing_is_written(
     assert err.value.code == "table_not_found"
     assert not pg.table_exists(target_dsn, "public", "mixed")
     assert pg.open_transactions(source_dsn) == pg.open_transactions(target_dsn) == []
+
+
+_UNCERTIFIED = """
+CREATE TABLE public.spans (id bigint PRIMARY KEY, words tsvector, seats int4range, host inet,
+                           at time, label text);
+INSERT INTO public.spans VALUES
+ (1, 'a fat cat', '[3,7)', '192.168.0.1/24', '12:34:56.789', 'one'),
+ (2, NULL, 'empty', '::1', '24:00', NULL);
+"""
+
+
+@pytest.mark.cross_server
+@pytest.mark.parametrize("strategy", ["whole_copy", "partitioned_copy"])
+def test_types_not_certified_across_major_versions_move_as_text_and_the_receipt_says_so(
+    source_dsn: str, target_dsn: str, strategy: str
+) -> None:
+    pg.execute(source_dsn, _UNCERTIFIED)
+    report = copy_tables(source_dsn, target_dsn, ["public.spans"], strategy=strategy)  # type: ignore[arg-type]
+    table = report.tables[0]
+    versions = (pg.server_version(source_dsn), pg.server_version(target_dsn))
+    if versions[0] != versions[1]:
+        assert table.copy_format == "text"
+        assert table.copy_format_reason == (
+            f"binary COPY of inet, int4range, time, tsvector is not certified from PostgreSQL "
+            f"{versions[0]} to {versions[1]}"
+        )
+    else:
+        assert (table.copy_format, table.copy_format_reason) == ("binary", None)
+    metadata = table_metadata(report, table)
+    assert metadata["dpone/copy_format"] == table.copy_format
+    assert metadata["dpone/copy_format_reason"] == (table.copy_format_reason or "")
+    assert pg.table_fingerprint(source_dsn, "public", "spans") == pg.table_fingerprint(
+        target_dsn, "public", "spans"
+    )
