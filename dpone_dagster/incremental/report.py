@@ -39,8 +39,9 @@ class IncrementalResult:
         old_mark: The stream's mark before the run.
         new_mark: Its mark after the run.
         mark_taken_at: The source clock when the new mark was taken.
-        lag_seconds: For a time cursor, the source clock at the mark minus the newest cursor
-            value copied (``None`` for other cursors or an empty table).
+        lag_seconds: For a time cursor, the source clock at the newest mark taken minus the
+            newest cursor value copied (``None`` for other cursors or an empty table): it grows
+            while nothing changes, and drops when a run copies fresh rows.
         rows: Rows read and merged.
         inserted: Rows the target gained.
         updated: Rows updated because a value differed.
@@ -82,15 +83,21 @@ class IncrementalResult:
     schema_changes: tuple[ColumnChange, ...] = ()
 
 
-def _lag(src: Conn, shape: StreamShape, state: StreamState) -> float | None:
-    if not shape.cursor_is_time or state.mark is None or state.mark_taken_at is None:
+def _lag(
+    src: Conn, shape: StreamShape, state: StreamState, mark: StreamMark | None
+) -> float | None:
+    """The source clock at the newest mark taken (this call's, or the stored one) minus the
+    newest cursor value copied."""
+    times = [t for t in (state.mark_taken_at, mark.taken_at if mark else None) if t is not None]
+    taken_at = max(times) if times else None
+    if not shape.cursor_is_time or state.mark is None or taken_at is None:
         return None
     row = src.execute(
         sql.SQL(
             "SELECT extract(epoch FROM %s::timestamptz - CAST(CAST(%s::text AS {}) AS"
             " timestamptz))::float8"
         ).format(sql.SQL(shape.cursor.type_sql)),
-        (state.mark_taken_at, state.mark),
+        (taken_at, state.mark),
     ).fetchone()
     assert row is not None
     return float(row[0])  # type: ignore[arg-type]
@@ -137,7 +144,7 @@ def build_result(
         old_mark=before.mark,
         new_mark=after.mark,
         mark_taken_at=after.mark_taken_at,
-        lag_seconds=_lag(src, shape, after),
+        lag_seconds=_lag(src, shape, after, mark),
         rows=sum(r.rows for r in receipts),
         inserted=sum(r.inserted for r in receipts),
         updated=sum(r.updated for r in receipts),

@@ -57,6 +57,12 @@ def ledger_view(target: str) -> tuple[int, int, tuple[int, int, int], list[int]]
     (runs, sequence, revision), and the receipts' sequence numbers."""
     if not pg.table_exists(target, "dpone_ledger", "incremental_batch_receipts"):
         return 0, 0, (0, 0, 0), []
+    if not pg.table_exists(target, "shop", "orders"):  # killed before the first batch committed
+        assert (
+            pg.fetch_one(target, "SELECT count(*) FROM dpone_ledger.incremental_batch_receipts")
+            == 0
+        )
+        return 0, 0, (0, 0, 0), []
     row = pg.fetch_all(
         target,
         "SELECT (SELECT count(*) FROM shop.orders),"
