@@ -6,6 +6,9 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
   tables (partitioned COPY, two workers): every run copies them under ONE source snapshot.
 * ``events/page_views``: a daily-partitioned, ledger-backed backfill of an events table by its
   ``happened_at`` timestamp, with a schedule that fills the newest day.
+* ``shop/stock``: an incremental stream of a mutable stock table by its ``updated_at``, with hard
+  deletes and a schedule every five minutes (``python -m demo.stream`` shows one change, one late
+  commit and one delete arriving).
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
 password never shows in the UI) and default to databases on the local server at 127.0.0.1:5432,
@@ -23,6 +26,7 @@ from dpone_dagster import (
     PostgresSourceResource,
     PostgresTargetResource,
     backfill_asset,
+    incremental_asset,
     snapshot_copy_assets,
 )
 from dpone_dagster.embedded import choose_server
@@ -58,10 +62,27 @@ page_views = backfill_asset(
 
 page_views_job = dg.define_asset_job("page_views_daily", selection=[page_views])
 
+stock = incremental_asset(
+    "shop.stock",
+    cursor="updated_at",
+    deletes="hard",
+    batch_size=1_000,
+    settle_timeout=2.0,  # the demo's open writer: wait 2 s, then go on and read again next run
+    group_name="stock",
+    pool="dpone_source",
+)
+
+stock_every_five_minutes = dg.ScheduleDefinition(
+    name="stock_every_five_minutes", target=stock, cron_schedule="*/5 * * * *"
+)
+
 defs = dg.Definitions(
-    assets=[shop, page_views],
+    assets=[shop, page_views, stock],
     jobs=[page_views_job],
-    schedules=[dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1)],
+    schedules=[
+        dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1),
+        stock_every_five_minutes,
+    ],
     resources={
         "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "dpone_demo_source")),
         "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "dpone_demo_target")),

@@ -80,6 +80,15 @@ SELECT g, timestamptz '2026-01-01 00:00+00' + g * interval '13 seconds', 1 + g %
        jsonb_build_object('ref', CASE WHEN g % 3 = 0 THEN 'ads' ELSE 'direct' END, 'n', g)
 FROM generate_series(1, {rows}) AS g;
 CREATE INDEX ON events.page_views (happened_at);
+CREATE TABLE shop.stock (
+    id bigint PRIMARY KEY,
+    sku varchar(32) NOT NULL,
+    qty integer NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO shop.stock (id, sku, qty)
+SELECT g, 'SKU-' || g, (g * 17) % 90 FROM generate_series(1, 500) AS g;
+CREATE INDEX ON shop.stock (updated_at);
 ANALYZE;
 """
 

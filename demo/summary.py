@@ -10,7 +10,13 @@ import psycopg
 
 from demo.seed import choose
 
-TABLES = ["shop.customers", "shop.orders", 'shop."Order Items"', "events.page_views"]
+TABLES = [
+    "shop.customers",
+    "shop.orders",
+    'shop."Order Items"',
+    "events.page_views",
+    "shop.stock",
+]
 
 
 def schema_changes(key: dg.AssetKey) -> str:

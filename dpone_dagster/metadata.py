@@ -261,6 +261,7 @@ def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[st
         metadata["dpone/notices"] = dg.MetadataValue.json(
             [{"code": n.code, "message": n.message} for n in result.notices]
         )
+    metadata.update(schema_change_metadata(result.schema_changes))
     return metadata
 
 

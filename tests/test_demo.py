@@ -47,3 +47,11 @@ def test_the_demo_materializes_every_demo_asset(make_database: Any, tmp_path: Pa
     assert pg.fetch_all(
         target, "SELECT loyalty_tier, count(*) FROM shop.customers GROUP BY 1 ORDER BY 1"
     ) == [("bronze", 1800), ("gold", 200)]
+    # The incremental stream: one change, one delete and one late commit arrived.
+    assert pg.table_fingerprint(source, "shop", "stock") == pg.table_fingerprint(
+        target, "shop", "stock"
+    )
+    assert "change: id 7 has qty 999 in the target" in done.stdout
+    assert "delete: id 13 is gone from the target" in done.stdout
+    assert "late commit: id 21 committed now" in done.stdout and "below the mark" in done.stdout
+    assert "late:   id 21 has qty 555 in the target" in done.stdout

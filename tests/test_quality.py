@@ -75,10 +75,12 @@ def test_every_test_the_readme_names_exists() -> None:
 
 
 def test_the_domain_core_imports_without_loading_dagster() -> None:
-    """lifecycle, postgres, backfill and sources run without Dagster (not even imported)."""
+    """lifecycle, postgres, backfill, incremental and sources run without Dagster (not even
+    imported)."""
     code = (
         "import sys, dpone_dagster.lifecycle, dpone_dagster.postgres, dpone_dagster.reconcile, "
-        "dpone_dagster.backfill, dpone_dagster.sources; print(sorted(m for m in sys.modules if "
+        "dpone_dagster.backfill, dpone_dagster.incremental, dpone_dagster.sources; "
+        "print(sorted(m for m in sys.modules if "
         "m.split('.')[0] "
         "in ('dagster', 'dagster_postgres')))"
     )
@@ -126,4 +128,5 @@ def test_the_readmes_dagster_example_builds_its_definitions() -> None:
     code = f"{block}\nprint(len(defs.resolve_all_asset_specs()), {probe})"
     result = run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[:2] == ["4", "extract_shop__orders"], result.stdout
+    # three shop tables, the page views backfill and the incremental stock stream
+    assert result.stdout.split()[:2] == ["5", "extract_shop__orders"], result.stdout

@@ -19,6 +19,7 @@ from dpone_dagster.incremental.batch import Deletes
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres import check_identifier
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
@@ -61,6 +62,7 @@ def incremental_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
+    schema_changes: SchemaChanges = "evolve",
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
 
@@ -86,6 +88,9 @@ def incremental_asset(
         op_tags: Tags of the op.
         reconcile: Verify each run in its final snapshot and report the ``dpone_reconciled``
             check (costs a comparison of both sides' digests per run).
+        schema_changes: ``evolve`` (a column added, widened or dropped in the source changes
+            the target in a batch's transaction, listed under ``dpone/schema_changes``) or
+            ``freeze`` (any difference fails the run with ``schema_change_incompatible``).
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -108,10 +113,11 @@ def incremental_asset(
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
     _check(deletes, batch_size, soft_delete_column)
+    check_schema_changes(schema_changes)
     options = StreamOptions(
         deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
         lookback=lookback, continue_from_backfill=continue_from_backfill,
-        settle_timeout=settle_timeout, reconcile=reconcile,
+        settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
     )  # fmt: skip
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(

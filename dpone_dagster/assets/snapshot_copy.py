@@ -15,7 +15,7 @@ import dagster as dg
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
-from dpone_dagster.postgres.schema_change import check_schema_changes
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import CopyEvent
@@ -27,7 +27,7 @@ CopyStrategy = Literal[
 """The :class:`~dpone_dagster.postgres.Strategy` names, for type checkers and YAML."""
 CopySink = Literal["replace", "append", "merge"]
 """The sinks."""
-CopySchemaChanges = Literal["evolve", "freeze"]
+CopySchemaChanges = SchemaChanges
 """What a load does when an existing target's columns differ from the source's."""
 
 

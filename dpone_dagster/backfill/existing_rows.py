@@ -111,15 +111,18 @@ def _insert_missing(target: Conn, shape: TableShape) -> int:
     ).rowcount
 
 
+def _changed(shape: TableShape) -> sql.Composed:
+    """A staged row ``s`` and a target row ``t`` with the same key and other values."""
+    return sql.SQL("{} AND {} <> {}").format(
+        _key_match(shape, "s", "t"), _row_text(shape, "s"), _row_text(shape, "t")
+    )
+
+
 def _delete_changed(target: Conn, shape: TableShape) -> None:
     """Deletes the target's rows whose key is staged with other values (re-inserted next)."""
     target.execute(
-        sql.SQL("DELETE FROM {target} AS t USING {stage} AS s WHERE {match} AND {a} <> {b}").format(
-            target=shape.target.ident,
-            stage=_STAGE,
-            match=_key_match(shape, "s", "t"),
-            a=_row_text(shape, "s"),
-            b=_row_text(shape, "t"),
+        sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
+            shape.target.ident, _STAGE, _changed(shape)
         )
     )
 
@@ -198,18 +201,12 @@ def _update_changed(target: Conn, shape: TableShape) -> int:
     values = [c.name for c in shape.columns if c.name not in shape.key]
     if not values:  # every column is the key: a row with the key is equal
         return 0
+    assignments = sql.SQL(", ").join(
+        sql.SQL("{} = {}").format(sql.Identifier(c), sql.Identifier("s", c)) for c in values
+    )
     return target.execute(
-        sql.SQL(
-            "UPDATE {target} AS t SET {set} FROM {stage} AS s WHERE {match} AND {a} <> {b}"
-        ).format(
-            target=shape.target.ident,
-            set=sql.SQL(", ").join(
-                sql.SQL("{} = {}").format(sql.Identifier(c), sql.Identifier("s", c)) for c in values
-            ),
-            stage=_STAGE,
-            match=_key_match(shape, "s", "t"),
-            a=_row_text(shape, "s"),
-            b=_row_text(shape, "t"),
+        sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE {}").format(
+            shape.target.ident, assignments, _STAGE, _changed(shape)
         )
     ).rowcount
 

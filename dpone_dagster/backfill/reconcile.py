@@ -33,7 +33,7 @@ labelled ``repaired_to_one_snapshot``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -268,26 +268,30 @@ def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
 
 
 def _check_ranges(
-    sessions: Sessions, shape: TableShape, run_id: str, ranges: list[BatchReceipt],
-    measured: _Measured, repair: bool, on_changed: OnChanged,
+    sessions: Sessions, shape: TableShape, ranges: list[BatchReceipt], measured: _Measured,
+    repair: bool, on_changed: OnChanged,
 ) -> list[RangeCheck]:  # fmt: skip
-    """One check per range: proven, equal, or repaired from the source's open snapshot."""
+    """One check per range: proven, equal, or repaired from the source's open snapshot (in the
+    target's open transaction, when one is needed)."""
     digests = measured.digests
-    broken = [n for n, (s, t) in digests.items() if s != t]
     checks: list[RangeCheck] = []
-    with _repairs(sessions.target, run_id, repair and bool(broken)):
-        for rng in ranges:
-            if rng.sequence in measured.proved:
-                same = Digest(rng.observation.source_count, rng.observation.content_hash)
-                checks.append(_check(rng, same, same, proof=Proof.ROW_VERSIONS))
-                continue
-            s, t = digests[rng.sequence]
-            if s == t or not repair:
-                checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
-                continue
-            query = measured.target_queries[rng.sequence]
-            checks.append(_repair(sessions, shape, rng, query, s, on_changed))
+    for rng in ranges:
+        if rng.sequence in measured.proved:
+            same = Digest(rng.observation.source_count, rng.observation.content_hash)
+            checks.append(_check(rng, same, same, proof=Proof.ROW_VERSIONS))
+            continue
+        s, t = digests[rng.sequence]
+        if s == t or not repair:
+            checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
+            continue
+        query = measured.target_queries[rng.sequence]
+        checks.append(_repair(sessions, shape, rng, query, s, on_changed))
     return checks
+
+
+Settle = Callable[[Conn, ReconciliationReport], None]
+"""Records a report in the ledger (the run's range checks and state), in the session's open
+transaction."""
 
 
 def reconcile_ranges(
@@ -300,6 +304,7 @@ def reconcile_ranges(
     repair: bool = True,
     row_versions: bool = True,
     on_changed: OnChanged = "fail",
+    settle: Settle | None = None,
 ) -> ReconciliationReport:
     """Compares (and repairs) every batch range; commits the repairs on the target.
 
@@ -316,6 +321,9 @@ def reconcile_ranges(
         row_versions: Prove untouched ranges by row versions (else hash every range).
         on_changed: ``"repair"`` also rewrites changed rows and deletes rows gone from the
             source, so a repaired range equals the source at this snapshot.
+        settle: Records the report. When the ledger lives in the target it runs in the
+            repairs' own transaction, so the rows repaired and their record commit together;
+            otherwise in a ledger transaction once the repairs have committed.
 
     Returns:
         One check per range with rows or bounds; ``ok`` is False when any range differs.
@@ -329,16 +337,23 @@ def reconcile_ranges(
             with transaction(reader, IsolationLevel.REPEATABLE_READ, read_only=True):
                 target_snapshot = _snapshot_digest(reader)
                 measured = _measure(src, reader, shape, ranges, row_versions)
-            checks = _check_ranges(sessions, shape, run_id, ranges, measured, repair, on_changed)
+            needed = repair and any(s != t for s, t in measured.digests.values())
+            together = settle is not None and needed and sessions.ledger_in_target
+            with _repairs(sessions.target, run_id, needed):
+                checks = _check_ranges(sessions, shape, ranges, measured, repair, on_changed)
+                report = ReconciliationReport(
+                    run_id=run_id, source_snapshot=source_snapshot,
+                    target_snapshot=target_snapshot, ranges=tuple(checks),
+                )  # fmt: skip
+                if together and settle is not None:
+                    settle(sessions.target, report)
+        if settle is not None and not together:
+            with transaction(sessions.ledger, IsolationLevel.READ_COMMITTED, read_only=False):
+                settle(sessions.ledger, report)
     except BaseException:
         sessions.abandon()
         raise
-    return ReconciliationReport(
-        run_id=run_id,
-        source_snapshot=source_snapshot,
-        target_snapshot=target_snapshot,
-        ranges=tuple(checks),
-    )
+    return report
 
 
 def reconcile_run(
@@ -353,7 +368,8 @@ def reconcile_run(
     on_changed: OnChanged = "fail",
 ) -> ReconciliationReport:
     """A run's final reconciliation: its checkpoint chain verified, every range compared
-    (:func:`reconcile_ranges`), the checks recorded and the run settled under its lock.
+    (:func:`reconcile_ranges`), the checks recorded and the run settled under its lock (in the
+    repairs' transaction when the ledger lives in the target).
 
     A run at its mark becomes ``succeeded`` (label ``several_snapshots_reconciled`` when several
     batch snapshots were used, ``repaired_to_one_snapshot`` when ``on_changed="repair"``
@@ -368,19 +384,16 @@ def reconcile_run(
         raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
     receipts = ledger.receipts(lc, run_id)
     verify_chain(run, receipts)
-    report = reconcile_ranges(
+
+    def settle(conn: Conn, report: ReconciliationReport) -> None:
+        ledger.lock_run(conn, run_id)
+        durable = ledger.fetch_run(conn, run_id)
+        assert durable is not None
+        ledger.record_checks(conn, report)
+        if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
+            ledger.save_run(conn, durable, after_reconcile(durable, report))
+
+    return reconcile_ranges(
         sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions,
-        on_changed=on_changed,
+        on_changed=on_changed, settle=settle,
     )  # fmt: skip
-    try:
-        with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
-            ledger.lock_run(lc, run_id)
-            durable = ledger.fetch_run(lc, run_id)
-            assert durable is not None
-            ledger.record_checks(lc, report)
-            if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
-                ledger.save_run(lc, durable, after_reconcile(durable, report))
-    except BaseException:
-        sessions.abandon()
-        raise
-    return report

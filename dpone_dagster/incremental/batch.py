@@ -16,7 +16,7 @@ committed with its receipt and the stream's new state in ONE target transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import psycopg
@@ -30,6 +30,7 @@ from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, r
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
 from dpone_dagster.postgres.plan import TableMapping, TablePlan, plan_tables
+from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 
 from .deletes import ensure_soft_column, revive
 from .shape import StreamShape
@@ -75,7 +76,9 @@ class _Rows:
     def load_into(self, conn: Conn, staging: TableName) -> int:
         """Streams the batch into ``staging``; notes its last ``(cursor, key)``."""
         self.on_phase("copy")
-        query, params = self.shape.select_batch(
+        # The plan's columns: the source's in this batch's snapshot (the target evolved to them).
+        moving = replace(self.shape, columns=self.plan.columns)
+        query, params = moving.select_batch(
             self.run.lower, self.run.checkpoint, self.run.mark, self.size
         )
         fmt = self.plan.copy_format
@@ -93,10 +96,12 @@ class _Rows:
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """A committed batch: the state after it and its receipt."""
+    """A committed batch: the state after it, its receipt, and what its load changed in the
+    target's schema (:mod:`dpone_dagster.postgres.schema_change`)."""
 
     state: StreamState
     receipt: StreamReceipt
+    schema_changes: tuple[ColumnChange, ...] = ()
 
 
 def _begin(sessions: Sessions, ledger: StreamLedger, stream_id: str, run: int) -> StreamState:
@@ -124,17 +129,21 @@ def copy_batch(
     deletes: Deletes,
     verify: bool = False,
     on_phase: PhaseHook = lambda _: None,
+    schema_changes: SchemaChanges = "evolve",
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
 
     ``on_phase`` is called with ``"copy"`` (the rows start moving) and ``"commit"`` (just before
-    the COMMIT).
+    the COMMIT). The batch plans its load from both catalogs inside its own transactions, so a
+    source whose columns changed evolves the target (``schema_changes="evolve"``) with the
+    batch's rows, in the batch's commit.
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
 
     Raises:
         IncrementalError: ``incremental_stream_stale`` (the compare-and-swap lost).
+        SchemaChangeError: ``schema_change_incompatible``; nothing of the batch was written.
         DponeError, psycopg.Error: the load failed; nothing of the batch was committed (every
             open transaction is rolled back first).
     """
@@ -144,7 +153,7 @@ def copy_batch(
         assert state.run is not None
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
             window = open_read_window(src)
-            plan = plan_tables(src, tgt, [TableMapping(shape.source, shape.target)], "merge")[0]
+            plan = stream_plan(src, tgt, shape, schema_changes)
             rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
             load = TargetLoad(tgt, target_dsn, [plan], "merge")
             done: list[BatchOutcome] = []
@@ -161,6 +170,17 @@ def copy_batch(
     except BaseException:
         sessions.abandon()
         raise
+
+
+def stream_plan(src: Conn, tgt: Conn, shape: StreamShape, mode: SchemaChanges) -> TablePlan:
+    """The load's plan of the stream's table (the soft-delete column is the stream's own).
+
+    Raises:
+        SchemaChangeError: ``schema_change_incompatible`` (see :func:`.schema_change.decide`).
+    """
+    mapping = TableMapping(shape.source, shape.target)
+    own = () if shape.soft_column is None else (shape.soft_column,)
+    return plan_tables(src, tgt, [mapping], "merge", mode, keep=own)[0]
 
 
 def _finish(
@@ -203,7 +223,7 @@ def _finish(
     if final:
         after = complete_run(after, progressed)
     ledger.record(conn, state, after, receipt)
-    return BatchOutcome(after, receipt)
+    return BatchOutcome(after, receipt, rows.plan.schema_changes)
 
 
 def complete_run(state: StreamState, run: RunInProgress) -> StreamState:

@@ -58,7 +58,7 @@ class Comparison:
     ranges_differing: int = 0
 
 
-def _both(source: Callable[[], _T], target: Callable[[], _T]) -> tuple[_T, _T]:
+def both(source: Callable[[], _T], target: Callable[[], _T]) -> tuple[_T, _T]:
     """Runs the source side and the target side at once (two sessions, two servers)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         other = pool.submit(source)
@@ -145,11 +145,11 @@ def compare(src: Conn, tgt: Conn, shape: StreamShape, *, rows: bool) -> Comparis
         rows: Compare whole rows (every copied column); else the key sets only.
     """
     source, target = _sides(src, tgt, shape, rows)
-    first = _differing(*_both(source.first, target.first))
+    first = _differing(*both(source.first, target.first))
     if not first:
         return Comparison()
-    codes = _differing(*_both(lambda: source.second(first), lambda: target.second(first)))
-    have, held = _both(lambda: source.keys(codes), lambda: target.keys(codes))
+    codes = _differing(*both(lambda: source.second(first), lambda: target.second(first)))
+    have, held = both(lambda: source.keys(codes), lambda: target.keys(codes))
     return Comparison(
         source_only={k: v[1] for k, v in have.items() if k not in held},
         target_only={k for k in held if k not in have},

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
@@ -20,9 +21,10 @@ from dpone_dagster.backfill.sessions import Sessions, transaction
 from dpone_dagster.backfill.shape import prepare_session
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges, check_schema_changes
 
 from .backfill_link import backfill_mark
-from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch
+from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch, stream_plan
 from .errors import incremental_error
 from .mark import StreamMark, check_no_null_cursor, take_mark
 from .plan import nothing_to_do, plan_run
@@ -60,6 +62,11 @@ class IncrementalSync:
             backfill of the same tables and cursor instead of copying the table again.
         settle_timeout: Seconds a run waits for transactions open at its mark (see
             :mod:`.mark` for what happens after).
+        schema_changes: ``evolve`` (default: a source column added, widened or dropped between
+            runs changes the target in the batch's transaction, with its rows) or ``freeze``
+            (any difference is refused with ``schema_change_incompatible`` before the run
+            begins). Rows copied before a column was added keep its default (or NULL) until
+            their cursor moves.
         verify: After the final batch, compare whole rows of both sides in its snapshot
             (:mod:`.verify`) and record the verdict in its receipt.
         ledger_schema: The ledger's schema in the target database.
@@ -100,8 +107,10 @@ class IncrementalSync:
         options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_phase: PhaseHook | None = None,
+        schema_changes: SchemaChanges = "evolve",
     ) -> None:
         _check_options(deletes, batch_size, lookback, settle_timeout)
+        self.schema_changes = check_schema_changes(schema_changes)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
@@ -151,6 +160,7 @@ class IncrementalSync:
         shape = resolve_stream(
             sessions.source, sessions.target, self.source, self.target, self.cursor, self.soft
         )
+        stream_plan(sessions.source, sessions.target, shape, self.schema_changes)  # refuses early
         sessions.target.commit()
         check_no_null_cursor(sessions.source, shape)
         if self.lookback is not None and not shape.cursor_is_time:
@@ -180,8 +190,10 @@ class IncrementalSync:
             if state.run is None:
                 return build_result(sessions.source, shape, before, state, [], mark, 0)
             number, mine = state.run.number, 0
+            changes: dict[tuple[str, str], ColumnChange] = {}  # once each, over the batches
             while (done := self._batch(sessions, shape, stream_id, number)) is not None:
                 mine += 1
+                changes.update({(c.column, c.kind): c for c in done.schema_changes})
                 self.on_batch(done)
                 if done.state.run is None:
                     break
@@ -189,7 +201,8 @@ class IncrementalSync:
                 after = self.ledger.fetch(sessions.target, stream_id)
                 receipts = self.ledger.receipts(sessions.target, stream_id, number)
             assert after is not None
-            return build_result(sessions.source, shape, before, after, receipts, mark, mine)
+            result = build_result(sessions.source, shape, before, after, receipts, mark, mine)
+            return replace(result, schema_changes=tuple(changes.values()))
         except BaseException:
             sessions.abandon()
             raise
@@ -202,7 +215,7 @@ class IncrementalSync:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
             batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
-            on_phase=self.on_phase,
+            on_phase=self.on_phase, schema_changes=self.schema_changes,
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import SnapshotLabel
+from dpone_dagster.postgres.schema_change import ColumnChange
 
 from .errors import INCREMENTAL_ERRORS
 from .mark import StreamMark
@@ -54,6 +55,8 @@ class IncrementalResult:
         notices: ``incremental_mark_unsettled`` while transactions outlive the settle timeout.
         receipts: The run's batch receipts.
         verification: The final batch's verification, when the run was verified.
+        schema_changes: What the run's batches changed in the target's schema (each change
+            once): added, widened and kept columns.
     """
 
     stream_id: str
@@ -76,6 +79,7 @@ class IncrementalResult:
     notices: tuple[Notice, ...]
     receipts: tuple[StreamReceipt, ...]
     verification: Verification | None = None
+    schema_changes: tuple[ColumnChange, ...] = ()
 
 
 def _lag(src: Conn, shape: StreamShape, state: StreamState) -> float | None:

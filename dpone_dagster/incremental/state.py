@@ -191,6 +191,13 @@ class StreamLedger:
 
     def ensure(self, conn: Conn) -> None:
         """Creates the ledger's tables (the backfill's too) if missing; idempotent."""
+        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
+            found = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                (self.streams.as_string(conn), self.receipts_table.as_string(conn)),
+            ).fetchone()
+        if found is not None and found[0]:
+            return
         self.backfill.ensure(conn)
         with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
             Ledger.lock_run(conn, "dpone_ledger_ddl:" + self.schema)

@@ -1,11 +1,13 @@
 """The final batch's verdicts: which keys to delete, and whether the target now equals the
 source at or below the run's mark.
 
-Both come from one :func:`.compare.compare` in the final batch's source snapshot and target
-transaction (after its merge): the key sets alone when only deletes are wanted, whole rows when
-the run is verified. A difference is explained when the source row's cursor lies above the mark
-(changed or inserted since: the next run's) or when the target holds a key the source lost
-(deleted now, or kept under ``ignore``); any other difference fails the verification.
+Both come from the final batch's source snapshot and target transaction (after its merge): a
+verified run compares whole rows (:func:`.compare.compare`), which also finds the deletes;
+otherwise the deletes come from counting key ranges (:mod:`.ranges`, for an integer key) or from
+comparing the key sets' digests. A difference is explained when the source row's cursor lies
+above the mark (changed or inserted since: the next run's) or when the target holds a key the
+source lost (deleted now, or kept under ``ignore``); any other difference fails the
+verification.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import psycopg
 from .compare import Comparison, Key, compare
 from .deletes import apply_deletes
 from .plan import above
+from .ranges import range_scan
 from .shape import StreamShape
 from .state import Verification
 
@@ -74,11 +77,19 @@ def final_check(
     """
     if deletes == "ignore" and not verify:
         return FinalCheck()
-    found = compare(src, tgt, shape, rows=verify)
-    deleted = 0
-    if deletes != "ignore":
-        deleted = apply_deletes(tgt, shape, sorted(found.target_only), at)
-    verification = None
+    for conn in (src, tgt):  # JIT compiling costs more than these scans take
+        conn.execute("SELECT set_config('jit', 'off', true)")
+    verification, keys_compared = None, 0
     if verify:
+        found = compare(src, tgt, shape, rows=True)
+        gone, keys_compared = sorted(found.target_only), found.keys_compared
         verification = _verdict(src, shape, found, mark, kept=deletes == "ignore")
-    return FinalCheck(deleted, found.keys_compared, verification)
+    else:
+        scan = None if mark is None else range_scan(src, tgt, shape, mark)
+        if scan is None:
+            found = compare(src, tgt, shape, rows=False)
+            gone, keys_compared = sorted(found.target_only), found.keys_compared
+        else:
+            gone, keys_compared = scan.deleted, scan.keys_compared
+    deleted = 0 if deletes == "ignore" else apply_deletes(tgt, shape, gone, at)
+    return FinalCheck(deleted, keys_compared, verification)

@@ -5,8 +5,9 @@ Imports no Dagster. Names reach SQL only through ``psycopg.sql``; values only as
 The entry point of a snapshot copy is :func:`copy_tables` (or :class:`SnapshotCopy`, step by
 step). A copy reads its tables under one snapshot with one of the five strategies
 (:class:`Strategy`) and loads them through the one load path (:mod:`.load`): staging tables,
-sinks, one COMMIT whose answer settles every artifact. A copy can read under a snapshot the
-caller holds (``CopyOptions(snapshot_token=...)``), so that the reconciliation
+sinks, one COMMIT whose answer settles every artifact; an existing target whose columns differ
+evolves in that transaction or is refused (:mod:`.schema_change`). A copy can read under a
+snapshot the caller holds (``CopyOptions(snapshot_token=...)``), so that the reconciliation
 (:mod:`dpone_dagster.reconcile`) compares the target with the source exactly as the copy read it.
 The strategies' artifacts, for callers that drive them, are in their modules
 (:mod:`.whole_copy`, :mod:`.stream_rows`, :mod:`.batched_copy`, :mod:`.partitioned_copy`,
@@ -21,6 +22,7 @@ from .options import CopyOptions
 from .plan import CopyPlanError, Sink, TablePlan
 from .progress import CopyProgress
 from .report import CopyError, CopyReport, TableCopyReport
+from .schema_change import ColumnChange, SchemaChangeError, SchemaChanges
 from .sinks import SinkResult
 from .snapshot import LazySnapshot, SnapshotError, SnapshotSession
 from .snapshot_copy import SnapshotCopy, copy_tables
@@ -29,6 +31,7 @@ from .strategy import Strategy
 __all__ = [
     "CatalogError",
     "Column",
+    "ColumnChange",
     "ConnectionOptions",
     "ConnectionSettingsError",
     "CopyError",
@@ -38,6 +41,8 @@ __all__ = [
     "CopyReport",
     "IdentifierError",
     "LazySnapshot",
+    "SchemaChangeError",
+    "SchemaChanges",
     "SessionError",
     "Sink",
     "SinkResult",

@@ -231,9 +231,10 @@ def normal_type(column: Column) -> NormalType:
 def parse_type(spelling: str) -> NormalType:
     """A built-in type's spelling (``format_type`` output or a common alias) as a NormalType."""
     found = _SPELLING.match(spelling.strip().lower())
-    if found is None:  # not a spelling this reads: compared as written
+    parts = [] if found is None else (found["mods"] or "").replace(" ", "").split(",")
+    if found is None or not all(p.isdigit() for p in parts if p):  # compared as written
         return NormalType(" ".join(spelling.lower().split()), (), False)
     name = " ".join(f"{found['head']} {found['tail']}".split())
     name = _ALIASES.get(name, name)
-    mods = tuple(int(m) for m in (found["mods"] or "").replace(" ", "").split(",") if m)
+    mods = tuple(int(p) for p in parts if p)
     return NormalType(name, mods or _DEFAULT_MODIFIERS.get(name, ()), bool(found["array"]))

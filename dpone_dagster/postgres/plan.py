@@ -7,7 +7,7 @@ nothing written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
@@ -171,6 +171,8 @@ def plan_tables(
     mappings: Sequence[TableMapping],
     sink: Sink,
     schema_changes: SchemaChanges = "evolve",
+    *,
+    keep: Collection[str] = (),
 ) -> list[TablePlan]:
     """Plans the copy of every table from both catalogs.
 
@@ -180,6 +182,8 @@ def plan_tables(
         mappings: The tables to copy.
         sink: How the target takes the rows.
         schema_changes: ``evolve`` or ``freeze`` (:mod:`.schema_change`).
+        keep: Target columns the copy itself owns (a soft-delete column): never taken for
+            columns the source dropped.
 
     Raises:
         CatalogError: ``table_not_found`` for a source table that does not exist.
@@ -199,7 +203,7 @@ def plan_tables(
             f"Target table {', '.join(twice)} is named more than once.",
             ["Copy each source into its own target table."],
         )
-    return [_plan_one(source, target, m, sink, schema_changes) for m in mappings]
+    return [_plan_one(source, target, m, sink, (schema_changes, keep)) for m in mappings]
 
 
 def _plan_one(
@@ -207,7 +211,7 @@ def _plan_one(
     target: psycopg.Connection[tuple[object, ...]],
     mapping: TableMapping,
     sink: Sink,
-    schema_changes: SchemaChanges,
+    changes: tuple[SchemaChanges, Collection[str]],
 ) -> TablePlan:
     source_columns = tuple(table_columns(source, mapping.source))
     columns = tuple(c for c in source_columns if not c.generated)
@@ -229,7 +233,7 @@ def _plan_one(
         versions=versions,
         copy_format_reason=reason,
     )
-    return plan_target(target, plan, sink, schema_changes=schema_changes)
+    return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
 
 
 def plan_target(
@@ -239,6 +243,7 @@ def plan_target(
     *,
     source_label: str | None = None,
     schema_changes: SchemaChanges = "evolve",
+    keep: Collection[str] = (),
 ) -> TablePlan:
     """Completes a plan made for a new target with what the target's catalog says.
 
@@ -251,6 +256,7 @@ def plan_target(
         sink: How the target takes the rows.
         source_label: How messages name the source (``plan.source`` by default).
         schema_changes: ``evolve`` or ``freeze``: what a target whose columns differ gets.
+        keep: Target columns the copy owns (see :func:`plan_tables`).
 
     Raises:
         CopyPlanError: ``target_not_a_table``, ``target_type_missing``,
@@ -262,7 +268,7 @@ def plan_target(
         _check_user_types(target, plan.target, plan.source_columns)
         return plan
     label = source_label or str(plan.source)
-    return _onto_existing(target, oid, plan, sink, (label, schema_changes))
+    return _onto_existing(target, oid, plan, sink, (label, schema_changes, keep))
 
 
 def _onto_existing(
@@ -270,7 +276,7 @@ def _onto_existing(
     oid: int,
     plan: TablePlan,
     sink: Sink,
-    how: tuple[str, SchemaChanges],
+    how: tuple[str, SchemaChanges, Collection[str]],
 ) -> TablePlan:
     """The plan for a target that exists: its columns, key and shape decide."""
     columns = plan.columns
@@ -288,7 +294,7 @@ def _onto_existing(
     changes = decide(
         columns, target_columns, (plan.key, target_key), how[1],
         target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),
-        labels=(how[0], str(plan.target)),
+        labels=(how[0], str(plan.target)), keep=how[2],
     )  # fmt: skip
     _check_user_types(target, plan.target, [c.source for c in changes if c.source is not None])
     names = {c.name for c in columns}

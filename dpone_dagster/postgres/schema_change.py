@@ -19,7 +19,7 @@ never sees the new schema without the data, and a failed load leaves the old sch
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -131,6 +131,7 @@ def decide(
     *,
     target_has_rows: Callable[[], bool],
     labels: tuple[str, str],
+    keep: Collection[str] = (),
 ) -> tuple[ColumnChange, ...]:
     """Compares the copied source columns with the target's and decides what the load does.
 
@@ -142,6 +143,7 @@ def decide(
         target_has_rows: Whether the target holds rows (asked only when an added NOT NULL
             column has no constant default).
         labels: How messages name the source and the target.
+        keep: Target columns the copy owns (a soft-delete column): not a dropped column.
 
     Returns:
         The changes evolve applies, in source order then the kept columns (empty: none).
@@ -172,7 +174,7 @@ def decide(
     names = {c.name for c in source}
     source_key, target_key = keys
     for column in target:
-        if column.name in names or column.generated:
+        if column.name in names or column.generated or column.name in keep:
             continue
         if column.name in target_key:
             refused.append(f"{column.name!r}: {column.type_sql} (primary key) -> absent")

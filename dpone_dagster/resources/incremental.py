@@ -25,9 +25,15 @@ from dpone_dagster.incremental import (
 )
 from dpone_dagster.incremental.batch import Deletes
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME, incremental_check, incremental_metadata
+from dpone_dagster.metadata import (
+    CHECK_NAME,
+    incremental_check,
+    incremental_metadata,
+    log_schema_changes,
+)
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
+from dpone_dagster.postgres.schema_change import SchemaChanges
 
 if TYPE_CHECKING:
     from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
@@ -47,6 +53,8 @@ class StreamOptions:
         continue_from_backfill: Start an empty stream from a complete backfill's mark.
         settle_timeout: Seconds to wait for transactions open at the mark.
         reconcile: Verify the run in its final snapshot and report ``dpone_reconciled``.
+        schema_changes: ``evolve`` or ``freeze`` (see :class:`~dpone_dagster.incremental.
+            IncrementalSync`).
     """
 
     deletes: Deletes = "ignore"
@@ -56,6 +64,7 @@ class StreamOptions:
     continue_from_backfill: bool = False
     settle_timeout: float = 30.0
     reconcile: bool = True
+    schema_changes: SchemaChanges = "evolve"
 
 
 def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
@@ -123,6 +132,7 @@ def incremental_events(
         raise DponeFailure(error) from exc
     for notice in result.notices:
         context.log.warning(f"dpone: [{notice.code}] {notice.message}")
+    log_schema_changes(context.log, target_table.qualified, result.schema_changes)
     if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
         yield incremental_check(key, result)
     if key in context.selected_asset_keys:
@@ -148,5 +158,6 @@ def _run(
         settle_timeout=options.settle_timeout, verify=options.reconcile,
         ledger_schema=ledger.schema_name, options=source.options,
         on_batch=lambda done: context.log_event(_observation(key, done)),
+        schema_changes=options.schema_changes,
     )  # fmt: skip
     return sync.run()

@@ -220,7 +220,15 @@ def test_an_unknown_on_changed_is_refused_before_anything_is_read(pair: Pair) ->
     assert err.value.code == "plan_invalid" and "repair" in err.value.message
 
 
-def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair(
+REFUSE_CHECKS = """
+CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'the ledger refuses range checks'; END $$;
+CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON dpone_ledger.backfill_range_checks
+FOR EACH ROW EXECUTE FUNCTION refuse();
+"""
+
+
+def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair_atomically(
     source_dsn: str, target_dsn: str
 ) -> None:
     for dsn in (source_dsn, target_dsn):
@@ -249,7 +257,17 @@ def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair(
     assert err.value.code == "backfill_record_changed" and "on_changed" in str(err.value)
     assert backfill("fail").load().progress.batch_count == 5  # type: ignore[union-attr]
 
-    result = backfill("repair").run(on_batch=writer)  # resumes at batch 6
+    # The ledger refuses the reconciliation's record (a real server-side error): the repair it
+    # would have recorded rolls back with it, so no rewrite is ever left unlabelled.
+    pg.execute(target_dsn, REFUSE_CHECKS)
+    with pytest.raises(BackfillError) as refused:  # resumes at batch 6, then reconciles
+        backfill("repair").run(on_batch=writer)
+    assert refused.value.code == "backfill_persistence_failed"
+    assert pg.fetch_one(target_dsn, "SELECT pos FROM moving WHERE id = 900") == 900  # not repaired
+    assert backfill("repair").load().snapshot_label is SnapshotLabel.SEVERAL_SNAPSHOTS  # type: ignore[union-attr]
+    pg.execute(target_dsn, "DROP TRIGGER refuse ON dpone_ledger.backfill_range_checks")
+
+    result = backfill("repair").run()
     sixth = backfill("repair").receipts()[5]
     # 100 rows of pos 501..599, row 5 among them: replaced through the staged apply, counted
     assert (sixth.copied_count, sixth.duplicate_count) == (100, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -74,25 +75,28 @@ def chain(exc: BaseException | None) -> str:
     return text
 
 
-def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
-    attributes = {"backfills": [{"table": "events.page_views", "cursor": "id"}]}
+def load_defs(attributes: dict[str, Any]) -> dg.Definitions:
+    """The definitions a ``PostgresCopyComponent`` with ``attributes`` builds."""
     with create_defs_folder_sandbox() as sandbox:
         path = sandbox.scaffold_component(
             component_cls=PostgresCopyComponent,
             defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
                                 "attributes": attributes},
         )  # fmt: skip
-        with (
-            pytest.raises(Exception) as raised,  # noqa: PT011 - Dagster wraps the cause
-            sandbox.load_component_and_build_defs(defs_path=path),
-        ):
-            pass
+        with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+            return defs
+
+
+def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
+    attributes = {"backfills": [{"table": "events.page_views", "cursor": "id"}]}
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        load_defs(attributes)
     assert "exactly one of range_partitions or daily_partitions" in chain(raised.value)
 
 
 def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
-    def load(on_changed: str) -> dg.Definitions:
-        attributes = {
+    def backfill(on_changed: str) -> dict[str, Any]:
+        return {
             "source_dsn_env": "DPONE_SOURCE_DSN",  # read at run time: no server needed here
             "target_dsn_env": "DPONE_TARGET_DSN",
             "backfills": [
@@ -104,17 +108,9 @@ def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_lo
                 }
             ],
         }
-        with create_defs_folder_sandbox() as sandbox:
-            path = sandbox.scaffold_component(
-                component_cls=PostgresCopyComponent,
-                defs_yaml_contents={"type": "dpone_dagster.PostgresCopyComponent",
-                                    "attributes": attributes},
-            )  # fmt: skip
-            with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
-                return defs
 
-    [spec] = load("repair").resolve_all_asset_specs()
+    [spec] = load_defs(backfill("repair")).resolve_all_asset_specs()
     assert spec.metadata["dpone/on_changed"] == "repair"
     with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
-        load("overwrite")
+        load_defs(backfill("overwrite"))
     assert "on_changed" in chain(raised.value)

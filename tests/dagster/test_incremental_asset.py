@@ -107,3 +107,27 @@ def test_a_ledger_in_another_database_is_refused(stream: Stream, make_database: 
     result = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at"), dsn=other)
     assert not result.success
     assert not pg.table_exists(stream.target, "shop", "orders")
+
+
+def test_a_column_added_between_runs_is_listed_and_the_check_stays_green(stream: Stream) -> None:
+    orders = incremental_asset("shop.orders", cursor="updated_at")
+    assert _materialize(stream, orders).success
+    pg.execute(
+        stream.source,
+        "ALTER TABLE shop.orders ADD channel text NOT NULL DEFAULT 'web';"
+        " UPDATE shop.orders SET channel = 'shop', updated_at = now() WHERE id <= 10",
+    )
+    frozen = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at",
+                                                    schema_changes="freeze"))  # fmt: skip
+    failure = frozen.failure_data_for_node(frozen.job_def.nodes[0].name)
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "schema_change_incompatible"
+    evolved = _materialize(stream, orders)
+    assert evolved.success
+    [change] = _metadata(evolved)["dpone/schema_changes"]
+    assert (change["column"], change["kind"], change["after"]) == (
+        "channel", "added", "text DEFAULT 'web'::text",
+    )  # fmt: skip
+    [check] = evolved.get_asset_check_evaluations()
+    assert check.passed, check.description
+    stream.assert_equal()

@@ -223,6 +223,41 @@ def test_a_reader_never_sees_the_new_column_before_its_data(
     ) == [(200, 200)]
 
 
+def test_a_snapshot_reader_of_the_table_holds_the_alter_until_it_ends_and_sees_no_new_column(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, ITEMS)
+    copy_tables(source_dsn, target_dsn, ["public.items"])
+    pg.execute(source_dsn, "ALTER TABLE public.items ADD note text NOT NULL DEFAULT 'none'")
+    pg.execute(source_dsn, "UPDATE public.items SET note = 'n' || id")
+    done: list[object] = []
+    with psycopg.connect(target_dsn) as reader:
+        reader.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        assert reader.execute("SELECT count(*) FROM public.items").fetchone() == (200,)
+        load = threading.Thread(
+            target=lambda: done.append(
+                copy_tables(source_dsn, target_dsn, ["public.items"], sink="merge")
+            )
+        )
+        load.start()
+        try:
+            pg.wait_until(
+                lambda: locks.lock_waiters(target_dsn, "dpone-dagster", wait_event="relation"),
+                timeout=60,
+                what="the load's ALTER TABLE waits for the reader's lock",
+            )
+            cursor = reader.execute("SELECT * FROM public.items LIMIT 1")
+            assert cursor.description is not None
+            assert "note" not in [c.name for c in cursor.description]
+        finally:
+            reader.commit()
+            load.join(60)
+    assert done, "the load ended once the reader's transaction did"
+    assert pg.fetch_all(
+        target_dsn, "SELECT count(*) FILTER (WHERE note = 'n' || id) FROM public.items"
+    ) == [(200,)]
+
+
 def test_a_load_that_fails_after_the_alter_leaves_the_old_schema_and_rows(
     source_dsn: str, target_dsn: str
 ) -> None:

@@ -1,0 +1,217 @@
+"""Incremental sync benchmark: what a run costs against a full ``batched_copy`` of the table.
+
+    .venv/bin/python bench/incremental.py                  # 1,000,000 rows
+    .venv/bin/python bench/incremental.py --repeat 3       # three rounds of each run: medians
+    .venv/bin/python bench/incremental.py --rss-rows 3000000   # the flat-memory check
+
+It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops them.
+On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90 bytes a row):
+
+* the baseline: ``copy_tables(..., strategy="batched_copy", sink="replace")`` of the whole table
+  into a separate target database, timed before and after the incremental runs (the ratio's
+  denominator is the mean of the two, since this machine's speed drifts), and the raw binary
+  ``psql COPY | psql COPY`` pipe for scale;
+* the stream's initial load (``IncrementalSync.run()`` on an empty state, ``deletes="hard"``);
+* a run after 1% of the rows changed (0.5% updated, 0.5% inserted, spread across the table) and
+  a run with nothing changed, each with ``deletes="ignore"`` (the changes, then an index probe)
+  and with ``deletes="hard"`` (plus one ``count(*)`` per side: the delete detection);
+* a run (``deletes="hard"``) that finds 100 deletes spread at random, printing the keys that
+  crossed the wire;
+* peak RSS of the initial load in a child process at ``--rows`` and at ``--rss-rows`` rows.
+
+Each incremental figure is the engine call (``IncrementalSync.run()``), without Dagster's
+process start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
+from dpone_dagster.postgres import copy_tables  # noqa: E402
+from tests.helpers import pg  # noqa: E402
+
+ORDERS = """
+CREATE SCHEMA IF NOT EXISTS shop;
+CREATE TABLE shop.orders (
+    id bigint PRIMARY KEY,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    customer integer NOT NULL,
+    status text NOT NULL,
+    amount numeric(12, 2),
+    note text
+);
+"""
+FILL = """
+INSERT INTO shop.orders (id, updated_at, customer, status, amount, note)
+SELECT g, now() - interval '1 day' + g * interval '1 millisecond' / 20, g %% 9973,
+       (ARRAY['new', 'paid', 'shipped', 'done'])[1 + g %% 4], g * 0.37,
+       'order note ' || md5(g::text)
+FROM generate_series(%s::bigint, %s::bigint) g
+"""
+LIMITS = {"changed_1pct": 0.10, "nothing_changed": 0.02, "deletes_100_hard": 0.25}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size (VmHWM), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def make_source(rows: int) -> str:
+    source = pg.create_database("dpone_bench_src")
+    pg.execute(source, ORDERS)
+    step = 1_000_000
+    for start in range(1, rows + 1, step):
+        pg.execute(source, FILL, (start, min(rows, start + step - 1)))
+    pg.execute(source, "CREATE INDEX orders_updated_at ON shop.orders (updated_at)")
+    pg.execute(source, "VACUUM ANALYZE shop.orders")
+    return source
+
+
+def sync(source: str, target: str, deletes: str = "hard") -> IncrementalSync:
+    return IncrementalSync(source, target, "shop.orders", cursor="updated_at",
+                           deletes=deletes, batch_size=50_000)  # type: ignore[arg-type]  # fmt: skip
+
+
+def timed_run(source: str, target: str, deletes: str = "hard") -> tuple[float, IncrementalResult]:
+    pg.execute(target, "CHECKPOINT")
+    started = time.perf_counter()
+    result = sync(source, target, deletes).run()
+    return time.perf_counter() - started, result
+
+
+def full_batched_copy(source: str, target: str) -> float:
+    pg.execute(target, "DROP SCHEMA IF EXISTS shop CASCADE")
+    pg.execute(target, "CHECKPOINT")
+    started = time.perf_counter()
+    copy_tables(source, target, "shop.orders", strategy="batched_copy", sink="replace")
+    return time.perf_counter() - started
+
+
+def child(source: str, target: str) -> None:
+    """The initial load in this process: its time and peak RSS as JSON."""
+    seconds, result = timed_run(source, target)
+    print(json.dumps({"seconds": seconds, "rows": result.rows, "rss_mb": peak_rss_mb()}))
+
+
+def initial_load_child(source: str, target: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", source, target],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def change_one_percent(source: str, rows: int, round_: int) -> None:
+    pg.execute(source, "UPDATE shop.orders SET status = 'changed' || %s, updated_at = now()"
+                       " WHERE id %% 200 = %s", (round_, round_ % 200))  # fmt: skip
+    start = rows * 10 + round_ * rows
+    fresh = FILL.replace("now() - interval '1 day' + g * interval '1 millisecond' / 20", "now()")
+    pg.execute(source, fresh, (start, start + rows // 200 - 1))
+
+
+def delete_random(source: str, rows: int, rng: random.Random) -> None:
+    ids = rng.sample(range(1, rows + 1), 100)
+    pg.execute(source, "DELETE FROM shop.orders WHERE id = ANY(%s)", (ids,))
+
+
+def scenario(name: str, runs: list[tuple[float, IncrementalResult]]) -> dict[str, Any]:
+    seconds = [s for s, _ in runs]
+    last = runs[-1][1]
+    return {"name": name, "seconds": statistics.median(seconds), "rows": last.rows,
+            "deleted": last.deleted, "keys_compared": last.keys_compared}  # fmt: skip
+
+
+def measure(source: str, target: str, rows: int, repeat: int) -> list[dict[str, Any]]:
+    rng = random.Random(11)
+    results = [scenario("initial_load", [timed_run(source, target)])]
+    pg.execute(target, "VACUUM ANALYZE shop.orders")  # as autovacuum does after a bulk load
+    runs: dict[str, list[tuple[float, IncrementalResult]]] = {}
+    for round_ in range(repeat):
+        change_one_percent(source, rows, 2 * round_)
+        runs.setdefault("changed_1pct", []).append(timed_run(source, target, "ignore"))
+        runs.setdefault("nothing_changed", []).append(timed_run(source, target, "ignore"))
+        change_one_percent(source, rows, 2 * round_ + 1)
+        runs.setdefault("changed_1pct_hard", []).append(timed_run(source, target))
+        runs.setdefault("nothing_changed_hard", []).append(timed_run(source, target))
+        delete_random(source, rows, rng)
+        runs.setdefault("deletes_100_hard", []).append(timed_run(source, target))
+    return results + [scenario(name, timings) for name, timings in runs.items()]
+
+
+def report(results: list[dict[str, Any]], full: float, rows: int) -> None:
+    print(f"full batched_copy of {rows:,} rows: {full:.2f} s (mean of the runs before and after)")
+    for r in results:
+        ratio = r["seconds"] / full
+        limit = LIMITS.get(r["name"])
+        verdict = (
+            "" if limit is None else f"  (limit {limit:.2f}: {'ok' if ratio <= limit else 'OVER'})"
+        )
+        extra = ""
+        if r["name"] == "deletes_100_hard":
+            extra = (f"; {r['deleted']} deleted, {r['keys_compared']} keys crossed the wire"
+                     f" ({100 * r['keys_compared'] / rows:.3f}% of the table)")  # fmt: skip
+        print(f"  {r['name']:<24} {r['seconds']:7.3f} s  ratio {ratio:6.3f}  "
+              f"rows {r['rows']:>9,}{extra}{verdict}")  # fmt: skip
+
+
+def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
+    """Peak RSS of the initial load at ``rows`` and at ``rss_rows`` rows (child processes)."""
+    figures = []
+    for count in (rows, rss_rows):
+        src = source
+        if count != rows:
+            src = make_source(count)
+            made.append(src)
+        target = pg.create_database("dpone_bench_rss")
+        made.append(target)
+        figures.append((count, initial_load_child(src, target)))
+    for count, figure in figures:
+        print(f"  initial load of {count:>9,} rows in a child: {figure['seconds']:7.2f} s, "
+              f"peak RSS {figure['rss_mb']:.0f} MB")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rss-rows", type=int, default=3_000_000)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--child", nargs=2)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    made: list[str] = []
+    try:
+        source = make_source(args.rows)
+        made.append(source)
+        full_target = pg.create_database("dpone_bench_full")
+        target = pg.create_database("dpone_bench_tgt")
+        made += [full_target, target]
+        before = full_batched_copy(source, full_target)
+        results = measure(source, target, args.rows, args.repeat)
+        full = (before + full_batched_copy(source, full_target)) / 2
+        report(results, full, args.rows)
+        if args.rss_rows:
+            rss_check(source, args.rows, args.rss_rows, made)
+    finally:
+        for dsn in made:
+            pg.drop_database(dsn)
+
+
+if __name__ == "__main__":
+    main()
