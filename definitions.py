@@ -9,6 +9,7 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
 * ``shop/stock``: an incremental stream of a mutable stock table by its ``updated_at``, with hard
   deletes and a schedule every five minutes (``python -m demo.stream`` shows one change, one late
   commit and one delete arriving).
+* ``source/...``: the source tables, external assets upstream of their copies.
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
 password never shows in the UI) and default to databases on the local server at 127.0.0.1:5432,
@@ -28,6 +29,7 @@ from dpone_dagster import (
     backfill_asset,
     incremental_asset,
     snapshot_copy_assets,
+    source_asset_specs,
 )
 from dpone_dagster.embedded import choose_server
 
@@ -77,7 +79,16 @@ stock_every_five_minutes = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[shop, page_views, stock],
+    # The source tables, upstream of their copies in the asset graph.
+    assets=[
+        shop,
+        page_views,
+        stock,
+        *(
+            s.replace_attributes(group_name="sources")
+            for s in source_asset_specs([shop, page_views, stock])
+        ),
+    ],
     jobs=[page_views_job],
     schedules=[
         dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1),

@@ -22,7 +22,7 @@ import sys
 
 import psycopg
 
-from demo.seed import DEFAULT_SOURCE_DSN, DEFAULT_TARGET_DSN
+from demo.seed import choose
 
 SELECT = ["--select", "shop/stock"]
 
@@ -56,8 +56,7 @@ def stream_mark(target: str) -> str:
 
 def main() -> int:
     """Runs the story and prints, for each change, what the target holds."""
-    source = os.environ.get("DPONE_SOURCE_DSN", DEFAULT_SOURCE_DSN)
-    target = os.environ.get("DPONE_TARGET_DSN", DEFAULT_TARGET_DSN)
+    source, target = choose("source").dsn, choose("target").dsn
     materialize("run 1 (initial load)")
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE shop.stock SET qty = 999, updated_at = now() WHERE id = 7")

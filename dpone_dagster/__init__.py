@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         mysql_copy_asset,
         rest_copy_asset,
     )
-    from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+    from dpone_dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
 
 _LAZY: dict[str, str] = {
     "BackfillLedgerResource": "dpone_dagster.resources",
@@ -51,6 +51,7 @@ _LAZY: dict[str, str] = {
     "mysql_copy_asset": "dpone_dagster.sources_dagster",
     "rest_copy_asset": "dpone_dagster.sources_dagster",
     "snapshot_copy_assets": "dpone_dagster.assets",
+    "source_asset_specs": "dpone_dagster.translator",
 }
 
 __version__ = "0.1.0"
@@ -73,6 +74,7 @@ __all__ = [
     "mysql_copy_asset",
     "rest_copy_asset",
     "snapshot_copy_assets",
+    "source_asset_specs",
 ]
 
 
@@ -84,3 +86,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so ``dg list components`` finds the component."""
+    return sorted({*globals(), *__all__})

@@ -25,8 +25,9 @@ from dpone_dagster.assets.snapshot_copy import (
     CopyStrategy,
     check_copy_options,
 )
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import log_schema_changes, table_metadata
+from dpone_dagster.metadata import log_schema_changes, table_catalog_metadata, table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import copy_failure
@@ -69,6 +70,27 @@ def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[
         raise
 
 
+def _materializations(
+    context: dg.OpExecutionContext,
+    target: PostgresTargetResource,
+    report: CopyReport,
+    key: dg.AssetKey,
+    source_key: dg.AssetKey | None,
+) -> Iterator[dg.AssetMaterialization]:
+    """The settled copy's materialization: its receipts and the standard table set."""
+    for table_report in report.tables:
+        changes = table_report.schema_changes
+        log_schema_changes(context.log, table_report.target.qualified, changes)
+        [standard] = table_catalog_metadata(
+            target.dsn,
+            target.options,
+            [(table_report.target, source_key, table_report.columns or None)],
+            context.log,
+        )
+        metadata: dict[str, Any] = {**table_metadata(report, table_report), **standard}
+        yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
+
+
 def build_extraction_job(
     table: str | CopyTableSpec,
     *,
@@ -103,8 +125,11 @@ def build_extraction_job(
         DponeError: at definition time, for a bad name, strategy or sink.
     """
     engine_strategy = check_copy_options(strategy, sink, workers, schema_changes)
+    check_instance_storage()
     spec = CopyTableSpec.coerce(table)
-    key = (translator or DponeTranslator()).get_asset_key(spec)
+    tr = translator or DponeTranslator()
+    key = tr.get_asset_key(spec)
+    source_key = tr.get_source_asset_key(spec) if tr.source_assets else None
     mapping = (spec.source_table, spec.target_table)
 
     @dg.op(name="acquire")
@@ -136,18 +161,17 @@ def build_extraction_job(
 
     @dg.op(name="settle", out={})
     def settle(
-        context: dg.OpExecutionContext, source: PostgresSourceResource, copy: str
+        context: dg.OpExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        copy: str,
     ) -> Iterator[dg.AssetMaterialization]:
         live = source.held(copy, SnapshotCopy)
         report: CopyReport | None = live.report
         live.close()
         context.log.info(f"dpone terminal outcome: {_outcome_line(live)}")
         if report is not None:
-            for table_report in report.tables:
-                changes = table_report.schema_changes
-                log_schema_changes(context.log, table_report.target.qualified, changes)
-                metadata: dict[str, Any] = table_metadata(report, table_report)
-                yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
+            yield from _materializations(context, target, report, key, source_key)
 
     @dg.job(
         name=name or f"extract_{key.to_python_identifier()}",

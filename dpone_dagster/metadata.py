@@ -1,14 +1,22 @@
 """Materialization and check metadata: receipts in Dagster's vocabulary.
 
-Standard keys where Dagster has one (``dagster/row_count``), dpone's own under ``dpone/``;
-figures that vary run over run are numbers, so the UI plots them.
+Standard keys where Dagster has one (``dagster/row_count``, ``dagster/table_name``,
+``dagster/column_schema``, ``dagster/column_lineage``), dpone's own under ``dpone/``; figures
+that vary run over run (rows, bytes, seconds, rows per second, lag, remaining) are numbers, so
+the UI plots them. Every asset factory's event iterator calls :func:`table_catalog_metadata` for
+the standard table set, so every materialization of every dpone asset carries it.
 """
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+
+# TableMetadataSet has no top-level name in dagster 1.13 (dagster.TableMetadataSet is absent):
+# this is the module Dagster's own integrations import it from.
+from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.backfill import (
     BackfillResult,
@@ -17,9 +25,10 @@ from dpone_dagster.backfill import (
     ReconciliationReport,
 )
 from dpone_dagster.incremental import IncrementalResult
-from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres import CopyReport, TableCopyReport
+from dpone_dagster.lifecycle import DponeError, ExtractionLifecycleReceipt
+from dpone_dagster.postgres import ConnectionOptions, CopyReport, TableCopyReport, TableName
 from dpone_dagster.postgres.schema_change import ColumnChange
+from dpone_dagster.postgres.table_description import TableDescription, describe_tables
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
 CHECK_NAME = "dpone_reconciled"
@@ -39,6 +48,116 @@ def receipt_metadata(receipt: ExtractionLifecycleReceipt | None) -> dict[str, An
         "dpone/snapshot_token_digest": receipt.source_token or "",
         "dpone/extraction_receipt": dg.MetadataValue.json(receipt.model_dump(mode="json")),
     }
+
+
+def table_schema(description: TableDescription) -> dg.TableSchema:
+    """The ``dagster/column_schema`` of a table: types, nullability and constraints.
+
+    A constraint on one column shows on that column (a primary key or unique constraint as
+    ``unique``, every constraint's definition under ``other``); constraints over several
+    columns show at the table level.
+    """
+    own: dict[str, list[str]] = {}
+    unique: set[str] = set()
+    table_level: list[str] = []
+    for constraint in description.constraints:
+        if len(constraint.columns) != 1:
+            table_level.append(constraint.definition)
+            continue
+        [name] = constraint.columns
+        own.setdefault(name, []).append(constraint.definition)
+        if constraint.kind in ("primary_key", "unique"):
+            unique.add(name)
+    columns = []
+    for column in description.columns:
+        other = list(own.get(column.name, []))
+        if column.generation_sql is not None:
+            other.append(f"GENERATED ALWAYS AS ({column.generation_sql}) STORED")
+        elif column.default_sql is not None:
+            other.append(f"DEFAULT {column.default_sql}")
+        constraints = dg.TableColumnConstraints(
+            nullable=not column.not_null, unique=column.name in unique, other=other
+        )
+        columns.append(dg.TableColumn(column.name, column.type_sql, constraints=constraints))
+    return dg.TableSchema(columns=columns, constraints=dg.TableConstraints(other=table_level))
+
+
+def column_lineage(columns: Sequence[str], source_key: dg.AssetKey) -> dg.TableColumnLineage:
+    """Each target column comes from the source column of the same name."""
+    deps = {c: [dg.TableColumnDep(asset_key=source_key, column_name=c)] for c in columns}
+    return dg.TableColumnLineage(deps_by_column=deps)
+
+
+def source_key_of(spec: dg.AssetSpec) -> dg.AssetKey | None:
+    """The source table's asset key: the spec's one upstream dependency (None without one)."""
+    deps = [d.asset_key for d in spec.deps]
+    return deps[0] if len(deps) == 1 else None
+
+
+def table_catalog_metadata(
+    dsn: str,
+    options: ConnectionOptions | None,
+    tables: Sequence[tuple[TableName, dg.AssetKey | None, Sequence[str] | None]],
+    log: Any = None,
+    not_copied: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The standard table set of each target table, read from the target's catalog.
+
+    Args:
+        dsn: The target database.
+        options: Its connection options.
+        tables: For each table: the target table, its source's asset key (no lineage when
+            None) and the copied columns (the target's written columns when None).
+        log: Where a catalog that cannot be read is reported; the copy has committed by then,
+            so the materialization is still reported, without the table set.
+        not_copied: Target columns no source column feeds (a soft-delete marker): no lineage.
+
+    Returns:
+        One ``dagster/table_name`` + ``dagster/column_schema`` (+ ``dagster/column_lineage``)
+        mapping per table, in order.
+    """
+    try:
+        descriptions = describe_tables(dsn, [t for t, _, _ in tables], options)
+    except DponeError as exc:
+        if log is not None:
+            log.warning(f"dpone: the target's catalog could not be read ({exc.code}): {exc}")
+        return [{} for _ in tables]
+    result = []
+    for description, (_, source_key, copied) in zip(descriptions, tables, strict=True):
+        written = [c.name for c in description.columns if not c.generated]
+        columns = copied or [c for c in written if c not in not_copied]
+        lineage = None if source_key is None else column_lineage(columns, source_key)
+        metadata = TableMetadataSet(
+            table_name=description.qualified_name,
+            column_schema=table_schema(description),
+            column_lineage=lineage,
+        )
+        result.append(dict(metadata))
+    return result
+
+
+def rate_metadata(
+    rows: int, byte_count: int | None, started: datetime | None, completed: datetime | None
+) -> dict[str, Any]:
+    """Bytes, extraction seconds, rows per second and lag, as numbers.
+
+    ``dpone/lag_seconds`` is how old the source state the target now holds is: the seconds from
+    the start of the source read to this report.
+    """
+    metadata: dict[str, Any] = {"dpone/bytes": dg.MetadataValue.int(byte_count or 0)}
+    if started is None or completed is None:
+        return metadata
+    seconds = (completed - started).total_seconds()
+    metadata["dpone/extraction_seconds"] = dg.MetadataValue.float(seconds)
+    metadata["dpone/rows_per_second"] = dg.MetadataValue.float(rows / seconds if seconds else 0.0)
+    lag = (datetime.now(UTC) - started).total_seconds()
+    metadata["dpone/lag_seconds"] = dg.MetadataValue.float(lag)
+    return metadata
+
+
+def step_seconds_metadata(seconds: dict[str, float]) -> dict[str, Any]:
+    """``dpone/seconds_<step>`` for each timed step of a copy (plan, extract, load)."""
+    return {f"dpone/seconds_{step}": dg.MetadataValue.float(s) for step, s in seconds.items()}
 
 
 def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]:
@@ -61,6 +180,16 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
         metadata["dpone/rows_inserted"] = sink.rows_inserted
         metadata["dpone/rows_updated"] = sink.rows_updated
     metadata.update(receipt_metadata(table.extraction_receipt))
+    receipt = table.extraction_receipt
+    if receipt is not None:
+        metadata.update(
+            rate_metadata(
+                table.rows_loaded or 0,
+                receipt.byte_count,
+                receipt.extraction_started_at,
+                receipt.extraction_completed_at,
+            )
+        )
     metadata.update(schema_change_metadata(table.schema_changes))
     if table.terminal_receipt is not None:
         metadata["dpone/terminal_receipt"] = dg.MetadataValue.json(
@@ -94,9 +223,11 @@ def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
 def log_schema_changes(
     log: dg.DagsterLogManager, target: str, changes: Sequence[ColumnChange]
 ) -> None:
-    """Logs one line naming each change of ``target``'s schema (nothing when there is none)."""
+    """Logs one line naming each difference of ``target``'s columns from the source's (added,
+    widened, kept), or nothing when there is none."""
     if changes:
-        log.info(f"Schema of {target} changed: {'; '.join(c.describe() for c in changes)}.")
+        listed = "; ".join(c.describe() for c in changes)
+        log.info(f"Schema of {target} against the source: {listed}.")
 
 
 def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.AssetCheckResult:
@@ -148,6 +279,23 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     }
 
 
+def _partition_rates(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
+    """Bytes, seconds and rows per second of this run's batches; lag from its newest batch."""
+    if not receipts:
+        return rate_metadata(0, 0, None, None)
+    rows = sum(r.observation.copied_count + r.observation.duplicate_count for r in receipts)
+    started = receipts[0].observation.extraction.extraction_started_at
+    completed = receipts[-1].observation.extraction.extraction_completed_at
+    metadata = rate_metadata(
+        rows, sum(r.observation.byte_count for r in receipts), started, completed
+    )
+    newest = receipts[-1].observation.extraction.extraction_started_at
+    if newest is not None:
+        lag = (datetime.now(UTC) - newest).total_seconds()
+        metadata["dpone/lag_seconds"] = dg.MetadataValue.float(lag)
+    return metadata
+
+
 def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
     """The reconciliation of a partition: its summary, and the rows its repairs inserted,
     updated and deleted (numbers, so the UI plots them)."""
@@ -190,7 +338,10 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         "dpone/batches_replayed_now": result.replayed,
         "dpone/receipts_summary": dg.MetadataValue.json(receipts_summary(receipts)),
         "dpone/snapshot_label": run.snapshot_label.value,
+        "dpone/remaining_estimate": dg.MetadataValue.int(progress.remaining_estimate),
+        "dpone/batches": dg.MetadataValue.int(progress.batch_count),
         **_window(receipts),
+        **_partition_rates(receipts),
     }
     if report is not None:
         metadata.update(_reconciliation_metadata(report))

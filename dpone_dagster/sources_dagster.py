@@ -15,7 +15,13 @@ import dagster as dg
 from pydantic import BaseModel, Field
 
 from dpone_dagster.failures import dagster_failures
-from dpone_dagster.metadata import log_schema_changes, schema_change_metadata
+from dpone_dagster.instance import check_instance_storage
+from dpone_dagster.metadata import (
+    log_schema_changes,
+    rate_metadata,
+    schema_change_metadata,
+    table_catalog_metadata,
+)
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
@@ -103,9 +109,16 @@ class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
 
 def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
-    """The materialization metadata of a generic load."""
+    """The materialization metadata of a generic load (figures as numbers)."""
     receipt = report.extraction_receipt
+    rates = rate_metadata(
+        report.rows_loaded or 0,
+        receipt.byte_count,
+        receipt.extraction_started_at,
+        receipt.extraction_completed_at,
+    )
     return {
+        **rates,
         "dagster/row_count": dg.MetadataValue.int(report.rows_loaded or 0),
         "dpone/source": dg.MetadataValue.text(report.source_label),
         "dpone/sink": dg.MetadataValue.text(report.sink),
@@ -130,9 +143,11 @@ def _copy_asset(
     description: str,
     group_name: str | None,
     op_tags: Mapping[str, Any] | None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> dg.AssetsDefinition:
     target = target_table if isinstance(target_table, TableName) else TableName.parse(target_table)
     check_sink(sink)
+    check_instance_storage()
     check_schema_changes(schema_changes)
     asset_key = dg.AssetKey.from_coercible(key)
 
@@ -143,6 +158,7 @@ def _copy_asset(
         group_name=group_name,
         op_tags=op_tags,
         kinds={"postgres"},
+        metadata=metadata,
     )
     def _asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
         target_resource: PostgresTargetResource = getattr(context.resources, target_resource_key)
@@ -162,7 +178,10 @@ def _copy_asset(
             f"dpone: {report.rows_loaded} rows from {report.source_label} into {target} "
             f"({report.sink_method}); outcome {report.outcome.value}"
         )
-        return dg.MaterializeResult(metadata=report_metadata(report))
+        [standard] = table_catalog_metadata(
+            target_resource.dsn, target_resource.options, [(target, None, None)], context.log
+        )
+        return dg.MaterializeResult(metadata={**report_metadata(report), **standard})
 
     return _asset
 
@@ -292,7 +311,17 @@ def rest_copy_asset(
         >>> items.key.to_user_string()
         'items'
     """
-    model_columns(model)  # an unmappable field fails when the definitions load
+    # An unmappable field fails when the definitions load; the model's columns are the
+    # target's, so the definition carries its column schema before any run.
+    columns = model_columns(model)
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                c.name, c.pg_type, constraints=dg.TableColumnConstraints(nullable=c.nullable)
+            )
+            for c in columns
+        ]
+    )
 
     def build(resource: RestSourceResource) -> SourceAdapter:
         return RestSource(
@@ -319,6 +348,7 @@ def rest_copy_asset(
         f"({sink}).",
         group_name=group_name,
         op_tags=op_tags,
+        metadata={"dagster/column_schema": schema},
     )
 
 

@@ -111,18 +111,44 @@ def coerce_tables(
 
 @dataclass(frozen=True)
 class DponeTranslator:
-    """Turns a table spec into the :class:`dagster.AssetSpec` of its target table.
+    """Turns a table spec into the :class:`dagster.AssetSpec` of its target table, and of its
+    source table (an external asset upstream of it in the graph).
 
-    Subclass and override :meth:`get_asset_key` or :meth:`get_asset_spec` to change keys, groups,
-    owners or tags, as with ``DagsterSlingTranslator``.
+    Subclass and override :meth:`get_asset_key`, :meth:`get_source_asset_key` or
+    :meth:`get_asset_spec` to change keys, groups, owners or tags, as with
+    ``DagsterSlingTranslator``; override :meth:`get_source_asset_key` to point copies at the keys
+    your source tables already have.
 
     Args:
         key_prefix: Parts put before ``[schema, table]`` in every key.
         group_name: The asset group; none when omitted.
+        source_assets: Make each target depend on its source table's external asset (on by
+            default; off: the copies are roots of the graph, without column lineage).
+        source_key_prefix: Parts put before ``[schema, table]`` in source tables' keys.
     """
 
     key_prefix: tuple[str, ...] = ()
     group_name: str | None = None
+    source_assets: bool = True
+    source_key_prefix: tuple[str, ...] = ("source",)
+
+    def get_source_asset_key(self, spec: CopyTableSpec) -> dg.AssetKey:
+        """``[*source_key_prefix, schema, table]`` of the source table."""
+        source = spec.source_table
+        return dg.AssetKey(
+            [*self.source_key_prefix, key_part(source.schema), key_part(source.name)]
+        )
+
+    def get_source_asset_spec(self, spec: CopyTableSpec) -> dg.AssetSpec | None:
+        """The source table as an external asset (none when ``source_assets`` is off)."""
+        if not self.source_assets:
+            return None
+        return dg.AssetSpec(
+            key=self.get_source_asset_key(spec),
+            description=f"PostgreSQL source table {spec.source_table}.",
+            metadata={"dpone/table": spec.source_table.qualified},
+            kinds={"postgres"},
+        )
 
     def get_asset_key(self, spec: CopyTableSpec) -> dg.AssetKey:
         """``[*key_prefix, schema, table]`` of the target table, mapped with :func:`key_part`."""
@@ -142,10 +168,43 @@ class DponeTranslator:
 
     def get_asset_spec(self, spec: CopyTableSpec) -> dg.AssetSpec:
         """The full asset spec of the target table."""
+        source = self.get_source_asset_spec(spec)
         return dg.AssetSpec(
             key=self.get_asset_key(spec),
             description=self.get_description(spec),
             metadata=self.get_metadata(spec),
             group_name=self.group_name,
             kinds={"postgres"},
+            deps=[] if source is None else [source.key],
         )
+
+
+def source_asset_specs(
+    assets: Sequence[dg.AssetsDefinition], translator: DponeTranslator | None = None
+) -> list[dg.AssetSpec]:
+    """The external source-table specs upstream of dpone assets, to add to ``Definitions``.
+
+    Dagster shows a dependency on an undefined key as a bare external asset; these specs give
+    the source tables their kind, description and exact name. Pass the translator the assets
+    were built with.
+
+    Examples:
+        .. code-block:: python
+
+            shop = snapshot_copy_assets(["shop.orders"])
+            defs = dg.Definitions(assets=[shop, *source_asset_specs([shop])])
+    """
+    tr = translator or DponeTranslator()
+    found: dict[dg.AssetKey, dg.AssetSpec] = {}
+    for assets_def in assets:
+        for spec in assets_def.specs:
+            source, target = (
+                spec.metadata.get("dpone/source_table"),
+                spec.metadata.get("dpone/table"),
+            )
+            if source is None:
+                continue
+            upstream = tr.get_source_asset_spec(CopyTableSpec(source=source, target=target))
+            if upstream is not None:
+                found.setdefault(upstream.key, upstream)
+    return list(found.values())

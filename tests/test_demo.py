@@ -8,17 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers import pg
+from tests.helpers.dagster_server import DagsterDev, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_demo_materializes_every_demo_asset(make_database: Any, tmp_path: Path) -> None:
+def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
+    make_database: Any, tmp_path: Path
+) -> None:
     source, target = make_database("dpone_demo_src"), make_database("dpone_demo_tgt")
+    port = free_port()
     env = {
         **os.environ,
         "DPONE_SOURCE_DSN": source,
         "DPONE_TARGET_DSN": target,
-        "DAGSTER_HOME": str(tmp_path),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "DPONE_DEMO_PORT": str(port),
     }
     done = subprocess.run(
         ["bash", str(ROOT / "demo" / "run")], env=env, capture_output=True, text=True,
@@ -55,3 +60,29 @@ def test_the_demo_materializes_every_demo_asset(make_database: Any, tmp_path: Pa
     assert "delete: id 13 is gone from the target" in done.stdout
     assert "late commit: id 21 committed now" in done.stdout and "below the mark" in done.stdout
     assert "late:   id 21 has qty 555 in the target" in done.stdout
+    assert_the_printed_command_shows_the_runs(done.stdout, port, tmp_path)
+
+
+def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: Path) -> None:
+    """Starts the webserver with exactly the command the demo printed, from another directory
+    and without the demo's environment, and asks its GraphQL API for the demo's runs."""
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("Browse the runs"))
+    assert f"http://127.0.0.1:{port}" in lines[header]
+    command = lines[header + 1].strip()
+    elsewhere = tmp_path / "new_shell"
+    elsewhere.mkdir()
+    server = DagsterDev.from_command(command, port, elsewhere)
+    try:
+        server.wait_ready()
+        runs = server.runs()
+    finally:
+        server.stop()
+    # The shop copy, the customers' copy after the evolution, the backfill's range in one run,
+    # and three runs of the incremental stock stream.
+    assert len(runs) == 6, runs
+    assert {r["status"] for r in runs} == {"SUCCESS"}
+    selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
+    assert ("shop", "orders") in selected[0]
+    assert selected[1:3] == [{("shop", "customers")}, {("events", "page_views")}]
+    assert selected[3:] == [{("shop", "stock")}] * 3

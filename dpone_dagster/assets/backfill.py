@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, BackfillError, OnChanged, check_on_changed
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.partitions import PartitionError, partition_cursor_range
@@ -102,6 +103,7 @@ def backfill_asset(
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
     _check_partitions(partitions_def)
+    check_instance_storage()
     try:
         check_on_changed(on_changed)
     except BackfillError as exc:

@@ -16,6 +16,7 @@ import dagster as dg
 
 from dpone_dagster.incremental import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES
 from dpone_dagster.incremental.batch import Deletes
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres import check_identifier
@@ -113,6 +114,7 @@ def incremental_asset(
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
     _check(deletes, batch_size, soft_delete_column)
+    check_instance_storage()
     check_schema_changes(schema_changes)
     options = StreamOptions(
         deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,

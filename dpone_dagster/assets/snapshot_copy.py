@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
@@ -127,6 +128,7 @@ def snapshot_copy_assets(
             )
     """
     check_copy_options(strategy, sink, workers, schema_changes)
+    check_instance_storage()
     specs = copy_specs(
         tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
     )

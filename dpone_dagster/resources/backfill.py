@@ -27,7 +27,12 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME, partition_metadata
+from dpone_dagster.metadata import (
+    CHECK_NAME,
+    partition_metadata,
+    source_key_of,
+    table_catalog_metadata,
+)
 from dpone_dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.postgres import TableName
 from dpone_dagster.reconcile import Proof
@@ -194,10 +199,20 @@ class _PartitionRunner:
             )
             receipts = backfill.receipts()
         self.progress.flush()  # the batches' observations precede the partition's metadata
-        self.context.add_asset_metadata(
-            partition_metadata(result, receipts), asset_key=what.key, partition_key=partition
-        )
+        metadata = {**partition_metadata(result, receipts), **self._catalog_metadata()}
+        self.context.add_asset_metadata(metadata, asset_key=what.key, partition_key=partition)
         return _check_summary(partition, result)
+
+    def _catalog_metadata(self) -> dict[str, Any]:
+        """The target table's standard table set (name, column schema, column lineage)."""
+        spec = self.context.assets_def.specs_by_key[self.what.key]
+        [standard] = table_catalog_metadata(
+            self.target.dsn,
+            self.target.options,
+            [(self.what.target, source_key_of(spec), None)],
+            self.context.log,
+        )
+        return standard
 
     def _check_only(self, partition: str, rng: CursorRange) -> dict[str, Any]:
         """Reconciles (without repairing) a partition the ledger holds at its mark; a partition

@@ -30,6 +30,8 @@ from dpone_dagster.metadata import (
     incremental_check,
     incremental_metadata,
     log_schema_changes,
+    source_key_of,
+    table_catalog_metadata,
 )
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
@@ -136,7 +138,15 @@ def incremental_events(
     if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
         yield incremental_check(key, result)
     if key in context.selected_asset_keys:
-        yield dg.MaterializeResult(asset_key=key, metadata=incremental_metadata(result, rows))
+        [standard] = table_catalog_metadata(
+            target.dsn,
+            target.options,
+            [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
+            context.log,
+            not_copied=[soft] if soft else [],
+        )
+        metadata = {**incremental_metadata(result, rows), **standard}
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
 
 def _run(

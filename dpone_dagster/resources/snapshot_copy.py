@@ -7,7 +7,9 @@ The step exports that snapshot and holds it while the copy reads under it, so ea
 after the load committed.
 """
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -18,9 +20,15 @@ from dpone_dagster.metadata import (
     CHECK_NAME,
     copy_check_result,
     log_schema_changes,
+    source_key_of,
+    step_seconds_metadata,
+    table_catalog_metadata,
     table_metadata,
 )
-from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy, SnapshotSession
+from dpone_dagster.postgres import CopyOptions, CopyReport, Sink, SnapshotCopy, SnapshotSession
+from dpone_dagster.postgres.plan import check_sink
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
+from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.reconcile import reconcile_copy
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 
@@ -84,6 +92,13 @@ def snapshot_copy_events(
 ) -> Iterator[CopyEvent]:
     """See :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`."""
     try:
+        options = _Options(
+            check_strategy(strategy),
+            check_sink(sink),
+            workers,
+            batch_rows,
+            check_schema_changes(schema_changes),
+        )
         chosen = selected_tables(context, tables, translator)
         checked = [
             key
@@ -93,15 +108,25 @@ def snapshot_copy_events(
         # The copy reads under a snapshot this step holds, so the checks can read the source
         # under the very same snapshot after the load committed.
         with source.open_snapshot(export=True) as held:
-            how = (strategy, sink, workers, batch_rows, schema_changes)
-            report = _copy(source, target, held, chosen, how)
-            for key, table in zip(chosen, report.tables, strict=True):
-                log_schema_changes(context.log, table.target.qualified, table.schema_changes)
-                yield dg.MaterializeResult(asset_key=key, metadata=table_metadata(report, table))
+            seconds: dict[str, float] = {}
+            report = _copy(source, target, held, chosen, options, seconds)
+            yield from _materializations(context, target, report, list(chosen), seconds)
             if checked:
                 yield from _checks(source, target, held, report, list(chosen), checked)
     except DponeError as exc:
         raise copy_failure(exc) from exc
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How the step copies: the strategy, sink, workers, batch size and schema-change rule it
+    was asked for."""
+
+    strategy: Strategy
+    sink: Sink
+    workers: int
+    batch_rows: int | None
+    schema_changes: SchemaChanges
 
 
 def _copy(
@@ -109,25 +134,55 @@ def _copy(
     target: "PostgresTargetResource",
     held: SnapshotSession,
     tables: Mapping[dg.AssetKey, CopyTableSpec],
-    how: tuple[str, str, int, int | None, str],
+    how: _Options,
+    seconds: dict[str, float],
 ) -> CopyReport:
-    """The copy; ``how`` is (strategy, sink, workers, batch_rows, schema_changes)."""
-    strategy, sink, workers, batch_rows, schema_changes = how
+    """Copies the tables under the held snapshot; ``seconds`` gets each step's duration."""
     options = CopyOptions(
         source_options=source.options,
         target_options=target.options,
         snapshot_token=held.token,
-        batch_rows=batch_rows or CopyOptions.batch_rows,
+        batch_rows=how.batch_rows or CopyOptions.batch_rows,
     )
     mappings = [(t.source_table, t.target_table) for t in tables.values()]
     with SnapshotCopy(
-        source.dsn, target.dsn, mappings, strategy=strategy, sink=sink,  # type: ignore[arg-type]
-        workers=workers, options=options, schema_changes=schema_changes,  # type: ignore[arg-type]
+        source.dsn, target.dsn, mappings, strategy=how.strategy, sink=how.sink,
+        workers=how.workers, options=options, schema_changes=how.schema_changes,
     ) as copy:  # fmt: skip
         source.track(copy)
-        copy.plan()
-        copy.extract()
-        return copy.load()
+        steps = (("plan", copy.plan), ("extract", copy.extract))
+        for step, run in steps:
+            started = time.monotonic()
+            run()
+            seconds[step] = time.monotonic() - started
+        started = time.monotonic()
+        report = copy.load()
+        seconds["load"] = time.monotonic() - started
+        return report
+
+
+def _materializations(
+    context: dg.AssetExecutionContext,
+    target: "PostgresTargetResource",
+    report: CopyReport,
+    keys: list[dg.AssetKey],
+    seconds: dict[str, float],
+) -> Iterator[dg.MaterializeResult[Any]]:
+    """One materialization per copied table: its receipts, figures and the standard table set."""
+    specs = context.assets_def.specs_by_key
+    catalog = table_catalog_metadata(
+        target.dsn,
+        target.options,
+        [
+            (t.target, source_key_of(specs[key]), t.columns or None)
+            for key, t in zip(keys, report.tables, strict=True)
+        ],
+        context.log,
+    )
+    for key, table, standard in zip(keys, report.tables, catalog, strict=True):
+        log_schema_changes(context.log, table.target.qualified, table.schema_changes)
+        metadata = {**table_metadata(report, table), **step_seconds_metadata(seconds), **standard}
+        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
 
 def _checks(

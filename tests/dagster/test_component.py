@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,16 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
             assert dg.AssetKey(["events", "page_views"]) in keys
             copy_job = dg.define_asset_job("copy", selection=dg.AssetSelection.groups("shop"))
             events_job = dg.define_asset_job("events", selection=dg.AssetSelection.groups("events"))
+            specs = {spec.key: spec for spec in defs.resolve_all_asset_specs()}
+            orders = specs[dg.AssetKey(["shop", "orders"])]
+            assert orders.tags["tier"] == "gold" and orders.tags["layer"] == "raw"
+            assert orders.kinds == {"postgres", "sales"}
+            assert set(orders.owners) == {"team:data", "team:sales"}
+            assert specs[dg.AssetKey(["events", "page_views"])].owners == [
+                "team:data",
+                "team:events",
+            ]
+            assert specs[dg.AssetKey(["source", "shop", "orders"])].kinds == {"postgres"}
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
             # A column added to a source between two runs: the next run evolves the target.
@@ -94,23 +108,152 @@ def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
     assert "exactly one of range_partitions or daily_partitions" in chain(raised.value)
 
 
-def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
-    def backfill(on_changed: str) -> dict[str, Any]:
-        return {
-            "source_dsn_env": "DPONE_SOURCE_DSN",  # read at run time: no server needed here
-            "target_dsn_env": "DPONE_TARGET_DSN",
-            "backfills": [
+UNUSED_DSN = "postgresql://nobody@127.0.0.1:5432/never_connected"
+
+
+def build(attributes: dict[str, Any]) -> dict[dg.AssetKey, dg.AssetSpec]:
+    """The asset specs a defs.yaml with ``attributes`` builds (no database is reached)."""
+    os.environ.setdefault("DPONE_UNUSED_DSN", UNUSED_DSN)
+    attributes = {"source_dsn_env": "DPONE_UNUSED_DSN", "target_dsn_env": "DPONE_UNUSED_DSN",
+                  **attributes}  # fmt: skip
+    return {spec.key: spec for spec in load_defs(attributes).resolve_all_asset_specs()}
+
+
+def test_yaml_sets_asset_attributes_per_table_over_the_components() -> None:
+    specs = build(
+        {
+            "asset_attributes": {"group_name": "raw", "owners": ["team:data"], "tags": {"a": "x"}},
+            "source_key_prefix": ["pg"],
+            "snapshot_copies": [
                 {
-                    "table": "events.page_views",
-                    "cursor": "id",
-                    "range_partitions": {"start": 0, "stop": 100, "step": 50},
-                    "on_changed": on_changed,
+                    "tables": [
+                        "shop.customers",
+                        {"source": "shop.orders", "target": "sales.orders",
+                         "key": "warehouse/orders", "group_name": "sales",
+                         "description": "Orders.", "tags": {"b": "two"}, "kinds": ["sales"],
+                         "owners": ["me@example.com"]},
+                    ],
+                    "strategy": "whole_copy",
+                    "sink": "merge",
                 }
             ],
+            "backfills": [
+                {"table": "events.views", "cursor": "id", "key": "events/all_views",
+                 "range_partitions": {"start": 0, "stop": 10, "step": 5}, "kinds": ["events"]},
+            ],
         }
+    )  # fmt: skip
+    orders = specs[dg.AssetKey(["warehouse", "orders"])]
+    assert orders.group_name == "sales" and orders.description == "Orders."
+    assert orders.tags["a"] == "x" and orders.tags["b"] == "two"
+    assert orders.kinds == {"postgres", "sales"}
+    assert orders.owners == ["team:data", "me@example.com"]
+    assert orders.metadata["dpone/table"] == "sales.orders"
+    assert orders.metadata["dpone/sink"] == "merge"
+    assert [d.asset_key for d in orders.deps] == [dg.AssetKey(["pg", "shop", "orders"])]
+    customers = specs[dg.AssetKey(["shop", "customers"])]
+    assert customers.group_name == "raw" and customers.owners == ["team:data"]
+    views = specs[dg.AssetKey(["events", "all_views"])]
+    assert views.kinds == {"postgres", "events"} and views.partitions_def is not None
+    assert [d.asset_key for d in views.deps] == [dg.AssetKey(["pg", "events", "views"])]
+    for source in (
+        ["pg", "shop", "orders"],
+        ["pg", "shop", "customers"],
+        ["pg", "events", "views"],
+    ):
+        assert specs[dg.AssetKey(source)].kinds == {"postgres"}
+    assert len(specs) == 6
 
-    [spec] = load_defs(backfill("repair")).resolve_all_asset_specs()
+
+def test_yaml_can_switch_the_source_assets_off_and_refuses_an_unknown_strategy() -> None:
+    specs = build({"source_assets": False, "snapshot_copies": [{"tables": ["shop.orders"]}]})
+    assert list(specs) == [dg.AssetKey(["shop", "orders"])]
+    assert not specs[dg.AssetKey(["shop", "orders"])].deps
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        build({"snapshot_copies": [{"tables": ["shop.orders"], "strategy": "bulk"}]})
+    assert "whole_copy" in chain(raised.value) and "bulk" in chain(raised.value)
+
+
+PROJECT = """
+[project]
+name = "copies"
+version = "0.1.0"
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "copies"
+"""
+
+PROJECT_DEFINITIONS = """
+from pathlib import Path
+
+import dagster as dg
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+"""
+
+
+def dg_cli(project: Path, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "dg"), *args], cwd=project, env=env,
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_dg_lists_the_component_and_scaffolds_a_defs_yaml_that_runs(
+    source_dsn: str, target_dsn: str, tmp_path: Path
+) -> None:
+    pg.create_mixed_table(source_dsn, "shop", "orders", rows=300)
+    project = tmp_path / "copies"
+    (project / "src" / "copies" / "defs").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(PROJECT)
+    (project / "src" / "copies" / "__init__.py").write_text("")
+    (project / "src" / "copies" / "defs" / "__init__.py").write_text("")
+    (project / "src" / "copies" / "definitions.py").write_text(PROJECT_DEFINITIONS)
+    (tmp_path / "home").mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(project / "src"),
+        "DAGSTER_HOME": str(tmp_path / "home"),
+        "DPONE_SOURCE_DSN": source_dsn,
+        "DPONE_TARGET_DSN": target_dsn,
+    }
+    listed = json.loads(dg_cli(project, env, "list", "components", "--json"))
+    assert "dpone_dagster.PostgresCopyComponent" in {c["key"] for c in listed["items"]}
+    dg_cli(project, env, "scaffold", "defs", "dpone_dagster.PostgresCopyComponent", "shop",
+           "--json-params", json.dumps({"tables": ["shop.orders"]}))  # fmt: skip
+    scaffolded = yaml.safe_load((project / "src/copies/defs/shop/defs.yaml").read_text())
+    assert scaffolded["attributes"]["snapshot_copies"] == [
+        {"tables": ["shop.orders"], "strategy": "batched_copy"}
+    ]
+    defs = json.loads(dg_cli(project, env, "list", "defs", "--json"))
+    keys = {a["asset_key"] for a in defs["assets"]}
+    assert {"shop/orders", "source/shop/orders"} <= keys
+    dg_cli(project, env, "launch", "--assets", "shop/orders")
+    assert pg.table_fingerprint(source_dsn, "shop", "orders") == pg.table_fingerprint(
+        target_dsn, "shop", "orders"
+    )
+
+
+def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_load() -> None:
+    def load(on_changed: str) -> dict[dg.AssetKey, dg.AssetSpec]:
+        backfill = {
+            "table": "events.page_views",
+            "cursor": "id",
+            "range_partitions": {"start": 0, "stop": 100, "step": 50},
+            "on_changed": on_changed,
+        }
+        return build({"backfills": [backfill]})
+
+    spec = load("repair")[dg.AssetKey(["events", "page_views"])]
     assert spec.metadata["dpone/on_changed"] == "repair"
     with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
-        load_defs(backfill("overwrite"))
+        load("overwrite")
     assert "on_changed" in chain(raised.value)

@@ -72,6 +72,11 @@ def test_the_four_steps_copy_the_table_and_settle_success(
     mats = result.asset_materializations_for_node("settle")
     assert mats[0].asset_key == dg.AssetKey(["shop", "orders"])
     assert mats[0].metadata["dagster/row_count"].value == 20_000
+    # The job's materialization carries the standard table set too.
+    assert isinstance(mats[0].metadata["dagster/column_schema"], dg.TableSchemaMetadataValue)
+    lineage = mats[0].metadata["dagster/column_lineage"].lineage  # type: ignore[attr-defined]
+    source = dg.AssetKey(["source", "shop", "orders"])
+    assert lineage.deps_by_column["id"] == [dg.TableColumnDep(asset_key=source, column_name="id")]
     assert not pg.open_transactions(orders, APP)
 
 

@@ -62,6 +62,16 @@ query($runId: ID!) {
 }
 """
 
+RUNS = """
+query {
+  runsOrError {
+    __typename
+    ... on Runs { results { runId status jobName assetSelection { path } tags { key value } } }
+    ... on PythonError { message }
+  }
+}
+"""
+
 DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 
 
@@ -84,18 +94,35 @@ class DagsterDev:
         self, dagster_home: Path, env: dict[str, str], workspace: Path = ROOT / "workspace.yaml"
     ) -> None:
         self.port = free_port()
-        self.log_path = dagster_home / "dagster-dev.log"
-        full_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home)}
-        self._log = self.log_path.open("w")
         dagster = Path(sys.executable).parent / "dagster"
-        self.process = subprocess.Popen(
+        self._start(
             [str(dagster), "dev", "-w", str(workspace), "-p", str(self.port), "-h", "127.0.0.1"],
+            {**os.environ, **env, "DAGSTER_HOME": str(dagster_home)},
             cwd=ROOT,
-            env=full_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            log_path=dagster_home / "dagster-dev.log",
         )
+
+    @classmethod
+    def from_command(cls, command: str, port: int, cwd: Path) -> DagsterDev:
+        """Runs ``command`` as a user pastes it into a new shell in ``cwd``: with no
+        ``DAGSTER_HOME`` and no ``DPONE_*`` variable of this process."""
+        server = cls.__new__(cls)
+        server.port = port
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k != "DAGSTER_HOME" and not k.startswith("DPONE_")
+        }
+        server._start(["bash", "-c", command], env, cwd=cwd, log_path=cwd / "dagster-dev.log")
+        return server
+
+    def _start(self, argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
         self.url = f"http://127.0.0.1:{self.port}/graphql"
 
     def wait_ready(self, timeout: float = 120) -> None:
@@ -147,6 +174,14 @@ class DagsterDev:
                 return state
             time.sleep(1)
         raise TimeoutError(f"backfill {backfill_id} still running:\n{self.log()}")
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run of the instance, newest first."""
+        result: dict[str, Any] = self.graphql(RUNS)["runsOrError"]
+        if result["__typename"] != "Runs":
+            raise RuntimeError(f"runs not listed: {result}")
+        runs: list[dict[str, Any]] = result["results"]
+        return runs
 
     def run(self, run_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.graphql(RUN_STATUS, runId=run_id)["runOrError"]

@@ -65,3 +65,19 @@ def test_freeze_refuses_a_changed_source_before_the_run_begins(stream: Stream) -
     with pytest.raises(SchemaChangeError):
         IncrementalSync(stream.source, stream.target, "shop.orders", cursor="updated_at",
                         schema_changes="thaw")  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_a_column_added_between_two_batches_of_a_run_evolves_with_the_next_batch(
+    stream: Stream,
+) -> None:
+    def add_a_column_once(done: object) -> None:
+        if not seen:
+            pg.execute(stream.source, "ALTER TABLE shop.orders ADD channel text DEFAULT 'web'")
+        seen.append(done)
+
+    seen: list[object] = []
+    result = stream.run(on_batch=add_a_column_once)  # 2,500 rows in batches of 1,000
+    assert result.batches == 3
+    [change] = result.schema_changes
+    assert (change.column, change.kind) == ("channel", "added")
+    stream.assert_equal()

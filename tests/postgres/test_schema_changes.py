@@ -384,3 +384,32 @@ def test_equal_types_spelled_differently_are_no_change_and_pass_the_copy_check(
 )
 def test_the_widening_rules(before: str, after: str, widened: bool) -> None:
     assert widens(parse_type(before), parse_type(after)) is widened
+
+
+def test_internal_query_evolves_its_target_in_the_same_database(source_dsn: str) -> None:
+    pg.execute(source_dsn, ITEMS)
+    pair = [("public.items", "public.items_copy")]
+    copy_tables(source_dsn, source_dsn, pair, strategy="internal_query")
+    pg.execute(source_dsn, "ALTER TABLE public.items ADD note text DEFAULT 'none'")
+    pg.execute(source_dsn, "UPDATE public.items SET note = 'n' || id WHERE mod(id, 2) = 0")
+    report = copy_tables(source_dsn, source_dsn, pair, strategy="internal_query", sink="merge")
+    [change] = report.tables[0].schema_changes
+    assert (change.kind, change.column) == ("added", "note")
+    assert pg.table_fingerprint(source_dsn, "public", "items") == pg.table_fingerprint(
+        source_dsn, "public", "items_copy"
+    )
+
+
+def test_a_source_column_the_target_computes_is_refused(source_dsn: str, target_dsn: str) -> None:
+    pg.execute(source_dsn, ITEMS)
+    pg.execute(
+        target_dsn,
+        "CREATE TABLE public.items (id bigint PRIMARY KEY, name varchar(40) NOT NULL,"
+        " small smallint, qty integer GENERATED ALWAYS AS (id * 3) STORED, price numeric(10,2),"
+        " ratio real, seen_at timestamp(3), code varchar(10), total numeric(8,2))",
+    )
+    with pytest.raises(SchemaChangeError) as caught:
+        copy_tables(source_dsn, target_dsn, ["public.items"])
+    assert caught.value.code == "schema_change_incompatible"
+    assert "'qty': generated in the target -> integer" in caught.value.message
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.items") == 0

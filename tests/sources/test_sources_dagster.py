@@ -60,6 +60,18 @@ def test_a_mysql_asset_materializes_into_the_target(
     receipt = metadata["dpone/extraction_receipt"].value
     assert receipt["snapshot_authority"] is None and receipt["source_token"] is None
     assert receipt["clock_authority"] == "dpone.orchestrator.utc" and receipt["row_count"] == 2
+    # The standard table set from the target's catalog, and the figures as numbers.
+    database = pg.fetch_one(target_dsn, "SELECT current_database()")
+    assert metadata["dagster/table_name"].value == f"{database}.raw.orders"
+    schema = metadata["dagster/column_schema"]
+    assert isinstance(schema, dg.TableSchemaMetadataValue)
+    assert [(c.name, c.constraints.nullable) for c in schema.schema.columns] == [
+        ("id", False),
+        ("total", False),
+    ]
+    assert isinstance(metadata["dpone/bytes"], dg.IntMetadataValue)
+    assert isinstance(metadata["dpone/rows_per_second"], dg.FloatMetadataValue)
+    assert isinstance(metadata["dpone/lag_seconds"], dg.FloatMetadataValue)
 
 
 class Item(BaseModel):
@@ -85,6 +97,14 @@ def test_a_rest_asset_materializes_and_a_failure_carries_its_code(target_dsn: st
         pagination=PageNumberPagination(),
         primary_key=["id"],
     )
+    # The model is known when the definitions load: so is the target's column schema.
+    [spec] = asset.specs
+    declared = spec.metadata["dagster/column_schema"]
+    assert isinstance(declared, dg.TableSchema)
+    assert [(c.name, c.type, c.constraints.nullable) for c in declared.columns] == [
+        ("id", "bigint", False),
+        ("name", "text", False),
+    ]
     with ApiServer(respond) as server:
         resources = {
             "rest": RestSourceResource(

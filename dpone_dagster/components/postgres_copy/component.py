@@ -6,8 +6,15 @@
     attributes:
       source_dsn_env: DPONE_SOURCE_DSN
       target_dsn_env: DPONE_TARGET_DSN
+      asset_attributes: {owners: ["team:data"], tags: {layer: raw}}
       snapshot_copies:
-        - tables: [shop.customers, shop.orders, 'shop."Order Items"']
+        - tables:
+            - shop.customers
+            - source: shop.orders
+              key: warehouse/orders
+              group_name: sales
+              kinds: [sales]
+            - 'shop."Order Items"'
           strategy: partitioned_copy
           workers: 2
       backfills:
@@ -15,16 +22,23 @@
           cursor: id
           range_partitions: {start: 0, stop: 200000, step: 50000}
           batch_size: 20000
+          owners: ["team:events"]
           on_changed: repair   # rows changed after their batch: rewrite (default: fail)
 
 DSNs are read from environment variables at run time (``EnvVar``), so no secret is written in
-the YAML or shown in the UI. Every name is checked when the definitions load.
+the YAML or shown in the UI. Every name is checked when the definitions load. Asset attributes
+(key, group, description, tags, kinds, owners) come from YAML per table, over the component's
+``asset_attributes``; ``dg scaffold defs dpone_dagster.PostgresCopyComponent <path>`` writes a
+working ``defs.yaml`` to start from.
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import dagster as dg
+from pydantic import BaseModel, Field
 
 from dpone_dagster.assets.backfill import backfill_asset
 from dpone_dagster.assets.snapshot_copy import (
@@ -40,7 +54,24 @@ from dpone_dagster.resources import (
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.translator import CopyTableSpec, source_asset_specs
+
+from .attributes import AssetAttributes, AttributesTranslator, TableModel
+
+
+def _resolve_tables(context: dg.ResolutionContext, entries: list[Any]) -> list[str | TableModel]:
+    """A table as its SQL name, or as an entry with its own target and asset attributes."""
+    return [
+        entry if isinstance(entry, str) else TableModel.resolve_from_model(context, entry)
+        for entry in entries
+    ]
+
+
+ResolvedTables = Annotated[
+    list[str | TableModel],
+    dg.Resolver(_resolve_tables, model_field_type=list[str | TableModel.model()]),  # type: ignore[misc]
+]
+"""Tables from YAML: plain names and entries with attributes, mixed in one list."""
 
 
 @dataclass
@@ -48,7 +79,8 @@ class SnapshotCopyModel(dg.Resolvable):
     """One snapshot copy: the tables read under one snapshot, and how.
 
     Attributes:
-        tables: Source tables as SQL names (``shop.orders``, ``'shop."Order Items"'``).
+        tables: Source tables as SQL names (``shop.orders``, ``'shop."Order Items"'``), or
+            entries with ``source``, ``target`` and the table's own asset attributes.
         targets: Optional renames: source name -> target name.
         strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
             ``internal_query``.
@@ -61,7 +93,7 @@ class SnapshotCopyModel(dg.Resolvable):
         pool: Concurrency pool.
     """
 
-    tables: list[str]
+    tables: ResolvedTables
     targets: dict[str, str] | None = None
     strategy: CopyStrategy = "batched_copy"
     sink: CopySink = "replace"
@@ -89,9 +121,9 @@ class DailyPartitionsModel(dg.Resolvable):
     end_date: str | None = None
 
 
-@dataclass
-class BackfillModel(dg.Resolvable):
-    """One partitioned backfill.
+@dataclass(kw_only=True)
+class BackfillModel(AssetAttributes):
+    """One partitioned backfill, with its asset's attributes (key, group, tags, kinds...).
 
     Attributes:
         table: The source table.
@@ -112,9 +144,12 @@ class BackfillModel(dg.Resolvable):
     daily_partitions: DailyPartitionsModel | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     target: str | None = None
-    group_name: str | None = None
     pool: str | None = None
     on_changed: OnChanged = "fail"
+
+    def spec(self) -> CopyTableSpec:
+        """The table spec this backfill names."""
+        return CopyTableSpec(source=self.table, target=self.target)
 
     def partitions_def(self) -> dg.PartitionsDefinition:
         """The partitions the YAML asked for (exactly one kind)."""
@@ -131,6 +166,40 @@ class BackfillModel(dg.Resolvable):
         return dg.DailyPartitionsDefinition(start_date=d.start_date, end_date=d.end_date)
 
 
+class PostgresCopyScaffoldParams(BaseModel):
+    """What ``dg scaffold defs dpone_dagster.PostgresCopyComponent`` may be told.
+
+    Attributes:
+        tables: Tables the scaffolded snapshot copy reads (``--json-params``).
+        source_dsn_env: Environment variable of the source DSN.
+        target_dsn_env: Environment variable of the target DSN.
+    """
+
+    tables: list[str] = Field(default_factory=lambda: ["public.my_table"])
+    source_dsn_env: str = "DPONE_SOURCE_DSN"
+    target_dsn_env: str = "DPONE_TARGET_DSN"
+
+
+class PostgresCopyScaffolder(dg.Scaffolder[PostgresCopyScaffoldParams]):
+    """Writes a ``defs.yaml`` that loads as it is: one snapshot copy of the given tables."""
+
+    @classmethod
+    def get_scaffold_params(cls) -> type[PostgresCopyScaffoldParams]:
+        """The parameters ``dg scaffold defs`` accepts."""
+        return PostgresCopyScaffoldParams
+
+    def scaffold(self, request: dg.ScaffoldRequest[PostgresCopyScaffoldParams]) -> None:
+        """Writes the ``defs.yaml``."""
+        params = request.params or PostgresCopyScaffoldParams()
+        attributes = {
+            "source_dsn_env": params.source_dsn_env,
+            "target_dsn_env": params.target_dsn_env,
+            "snapshot_copies": [{"tables": list(params.tables), "strategy": "batched_copy"}],
+        }
+        dg.scaffold_component(request, attributes)
+
+
+@dg.scaffold_with(PostgresCopyScaffolder)
 @dataclass
 class PostgresCopyComponent(dg.Component, dg.Resolvable):
     """Exposes dpone snapshot copies and partitioned backfills as Dagster assets.
@@ -141,6 +210,11 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         target_dsn_env: Environment variable holding the target DSN (``target`` and ``ledger``).
         ledger_schema: Schema of the backfill ledger in the target database.
         key_prefix: Parts put before ``[schema, table]`` in every asset key.
+        asset_attributes: Attributes of every asset (group, description, tags, kinds,
+            owners); a copy's ``group_name`` and a table's own attributes override them.
+        source_assets: Put each source table in the graph as an external asset upstream of
+            its copy (on by default).
+        source_key_prefix: Parts put before ``[schema, table]`` in source tables' keys.
         snapshot_copies: Sets of tables each copied under one snapshot.
         backfills: Partitioned, ledger-backed backfills.
     """
@@ -149,47 +223,81 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
     target_dsn_env: str | None = None
     ledger_schema: str = "dpone_ledger"
     key_prefix: list[str] = field(default_factory=list)
+    asset_attributes: AssetAttributes | None = None
+    source_assets: bool = True
+    source_key_prefix: list[str] = field(default_factory=lambda: ["source"])
     snapshot_copies: list[SnapshotCopyModel] = field(default_factory=list)
     backfills: list[BackfillModel] = field(default_factory=list)
 
+    def translator(
+        self, group_name: str | None, per_table: dict[CopyTableSpec, AssetAttributes]
+    ) -> AttributesTranslator:
+        """The translator of one copy or backfill: the component's attributes, the group of
+        the copy (when set) over them, and each table's own attributes over both."""
+        common = self.asset_attributes or AssetAttributes()
+        if group_name is not None:
+            common = dataclasses.replace(common, group_name=group_name)
+        return AttributesTranslator(
+            key_prefix=tuple(self.key_prefix),
+            source_assets=self.source_assets,
+            source_key_prefix=tuple(self.source_key_prefix),
+            common=common,
+            per_table=per_table,
+        )
+
+    def _copy_assets(
+        self, index: int, copy: SnapshotCopyModel
+    ) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+        renames = copy.targets or {}
+        per_table: dict[CopyTableSpec, AssetAttributes] = {}
+        specs = []
+        for entry in copy.tables:
+            if isinstance(entry, str):
+                specs.append(CopyTableSpec(source=entry, target=renames.get(entry)))
+            else:
+                specs.append(entry.spec())
+                per_table[entry.spec()] = entry
+        translator = self.translator(copy.group_name, per_table)
+        assets = snapshot_copy_assets(
+            specs,
+            strategy=copy.strategy,
+            sink=copy.sink,
+            schema_changes=copy.schema_changes,
+            workers=copy.workers,
+            name=copy.name or f"snapshot_copy_{index}",
+            translator=translator,
+            pool=copy.pool,
+        )
+        return [assets, *source_asset_specs([assets], translator)]
+
+    def _backfill_assets(self, backfill: BackfillModel) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+        translator = self.translator(None, {backfill.spec(): backfill})
+        asset = backfill_asset(
+            backfill.table,
+            cursor=backfill.cursor,
+            partitions_def=backfill.partitions_def(),
+            batch_size=backfill.batch_size,
+            target_table=backfill.target,
+            translator=translator,
+            pool=backfill.pool,
+            on_changed=backfill.on_changed,
+        )
+        return [asset, *source_asset_specs([asset], translator)]
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """Builds the assets (and resources, when DSN variables are named)."""
-        translator = DponeTranslator(key_prefix=tuple(self.key_prefix))
-        assets: list[dg.AssetsDefinition] = []
-        for index, copy in enumerate(self.snapshot_copies):
-            renames = copy.targets or {}
-            specs = [CopyTableSpec(source=t, target=renames.get(t)) for t in copy.tables]
-            assets.append(
-                snapshot_copy_assets(
-                    specs,
-                    strategy=copy.strategy,
-                    sink=copy.sink,
-                    schema_changes=copy.schema_changes,
-                    workers=copy.workers,
-                    name=copy.name or f"snapshot_copy_{index}",
-                    translator=translator,
-                    group_name=copy.group_name,
-                    pool=copy.pool,
-                )
-            )
-        for backfill in self.backfills:
-            assets.append(
-                backfill_asset(
-                    backfill.table,
-                    cursor=backfill.cursor,
-                    partitions_def=backfill.partitions_def(),
-                    batch_size=backfill.batch_size,
-                    target_table=backfill.target,
-                    translator=translator,
-                    group_name=backfill.group_name,
-                    pool=backfill.pool,
-                    on_changed=backfill.on_changed,
-                )
-            )
+        """Builds the assets, the source tables' external assets (unless ``source_assets`` is
+        off) and the resources, when DSN variables are named."""
+        assets: dict[dg.AssetKey, dg.AssetsDefinition | dg.AssetSpec] = {}
+        built = [a for i, c in enumerate(self.snapshot_copies) for a in self._copy_assets(i, c)]
+        built += [a for b in self.backfills for a in self._backfill_assets(b)]
+        for item in built:
+            # A source table copied twice has one external asset.
+            keys = [item.key] if isinstance(item, dg.AssetSpec) else list(item.keys)
+            assets.setdefault(keys[0], item)
         resources: dict[str, object] = {}
         if self.source_dsn_env:
             resources["source"] = PostgresSourceResource(dsn=dg.EnvVar(self.source_dsn_env))
         if self.target_dsn_env:
             resources["target"] = PostgresTargetResource(dsn=dg.EnvVar(self.target_dsn_env))
             resources["ledger"] = BackfillLedgerResource(schema_name=self.ledger_schema)
-        return dg.Definitions(assets=assets, resources=resources)
+        return dg.Definitions(assets=list(assets.values()), resources=resources)
