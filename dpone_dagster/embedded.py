@@ -117,8 +117,8 @@ class ServerChoice:
         default = describe_dsn(default_dsn()).rsplit("/", 1)[0]
         return (
             f"No DSN set and no PostgreSQL answers at {default}: using the "
-            f"embedded PostgreSQL at 127.0.0.1:{self.embedded.port} (data in "
-            f"{self.embedded.folder}; stop it with `python -m dpone_dagster.embedded stop`)"
+            f"embedded PostgreSQL at 127.0.0.1:{self.embedded.port}, which keeps running (stop "
+            f"it with `python -m dpone_dagster.embedded stop {self.embedded.folder}`)"
         )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
+
 from dpone_dagster.backfill import (
     ApplyPath,
     Backfill,
@@ -129,3 +131,29 @@ def test_the_snapshot_label_tells_one_snapshot_from_none(
         and nothing.run.progress.batch_count == 1
     )
     assert nothing.reconciliation is not None and nothing.reconciliation.ranges == ()
+
+
+_UNCERTIFIED = """
+CREATE TABLE public.spans (id bigint PRIMARY KEY, words tsvector, seats int4range, at time);
+"""
+
+
+@pytest.mark.cross_server
+def test_a_backfill_moves_types_not_certified_across_major_versions_as_text_in_its_scope(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, _UNCERTIFIED)
+    pg.execute(target_dsn, _UNCERTIFIED)
+    pg.execute(
+        source_dsn,
+        "INSERT INTO public.spans SELECT g, to_tsvector('simple', 'row ' || g),"
+        " int4range(g, g + 5), time '00:00' + g * interval '1 second'"
+        " FROM generate_series(1, 2500) g",
+    )
+    result = Backfill(source_dsn, target_dsn, "public.spans", cursor="id", batch_size=1000).run()
+    same_version = pg.server_version(source_dsn) == pg.server_version(target_dsn)
+    assert result.run.scope.copy_format == ("binary" if same_version else "text")
+    assert result.reconciliation is not None and result.reconciliation.ok
+    assert pg.table_fingerprint(source_dsn, "public", "spans") == pg.table_fingerprint(
+        target_dsn, "public", "spans"
+    )
