@@ -24,7 +24,7 @@ from dpone_dagster.backfill import (
     BatchResult,
     ReconciliationReport,
 )
-from dpone_dagster.incremental import IncrementalResult
+from dpone_dagster.incremental import IncrementalResult, Verification
 from dpone_dagster.lifecycle import DponeError, ExtractionLifecycleReceipt
 from dpone_dagster.postgres import ConnectionOptions, CopyReport, TableCopyReport, TableName
 from dpone_dagster.postgres.schema_change import ColumnChange
@@ -422,11 +422,18 @@ def incremental_check(key: dg.AssetKey, result: IncrementalResult) -> dg.AssetCh
     A run with nothing to verify (no batch: nothing changed and no deletes or verification
     asked for) passes with ``dpone/verified`` false.
     """
-    check = result.verification
+    nothing = "Nothing ran this time; the previous run's check stands."
+    return verification_check(key, result.verification, nothing)
+
+
+def verification_check(
+    key: dg.AssetKey, check: Verification | None, nothing: str
+) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of a verification (``None``: nothing was verified, the
+    check passes with ``dpone/verified`` false and ``nothing`` as its description)."""
     if check is None:
         return dg.AssetCheckResult(
-            asset_key=key, check_name=CHECK_NAME, passed=True,
-            description="Nothing ran this time; the previous run's check stands.",
+            asset_key=key, check_name=CHECK_NAME, passed=True, description=nothing,
             metadata={"dpone/verified": False},
         )  # fmt: skip
     return dg.AssetCheckResult(

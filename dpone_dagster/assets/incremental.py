@@ -135,6 +135,7 @@ def incremental_asset(
         name=name or f"incremental_{spec.key.to_python_identifier()}",
         specs=[spec.replace_attributes(metadata={**spec.metadata, "dpone/cursor": cursor})],
         check_specs=[check] if reconcile else [],
+        can_subset=True,  # the check alone verifies the target without running the stream
         pool=pool,
         op_tags={**(op_tags or {}), "dpone/source_table": spec_in.source_table.qualified},
         group_name=group_name,

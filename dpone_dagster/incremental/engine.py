@@ -27,10 +27,11 @@ from .backfill_link import backfill_mark
 from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch, stream_plan
 from .errors import incremental_error
 from .mark import StreamMark, check_no_null_cursor, take_mark
-from .plan import nothing_to_do, plan_run
+from .plan import next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, resolve_stream
-from .state import StreamLedger, StreamState
+from .state import StreamLedger, StreamState, Verification
+from .verify import check_target
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -206,6 +207,37 @@ class IncrementalSync:
         except BaseException:
             sessions.abandon()
             raise
+        finally:
+            sessions.close()
+
+    def check(self) -> Verification | None:
+        """Verifies what the target holds without copying or writing anything.
+
+        In one source snapshot, compares whole rows of both sides (as a verified run's final
+        batch does): every source row at or below where the stream's next run starts reading
+        (its mark, less what it reads again) must be in the target, equal. Rows changed or
+        inserted since, and target rows whose key the source lost since, are explained.
+
+        Returns:
+            The verification, or ``None`` when the stream has completed no run yet (nothing
+            to contradict).
+
+        Raises:
+            IncrementalError: a bad stream (see :meth:`plan`).
+        """
+        sessions = self._open()
+        try:
+            src, tgt = sessions.source, sessions.target
+            shape = resolve_stream(src, tgt, self.source, self.target, self.cursor, self.soft)
+            tgt.commit()  # the catalog reads' transaction
+            stream_id = self.stream_id(sessions)
+            with transaction(tgt, IsolationLevel.REPEATABLE_READ, read_only=True):
+                state = self.ledger.fetch(tgt, stream_id) if self.ledger.exists(tgt) else None
+                if state is None or state.runs == 0:
+                    return None
+                with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+                    lower = next_lower(src, shape, state, self.lookback)
+                    return check_target(src, tgt, shape, lower)
         finally:
             sessions.close()
 

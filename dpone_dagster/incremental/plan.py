@@ -61,6 +61,17 @@ def _minus(src: Conn, shape: StreamShape, value: str, lookback: timedelta) -> st
     return str(row[0])
 
 
+def next_lower(
+    src: Conn, shape: StreamShape, state: StreamState, lookback: timedelta | None
+) -> str | None:
+    """Where the stream's next run starts reading: the mark, or below it where transactions
+    were still open at the mark (``rescan_from``), less the lookback."""
+    lower = state.rescan_from if state.unsettled else state.mark
+    if lookback is not None and lower is not None:
+        lower = _minus(src, shape, lower, lookback)
+    return lower
+
+
 def plan_run(
     src: Conn,
     shape: StreamShape,
@@ -78,9 +89,7 @@ def plan_run(
         lookback: How far below the lower bound a time cursor is read again.
     """
     kept = state.rescan_from if state.unsettled else state.mark
-    lower = kept
-    if lookback is not None and lower is not None:
-        lower = _minus(src, shape, lower, lookback)
+    lower = next_lower(src, shape, state, lookback)
     rescan_from = None
     if mark.unsettled:  # still open: read from below them again next time
         rescan_from = kept if set(mark.unsettled) & set(state.unsettled) else state.mark

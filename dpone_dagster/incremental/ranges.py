@@ -4,8 +4,13 @@ Counts come from index-only scans of the primary key on both sides, so a run tha
 delete costs one ``count(*)`` per side, and one that finds a few drills only into the ranges
 that differ:
 
-1. the key range ``[min, max]`` of both sides is split into 1,024 equal ranges of the first key
-   column, counted on each side in one query (one pass over the key's index);
+1. the key range ``[min, max]`` of both sides is split into about 1,024 ranges of the first key
+   column, counted on each side in one query (one pass over the key's index); the split points
+   come from the source's histogram of the key (``pg_stats``, kept by ANALYZE), so that the
+   ranges hold similar numbers of rows however sparse the keys are (an equal split of the
+   values when there is no histogram). The split points only decide how much a differing range
+   costs to drill into: every range is counted exactly on both sides, so stale statistics cannot
+   change what is found;
 2. each range whose counts differ is split into 64, and those are counted, and so on;
 3. a differing range with at most :data:`LEAF_ROWS` target rows sends its keys, from both sides;
    the keys the target holds and the source does not are the deleted ones.
@@ -20,6 +25,7 @@ caller's snapshot, the target in the caller's transaction.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,6 +117,25 @@ def _split(r: Range, parts: int) -> list[Range]:
     return [(a, min(hi, a + step)) for a in range(lo, hi, step)]
 
 
+_HISTOGRAM = sql.SQL(
+    "SELECT histogram_bounds::text::int8[] FROM pg_stats"
+    " WHERE schemaname = %s AND tablename = %s AND attname = %s"
+    " ORDER BY inherited DESC LIMIT 1"
+)
+
+
+def _first_ranges(src: Conn, shape: StreamShape, whole: Range) -> list[Range]:
+    """About :data:`FIRST_SPLIT` ranges covering ``whole``: each bucket of the source's
+    histogram of the key split equally (``whole`` split equally without a histogram)."""
+    table, key = shape.source, shape.key[0].name
+    row = src.execute(_HISTOGRAM, (table.schema, table.name, key)).fetchone()
+    bounds = [] if row is None or row[0] is None else list(row[0])  # type: ignore[call-overload]
+    lo, hi = whole
+    points = sorted({lo, hi, *(int(b) for b in bounds if lo < int(b) < hi)})
+    parts = max(1, FIRST_SPLIT // (len(points) - 1))
+    return [r for a, b in itertools.pairwise(points) for r in _split((a, b), parts)]
+
+
 def range_scan(src: Conn, tgt: Conn, shape: StreamShape, mark: str) -> RangeScan | None:
     """The keys the target holds and the source lost, by counting ranges (``None``: the stream
     does not qualify, or too many rows changed since the mark; use the digest comparison)."""
@@ -127,7 +152,8 @@ def range_scan(src: Conn, tgt: Conn, shape: StreamShape, mark: str) -> RangeScan
     ends = [v for pair in both(source.bounds, target.bounds) for v in pair if v is not None]
     if not ends:
         return RangeScan([], 0, 0)
-    return _drill(source, target, _split((min(ends), max(ends) + 1), FIRST_SPLIT), fresh)
+    first = _first_ranges(src, shape, (min(ends), max(ends) + 1))
+    return _drill(source, target, first, fresh)
 
 
 def _count_both(source: _Side, target: _Side, ranges: list[Range]) -> tuple[list[int], list[int]]:

@@ -189,15 +189,19 @@ class StreamLedger:
     def _sql(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(streams=self.streams, receipts=self.receipts_table)
 
+    def exists(self, conn: Conn) -> bool:
+        """Whether the ledger's stream tables exist (read in ``conn``'s current transaction)."""
+        found = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+            (self.streams.as_string(conn), self.receipts_table.as_string(conn)),
+        ).fetchone()
+        return found is not None and bool(found[0])
+
     def ensure(self, conn: Conn) -> None:
         """Creates the ledger's tables (the backfill's too) if missing; idempotent."""
         with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
-            found = conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-                (self.streams.as_string(conn), self.receipts_table.as_string(conn)),
-            ).fetchone()
-        if found is not None and found[0]:
-            return
+            if self.exists(conn):
+                return
         self.backfill.ensure(conn)
         with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
             Ledger.lock_run(conn, "dpone_ledger_ddl:" + self.schema)

@@ -93,3 +93,20 @@ def final_check(
             gone, keys_compared = scan.deleted, scan.keys_compared
     deleted = 0 if deletes == "ignore" else apply_deletes(tgt, shape, gone, at)
     return FinalCheck(deleted, keys_compared, verification)
+
+
+def check_target(src: Conn, tgt: Conn, shape: StreamShape, lower: str | None) -> Verification:
+    """Compares whole rows of both sides without changing anything: every source row with a
+    cursor at or below ``lower`` (where the next run starts reading) must be in the target,
+    equal; target rows whose key the source lost are counted in ``deleted_kept`` (the next run
+    deletes them under ``hard``).
+
+    Args:
+        src: The source session, inside the snapshot to compare with.
+        tgt: The target session, inside its transaction.
+        shape: The stream.
+        lower: Rows above it are the next run's (``None``: every row is).
+    """
+    for conn in (src, tgt):  # JIT compiling costs more than these scans take
+        conn.execute("SELECT set_config('jit', 'off', true)")
+    return _verdict(src, shape, compare(src, tgt, shape, rows=True), lower, kept=True)

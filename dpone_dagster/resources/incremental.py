@@ -4,7 +4,8 @@ The asset is not partitioned: each materialization runs the stream once (continu
 crash or a concurrent run left in progress, or taking a new mark), logs an ``AssetObservation``
 after every committed batch, then yields the ``dpone_reconciled`` check (the final batch's
 verification: every source row at or below the mark is in the target, equal) and the
-materialization with the run's metadata.
+materialization with the run's metadata. A run that selects the check alone copies nothing:
+it compares both sides as they are (:meth:`~dpone_dagster.incremental.IncrementalSync.check`).
 """
 
 from collections.abc import Iterator
@@ -19,7 +20,6 @@ from psycopg import sql
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.incremental import (
     BatchOutcome,
-    IncrementalResult,
     IncrementalSync,
     incremental_error,
 )
@@ -32,6 +32,7 @@ from dpone_dagster.metadata import (
     log_schema_changes,
     source_key_of,
     table_catalog_metadata,
+    verification_check,
 )
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
@@ -124,7 +125,11 @@ def incremental_events(
                 "commit with their state); the ledger resource names another database.",
                 ["Leave BackfillLedgerResource.dsn unset for incremental assets."],
             )
-        result = _run(context, key, source, target, ledger, table, target_table, cursor, options)
+        sync = _sync(context, key, source, target, ledger, table, target_table, cursor, options)
+        if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
+            yield verification_check(key, sync.check(), "No run has completed yet.")
+            return
+        result = sync.run()
         soft = options.soft_delete_column if options.deletes == "soft" else None
         rows = _target_rows(target.dsn, target_table, soft)
     except (DponeError, psycopg.Error) as exc:
@@ -149,7 +154,7 @@ def incremental_events(
         yield dg.MaterializeResult(asset_key=key, metadata=metadata)
 
 
-def _run(
+def _sync(
     context: dg.AssetExecutionContext,
     key: dg.AssetKey,
     source: "PostgresSourceResource",
@@ -159,8 +164,8 @@ def _run(
     target_table: TableName,
     cursor: str,
     options: StreamOptions,
-) -> IncrementalResult:
-    sync = IncrementalSync(
+) -> IncrementalSync:
+    return IncrementalSync(
         source.dsn, target.dsn, table, cursor=cursor, target_table=target_table,
         deletes=options.deletes, soft_delete_column=options.soft_delete_column,
         batch_size=options.batch_size, lookback=options.lookback,
@@ -170,4 +175,3 @@ def _run(
         on_batch=lambda done: context.log_event(_observation(key, done)),
         schema_changes=options.schema_changes,
     )  # fmt: skip
-    return sync.run()

@@ -131,3 +131,41 @@ def test_a_column_added_between_runs_is_listed_and_the_check_stays_green(stream:
     [check] = evolved.get_asset_check_evaluations()
     assert check.passed, check.description
     stream.assert_equal()
+
+
+def test_the_check_alone_copies_nothing_and_verifies_what_the_target_holds(stream: Stream) -> None:
+    orders = incremental_asset("shop.orders", cursor="updated_at", deletes="hard", batch_size=700)
+    only_check = dg.AssetSelection.checks(dg.AssetCheckKey(KEY, CHECK_NAME))
+
+    def check_alone() -> tuple[bool, dict[str, Any]]:
+        result = dg.materialize(
+            [orders], resources=resources(stream.source, stream.target), selection=only_check
+        )
+        assert result.success
+        assert not result.asset_materializations_for_node(result.job_def.nodes[0].name)
+        [check] = result.get_asset_check_evaluations()
+        return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+
+    assert check_alone() == (True, {"dpone/verified": False})  # no run yet: nothing to contradict
+    assert not pg.table_exists(stream.target, "shop", "orders")
+    assert _materialize(stream, orders).success
+    pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id <= 5")
+    insert_orders(stream.source, 5001, 3)
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id BETWEEN 100 AND 109")
+    state = pg.fetch_all(stream.target, "SELECT state_json FROM dpone_ledger.incremental_streams")
+    rows = pg.table_fingerprint(stream.target, "shop", "orders")
+    passed, md = check_alone()
+    assert passed and md["dpone/verified"] is True
+    assert (md["dpone/changed_since_mark"], md["dpone/deleted_kept"], md["dpone/unexplained"]) == (
+        8,
+        10,
+        0,
+    )
+    assert pg.table_fingerprint(stream.target, "shop", "orders") == rows  # nothing copied
+    assert pg.fetch_all(
+        stream.target, "SELECT state_json FROM dpone_ledger.incremental_streams"
+    ) == (state)
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 42")
+    passed, md = check_alone()
+    assert not passed
+    assert (md["dpone/unexplained"], md["dpone/examples"]) == (1, [["42"]])

@@ -89,6 +89,26 @@ def test_hard_deletes_scattered_a_whole_key_range_and_delete_then_reinsert(strea
     assert stream.run(deletes="hard").deleted == 0
 
 
+def test_hard_deletes_are_exact_whatever_the_key_histogram_says(stream: Stream) -> None:
+    # The range counts split the keys at the source's histogram (pg_stats): taken here, then
+    # made stale by sparse keys far above it; the deletes found must not depend on it.
+    pg.execute(stream.source, "ANALYZE shop.orders")
+    assert pg.fetch_one(stream.source, "SELECT histogram_bounds IS NOT NULL FROM pg_stats"
+                        " WHERE tablename = 'orders' AND attname = 'id'")  # fmt: skip
+    for first in range(10_000_000, 10_100_000, 1000):
+        insert_orders(stream.source, first, 3)
+    stream.run(deletes="hard")
+    chosen = "mod(id, 101) = 0 OR id IN (1, 2500, 10000001, 10050000, 10099002)"
+    gone = pg.fetch_one(stream.source, f"SELECT count(*) FROM shop.orders WHERE {chosen}")
+    assert isinstance(gone, int) and gone > 30
+    pg.execute(stream.source, f"DELETE FROM shop.orders WHERE {chosen}")
+    result = stream.run(deletes="hard")
+    assert result.deleted == gone
+    assert result.keys_compared < 40 * gone  # only the differing ranges' keys cross the wire
+    stream.assert_equal()
+    assert stream.run(deletes="hard").deleted == 0
+
+
 def test_soft_deletes_mark_rows_with_a_created_column_and_a_returning_key_clears_it(
     stream: Stream,
 ) -> None:
