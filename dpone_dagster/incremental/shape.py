@@ -109,9 +109,14 @@ class StreamShape:
         return query, list(params)
 
     def last_row(self, table: TableName) -> sql.Composed:
-        """The last ``(cursor, key)`` of ``table`` in keyset order, as text."""
-        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(c.ident) for c in self.order())
-        return sql.SQL("SELECT {}::text, ARRAY[{}]::text[] FROM {} ORDER BY {} LIMIT 1").format(
+        """The last ``(cursor, key)`` of ``table`` in keyset order, as text.
+
+        The order names the table's columns (``r.col``): a bare name would bind to the output
+        column of the same name, the cursor cast to text, and order it as text.
+        """
+        order = sql.SQL(", ").join(sql.SQL("r.{} DESC").format(c.ident) for c in self.order())
+        query = "SELECT {}::text, ARRAY[{}]::text[] FROM {} AS r ORDER BY {} LIMIT 1"
+        return sql.SQL(query).format(
             self.cursor.ident,
             sql.SQL(", ").join(sql.SQL("{}::text").format(k.ident) for k in self.key),
             table.ident,

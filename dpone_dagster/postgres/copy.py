@@ -212,11 +212,12 @@ def _finish(pgconn: pq.abc.PGconn, encoding: str) -> int:
     if not results:  # the server went away at the end of the stream
         message = pgconn.get_error_message(encoding).strip() or "no result after the COPY"
         raise psycopg.OperationalError(f"receiving copy data failed: {message}")
+    failed = [r for r in results if r.status != pq.ExecStatus.COMMAND_OK]
+    if failed:  # the server's own error (a terminated backend ends with it and one more result)
+        raise errors.error_from_result(failed[0], encoding=encoding)
     if len(results) != 1:
         raise psycopg.ProgrammingError(f"COPY ended with {len(results)} results, not 1")
     result = results[0]
-    if result.status != pq.ExecStatus.COMMAND_OK:
-        raise errors.error_from_result(result, encoding=encoding)
     return result.command_tuples if result.command_tuples is not None else -1
 
 

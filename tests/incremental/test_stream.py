@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+from dpone_dagster.incremental import IncrementalSync
 from dpone_dagster.lifecycle import SnapshotLabel
 from tests.helpers import pg
 from tests.incremental.conftest import Stream, insert_orders
@@ -162,3 +163,26 @@ def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Str
     assert check is not None and not check.ok
     assert check.unexplained == 2 and set(check.examples) == {("8",), ("9",)}
     assert check.keys_compared < 10
+
+
+def test_a_batch_checkpoint_is_its_greatest_cursor_in_the_cursor_type_order(
+    source_dsn: str, target_dsn: str
+) -> None:
+    # As text, '9' sorts after '10' and '-1' after '-20': a checkpoint taken in text order
+    # would sit below the batch's last row, and the next batch would read rows again.
+    pg.execute(
+        source_dsn,
+        "CREATE SCHEMA shop; CREATE TABLE shop.ticks (id int PRIMARY KEY, seq bigint NOT NULL,"
+        " at numeric NOT NULL); CREATE INDEX ON shop.ticks (seq); CREATE INDEX ON shop.ticks (at);"
+        " INSERT INTO shop.ticks SELECT g, g - 21, (g - 21) * 0.5 FROM generate_series(1, 40) g",
+    )
+    for cursor in ("seq", "at"):
+        sync = IncrementalSync(
+            source_dsn, target_dsn, "shop.ticks", cursor=cursor,
+            target_table=f"shop.ticks_{cursor}", batch_size=10,
+        )  # fmt: skip
+        result = sync.run()
+        lasts = [r.last.cursor for r in result.receipts if r.last]
+        query = f"SELECT {cursor}::text FROM shop.ticks WHERE id %% 10 = 0 ORDER BY id"
+        assert lasts == [str(r[0]) for r in pg.fetch_all(source_dsn, query)], cursor
+        assert (result.rows, result.inserted, result.updated) == (40, 40, 0), cursor
