@@ -8,11 +8,14 @@ after its last committed batch, or starts the next run from the stream's mark.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
+from typing import Literal
 
 import psycopg
 from psycopg import IsolationLevel
@@ -127,16 +130,33 @@ class IncrementalSync:
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
 
     def _open(self) -> Sessions:
-        src = connect(self.source_dsn, self.options, side="source", autocommit=True)
-        try:
-            tgt = connect(self.target_dsn, self.options, side="target")
-        except BaseException:
-            src.close()
-            raise
-        for conn in (src, tgt):
-            prepare_session(conn)
-        tgt.commit()
+        """Both sessions, opened at once (a run with nothing to do is mostly their set-up)."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-connect") as pool:
+            opening = pool.submit(self._session, self.target_dsn, "target")
+            try:
+                src = self._session(self.source_dsn, "source")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    opening.result().close()
+                raise
+            try:
+                tgt = opening.result()
+            except BaseException:
+                src.close()
+                raise
         return Sessions(source=src, target=tgt, ledger=tgt)
+
+    def _session(self, dsn: str, side: Literal["source", "target"]) -> Conn:
+        """A prepared session: the source's in autocommit, the target's idle in no transaction."""
+        conn = connect(dsn, self.options, side=side, autocommit=side == "source")
+        try:
+            prepare_session(conn)
+            if side == "target":
+                conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def stream_id(self, sessions: Sessions) -> str:
         """``incremental:<digest>`` of the databases, tables, cursor and label."""
@@ -185,7 +205,6 @@ class IncrementalSync:
         sessions = self._open()
         try:
             shape = self._resolve(sessions)
-            self.ledger.ensure(sessions.target)
             stream_id = self.stream_id(sessions)
             before, state, mark = self._begin(sessions, shape, stream_id)
             if state.run is None:
@@ -251,7 +270,15 @@ class IncrementalSync:
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
-        """The stream's state, stored when new (from the backfill's mark when asked)."""
+        """The stream's state, stored when new (from the backfill's mark when asked); the
+        ledger's tables are created first when missing."""
+        try:
+            return self._stored_state(sessions, shape, stream_id)
+        except psycopg.errors.UndefinedTable:  # rolled back: a ledger without the stream tables
+            self.ledger.ensure(sessions.target)
+            return self._stored_state(sessions, shape, stream_id)
+
+    def _stored_state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
         tgt = sessions.target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, stream_id)
