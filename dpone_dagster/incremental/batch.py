@@ -155,7 +155,9 @@ def copy_batch(
             window = open_read_window(src)
             plan = stream_plan(src, tgt, shape, schema_changes)
             rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
-            load = TargetLoad(tgt, target_dsn, [plan], "merge")
+            # The initial load's keys are new to the target, bar a late commit's.
+            initial = state.run.lower is None and state.mark is None
+            load = TargetLoad(tgt, target_dsn, [plan], "merge", new_keys_expected=initial)
             done: list[BatchOutcome] = []
 
             def finish(conn: Conn) -> None:

@@ -114,17 +114,26 @@ class TargetLoad:
         target_dsn: The target DSN (a broken session's staging tables are dropped from a new one).
         plans: The tables' plans.
         sink: How each target takes its rows.
+        new_keys_expected: For ``merge``: try a plain ``INSERT`` first (see
+            :func:`~dpone_dagster.postgres.sinks.apply_sink`).
 
     Attributes:
         tables: What the target did with each table, in plan order.
     """
 
     def __init__(
-        self, target: Conn, target_dsn: str, plans: Sequence[TablePlan], sink: Sink
+        self,
+        target: Conn,
+        target_dsn: str,
+        plans: Sequence[TablePlan],
+        sink: Sink,
+        *,
+        new_keys_expected: bool = False,
     ) -> None:
         self.target = target
         self.target_dsn = target_dsn
         self.sink: Sink = sink
+        self.new_keys_expected = new_keys_expected
         self.tables = [TableLoad(plan) for plan in plans]
 
     def run(
@@ -183,7 +192,10 @@ class TargetLoad:
             )
         if not table.plan.swap:
             apply_changes(self.target, table.plan.target, table.plan.schema_changes)
-        table.sink_result = apply_sink(self.target, table.plan, staging, self.sink, loaded)
+        table.sink_result = apply_sink(
+            self.target, table.plan, staging, self.sink, loaded,
+            new_keys_expected=self.new_keys_expected,
+        )  # fmt: skip
         if self.sink == "replace" and source.exact_rows:
             table.row_versions = load_writers(
                 self.target, table.plan.target, table.plan.columns, others=source.writers

@@ -186,3 +186,18 @@ def test_a_batch_checkpoint_is_its_greatest_cursor_in_the_cursor_type_order(
         query = f"SELECT {cursor}::text FROM shop.ticks WHERE id %% 10 = 0 ORDER BY id"
         assert lasts == [str(r[0]) for r in pg.fetch_all(source_dsn, query)], cursor
         assert (result.rows, result.inserted, result.updated) == (40, 40, 0), cursor
+
+
+def test_an_initial_load_into_a_target_holding_some_keys_merges_them(stream: Stream) -> None:
+    # The initial load tries a plain INSERT per batch; a key already in the target undoes the
+    # attempt (a savepoint) and the batch merges instead: same rows, same counts.
+    pg.execute(stream.target, "CREATE SCHEMA shop")
+    pg.execute(stream.target, "CREATE TABLE shop.orders (id bigint PRIMARY KEY,"
+               " updated_at timestamptz NOT NULL, note text, amount numeric(12, 2))")  # fmt: skip
+    pg.execute(stream.target, "INSERT INTO shop.orders VALUES (1, now(), 'stale', 0),"
+               " (1500, now(), 'stale', 0)")  # fmt: skip
+    same = pg.fetch_all(stream.source, "SELECT * FROM shop.orders WHERE id = 2000")
+    pg.execute(stream.target, "INSERT INTO shop.orders VALUES (%s, %s, %s, %s)", same[0])
+    first = stream.run()
+    assert (first.rows, first.inserted, first.updated, first.batches) == (2500, 2497, 2, 3)
+    stream.assert_equal()
