@@ -84,10 +84,14 @@ JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
                                      THEN t.typelem ELSE t.oid END
 JOIN pg_namespace bn ON bn.oid = base.typnamespace
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE a.attrelid = %s::bigint::oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = ({relation}) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 
+_RELATION_OID = """
+SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+"""
 _RELATION = """
 SELECT c.oid::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
@@ -98,9 +102,14 @@ SELECT a.attname
 FROM pg_index i
 JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = %s::bigint::oid AND i.indisprimary
+WHERE i.indrelid = ({relation}) AND i.indisprimary
 ORDER BY k.ord
 """
+
+
+# The relation looked up inside the query: one round trip instead of two.
+_COLUMNS_OF = _COLUMNS.format(relation=_RELATION_OID)
+_PRIMARY_KEY_OF = _PRIMARY_KEY.format(relation=_RELATION_OID)
 
 
 def relation_oid(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> int | None:
@@ -115,8 +124,8 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
     Raises:
         CatalogError: ``table_not_found`` when the table does not exist.
     """
-    oid = relation_oid(conn, table)
-    if oid is None:
+    rows = conn.execute(_COLUMNS_OF, (table.schema, table.name)).fetchall()
+    if not rows and relation_oid(conn, table) is None:  # one round trip when the table exists
         raise CatalogError(
             "table_not_found",
             f"Table {table} does not exist in database {conn.info.dbname!r}.",
@@ -125,7 +134,6 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
                 "Check that the DSN points at the right database.",
             ],
         )
-    rows = conn.execute(_COLUMNS, (oid,)).fetchall()
     return [
         Column(
             name=str(r[0]),
@@ -147,10 +155,8 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
 
 def primary_key(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[str]:
     """The table's primary-key columns in key order (empty when it has none)."""
-    oid = relation_oid(conn, table)
-    if oid is None:
-        return []
-    return [str(r[0]) for r in conn.execute(_PRIMARY_KEY, (oid,)).fetchall()]
+    rows = conn.execute(_PRIMARY_KEY_OF, (table.schema, table.name)).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def column_list(columns: Sequence[Column] | Sequence[str]) -> sql.Composed:
