@@ -10,7 +10,7 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
 * the baseline: ``copy_tables(..., strategy="batched_copy", sink="replace")`` of the whole table
   into a separate target database, timed before and after the incremental runs (the ratio's
   denominator is the mean of the two, since this machine's speed drifts), and the raw binary
-  ``psql COPY | psql COPY`` pipe for scale;
+  ``psql COPY | psql COPY`` pipe for scale (rows/s, and the full copy's speed as a share of it);
 * the stream's initial load (``IncrementalSync.run()`` on an empty state, ``deletes="hard"``);
 * a run after 1% of the rows changed (0.5% updated, 0.5% inserted, spread across the table) and
   a run with nothing changed, each with ``deletes="ignore"`` (the changes, then an index probe)
@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.snapshot_copy import psql_args  # noqa: E402
 from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
 from dpone_dagster.postgres import copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
@@ -120,6 +121,24 @@ def full_batched_copy(source: str, target: str) -> float:
     return time.perf_counter() - started
 
 
+def raw_pipe(source: str, target: str) -> float:
+    """Seconds for ``psql COPY TO STDOUT binary | psql COPY FROM STDIN binary`` of the table
+    into an empty one of the same definition: the floor a copy through COPY can reach."""
+    pg.execute(target, "DROP SCHEMA IF EXISTS shop CASCADE")
+    pg.execute(target, ORDERS)
+    checkpoint(target)
+    out = [*psql_args(source), "-c", "COPY shop.orders TO STDOUT (FORMAT binary)"]
+    inp = [*psql_args(target), "-c", "COPY shop.orders FROM STDIN (FORMAT binary)"]
+    started = time.perf_counter()
+    producer = subprocess.Popen(out, stdout=subprocess.PIPE)
+    consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
+    assert producer.stdout is not None
+    producer.stdout.close()
+    if producer.wait() != 0 or consumer.returncode != 0:
+        raise RuntimeError("the raw psql pipe failed")
+    return time.perf_counter() - started
+
+
 def child(source: str, target: str) -> None:
     """The initial load in this process: its time and peak RSS as JSON."""
     seconds, result = timed_run(source, target)
@@ -177,8 +196,11 @@ def measure(source: str, target: str, rows: int, repeat: int) -> list[dict[str, 
     return results + [scenario(name, timings) for name, timings in runs.items()]
 
 
-def report(results: list[dict[str, Any]], full: float, rows: int) -> None:
-    print(f"full batched_copy of {rows:,} rows: {full:.2f} s (mean of the runs before and after)")
+def report(results: list[dict[str, Any]], full: float, raw: float, rows: int) -> None:
+    print(f"raw psql COPY pipe of {rows:,} rows: {raw:.2f} s ({rows / raw:,.0f} rows/s)")
+    share = raw / full
+    print(f"full batched_copy of {rows:,} rows: {full:.2f} s ({rows / full:,.0f} rows/s, "
+          f"{share:.2f} of the raw pipe's speed; mean of the runs before and after)")  # fmt: skip
     for r in results:
         ratio = r["seconds"] / full
         limit = LIMITS.get(r["name"])
@@ -189,8 +211,9 @@ def report(results: list[dict[str, Any]], full: float, rows: int) -> None:
         if r["name"] == "deletes_100_hard":
             extra = (f"; {r['deleted']} deleted, {r['keys_compared']} keys crossed the wire"
                      f" ({100 * r['keys_compared'] / rows:.3f}% of the table)")  # fmt: skip
+        speed = f"{r['rows'] / r['seconds']:>9,.0f} rows/s" if r["rows"] else " " * 16
         print(f"  {r['name']:<24} {r['seconds']:7.3f} s  ratio {ratio:6.3f}  "
-              f"rows {r['rows']:>9,}{extra}{verdict}")  # fmt: skip
+              f"rows {r['rows']:>9,} {speed}{extra}{verdict}")  # fmt: skip
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
@@ -226,10 +249,11 @@ def main() -> None:
         full_target = pg.create_database("dpone_bench_full")
         target = pg.create_database("dpone_bench_tgt")
         made += [full_target, target]
+        raw = raw_pipe(source, full_target)
         before = full_batched_copy(source, full_target)
         results = measure(source, target, args.rows, args.repeat)
         full = (before + full_batched_copy(source, full_target)) / 2
-        report(results, full, args.rows)
+        report(results, full, raw, args.rows)
         if args.rss_rows:
             rss_check(source, args.rows, args.rss_rows, made)
     finally:
