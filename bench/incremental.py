@@ -47,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.snapshot_copy import psql_args  # noqa: E402
+from bench.snapshot_copy import psql_pipe  # noqa: E402
 from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
 from dpone_dagster.postgres import copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
@@ -127,16 +127,7 @@ def raw_pipe(source: str, target: str) -> float:
     pg.execute(target, "DROP SCHEMA IF EXISTS shop CASCADE")
     pg.execute(target, ORDERS)
     checkpoint(target)
-    out = [*psql_args(source), "-c", "COPY shop.orders TO STDOUT (FORMAT binary)"]
-    inp = [*psql_args(target), "-c", "COPY shop.orders FROM STDIN (FORMAT binary)"]
-    started = time.perf_counter()
-    producer = subprocess.Popen(out, stdout=subprocess.PIPE)
-    consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
-    assert producer.stdout is not None
-    producer.stdout.close()
-    if producer.wait() != 0 or consumer.returncode != 0:
-        raise RuntimeError("the raw psql pipe failed")
-    return time.perf_counter() - started
+    return psql_pipe(source, target, "shop.orders")
 
 
 def child(source: str, target: str) -> None:

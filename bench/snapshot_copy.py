@@ -146,8 +146,13 @@ def settle_server(target: str) -> None:
 def raw_pipe(source: str, target: str) -> float:
     pg.execute(target, "TRUNCATE public.mixed")
     settle_server(target)
-    out = [*psql_args(source), "-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
-    inp = [*psql_args(target), "-c", "COPY public.mixed FROM STDIN (FORMAT binary)"]
+    return psql_pipe(source, target, "public.mixed")
+
+
+def psql_pipe(source: str, target: str, table: str) -> float:
+    """Seconds for ``psql COPY table TO STDOUT binary | psql COPY table FROM STDIN binary``."""
+    out = [*psql_args(source), "-c", f"COPY {table} TO STDOUT (FORMAT binary)"]
+    inp = [*psql_args(target), "-c", f"COPY {table} FROM STDIN (FORMAT binary)"]
     started = time.perf_counter()
     producer = subprocess.Popen(out, stdout=subprocess.PIPE)
     consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
