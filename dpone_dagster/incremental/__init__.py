@@ -7,7 +7,7 @@ path's ``merge`` sink in batches that commit with their receipts and the stream'
 (:mod:`.deletes`).
 """
 
-from .batch import BatchOutcome
+from .batch import BatchOutcome, Deletes
 from .compare import Comparison
 from .engine import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES, IncrementalSync
 from .errors import INCREMENTAL_ERRORS, IncrementalError, incremental_error
@@ -31,6 +31,7 @@ __all__ = [
     "BatchOutcome",
     "Checkpoint",
     "Comparison",
+    "Deletes",
     "IncrementalError",
     "IncrementalResult",
     "IncrementalSync",

@@ -72,6 +72,11 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
                 .execute_in_process(partition_key="0..50000")
                 .success
             )
+            live = defs.resolve_schedule_def("shop__orders_live_schedule").job.name
+            assert defs.resolve_job_def(live).execute_in_process().success
+    assert pg.table_fingerprint(source_dsn, "shop", "orders") == pg.table_fingerprint(
+        target_dsn, "shop", "orders_live"
+    )
     for name in ("customers", "orders", "Order Items"):
         assert pg.table_fingerprint(source_dsn, "shop", name) == pg.table_fingerprint(
             target_dsn, "shop", name
@@ -257,3 +262,39 @@ def test_a_backfill_declares_on_changed_in_yaml_and_an_unknown_value_fails_at_lo
     with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
         load("overwrite")
     assert "on_changed" in chain(raised.value)
+
+
+def test_an_incremental_stream_declared_in_yaml_keeps_the_target_current_on_its_schedule(
+    source_dsn: str, target_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pg.execute(
+        source_dsn,
+        "CREATE SCHEMA shop; CREATE TABLE shop.stock (sku int PRIMARY KEY, units int NOT NULL,"
+        " updated_at timestamptz NOT NULL DEFAULT now()); CREATE INDEX ON shop.stock (updated_at);"
+        " INSERT INTO shop.stock (sku, units) SELECT g, g FROM generate_series(1, 300) g",
+    )
+    monkeypatch.setenv("DPONE_SOURCE_DSN", source_dsn)
+    monkeypatch.setenv("DPONE_TARGET_DSN", target_dsn)
+    stream = {"table": "shop.stock", "cursor": "updated_at", "deletes": "hard", "batch_size": 100,
+              "cron_schedule": "*/5 * * * *", "owners": ["team:stock"]}  # fmt: skip
+    defs = load_defs({"source_dsn_env": "DPONE_SOURCE_DSN", "target_dsn_env": "DPONE_TARGET_DSN",
+                      "incremental_streams": [stream]})  # fmt: skip
+    key = dg.AssetKey(["shop", "stock"])
+    spec = {s.key: s for s in defs.resolve_all_asset_specs()}[key]
+    assert spec.owners == ["team:stock"] and spec.metadata["dpone/cursor"] == "updated_at"
+    schedule = defs.resolve_schedule_def("shop__stock_schedule")
+    assert schedule.cron_schedule == "*/5 * * * *"
+    job = schedule.job
+    first = defs.resolve_job_def(job.name).execute_in_process()
+    [materialized] = first.asset_materializations_for_node(first.job_def.nodes[0].name)
+    assert materialized.metadata["dpone/rows_inserted"].value == 300
+    pg.execute(source_dsn, "UPDATE shop.stock SET units = 0, updated_at = now() WHERE sku = 7;"
+                           " DELETE FROM shop.stock WHERE sku = 9")  # fmt: skip
+    second = defs.resolve_job_def(job.name).execute_in_process()
+    [materialized] = second.asset_materializations_for_node(second.job_def.nodes[0].name)
+    figures = {k: materialized.metadata[f"dpone/rows_{k}"].value for k in ("updated", "deleted")}
+    assert figures == {"updated": 1, "deleted": 1}
+    [check] = second.get_asset_check_evaluations()
+    assert check.passed
+    rows = "SELECT sku, units, updated_at FROM shop.stock ORDER BY sku"
+    assert pg.fetch_all(target_dsn, rows) == pg.fetch_all(source_dsn, rows)

@@ -1,4 +1,5 @@
-"""``PostgresCopyComponent``: snapshot copies and backfills declared in YAML, without Python.
+"""``PostgresCopyComponent``: snapshot copies, backfills and incremental streams declared in
+YAML, without Python.
 
 .. code-block:: yaml
 
@@ -24,6 +25,11 @@
           batch_size: 20000
           owners: ["team:events"]
           on_changed: repair   # rows changed after their batch: rewrite (default: fail)
+      incremental_streams:
+        - table: shop.stock
+          cursor: updated_at
+          deletes: hard
+          cron_schedule: "*/5 * * * *"   # a schedule that materializes it
 
 DSNs are read from environment variables at run time (``EnvVar``), so no secret is written in
 the YAML or shown in the UI. Every name is checked when the definitions load. Asset attributes
@@ -35,12 +41,14 @@ working ``defs.yaml`` to start from.
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Annotated, Any
 
 import dagster as dg
 from pydantic import BaseModel, Field
 
 from dpone_dagster.assets.backfill import backfill_asset
+from dpone_dagster.assets.incremental import incremental_asset
 from dpone_dagster.assets.snapshot_copy import (
     CopySchemaChanges,
     CopySink,
@@ -48,6 +56,7 @@ from dpone_dagster.assets.snapshot_copy import (
     snapshot_copy_assets,
 )
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
+from dpone_dagster.incremental import DEFAULT_SOFT_DELETE_COLUMN, Deletes
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -166,6 +175,46 @@ class BackfillModel(AssetAttributes):
         return dg.DailyPartitionsDefinition(start_date=d.start_date, end_date=d.end_date)
 
 
+@dataclass(kw_only=True)
+class IncrementalStreamModel(AssetAttributes):
+    """One incremental stream (``incremental_asset``), with its asset's attributes.
+
+    Attributes:
+        table: The source table.
+        cursor: The column that grows when a row is inserted or updated (indexed, never NULL).
+        deletes: ``ignore`` (default), ``hard`` or ``soft``.
+        soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
+        batch_size: Rows per committed batch.
+        target: The target table (the source's name by default).
+        lookback_seconds: Seconds below the mark every run reads again (a cursor set from a
+            client clock that may run behind the server's).
+        continue_from_backfill: Start an empty stream at the mark of a complete backfill of
+            the same table and cursor.
+        settle_timeout: Seconds a run waits for transactions open at its mark.
+        schema_changes: ``evolve`` (default) or ``freeze``.
+        pool: Concurrency pool.
+        cron_schedule: When set, a schedule named after the asset materializes it (with its
+            check) on this cron expression.
+    """
+
+    table: str
+    cursor: str
+    deletes: Deletes = "ignore"
+    soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN
+    batch_size: int = DEFAULT_BATCH_SIZE
+    target: str | None = None
+    lookback_seconds: float | None = None
+    continue_from_backfill: bool = False
+    settle_timeout: float = 30.0
+    schema_changes: CopySchemaChanges = "evolve"
+    pool: str | None = None
+    cron_schedule: str | None = None
+
+    def spec(self) -> CopyTableSpec:
+        """The table spec this stream names."""
+        return CopyTableSpec(source=self.table, target=self.target)
+
+
 class PostgresCopyScaffoldParams(BaseModel):
     """What ``dg scaffold defs dpone_dagster.PostgresCopyComponent`` may be told.
 
@@ -202,7 +251,8 @@ class PostgresCopyScaffolder(dg.Scaffolder[PostgresCopyScaffoldParams]):
 @dg.scaffold_with(PostgresCopyScaffolder)
 @dataclass
 class PostgresCopyComponent(dg.Component, dg.Resolvable):
-    """Exposes dpone snapshot copies and partitioned backfills as Dagster assets.
+    """Exposes dpone snapshot copies, partitioned backfills and incremental streams as Dagster
+    assets.
 
     Attributes:
         source_dsn_env: Environment variable holding the source DSN; when set, the component
@@ -217,6 +267,8 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         source_key_prefix: Parts put before ``[schema, table]`` in source tables' keys.
         snapshot_copies: Sets of tables each copied under one snapshot.
         backfills: Partitioned, ledger-backed backfills.
+        incremental_streams: Tables kept current run after run (each asset not partitioned,
+            with an optional schedule).
     """
 
     source_dsn_env: str | None = None
@@ -228,6 +280,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
     source_key_prefix: list[str] = field(default_factory=lambda: ["source"])
     snapshot_copies: list[SnapshotCopyModel] = field(default_factory=list)
     backfills: list[BackfillModel] = field(default_factory=list)
+    incremental_streams: list[IncrementalStreamModel] = field(default_factory=list)
 
     def translator(
         self, group_name: str | None, per_table: dict[CopyTableSpec, AssetAttributes]
@@ -284,12 +337,45 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         )
         return [asset, *source_asset_specs([asset], translator)]
 
+    def _stream_assets(
+        self, stream: IncrementalStreamModel
+    ) -> tuple[list[dg.AssetsDefinition | dg.AssetSpec], list[dg.ScheduleDefinition]]:
+        translator = self.translator(None, {stream.spec(): stream})
+        lookback = stream.lookback_seconds
+        asset = incremental_asset(
+            stream.table,
+            cursor=stream.cursor,
+            deletes=stream.deletes,
+            batch_size=stream.batch_size,
+            target_table=stream.target,
+            soft_delete_column=stream.soft_delete_column,
+            lookback=None if lookback is None else timedelta(seconds=lookback),
+            continue_from_backfill=stream.continue_from_backfill,
+            settle_timeout=stream.settle_timeout,
+            translator=translator,
+            pool=stream.pool,
+            schema_changes=stream.schema_changes,
+        )
+        schedules = []
+        if stream.cron_schedule is not None:
+            name = f"{asset.key.to_python_identifier()}_schedule"
+            schedules.append(
+                dg.ScheduleDefinition(name=name, target=asset, cron_schedule=stream.cron_schedule)
+            )
+        return [asset, *source_asset_specs([asset], translator)], schedules
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """Builds the assets, the source tables' external assets (unless ``source_assets`` is
-        off) and the resources, when DSN variables are named."""
+        off), the incremental streams' schedules and the resources, when DSN variables are
+        named."""
         assets: dict[dg.AssetKey, dg.AssetsDefinition | dg.AssetSpec] = {}
         built = [a for i, c in enumerate(self.snapshot_copies) for a in self._copy_assets(i, c)]
         built += [a for b in self.backfills for a in self._backfill_assets(b)]
+        schedules: list[dg.ScheduleDefinition] = []
+        for stream in self.incremental_streams:
+            stream_assets, stream_schedules = self._stream_assets(stream)
+            built += stream_assets
+            schedules += stream_schedules
         for item in built:
             # A source table copied twice has one external asset.
             keys = [item.key] if isinstance(item, dg.AssetSpec) else list(item.keys)
@@ -300,4 +386,6 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         if self.target_dsn_env:
             resources["target"] = PostgresTargetResource(dsn=dg.EnvVar(self.target_dsn_env))
             resources["ledger"] = BackfillLedgerResource(schema_name=self.ledger_schema)
-        return dg.Definitions(assets=list(assets.values()), resources=resources)
+        return dg.Definitions(
+            assets=list(assets.values()), schedules=schedules, resources=resources
+        )
