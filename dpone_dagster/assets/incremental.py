@@ -14,10 +14,13 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.incremental import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES
-from dpone_dagster.incremental.batch import Deletes
+from dpone_dagster.incremental import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    Deletes,
+    check_options,
+)
 from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
@@ -28,22 +31,6 @@ from dpone_dagster.resources import (
 )
 from dpone_dagster.resources.incremental import IncrementalEvent, StreamOptions
 from dpone_dagster.translator import CopyTableSpec, DponeTranslator
-
-
-def _check(deletes: str, batch_size: int, soft_delete_column: str) -> None:
-    if deletes not in DELETES:
-        raise DponeError(
-            "incremental_options_invalid",
-            f"deletes={deletes!r}.",
-            [f"Use one of {', '.join(DELETES)}."],
-        )
-    if batch_size < 1:
-        raise DponeError(
-            "incremental_options_invalid",
-            f"batch_size must be at least 1, not {batch_size}.",
-            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
-        )
-    check_identifier(soft_delete_column, what="soft-delete column")
 
 
 def incremental_asset(
@@ -118,7 +105,8 @@ def incremental_asset(
     """
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
-    _check(deletes, batch_size, soft_delete_column)
+    check_options(deletes, batch_size, lookback, settle_timeout)
+    check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
     check_schema_changes(schema_changes)
     options = StreamOptions(

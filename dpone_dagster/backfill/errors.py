@@ -114,7 +114,4 @@ def backfill_error(
     Raises:
         KeyError: for a code that is not catalogued (a programming error).
     """
-    message, actions = BACKFILL_ERRORS[code]
-    if detail:
-        message = f"{message} {detail}"
-    return BackfillError(code, message, tuple(next_actions) if next_actions else actions)
+    return BackfillError.from_catalog(BACKFILL_ERRORS, code, detail, next_actions)

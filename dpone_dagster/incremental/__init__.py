@@ -9,7 +9,13 @@ path's ``merge`` sink in batches that commit with their receipts and the stream'
 
 from .batch import BatchOutcome, Deletes
 from .compare import Comparison
-from .engine import DEFAULT_BATCH_SIZE, DEFAULT_SOFT_DELETE_COLUMN, DELETES, IncrementalSync
+from .engine import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    DELETES,
+    IncrementalSync,
+    check_options,
+)
 from .errors import INCREMENTAL_ERRORS, IncrementalError, incremental_error
 from .mark import StreamMark
 from .report import IncrementalResult, Notice
@@ -43,5 +49,6 @@ __all__ = [
     "StreamShape",
     "StreamState",
     "Verification",
+    "check_options",
     "incremental_error",
 ]

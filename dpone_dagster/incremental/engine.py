@@ -113,7 +113,7 @@ class IncrementalSync:
         on_phase: PhaseHook | None = None,
         schema_changes: SchemaChanges = "evolve",
     ) -> None:
-        _check_options(deletes, batch_size, lookback, settle_timeout)
+        check_options(deletes, batch_size, lookback, settle_timeout)
         self.schema_changes = check_schema_changes(schema_changes)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
@@ -316,16 +316,26 @@ class IncrementalSync:
         return state, begun, mark
 
 
-def _check_options(
+def check_options(
     deletes: str, batch_size: int, lookback: timedelta | None, settle_timeout: float
 ) -> None:
+    """Refuses a bad stream option (the engine's and the asset factory's one check).
+
+    Raises:
+        IncrementalError: ``incremental_options_invalid``, naming the option.
+    """
     if deletes not in DELETES:
         raise incremental_error(
             "incremental_options_invalid",
-            f"deletes={deletes!r}; use one of {', '.join(DELETES)}.",
+            f"deletes={deletes!r}.",
+            [f"Use one of {', '.join(DELETES)}."],
         )
     if batch_size < 1:
-        raise incremental_error("incremental_options_invalid", f"batch_size={batch_size}.")
+        raise incremental_error(
+            "incremental_options_invalid",
+            f"batch_size must be at least 1, not {batch_size}.",
+            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
+        )
     if lookback is not None and lookback < timedelta(0):
         raise incremental_error("incremental_options_invalid", f"lookback={lookback}.")
     if settle_timeout < 0:

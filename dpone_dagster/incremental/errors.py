@@ -93,7 +93,4 @@ def incremental_error(
     Returns:
         The error, ready to raise.
     """
-    message, actions = INCREMENTAL_ERRORS[code]
-    if detail:
-        message = f"{message} {detail}"
-    return IncrementalError(code, message, tuple(next_actions) if next_actions else actions)
+    return IncrementalError.from_catalog(INCREMENTAL_ERRORS, code, detail, next_actions)

@@ -36,6 +36,12 @@ class FinalCheck:
     verification: Verification | None = None
 
 
+def _without_jit(*conns: Conn) -> None:
+    """Turns JIT off for the current transactions: compiling costs more than these scans take."""
+    for conn in conns:
+        conn.execute("SELECT set_config('jit', 'off', true)")
+
+
 def _verdict(
     src: Conn, shape: StreamShape, found: Comparison, mark: str | None, *, kept: bool
 ) -> Verification:
@@ -77,8 +83,7 @@ def final_check(
     """
     if deletes == "ignore" and not verify:
         return FinalCheck()
-    for conn in (src, tgt):  # JIT compiling costs more than these scans take
-        conn.execute("SELECT set_config('jit', 'off', true)")
+    _without_jit(src, tgt)
     verification, keys_compared = None, 0
     if verify:
         found = compare(src, tgt, shape, rows=True)
@@ -107,6 +112,5 @@ def check_target(src: Conn, tgt: Conn, shape: StreamShape, lower: str | None) ->
         shape: The stream.
         lower: Rows above it are the next run's (``None``: every row is).
     """
-    for conn in (src, tgt):  # JIT compiling costs more than these scans take
-        conn.execute("SELECT set_config('jit', 'off', true)")
+    _without_jit(src, tgt)
     return _verdict(src, shape, compare(src, tgt, shape, rows=True), lower, kept=True)

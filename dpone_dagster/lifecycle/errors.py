@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
 
 class DponeError(Exception):
@@ -24,6 +24,30 @@ class DponeError(Exception):
         self.code = code
         self.message = message
         self.next_actions: tuple[str, ...] = tuple(next_actions)
+
+    @classmethod
+    def from_catalog(
+        cls,
+        catalog: Mapping[str, tuple[str, tuple[str, ...]]],
+        code: str,
+        detail: str | None = None,
+        next_actions: Sequence[str] | None = None,
+    ) -> Self:
+        """The error for ``code`` from a catalog of ``code -> (message, next actions)``.
+
+        Args:
+            catalog: The layer's codes with their default message and next actions.
+            code: A key of ``catalog``.
+            detail: A sentence appended to the message (what exactly was found).
+            next_actions: Replaces the catalogued next actions when given.
+
+        Raises:
+            KeyError: for a code that is not catalogued (a programming error).
+        """
+        message, actions = catalog[code]
+        if detail:
+            message = f"{message} {detail}"
+        return cls(code, message, tuple(next_actions) if next_actions else actions)
 
     def __str__(self) -> str:
         text = f"[{self.code}] {self.message}"

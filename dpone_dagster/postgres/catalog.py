@@ -92,10 +92,6 @@ _RELATION_OID = """
 SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 """
-_RELATION = """
-SELECT c.oid::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-"""
 
 _PRIMARY_KEY = """
 SELECT a.attname
@@ -114,7 +110,7 @@ _PRIMARY_KEY_OF = _PRIMARY_KEY.format(relation=_RELATION_OID)
 
 def relation_oid(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> int | None:
     """The table's OID, or None when it does not exist (exact names, no search_path)."""
-    row = conn.execute(_RELATION, (table.schema, table.name)).fetchone()
+    row = conn.execute(_RELATION_OID, (table.schema, table.name)).fetchone()
     return int(row[0]) if row else None  # type: ignore[call-overload]
 
 
