@@ -45,7 +45,6 @@ from tests.helpers.celery_plane import (
     CeleryPlane,
     RedisSpace,
     instance_env,
-    wait_for,
     write_workspace,
 )
 from tests.helpers.dagster_server import ROOT
@@ -395,11 +394,11 @@ def test_a_backfill_on_celery_workers_heals_itself_and_holds_the_ledger_and_the_
         with PoolSampler(plane.source) as sampler:
             backfill = webserver.launch_backfill(ASSET, KEYS)
             drive(plane, holds, story)
-            wait_for(
-                "every partition materialized",
+            pg.wait_until(
                 lambda: heal_missed_retries(plane, story) or all_done(plane),
-                300,
-                every=1.0,
+                timeout=300,
+                what="every partition materialized",
+                interval=1.0,
             )
     finally:
         for hold in holds.values():

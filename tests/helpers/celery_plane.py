@@ -16,16 +16,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from psycopg import conninfo
 
+from tests.helpers import pg
 from tests.helpers.dagster_server import LAUNCH_BACKFILL, ROOT, DagsterDev, free_port
 
 DEPLOY = ROOT / "deploy" / "celery"
@@ -47,19 +46,6 @@ mutation($parentRunId: String!) {
   }
 }
 """
-_T = TypeVar("_T")
-
-
-def wait_for(what: str, probe: Callable[[], _T | None], timeout: float, every: float = 0.2) -> _T:
-    """Polls ``probe`` until it returns something truthy; raises with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(every)
 
 
 def instance_env(instance_dsn: str) -> dict[str, str]:
@@ -316,7 +302,8 @@ class CeleryPlane:
             return wanted <= {name for reply in replies for name in reply}
 
         try:
-            wait_for("every Celery worker answers a ping", answered, timeout, every=1.0)
+            pg.wait_until(answered, timeout=timeout, what="every Celery worker answers a ping",
+                          interval=1.0)  # fmt: skip
         finally:
             app.close()
 

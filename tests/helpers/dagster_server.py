@@ -12,11 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import pg
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -126,16 +127,16 @@ class DagsterDev:
         self.url = f"http://127.0.0.1:{self.port}/graphql"
 
     def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def answers() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"dagster dev exited:\n{self.log()}")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.port}/server_info", timeout=2)
-                return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.5)
-        raise TimeoutError(f"dagster dev did not answer in {timeout}s:\n{self.log()}")
+                return False
+            return True
+
+        pg.wait_until(answers, timeout=timeout, what="dagster dev answers", interval=0.5)
 
     def log(self) -> str:
         self._log.flush()
@@ -167,13 +168,16 @@ class DagsterDev:
         return result
 
     def wait_backfill(self, backfill_id: str, timeout: float = 240) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def done() -> dict[str, Any] | None:
             state = self.backfill(backfill_id)
-            if state.get("status") in DONE:
-                return state
-            time.sleep(1)
-        raise TimeoutError(f"backfill {backfill_id} still running:\n{self.log()}")
+            return state if state.get("status") in DONE else None
+
+        try:
+            return pg.wait_until(
+                done, timeout=timeout, what=f"backfill {backfill_id} ends", interval=1
+            )
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.log()}") from None
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run of the instance, newest first."""
