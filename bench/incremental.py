@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,9 +93,11 @@ def make_source(rows: int) -> str:
     return source
 
 
-def sync(source: str, target: str, deletes: str = "hard") -> IncrementalSync:
-    return IncrementalSync(source, target, "shop.orders", cursor="updated_at",
-                           deletes=deletes, batch_size=50_000)  # type: ignore[arg-type]  # fmt: skip
+def sync(
+    source: str, target: str, deletes: str = "hard", on_phase: Callable[[str], None] | None = None
+) -> IncrementalSync:
+    return IncrementalSync(source, target, "shop.orders", cursor="updated_at", deletes=deletes,  # type: ignore[arg-type]
+                           batch_size=50_000, on_phase=on_phase)  # fmt: skip
 
 
 def checkpoint(dsn: str) -> None:
@@ -102,15 +105,33 @@ def checkpoint(dsn: str) -> None:
     pg.execute(dsn, "CHECKPOINT")
 
 
-def timed_run(
-    source: str, target: str, deletes: str = "hard", *, cold: bool = True
-) -> tuple[float, IncrementalResult]:
-    """One engine call, timed (``cold``: after a CHECKPOINT, else after the caller's)."""
+PHASES = ("plan", "read", "merge", "commit")
+"""A one-batch run's parts, between the engine's phase calls: from the start to ``copy`` (the
+sessions, catalogs, mark, state and staging table), ``copy`` to ``apply`` (the changed rows read
+and relayed into staging), ``apply`` to ``commit`` (the merge, receipt and state), and ``commit``
+to the end (the COMMIT and the run's report)."""
+
+Timed = tuple[float, IncrementalResult, dict[str, float]]
+
+
+def timed_run(source: str, target: str, deletes: str = "hard", *, cold: bool = True) -> Timed:
+    """One engine call, timed (``cold``: after a CHECKPOINT, else after the caller's), with the
+    seconds of its :data:`PHASES` when it ran one batch."""
     if cold:
         checkpoint(target)
+    moments: dict[str, list[float]] = {}
+
+    def note(phase: str) -> None:
+        moments.setdefault(phase, []).append(time.perf_counter())
+
     started = time.perf_counter()
-    result = sync(source, target, deletes).run()
-    return time.perf_counter() - started, result
+    result = sync(source, target, deletes, note).run()
+    ended = time.perf_counter()
+    phases: dict[str, float] = {}
+    if all(len(moments.get(p, ())) == 1 for p in ("copy", "apply", "commit")):
+        edges = [started, moments["copy"][0], moments["apply"][0], moments["commit"][0], ended]
+        phases = {name: b - a for name, a, b in zip(PHASES, edges, edges[1:], strict=False)}
+    return ended - started, result, phases
 
 
 def full_batched_copy(source: str, target: str) -> float:
@@ -132,7 +153,7 @@ def raw_pipe(source: str, target: str) -> float:
 
 def child(source: str, target: str) -> None:
     """The initial load in this process: its time and peak RSS as JSON."""
-    seconds, result = timed_run(source, target)
+    seconds, result, _ = timed_run(source, target)
     print(json.dumps({"seconds": seconds, "rows": result.rows, "rss_mb": peak_rss_mb()}))
 
 
@@ -157,18 +178,21 @@ def delete_random(source: str, rows: int, rng: random.Random) -> None:
     pg.execute(source, "DELETE FROM shop.orders WHERE id = ANY(%s)", (ids,))
 
 
-def scenario(name: str, runs: list[tuple[float, IncrementalResult]]) -> dict[str, Any]:
-    seconds = [s for s, _ in runs]
+def scenario(name: str, runs: list[Timed]) -> dict[str, Any]:
+    seconds = [s for s, _, _ in runs]
     last = runs[-1][1]
+    timed = [p for _, _, p in runs if p]
+    phases = {n: statistics.median(p[n] for p in timed) for n in PHASES} if timed else {}
     return {"name": name, "seconds": statistics.median(seconds), "rows": last.rows,
-            "deleted": last.deleted, "keys_compared": last.keys_compared}  # fmt: skip
+            "deleted": last.deleted, "keys_compared": last.keys_compared,
+            "phases": phases}  # fmt: skip
 
 
 def measure(source: str, target: str, rows: int, repeat: int) -> list[dict[str, Any]]:
     rng = random.Random(11)
     results = [scenario("initial_load", [timed_run(source, target)])]
     pg.execute(target, "VACUUM ANALYZE shop.orders")  # as autovacuum does after a bulk load
-    runs: dict[str, list[tuple[float, IncrementalResult]]] = {}
+    runs: dict[str, list[Timed]] = {}
     for round_ in range(repeat):
         # The writers' changes land after a checkpoint and the run follows them (see above).
         checkpoint(target)
@@ -205,6 +229,9 @@ def report(results: list[dict[str, Any]], full: float, raw: float, rows: int) ->
         speed = f"{r['rows'] / r['seconds']:>9,.0f} rows/s" if r["rows"] else " " * 16
         print(f"  {r['name']:<24} {r['seconds']:7.3f} s  ratio {ratio:6.3f}  "
               f"rows {r['rows']:>9,} {speed}{extra}{verdict}")  # fmt: skip
+        if r["name"] == "changed_1pct" and r["phases"]:
+            parts = ", ".join(f"{n} {1000 * t:.0f} ms" for n, t in r["phases"].items())
+            print(f"  {'':<24} its parts (medians): {parts}")
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:

@@ -91,6 +91,7 @@ class _Rows:
             self.last = Checkpoint(cursor=str(row[0]), key=tuple(row[1]))  # type: ignore[arg-type]
         if self.plan.target_exists:
             revive(conn, self.shape, staging)
+        self.on_phase("apply")
         return self.rows
 
 
@@ -133,10 +134,11 @@ def copy_batch(
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
 
-    ``on_phase`` is called with ``"copy"`` (the rows start moving) and ``"commit"`` (just before
-    the COMMIT). The batch plans its load from both catalogs inside its own transactions, so a
-    source whose columns changed evolves the target (``schema_changes="evolve"``) with the
-    batch's rows, in the batch's commit.
+    ``on_phase`` is called with ``"copy"`` (the rows start moving), ``"apply"`` (they are
+    staged; the merge follows) and ``"commit"`` (just before the COMMIT). The batch plans its
+    load from both catalogs inside its own transactions, so a source whose columns changed
+    evolves the target (``schema_changes="evolve"``) with the batch's rows, in the batch's
+    commit.
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.

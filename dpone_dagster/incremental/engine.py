@@ -77,7 +77,7 @@ class IncrementalSync:
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options.
         on_batch: Called after each committed batch.
-        on_phase: Called with ``"copy"`` and ``"commit"`` inside each batch.
+        on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
 
     Raises:
         IncrementalError: ``incremental_options_invalid`` for a bad option.

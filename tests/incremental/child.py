@@ -2,8 +2,8 @@
 
 ``python -m tests.incremental.child SOURCE_DSN TARGET_DSN BATCH_SIZE`` runs the stream of
 ``shop.orders`` (cursor ``updated_at``, hard deletes) once. It prints one line per phase
-(``copy N``, ``commit N``, ``committed N``), then ``done R`` with the rows the run read, flushing
-each line so that the parent can ``kill -9`` it at a chosen moment.
+(``copy N``, ``apply N``, ``commit N``, ``committed N``), then ``done R`` with the rows the run
+read, flushing each line so that the parent can ``kill -9`` it at a chosen moment.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     stream = Stream(source_dsn, target_dsn)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    modes = ["copy", "commit", "committed", "timer"]
+    modes = ["copy", "apply", "commit", "committed", "timer"]
     outcomes, before = [], (0, 0, 0)
     for i in range(12):
         if i % 3 == 2:
