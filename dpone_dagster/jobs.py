@@ -25,9 +25,13 @@ from dpone_dagster.assets.snapshot_copy import (
     CopyStrategy,
     check_copy_options,
 )
+from dpone_dagster.catalog_metadata import table_catalog_metadata
 from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import log_schema_changes, table_catalog_metadata, table_metadata
+from dpone_dagster.metadata import (
+    log_schema_changes,
+    table_metadata,
+)
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.resources.snapshot_copy import copy_failure

@@ -14,13 +14,13 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
+from dpone_dagster.catalog_metadata import table_catalog_metadata
 from dpone_dagster.failures import dagster_failures
 from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.metadata import (
     log_schema_changes,
     rate_metadata,
     schema_change_metadata,
-    table_catalog_metadata,
 )
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink

@@ -17,6 +17,7 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.incremental import (
     BatchOutcome,
@@ -30,8 +31,6 @@ from dpone_dagster.metadata import (
     incremental_check,
     incremental_metadata,
     log_schema_changes,
-    source_key_of,
-    table_catalog_metadata,
     verification_check,
 )
 from dpone_dagster.postgres import TableName

@@ -14,15 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import (
     CHECK_NAME,
     copy_check_result,
     log_schema_changes,
-    source_key_of,
     step_seconds_metadata,
-    table_catalog_metadata,
     table_metadata,
 )
 from dpone_dagster.postgres import CopyOptions, CopyReport, Sink, SnapshotCopy, SnapshotSession
