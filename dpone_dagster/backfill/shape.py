@@ -23,7 +23,6 @@ from dpone_dagster.postgres.catalog import (
     column_list,
     normal_type,
     primary_key,
-    relation_oid,
     table_columns,
 )
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
@@ -51,7 +50,9 @@ _CURSOR_INDEX = """
 SELECT EXISTS (
     SELECT 1 FROM pg_index i
     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-    WHERE i.indrelid = %s::bigint::oid AND a.attname = %s AND i.indisvalid AND i.indpred IS NULL)
+    JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND i.indisvalid
+      AND i.indpred IS NULL)
 """
 
 
@@ -143,8 +144,7 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
 
 def has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
     """True when a valid, non-partial index of ``table`` starts with column ``cursor``."""
-    oid = relation_oid(conn, table)
-    row = conn.execute(_CURSOR_INDEX, (oid, cursor)).fetchone()
+    row = conn.execute(_CURSOR_INDEX, (table.schema, table.name, cursor)).fetchone()
     return bool(row and row[0])
 
 

@@ -22,7 +22,7 @@ from dpone_dagster.postgres.catalog import (
     column_list,
     primary_key,
     relation_oid,
-    table_columns,
+    table_columns_and_key,
 )
 from dpone_dagster.postgres.identifiers import TableName
 
@@ -111,16 +111,19 @@ class StreamShape:
     def last_row(self, table: TableName) -> sql.Composed:
         """The last ``(cursor, key)`` of ``table`` in keyset order, as text.
 
-        The order names the table's columns (``r.col``): a bare name would bind to the output
-        column of the same name, the cursor cast to text, and order it as text.
+        The inner query orders the table's own columns and keeps one row, so only that row is
+        spelled as text (an outer cast would spell every row before the sort).
         """
-        order = sql.SQL(", ").join(sql.SQL("r.{} DESC").format(c.ident) for c in self.order())
-        query = "SELECT {}::text, ARRAY[{}]::text[] FROM {} AS r ORDER BY {} LIMIT 1"
+        order = self.order()  # the cursor and every key column
+        query = (
+            "SELECT r.{}::text, ARRAY[{}]::text[] FROM (SELECT {} FROM {} ORDER BY {} LIMIT 1) AS r"
+        )
         return sql.SQL(query).format(
             self.cursor.ident,
-            sql.SQL(", ").join(sql.SQL("{}::text").format(k.ident) for k in self.key),
+            sql.SQL(", ").join(sql.SQL("r.{}::text").format(k.ident) for k in self.key),
+            column_list(order),
             table.ident,
-            order,
+            sql.SQL(", ").join(sql.SQL("{} DESC").format(c.ident) for c in order),
         )
 
 
@@ -135,13 +138,13 @@ def resolve_stream(
             ``incremental_options_invalid`` (a soft-delete column that is also a source column).
         CatalogError: ``table_not_found`` for a source table that does not exist.
     """
-    columns = [c for c in table_columns(src, source) if not c.generated]
+    every, key = table_columns_and_key(src, source)
+    columns = [c for c in every if not c.generated]
     by_name = {c.name: c for c in columns}
     cur = by_name.get(cursor)
     if cur is None or cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
         kind = "no such column" if cur is None else f"a {cur.type_sql}"
         raise incremental_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
-    key = primary_key(src, source)
     if not key:
         raise incremental_error("incremental_primary_key_missing", f"Table {source}.")
     if not has_cursor_index(src, source, cursor):

@@ -77,7 +77,9 @@ SELECT a.attname,
        base.typname,
        CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
        CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) END,
-       d.adbin IS NOT NULL OR a.attidentity <> ''
+       d.adbin IS NOT NULL OR a.attidentity <> '',
+       (SELECT k.ord FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+        WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum)
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -120,6 +122,18 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
     Raises:
         CatalogError: ``table_not_found`` when the table does not exist.
     """
+    return table_columns_and_key(conn, table)[0]
+
+
+def table_columns_and_key(
+    conn: psycopg.Connection[tuple[object, ...]], table: TableName
+) -> tuple[list[Column], list[str]]:
+    """Returns the table's columns in order and its primary-key columns in key order (empty
+    when it has none), in one round trip.
+
+    Raises:
+        CatalogError: ``table_not_found`` when the table does not exist.
+    """
     rows = conn.execute(_COLUMNS_OF, (table.schema, table.name)).fetchall()
     if not rows and relation_oid(conn, table) is None:  # one round trip when the table exists
         raise CatalogError(
@@ -130,7 +144,7 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
                 "Check that the DSN points at the right database.",
             ],
         )
-    return [
+    columns = [
         Column(
             name=str(r[0]),
             type_sql=str(r[1]),
@@ -147,6 +161,8 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
         )
         for r in rows
     ]
+    keyed = sorted((int(r[12]), str(r[0])) for r in rows if r[12] is not None)  # type: ignore[call-overload]
+    return columns, [name for _, name in keyed]
 
 
 def primary_key(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[str]:

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 
-from .catalog import Column, primary_key, relation_oid, table_columns
+from .catalog import Column, table_columns_and_key
 from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
@@ -139,7 +139,8 @@ SELECT c.relkind::text, c.relpersistence::text,
                         AND (d.objid = c.reltoastrelid
                              OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
                                         AND x.indisprimary)))))
-FROM pg_class c WHERE c.oid = %s::bigint::oid
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 """
 
 _HAS_ROWS = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
@@ -213,9 +214,10 @@ def _plan_one(
     sink: Sink,
     changes: tuple[SchemaChanges, Collection[str]],
 ) -> TablePlan:
-    source_columns = tuple(table_columns(source, mapping.source))
+    every, source_key = table_columns_and_key(source, mapping.source)
+    source_columns = tuple(every)
     columns = tuple(c for c in source_columns if not c.generated)
-    key = tuple(primary_key(source, mapping.source))
+    key = tuple(source_key)
     versions = major_versions(source, target)
     copy_format, reason = copy_format_choice(columns, versions)
     plan = TablePlan(  # as a new target, created from the source
@@ -263,25 +265,24 @@ def plan_target(
             ``merge_needs_primary_key``.
         SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`).
     """
-    oid = relation_oid(target, plan.target)
-    if oid is None:
+    facts = target.execute(_TARGET_FACTS, (plan.target.schema, plan.target.name)).fetchone()
+    if facts is None:
         _check_user_types(target, plan.target, plan.source_columns)
         return plan
     label = source_label or str(plan.source)
-    return _onto_existing(target, oid, plan, sink, (label, schema_changes, keep))
+    return _onto_existing(target, facts, plan, sink, (label, schema_changes, keep))
 
 
 def _onto_existing(
     target: psycopg.Connection[tuple[object, ...]],
-    oid: int,
+    row: tuple[object, ...],
     plan: TablePlan,
     sink: Sink,
     how: tuple[str, SchemaChanges, Collection[str]],
 ) -> TablePlan:
-    """The plan for a target that exists: its columns, key and shape decide."""
+    """The plan for a target that exists (``row``: its :data:`_TARGET_FACTS`): its columns,
+    key and shape decide."""
     columns = plan.columns
-    row = target.execute(_TARGET_FACTS, (oid,)).fetchone()
-    assert row is not None
     relkind, persistence, pk_name, swappable = str(row[0]), str(row[1]), row[2], bool(row[3])
     if relkind not in ("r", "p"):
         raise CopyPlanError(
@@ -289,8 +290,8 @@ def _onto_existing(
             f"Target {plan.target} exists but is not a table (relkind {relkind!r}).",
             ["Name a table as the target, or drop the object that holds its name."],
         )
-    target_columns = table_columns(target, plan.target)
-    target_key = tuple(primary_key(target, plan.target))
+    target_columns, key = table_columns_and_key(target, plan.target)
+    target_key = tuple(key)
     changes = decide(
         columns, target_columns, (plan.key, target_key), how[1],
         target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),

@@ -15,6 +15,7 @@ A sink applies a loaded staging table to the target inside the target's transact
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -76,7 +77,7 @@ def apply_sink(
         plan.target.ident, names, names, staging.ident
     )
     if sink == "merge":
-        result = _merge(conn, plan, insert, new_keys_expected)
+        result = _merge(conn, plan, staging, insert, new_keys_expected)
     else:
         if sink == "replace":
             conn.execute(sql.SQL("DELETE FROM {}").format(plan.target.ident))
@@ -118,6 +119,7 @@ def _swap(
 def _merge(
     conn: psycopg.Connection[tuple[object, ...]],
     plan: TablePlan,
+    staging: TableName,
     insert: sql.Composed,
     new_keys_expected: bool,
 ) -> SinkResult:
@@ -129,19 +131,149 @@ def _merge(
                 return SinkResult("merge", conn.execute(insert).rowcount)
         except psycopg.errors.UniqueViolation:
             pass
+    if conn.info.server_version >= MERGE_SINCE:
+        merged = _merge_statement(conn, plan, staging)
+        if merged is not None:
+            return merged
+    return _upsert(conn, plan, insert)
+
+
+MERGE_SINCE = 150000
+"""The first server version with ``MERGE`` (PostgreSQL 15)."""
+
+# A typed difference in a column of one of these types implies a difference of its text, so it
+# may decide "changed" before the row's text is built: the text comparison alone decides
+# "unchanged" (numeric 1.0 and 1.00 are equal as numbers, not as text).
+_TYPED_FIRST = frozenset(
+    {"int2", "int4", "int8", "bool", "date", "timestamp", "timestamptz", "uuid", "numeric"}
+)
+
+
+def _changed(plan: TablePlan, others: Sequence[str], old: str, new: str) -> sql.Composable:
+    """The predicate "the staged row ``new`` differs from the target row ``old``".
+
+    Compared as text: exact for every type, including json and types without equality. Columns
+    of the types in :data:`_TYPED_FIRST` are compared first by value, which is cheaper and
+    settles most changed rows (an incremental stream's cursor) without building any text.
+    """
+    types = {c.name: c for c in plan.written}
+    typed = [
+        n for n in others
+        if types[n].type_schema == "pg_catalog" and types[n].type_name in _TYPED_FIRST
+        and not types[n].type_sql.endswith("[]")
+    ]  # fmt: skip
+    text = sql.SQL("ROW({})::text IS DISTINCT FROM ROW({})::text").format(
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(old), sql.Identifier(n))
+                           for n in others),
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(new), sql.Identifier(n))
+                           for n in others),
+    )  # fmt: skip
+    first = [
+        sql.SQL("{}.{} IS DISTINCT FROM {}.{}").format(
+            sql.Identifier(old), sql.Identifier(n), sql.Identifier(new), sql.Identifier(n)
+        )
+        for n in typed
+    ]
+    return sql.SQL("({})").format(sql.SQL(" OR ").join([*first, text]))
+
+
+class _CountsDisagreeError(Exception):
+    """The table's transaction counters do not add up to MERGE's own row count."""
+
+
+_MERGE_UNUSABLE = (
+    psycopg.errors.UniqueViolation,  # a concurrent writer inserted a staged key
+    psycopg.errors.FeatureNotSupported,  # a target with rules
+    _CountsDisagreeError,
+)
+
+
+# This transaction's own insert and update counters of the target (summed over its partitions):
+# their change across the MERGE splits its row count into inserted and updated rows (PostgreSQL
+# 15 and 16 have no RETURNING for MERGE). The planner's join choice is kept with them.
+_XACT_COUNTS = """
+WITH target AS (SELECT %s::regclass AS relid),
+     tables AS (SELECT relid FROM target
+                UNION ALL SELECT p.relid FROM target, pg_partition_tree(target.relid) AS p
+                WHERE p.isleaf)
+SELECT sum(pg_stat_get_xact_tuples_inserted(relid))::bigint,
+       sum(pg_stat_get_xact_tuples_updated(relid))::bigint,
+       current_setting('enable_hashjoin'), current_setting('enable_mergejoin')
+FROM tables
+"""
+_JOIN_METHODS = (
+    "SELECT set_config('enable_hashjoin', %s, true), set_config('enable_mergejoin', %s, true)"
+)
+
+
+def _merge_statement(
+    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, staging: TableName
+) -> SinkResult | None:
+    """``MERGE`` of the staged rows by key, under a savepoint; ``None`` when it cannot be used
+    here (the savepoint undid it): a key a concurrent writer inserted meanwhile, a target with
+    rules, or counters that do not add up (a trigger writing the target, ``track_counts`` off).
+
+    Each staged row is looked up through the target's key index, as ``ON CONFLICT`` does, but
+    without its speculative insertion and row locks.
+    """
+    others = [c.name for c in plan.columns if c.name not in plan.target_key]
+    names = column_list(plan.columns)
+    on = sql.SQL(" AND ").join(
+        sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(k)) for k in plan.target_key
+    )
+    matched: sql.Composable = sql.SQL("")
+    if others:
+        matched = sql.SQL("WHEN MATCHED AND {} THEN UPDATE SET {} ").format(
+            _changed(plan, others, "t", "s"),
+            sql.SQL(", ").join(sql.SQL("{} = s.{}").format(sql.Identifier(n), sql.Identifier(n))
+                               for n in others),
+        )  # fmt: skip
+    statement = sql.SQL(
+        "MERGE INTO {} AS t USING {} AS s ON {} {}"
+        "WHEN NOT MATCHED THEN INSERT ({}) OVERRIDING SYSTEM VALUE VALUES ({})"
+    ).format(
+        plan.target.ident, staging.ident, on, matched, names,
+        sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c.name)) for c in plan.columns),
+    )  # fmt: skip
+    try:
+        with conn.transaction():
+            return _counted_merge(conn, plan.target, statement)
+    except _MERGE_UNUSABLE:
+        return None
+
+
+def _counted_merge(
+    conn: psycopg.Connection[tuple[object, ...]], target: TableName, statement: sql.Composed
+) -> SinkResult:
+    """Runs ``statement`` with a nested-loop join over the target's key (the planner would hash
+    the whole target to join a batch of a few thousand rows); its inserted and updated rows."""
+    row = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
+    assert row is not None
+    conn.execute(_JOIN_METHODS, ("off", "off"))
+    merged = conn.execute(statement).rowcount
+    conn.execute(_JOIN_METHODS, (row[2], row[3]))
+    after = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
+    assert after is not None
+    inserted = int(after[0]) - int(row[0])  # type: ignore[call-overload]
+    updated = int(after[1]) - int(row[1])  # type: ignore[call-overload]
+    if inserted + updated != merged or min(inserted, updated) < 0:
+        raise _CountsDisagreeError(f"{inserted} + {updated} != {merged}")
+    return SinkResult("merge", inserted, updated)
+
+
+def _upsert(
+    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, insert: sql.Composed
+) -> SinkResult:
+    """``INSERT ... ON CONFLICT DO UPDATE``: the merge on servers without ``MERGE``."""
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     action: sql.Composable
     if others:
-        # Compared as text: exact for every type, including json and types without equality.
-        action = sql.SQL(
-            "DO UPDATE SET {} WHERE ROW({})::text IS DISTINCT FROM ROW({})::text"
-        ).format(
+        action = sql.SQL("DO UPDATE SET {} WHERE {}").format(
             sql.SQL(", ").join(
                 sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n))
                 for n in others
             ),
-            sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(n)) for n in others),
-            sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(n)) for n in others),
+            _changed(plan, others, "t", "excluded"),
         )
     else:
         action = sql.SQL("DO NOTHING")

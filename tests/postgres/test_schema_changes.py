@@ -263,7 +263,7 @@ def test_a_load_that_fails_after_the_alter_leaves_the_old_schema_and_rows(
 ) -> None:
     _gated_target(source_dsn, target_dsn)
     before = _untouched(target_dsn)
-    gate = locks.terminated_at_gate(target_dsn, "dpone-dagster", "WITH merged")
+    gate = locks.terminated_at_gate(target_dsn, "dpone-dagster", "MERGE INTO")
     with gate, pytest.raises(CopyError) as caught:
         copy_tables(source_dsn, target_dsn, ["public.items"], sink="merge")
     report = caught.value.report
