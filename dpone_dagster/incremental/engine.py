@@ -24,7 +24,7 @@ from dpone_dagster.backfill.sessions import Sessions, transaction
 from dpone_dagster.backfill.shape import prepare_session
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges, check_schema_changes
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 
 from .backfill_link import backfill_mark
 from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch, stream_plan
@@ -33,7 +33,7 @@ from .mark import StreamMark, check_no_null_cursor, take_mark
 from .plan import next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, resolve_stream
-from .state import StreamLedger, StreamState, Verification
+from .state import StreamLedger, StreamReceipt, StreamState, Verification
 from .verify import check_target
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -209,25 +209,39 @@ class IncrementalSync:
             before, state, mark = self._begin(sessions, shape, stream_id)
             if state.run is None:
                 return build_result(sessions.source, shape, before, state, [], mark, 0)
-            number, mine = state.run.number, 0
-            changes: dict[tuple[str, str], ColumnChange] = {}  # once each, over the batches
+            number, outcomes = state.run.number, []
             while (done := self._batch(sessions, shape, stream_id, number)) is not None:
-                mine += 1
-                changes.update({(c.column, c.kind): c for c in done.schema_changes})
+                outcomes.append(done)
                 self.on_batch(done)
                 if done.state.run is None:
                     break
-            with transaction(sessions.target, IsolationLevel.READ_COMMITTED, read_only=True):
-                after = self.ledger.fetch(sessions.target, stream_id)
-                receipts = self.ledger.receipts(sessions.target, stream_id, number)
-            assert after is not None
-            result = build_result(sessions.source, shape, before, after, receipts, mark, mine)
+            after, receipts = self._ended(sessions.target, stream_id, state, outcomes)
+            result = build_result(
+                sessions.source, shape, before, after, receipts, mark, len(outcomes)
+            )
+            changes = {(c.column, c.kind): c for o in outcomes for c in o.schema_changes}
             return replace(result, schema_changes=tuple(changes.values()))
         except BaseException:
             sessions.abandon()
             raise
         finally:
             sessions.close()
+
+    def _ended(
+        self, tgt: Conn, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]
+    ) -> tuple[StreamState, list[StreamReceipt]]:
+        """The state after the run and the run's receipts: those this call committed when it
+        ran the whole run, else the ledger's (a resumed run, or one another process ended)."""
+        assert begun.run is not None
+        first = begun.sequence + 1
+        alone = [o.receipt.sequence for o in outcomes] == list(range(first, first + len(outcomes)))
+        if alone and begun.run.batches == 0 and outcomes and outcomes[-1].state.run is None:
+            return outcomes[-1].state, [o.receipt for o in outcomes]
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            after = self.ledger.fetch(tgt, stream_id)
+            receipts = self.ledger.receipts(tgt, stream_id, begun.run.number)
+        assert after is not None
+        return after, receipts
 
     def check(self) -> Verification | None:
         """Verifies what the target holds without copying or writing anything.
