@@ -85,6 +85,7 @@ class TablePlan:
         swap: The sink installs the loaded staging table as the target (a missing target, or a
             ``replace`` into a plain table nothing else depends on).
         unlogged_target: The target is an ``UNLOGGED`` table.
+        partitioned_target: The target is a partitioned table (its rows live in partitions).
         versions: The source's and the target's major versions (None for a generic source).
         copy_format_reason: Why ``copy_format`` is ``text``, when it is.
         schema_changes: What the load changes in the existing target's schema, in the load's
@@ -103,6 +104,7 @@ class TablePlan:
     copy_format: CopyFormat
     swap: bool
     unlogged_target: bool = False
+    partitioned_target: bool = False
     versions: tuple[int, int] | None = None
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
@@ -323,6 +325,7 @@ def _onto_existing(
         copy_format_reason=reason,
         swap=sink == "replace" and swappable,
         unlogged_target=persistence == "u",
+        partitioned_target=relkind == "p",
         schema_changes=changes,
     )
 

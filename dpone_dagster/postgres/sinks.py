@@ -183,7 +183,7 @@ class _CountsDisagreeError(Exception):
 
 _MERGE_UNUSABLE = (
     psycopg.errors.UniqueViolation,  # a concurrent writer inserted a staged key
-    psycopg.errors.FeatureNotSupported,  # a target with rules
+    psycopg.errors.FeatureNotSupported,  # a target with rules (ON CONFLICT takes DELETE rules)
     _CountsDisagreeError,
 )
 
@@ -264,7 +264,12 @@ def _counted_merge(
 def _upsert(
     conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, insert: sql.Composed
 ) -> SinkResult:
-    """``INSERT ... ON CONFLICT DO UPDATE``: the merge on servers without ``MERGE``."""
+    """``INSERT ... ON CONFLICT DO UPDATE``: the merge where ``MERGE`` cannot be used.
+
+    A row it inserted has no ``xmax``. A partitioned target cannot return that system column,
+    so there a returned row counts as inserted when the statement's snapshot did not find its
+    key in the target (a key a concurrent writer inserted meanwhile counts as inserted).
+    """
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     action: sql.Composable
     if others:
@@ -277,11 +282,19 @@ def _upsert(
         )
     else:
         action = sql.SQL("DO NOTHING")
+    keys = column_list(plan.target_key)
+    inserted: sql.Composable = sql.SQL("t.xmax = 0")
+    if plan.partitioned_target:
+        inserted = sql.SQL("NOT EXISTS (SELECT 1 FROM {} AS o WHERE ({}) = ({}))").format(
+            plan.target.ident,
+            sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(k)) for k in plan.target_key),
+            sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in plan.target_key),
+        )
     statement = sql.SQL(
-        "WITH merged AS ({} ON CONFLICT ({}) {} RETURNING t.xmax = 0 AS inserted) "
+        "WITH merged AS ({} ON CONFLICT ({}) {} RETURNING {} AS inserted) "
         "SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) "
         "FROM merged"
-    ).format(insert, column_list(plan.target_key), action)
+    ).format(insert, keys, action, inserted)
     row = conn.execute(statement).fetchone()
     assert row is not None
     return SinkResult("merge", int(row[0]), int(row[1]))  # type: ignore[call-overload]

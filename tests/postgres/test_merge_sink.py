@@ -227,6 +227,22 @@ def test_a_partitioned_target_is_merged_with_its_partitions_counters_summed(
     ) == [("items_high", 5), ("items_low", 5), ("items_mid", 10)]
 
 
+def test_a_partitioned_target_the_merge_cannot_take_gets_exact_counts_from_on_conflict(
+    source_dsn: str, target_dsn: str
+) -> None:
+    # A partitioned target cannot return xmax: the fallback tells inserted rows by their key's
+    # absence from the statement's snapshot.
+    pg.execute(source_dsn, ITEMS)
+    pg.execute(source_dsn, SOURCE_ITEMS)
+    pg.execute(target_dsn, PARTITIONED_ITEMS)
+    pg.execute(target_dsn, TARGET_ITEMS)
+    set_for_new_sessions(target_dsn, "track_counts", "off")  # MERGE's counters stay 0
+    log_statements(target_dsn, "public.items")
+    assert counts(merge(source_dsn, target_dsn, "public.items")) == (10, 3)
+    assert statements(target_dsn) == UPSERTED
+    assert same_items(source_dsn, target_dsn)
+
+
 def test_a_target_with_a_delete_rule_is_merged_by_on_conflict(
     source_dsn: str, target_dsn: str
 ) -> None:
