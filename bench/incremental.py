@@ -19,6 +19,14 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
   crossed the wire;
 * peak RSS of the initial load in a child process at ``--rows`` and at ``--rss-rows`` rows.
 
+The floor. Beside each 1% run, the same changes are applied to a second target (a copy of the
+first one after the initial load) with the least PostgreSQL work that can apply them: over
+sessions kept open, with no catalog read and no ledger, the rows above that target's newest
+cursor are relayed into an unlogged staging table and merged by one ``MERGE`` (a nested loop over
+the key), then committed. It runs after the engine's run in even rounds and before it in odd
+ones: the first reader of the changed rows prunes the source pages the writers left. The 1% runs also print the WAL the server wrote during them
+(``pg_stat_wal``: bytes and full-page images), since those images are most of the merge's cost.
+
 Each incremental figure is the engine call (``IncrementalSync.run()``), without Dagster's
 process start.
 
@@ -42,8 +50,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg import conninfo, sql
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -51,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from bench.snapshot_copy import psql_pipe  # noqa: E402
 from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
 from dpone_dagster.postgres import copy_tables  # noqa: E402
+from dpone_dagster.postgres.copy import relay  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 ORDERS = """
@@ -151,6 +164,59 @@ def raw_pipe(source: str, target: str) -> float:
     return psql_pipe(source, target, "shop.orders")
 
 
+class Floor:
+    """The same changes applied to a second target with the least work (see the docstring)."""
+
+    COLUMNS = "id, updated_at, customer, status, amount, note"
+    MERGE = """
+        MERGE INTO shop.orders t USING shop.floor_staging s ON t.id = s.id
+        WHEN MATCHED THEN UPDATE SET updated_at = s.updated_at, customer = s.customer,
+            status = s.status, amount = s.amount, note = s.note
+        WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.updated_at, s.customer, s.status, s.amount,
+            s.note)"""
+
+    def __init__(self, source: str, target: str) -> None:
+        self.src = psycopg.connect(source)
+        self.tgt = psycopg.connect(target)
+
+    def run(self) -> float:
+        """Applies what changed since the last call; its seconds."""
+        started = time.perf_counter()
+        self.src.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        row = self.tgt.execute("SELECT max(updated_at) FROM shop.orders").fetchone()
+        assert row is not None
+        self.tgt.execute("CREATE UNLOGGED TABLE shop.floor_staging (LIKE shop.orders)")
+        read = sql.SQL(
+            "COPY (SELECT " + self.COLUMNS + " FROM shop.orders WHERE updated_at > %s"
+            " ORDER BY updated_at, id) TO STDOUT (FORMAT binary)"
+        ).format()
+        write = sql.SQL("COPY shop.floor_staging FROM STDIN (FORMAT binary)").format()
+        relay(self.src, read, self.tgt, write, params=[row[0]])
+        self.tgt.execute("SET LOCAL enable_hashjoin = off")
+        self.tgt.execute("SET LOCAL enable_mergejoin = off")
+        self.tgt.execute(self.MERGE)
+        self.tgt.execute("DROP TABLE shop.floor_staging")
+        self.tgt.commit()
+        self.src.commit()
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.src.close()
+        self.tgt.close()
+
+
+WAL = "SELECT wal_bytes, wal_fpi FROM pg_stat_wal"
+
+
+def wal_written(dsn: str, run: Callable[[], Timed]) -> tuple[Timed, tuple[float, int]]:
+    """``run()`` and the WAL the server wrote meanwhile: (MB, full-page images)."""
+    [before] = pg.fetch_all(dsn, WAL)
+    timed = run()
+    [after] = pg.fetch_all(dsn, WAL)
+    mb = (float(str(after[0])) - float(str(before[0]))) / 1e6
+    return timed, (mb, int(str(after[1])) - int(str(before[1])))
+
+
 def child(source: str, target: str) -> None:
     """The initial load in this process: its time and peak RSS as JSON."""
     seconds, result, _ = timed_run(source, target)
@@ -188,30 +254,78 @@ def scenario(name: str, runs: list[Timed]) -> dict[str, Any]:
             "phases": phases}  # fmt: skip
 
 
-def measure(source: str, target: str, rows: int, repeat: int) -> list[dict[str, Any]]:
+def copy_database(dsn: str) -> str:
+    """A new database made from ``dsn``'s (nobody may be connected to it)."""
+    name = f"{conninfo.conninfo_to_dict(dsn)['dbname']}_floor"
+    with psycopg.connect(pg.admin_dsn(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(str(conninfo.conninfo_to_dict(dsn)["dbname"]))
+            )
+        )
+    return pg.with_db(pg.admin_dsn(), name)
+
+
+@dataclass
+class Beside:
+    """What the benchmark measures beside the 1% runs: the floor's seconds and the WAL."""
+
+    floor: list[float] = field(default_factory=list)
+    wal: list[tuple[float, int]] = field(default_factory=list)
+
+
+def measure(
+    source: str, target: str, rows: int, repeat: int, made: list[str], beside: Beside
+) -> list[dict[str, Any]]:
     rng = random.Random(11)
     results = [scenario("initial_load", [timed_run(source, target)])]
     pg.execute(target, "VACUUM ANALYZE shop.orders")  # as autovacuum does after a bulk load
+    floor_target = copy_database(target)
+    made.append(floor_target)
+    floor = Floor(source, floor_target)
     runs: dict[str, list[Timed]] = {}
-    for round_ in range(repeat):
-        # The writers' changes land after a checkpoint and the run follows them (see above).
-        checkpoint(target)
-        change_one_percent(source, rows, 3 * round_)
-        runs.setdefault("changed_1pct", []).append(timed_run(source, target, "ignore", cold=False))
-        runs.setdefault("nothing_changed", []).append(timed_run(source, target, "ignore"))
-        checkpoint(target)
-        change_one_percent(source, rows, 3 * round_ + 1)
-        runs.setdefault("changed_1pct_hard", []).append(timed_run(source, target, cold=False))
-        runs.setdefault("nothing_changed_hard", []).append(timed_run(source, target))
-        change_one_percent(source, rows, 3 * round_ + 2)  # the strict case: then a checkpoint
-        runs.setdefault("changed_1pct_cold", []).append(timed_run(source, target, "ignore"))
-        checkpoint(target)
-        delete_random(source, rows, rng)
-        runs.setdefault("deletes_100_hard", []).append(timed_run(source, target, cold=False))
+    try:
+        for round_ in range(repeat):
+            floor.run()  # the floor's target catches up with the other scenarios' changes
+            # The writers' changes land after a checkpoint and the run follows them (see above).
+            checkpoint(target)
+            change_one_percent(source, rows, 3 * round_)
+            if round_ % 2:  # the first reader of the changed rows prunes the source's pages
+                beside.floor.append(floor.run())
+            timed, wal = wal_written(
+                target, lambda: timed_run(source, target, "ignore", cold=False)
+            )
+            runs.setdefault("changed_1pct", []).append(timed)
+            beside.wal.append(wal)
+            if not round_ % 2:
+                beside.floor.append(floor.run())
+            _other_scenarios(source, target, rows, round_, rng, runs)
+    finally:
+        floor.close()
     return results + [scenario(name, timings) for name, timings in runs.items()]
 
 
-def report(results: list[dict[str, Any]], full: float, raw: float, rows: int) -> None:
+def _other_scenarios(
+    source: str, target: str, rows: int, round_: int, rng: random.Random,
+    runs: dict[str, list[Timed]],
+) -> None:  # fmt: skip
+    """The round's runs after the 1% one (its last, the 100 deletes, leaves no change behind
+    but the deletes, which the floor's target does not follow: it only times merges)."""
+    runs.setdefault("nothing_changed", []).append(timed_run(source, target, "ignore"))
+    checkpoint(target)
+    change_one_percent(source, rows, 3 * round_ + 1)
+    runs.setdefault("changed_1pct_hard", []).append(timed_run(source, target, cold=False))
+    runs.setdefault("nothing_changed_hard", []).append(timed_run(source, target))
+    change_one_percent(source, rows, 3 * round_ + 2)  # the strict case: then a checkpoint
+    runs.setdefault("changed_1pct_cold", []).append(timed_run(source, target, "ignore"))
+    checkpoint(target)
+    delete_random(source, rows, rng)
+    runs.setdefault("deletes_100_hard", []).append(timed_run(source, target, cold=False))
+
+
+def report(
+    results: list[dict[str, Any]], full: float, raw: float, rows: int, beside: Beside
+) -> None:
     print(f"raw psql COPY pipe of {rows:,} rows: {raw:.2f} s ({rows / raw:,.0f} rows/s)")
     share = raw / full
     print(f"full batched_copy of {rows:,} rows: {full:.2f} s ({rows / full:,.0f} rows/s, "
@@ -232,6 +346,14 @@ def report(results: list[dict[str, Any]], full: float, raw: float, rows: int) ->
         if r["name"] == "changed_1pct" and r["phases"]:
             parts = ", ".join(f"{n} {1000 * t:.0f} ms" for n, t in r["phases"].items())
             print(f"  {'':<24} its parts (medians): {parts}")
+            mb = statistics.median(w[0] for w in beside.wal)
+            images = statistics.median(w[1] for w in beside.wal)
+            print(f"  {'':<24} WAL the server wrote meanwhile (medians): {mb:.0f} MB, "
+                  f"{images:,.0f} full-page images")  # fmt: skip
+            floor = statistics.median(beside.floor)
+            print(f"  {'floor (one MERGE)':<24} {floor:7.3f} s  ratio {floor / full:6.3f}  "
+                  f"the same changes by one relay and one MERGE over open sessions, no ledger "
+                  f"(the engine takes {r['seconds'] / floor:.2f} of it)")  # fmt: skip
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
@@ -269,9 +391,13 @@ def main() -> None:
         made += [full_target, target]
         raw = raw_pipe(source, full_target)
         before = full_batched_copy(source, full_target)
-        results = measure(source, target, args.rows, args.repeat)
+        # The full copy's table is the denominator's output: it must not take the buffers the
+        # incremental runs read while they are timed.
+        pg.execute(full_target, "DROP SCHEMA shop CASCADE")
+        beside = Beside()
+        results = measure(source, target, args.rows, args.repeat, made, beside)
         full = (before + full_batched_copy(source, full_target)) / 2
-        report(results, full, raw, args.rows)
+        report(results, full, raw, args.rows, beside)
         if args.rss_rows:
             rss_check(source, args.rows, args.rss_rows, made)
     finally:
