@@ -24,8 +24,9 @@ first one after the initial load) with the least PostgreSQL work that can apply 
 sessions kept open, with no catalog read and no ledger, the rows above that target's newest
 cursor are relayed into an unlogged staging table and merged by one ``MERGE`` (a nested loop over
 the key), then committed. It runs after the engine's run in even rounds and before it in odd
-ones: the first reader of the changed rows prunes the source pages the writers left. The 1% runs also print the WAL the server wrote during them
-(``pg_stat_wal``: bytes and full-page images), since those images are most of the merge's cost.
+ones: the first reader of the changed rows prunes the source pages the writers left. The 1% runs
+also print the WAL the server wrote during them (``pg_stat_wal``: bytes and full-page images),
+since those images are most of the merge's cost.
 
 Each incremental figure is the engine call (``IncrementalSync.run()``), without Dagster's
 process start.
