@@ -21,12 +21,12 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
 
 The floor. Beside each 1% run, the same changes are applied to a second target (a copy of the
 first one after the initial load) with the least PostgreSQL work that can apply them: over
-sessions kept open, with no catalog read and no ledger, the rows above that target's newest
-cursor are relayed into an unlogged staging table and merged by one ``MERGE`` (a nested loop over
-the key), then committed. It runs after the engine's run in even rounds and before it in odd
-ones: the first reader of the changed rows prunes the source pages the writers left. The 1% runs
-also print the WAL the server wrote during them (``pg_stat_wal``: bytes and full-page images),
-since those images are most of the merge's cost.
+sessions kept open, with no catalog read and no ledger (its mark kept in memory), the rows
+between its mark and the source's newest cursor are relayed into an unlogged staging table and
+merged by one ``MERGE`` (a nested loop over the key), then committed. It runs after the engine's
+run in even rounds and before it in odd ones: the first reader of the changed rows prunes the
+source pages the writers left. The 1% runs also print the WAL the server wrote during them
+(``pg_stat_wal``: bytes and full-page images), since those images are most of the merge's cost.
 
 Each incremental figure is the engine call (``IncrementalSync.run()``), without Dagster's
 process start.
@@ -179,26 +179,32 @@ class Floor:
     def __init__(self, source: str, target: str) -> None:
         self.src = psycopg.connect(source)
         self.tgt = psycopg.connect(target)
+        row = self.tgt.execute("SELECT max(updated_at) FROM shop.orders").fetchone()
+        self.tgt.commit()
+        assert row is not None
+        self.mark = row[0]
+        """The newest cursor value copied (the ledger's mark, kept in memory)."""
 
     def run(self) -> float:
         """Applies what changed since the last call; its seconds."""
         started = time.perf_counter()
         self.src.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        row = self.tgt.execute("SELECT max(updated_at) FROM shop.orders").fetchone()
+        row = self.src.execute("SELECT max(updated_at) FROM shop.orders").fetchone()
         assert row is not None
         self.tgt.execute("CREATE UNLOGGED TABLE shop.floor_staging (LIKE shop.orders)")
         read = sql.SQL(
             "COPY (SELECT " + self.COLUMNS + " FROM shop.orders WHERE updated_at > %s"
-            " ORDER BY updated_at, id) TO STDOUT (FORMAT binary)"
+            " AND updated_at <= %s ORDER BY updated_at, id) TO STDOUT (FORMAT binary)"
         ).format()
         write = sql.SQL("COPY shop.floor_staging FROM STDIN (FORMAT binary)").format()
-        relay(self.src, read, self.tgt, write, params=[row[0]])
+        relay(self.src, read, self.tgt, write, params=[self.mark, row[0]])
         self.tgt.execute("SET LOCAL enable_hashjoin = off")
         self.tgt.execute("SET LOCAL enable_mergejoin = off")
         self.tgt.execute(self.MERGE)
         self.tgt.execute("DROP TABLE shop.floor_staging")
         self.tgt.commit()
         self.src.commit()
+        self.mark = row[0]
         return time.perf_counter() - started
 
     def close(self) -> None:
