@@ -185,8 +185,9 @@ class Floor:
         self.mark = row[0]
         """The newest cursor value copied (the ledger's mark, kept in memory)."""
 
-    def run(self) -> float:
-        """Applies what changed since the last call; its seconds."""
+    def run(self) -> tuple[float, dict[str, float]]:
+        """Applies what changed since the last call; its seconds, and those of its parts (to
+        read and relay, to merge, to commit)."""
         started = time.perf_counter()
         self.src.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         row = self.src.execute("SELECT max(updated_at) FROM shop.orders").fetchone()
@@ -198,14 +199,18 @@ class Floor:
         ).format()
         write = sql.SQL("COPY shop.floor_staging FROM STDIN (FORMAT binary)").format()
         relay(self.src, read, self.tgt, write, params=[self.mark, row[0]])
+        relayed = time.perf_counter()
         self.tgt.execute("SET LOCAL enable_hashjoin = off")
         self.tgt.execute("SET LOCAL enable_mergejoin = off")
         self.tgt.execute(self.MERGE)
         self.tgt.execute("DROP TABLE shop.floor_staging")
+        merged = time.perf_counter()
         self.tgt.commit()
         self.src.commit()
         self.mark = row[0]
-        return time.perf_counter() - started
+        ended = time.perf_counter()
+        return ended - started, {"read": relayed - started, "merge": merged - relayed,
+                                 "commit": ended - merged}  # fmt: skip
 
     def close(self) -> None:
         self.src.close()
@@ -277,7 +282,7 @@ def copy_database(dsn: str) -> str:
 class Beside:
     """What the benchmark measures beside the 1% runs: the floor's seconds and the WAL."""
 
-    floor: list[float] = field(default_factory=list)
+    floor: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     wal: list[tuple[float, int]] = field(default_factory=list)
 
 
@@ -357,10 +362,15 @@ def report(
             images = statistics.median(w[1] for w in beside.wal)
             print(f"  {'':<24} WAL the server wrote meanwhile (medians): {mb:.0f} MB, "
                   f"{images:,.0f} full-page images")  # fmt: skip
-            floor = statistics.median(beside.floor)
+            floor = statistics.median(f[0] for f in beside.floor)
+            floor_parts = ", ".join(
+                f"{n} {1000 * statistics.median(f[1][n] for f in beside.floor):.0f} ms"
+                for n in ("read", "merge", "commit")
+            )
             print(f"  {'floor (one MERGE)':<24} {floor:7.3f} s  ratio {floor / full:6.3f}  "
                   f"the same changes by one relay and one MERGE over open sessions, no ledger "
                   f"(the engine takes {r['seconds'] / floor:.2f} of it)")  # fmt: skip
+            print(f"  {'':<24} its parts (medians): {floor_parts}")
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
