@@ -20,10 +20,10 @@ from psycopg import sql
 from dpone_dagster.postgres.catalog import (
     CatalogError,
     Column,
+    TableCatalog,
     column_list,
     normal_type,
-    primary_key,
-    table_columns,
+    table_catalog,
 )
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
@@ -44,16 +44,6 @@ def prepare_session(conn: Conn) -> None:
     """Pins the settings that decide how cursor values and rows are spelled as text (the
     reconciliation digest's, for the session)."""
     pin_settings(conn, local=False)
-
-
-_CURSOR_INDEX = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_index i
-    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-    JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = %s AND c.relname = %s AND a.attname = %s AND i.indisvalid
-      AND i.indpred IS NULL)
-"""
 
 
 @dataclass(frozen=True)
@@ -142,15 +132,9 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
     return str(row[0])
 
 
-def has_cursor_index(conn: Conn, table: TableName, cursor: str) -> bool:
-    """True when a valid, non-partial index of ``table`` starts with column ``cursor``."""
-    row = conn.execute(_CURSOR_INDEX, (table.schema, table.name, cursor)).fetchone()
-    return bool(row and row[0])
-
-
-def _columns(conn: Conn, table: TableName, code: str) -> list[Column]:
+def _catalog(conn: Conn, table: TableName, code: str) -> TableCatalog:
     try:
-        return table_columns(conn, table)
+        return table_catalog(conn, table)
     except CatalogError as exc:
         raise backfill_error(code, exc.message) from None
 
@@ -164,7 +148,8 @@ def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
     Raises:
         BackfillError: ``backfill_schema_changed`` listing each column's before and after.
     """
-    now = [c for c in _columns(src, shape.source, "backfill_schema_changed") if not c.generated]
+    found = _catalog(src, shape.source, "backfill_schema_changed")
+    now = [c for c in found.columns if not c.generated]
     changed = column_differences(shape.columns, now)
     if changed:
         raise backfill_error(
@@ -184,7 +169,8 @@ def resolve_shape(
             column), ``destination_expansion_incomplete`` (no target table, a missing or
             differently typed column, another primary key, no index on the target cursor).
     """
-    columns = [c for c in _columns(src, source, "plan_invalid") if not c.generated]
+    found = _catalog(src, source, "plan_invalid")
+    columns = [c for c in found.columns if not c.generated]
     by_name = {c.name: c for c in columns}
     if cursor not in by_name:
         raise backfill_error("backfill_cursor_missing", f"Table {source} has no column {cursor!r}.")
@@ -195,13 +181,13 @@ def resolve_shape(
             f"Cursor {cursor!r} is a {cur.type_sql}; supported: integers, numeric, date, "
             "timestamp, timestamptz.",
         )
-    key = tuple(primary_key(src, source))
+    key = found.key
     if not key:
         raise backfill_error(
             "plan_invalid",
             f"Table {source} has no primary key; rows need one to be matched in the target.",
         )
-    if not has_cursor_index(src, source, cursor):
+    if cursor not in found.index_leads:
         raise backfill_error(
             "plan_invalid",
             f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
@@ -215,7 +201,8 @@ def resolve_shape(
 def _check_target(
     tgt: Conn, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
 ) -> None:
-    have = {c.name: c for c in _columns(tgt, target, "destination_expansion_incomplete")}
+    found = _catalog(tgt, target, "destination_expansion_incomplete")
+    have = {c.name: c for c in found.columns}
     problems = [
         f"{c.name!r} {c.type_sql}"
         for c in columns
@@ -228,12 +215,12 @@ def _check_target(
             "destination_expansion_incomplete",
             f"Target {target} lacks or retypes columns: {', '.join(problems)}.",
         )
-    if tuple(primary_key(tgt, target)) != key:
+    if found.key != key:
         raise backfill_error(
             "destination_expansion_incomplete",
             f"Target {target} needs the primary key ({', '.join(key)}).",
         )
-    if not has_cursor_index(tgt, target, cursor):
+    if cursor not in found.index_leads:
         raise backfill_error(
             "destination_expansion_incomplete",
             f"No index on target {target} starts with {cursor!r} (needed to count and compare "

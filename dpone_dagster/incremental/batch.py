@@ -29,11 +29,11 @@ from dpone_dagster.postgres.connection import set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.plan import TableMapping, TablePlan, plan_tables
+from dpone_dagster.postgres.plan import TableMapping, TablePlan, new_target_plan, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 
 from .deletes import ensure_soft_column, revive
-from .shape import StreamShape
+from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
 from .verify import FinalCheck, final_check
 
@@ -176,15 +176,24 @@ def copy_batch(
         raise
 
 
-def stream_plan(src: Conn, tgt: Conn, shape: StreamShape, mode: SchemaChanges) -> TablePlan:
-    """The load's plan of the stream's table (the soft-delete column is the stream's own).
+def stream_plan(
+    src: Conn,
+    tgt: Conn,
+    shape: StreamShape,
+    mode: SchemaChanges,
+    found: StreamCatalogs | None = None,
+) -> TablePlan:
+    """The load's plan of the stream's table (the soft-delete column is the stream's own), from
+    both catalogs (``found``, else read now).
 
     Raises:
         SchemaChangeError: ``schema_change_incompatible`` (see :func:`.schema_change.decide`).
     """
-    mapping = TableMapping(shape.source, shape.target)
+    found = found or read_catalogs(src, tgt, shape.source, shape.target)
     own = () if shape.soft_column is None else (shape.soft_column,)
-    return plan_tables(src, tgt, [mapping], "merge", mode, keep=own)[0]
+    mapping = TableMapping(shape.source, shape.target)
+    plan = new_target_plan(mapping, found.source, src, tgt)
+    return plan_target(tgt, plan, "merge", schema_changes=mode, keep=own, found=found.target)
 
 
 def _finish(

@@ -32,7 +32,7 @@ from .errors import incremental_error
 from .mark import StreamMark, check_no_null_cursor, take_mark
 from .plan import next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
-from .shape import StreamShape, resolve_stream
+from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
 from .verify import check_target
 
@@ -178,10 +178,10 @@ class IncrementalSync:
             sessions.close()
 
     def _resolve(self, sessions: Sessions) -> StreamShape:
-        shape = resolve_stream(
-            sessions.source, sessions.target, self.source, self.target, self.cursor, self.soft
-        )
-        stream_plan(sessions.source, sessions.target, shape, self.schema_changes)  # refuses early
+        found = read_catalogs(sessions.source, sessions.target, self.source, self.target)
+        shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
+        # Refuses early; each batch plans again from the catalogs inside its own transactions.
+        stream_plan(sessions.source, sessions.target, shape, self.schema_changes, found)
         sessions.target.commit()
         check_no_null_cursor(sessions.source, shape)
         if self.lookback is not None and not shape.cursor_is_time:
@@ -261,7 +261,8 @@ class IncrementalSync:
         sessions = self._open()
         try:
             src, tgt = sessions.source, sessions.target
-            shape = resolve_stream(src, tgt, self.source, self.target, self.cursor, self.soft)
+            found = read_catalogs(src, tgt, self.source, self.target)
+            shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
             tgt.commit()  # the catalog reads' transaction
             stream_id = self.stream_id(sessions)
             with transaction(tgt, IsolationLevel.REPEATABLE_READ, read_only=True):

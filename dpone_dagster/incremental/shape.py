@@ -10,21 +10,17 @@ as a bind parameter cast from text to its column's type; every name through
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.backfill.shape import CURSOR_TYPES, has_cursor_index
+from dpone_dagster.backfill.shape import CURSOR_TYPES
 from dpone_dagster.postgres import check_identifier
-from dpone_dagster.postgres.catalog import (
-    Column,
-    column_list,
-    primary_key,
-    relation_oid,
-    table_columns_and_key,
-)
+from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.plan import TargetCatalog, target_catalog
 
 from .errors import incremental_error
 from .state import Checkpoint
@@ -127,27 +123,54 @@ class StreamShape:
         )
 
 
+@dataclass(frozen=True)
+class StreamCatalogs:
+    """What both catalogs say of a stream's tables.
+
+    Attributes:
+        source: The source table's columns, key and index-leading columns.
+        target: The target's catalog (``None``: it does not exist yet).
+    """
+
+    source: TableCatalog
+    target: TargetCatalog | None
+
+
+def read_catalogs(src: Conn, tgt: Conn, source: TableName, target: TableName) -> StreamCatalogs:
+    """Reads both tables' catalogs, each side in its own session at the same time.
+
+    Raises:
+        CatalogError: ``table_not_found`` for a source table that does not exist.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
+        target_side = pool.submit(target_catalog, tgt, target, swap=False)
+        try:
+            found = table_catalog(src, source)
+        finally:
+            wait([target_side])  # the target session is free again whatever happened here
+    return StreamCatalogs(found, target_side.result())
+
+
 def resolve_stream(
-    src: Conn, tgt: Conn, source: TableName, target: TableName, cursor: str, soft: str | None
+    found: StreamCatalogs, source: TableName, target: TableName, cursor: str, soft: str | None
 ) -> StreamShape:
-    """Reads both catalogs and refuses a stream that cannot be copied incrementally.
+    """Refuses a stream that cannot be copied incrementally, from both catalogs.
 
     Raises:
         IncrementalError: ``incremental_cursor_invalid``, ``incremental_primary_key_missing``,
             ``incremental_cursor_unindexed``, ``incremental_target_key_differs``,
             ``incremental_options_invalid`` (a soft-delete column that is also a source column).
-        CatalogError: ``table_not_found`` for a source table that does not exist.
     """
-    every, key = table_columns_and_key(src, source)
-    columns = [c for c in every if not c.generated]
+    columns = [c for c in found.source.columns if not c.generated]
     by_name = {c.name: c for c in columns}
+    key = found.source.key
     cur = by_name.get(cursor)
     if cur is None or cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
         kind = "no such column" if cur is None else f"a {cur.type_sql}"
         raise incremental_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
     if not key:
         raise incremental_error("incremental_primary_key_missing", f"Table {source}.")
-    if not has_cursor_index(src, source, cursor):
+    if cursor not in found.source.index_leads:
         raise incremental_error(
             "incremental_cursor_unindexed", f"Table {source}, cursor {cursor!r}."
         )
@@ -159,13 +182,13 @@ def resolve_stream(
                 f"The soft-delete column {soft!r} is a column of the source {source}.",
                 ["Name a column the source does not have (the default is _dpone_deleted_at)."],
             )
-    _check_target_key(tgt, target, key)
+    _check_target_key(found.target, target, key)
     return StreamShape(source, target, tuple(columns), tuple(by_name[k] for k in key), cur, soft)
 
 
-def _check_target_key(tgt: Conn, target: TableName, key: Sequence[str]) -> None:
-    have = primary_key(tgt, target)
-    if (have and have != list(key)) or (not have and relation_oid(tgt, target) is not None):
+def _check_target_key(found: TargetCatalog | None, target: TableName, key: Sequence[str]) -> None:
+    have = () if found is None else found.table.key
+    if found is not None and tuple(have) != tuple(key):
         raise incremental_error(
             "incremental_target_key_differs",
             f"Target {target} has primary key ({', '.join(have) or 'none'}); the source's is "

@@ -79,7 +79,10 @@ SELECT a.attname,
        CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) END,
        d.adbin IS NOT NULL OR a.attidentity <> '',
        (SELECT k.ord FROM pg_index i, unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-        WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum)
+        WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum),
+       EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid AND x.indkey[0] = a.attnum
+               AND x.indisvalid AND x.indpred IS NULL),
+       a.attnum
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -107,6 +110,17 @@ ORDER BY k.ord
 
 # The relation looked up inside the query: one round trip instead of two.
 _COLUMNS_OF = _COLUMNS.format(relation=_RELATION_OID)
+COLUMN_FIELDS = 15
+"""The fields of each row of :func:`columns_query` (:func:`catalog_of` reads them)."""
+
+
+def columns_query(relation: str) -> str:
+    """The columns query of the relation whose OID the SQL expression ``relation`` gives (a
+    column of an outer query, such as ``f.oid``): for a query that reads more in the same
+    round trip."""
+    return _COLUMNS.format(relation=relation)
+
+
 _PRIMARY_KEY_OF = _PRIMARY_KEY.format(relation=_RELATION_OID)
 
 
@@ -116,20 +130,33 @@ def relation_oid(conn: psycopg.Connection[tuple[object, ...]], table: TableName)
     return int(row[0]) if row else None  # type: ignore[call-overload]
 
 
+@dataclass(frozen=True)
+class TableCatalog:
+    """A table as one catalog query describes it.
+
+    Attributes:
+        columns: Its columns, in order.
+        key: Its primary-key columns in key order (empty when it has none).
+        index_leads: The columns that lead a valid index without a predicate: a range of one
+            of them is read through that index.
+    """
+
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    index_leads: frozenset[str]
+
+
 def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[Column]:
     """Returns the table's columns in order.
 
     Raises:
         CatalogError: ``table_not_found`` when the table does not exist.
     """
-    return table_columns_and_key(conn, table)[0]
+    return list(table_catalog(conn, table).columns)
 
 
-def table_columns_and_key(
-    conn: psycopg.Connection[tuple[object, ...]], table: TableName
-) -> tuple[list[Column], list[str]]:
-    """Returns the table's columns in order and its primary-key columns in key order (empty
-    when it has none), in one round trip.
+def table_catalog(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> TableCatalog:
+    """Returns the table's columns, primary key and index-leading columns, in one round trip.
 
     Raises:
         CatalogError: ``table_not_found`` when the table does not exist.
@@ -144,7 +171,12 @@ def table_columns_and_key(
                 "Check that the DSN points at the right database.",
             ],
         )
-    columns = [
+    return catalog_of(rows)
+
+
+def catalog_of(rows: Sequence[Sequence[object]]) -> TableCatalog:
+    """The :class:`TableCatalog` of a table from the rows of its columns query."""
+    columns = tuple(
         Column(
             name=str(r[0]),
             type_sql=str(r[1]),
@@ -160,9 +192,10 @@ def table_columns_and_key(
             any_default=bool(r[11]),
         )
         for r in rows
-    ]
+    )
     keyed = sorted((int(r[12]), str(r[0])) for r in rows if r[12] is not None)  # type: ignore[call-overload]
-    return columns, [name for _, name in keyed]
+    leads = frozenset(str(r[0]) for r in rows if r[13])
+    return TableCatalog(columns, tuple(name for _, name in keyed), leads)
 
 
 def primary_key(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[str]:

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 
-from .catalog import Column, table_columns_and_key
+from .catalog import Column, TableCatalog, catalog_of, columns_query, table_catalog
 from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
@@ -120,9 +120,10 @@ class TablePlan:
 # trigger, foreign key, policy, publication, owned sequence, statistics object, inheritance,
 # grant, storage option or comment. Anything else is replaced row by row in one transaction.
 _TARGET_FACTS = """
-SELECT c.relkind::text, c.relpersistence::text,
-       (SELECT conname FROM pg_constraint WHERE conrelid = c.oid AND contype = 'p'),
-       c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL AND c.reloptions IS NULL
+SELECT c.oid, c.relkind::text AS relkind, c.relpersistence::text AS persistence,
+       (SELECT conname FROM pg_constraint WHERE conrelid = c.oid AND contype = 'p') AS pk_name,
+       %(swap)s::bool AND c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL
+       AND c.reloptions IS NULL
        AND NOT c.relrowsecurity AND c.reltablespace = 0 AND c.relreplident = 'd'
        AND pg_get_userbyid(c.relowner) = current_user
        AND obj_description(c.oid, 'pg_class') IS NULL
@@ -140,10 +141,56 @@ SELECT c.relkind::text, c.relpersistence::text,
                     OR (d.classid = 'pg_class'::regclass
                         AND (d.objid = c.reltoastrelid
                              OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
-                                        AND x.indisprimary)))))
+                                        AND x.indisprimary))))) AS swappable
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 """
+
+# The target's facts and its columns in one round trip (no row: no such target; one row whose
+# column fields are NULL: a table without columns).
+_TARGET = """
+SELECT f.relkind, f.persistence, f.pk_name, f.swappable, col.*
+FROM ({facts}) AS f LEFT JOIN LATERAL ({columns}) AS col ON true
+ORDER BY col.attnum
+""".format(facts=_TARGET_FACTS, columns=columns_query("f.oid"))
+
+
+@dataclass(frozen=True)
+class TargetCatalog:
+    """An existing target as one catalog query describes it.
+
+    Attributes:
+        relkind: Its ``pg_class.relkind`` (``r`` a table, ``p`` a partitioned table).
+        persistence: Its ``relpersistence`` (``u`` for an ``UNLOGGED`` table).
+        pk_name: The name of its primary-key constraint, if it has one.
+        swappable: A ``replace`` may swap a staging table in for it (asked for only then).
+        table: Its columns, key and index-leading columns.
+    """
+
+    relkind: str
+    persistence: str
+    pk_name: str | None
+    swappable: bool
+    table: TableCatalog
+
+
+def target_catalog(
+    target: psycopg.Connection[tuple[object, ...]], table: TableName, *, swap: bool
+) -> TargetCatalog | None:
+    """What the target's catalog says of ``table`` (``None``: no such relation), in one round
+    trip; ``swap``: whether a ``replace`` could swap it (a question only ``replace`` asks)."""
+    rows = target.execute(_TARGET, {"swap": swap, "schema": table.schema, "name": table.name})
+    found = rows.fetchall()
+    if not found:
+        return None
+    first = found[0]
+    columns = [r[4:] for r in found if r[4] is not None]
+    return TargetCatalog(
+        relkind=str(first[0]), persistence=str(first[1]),
+        pk_name=None if first[2] is None else str(first[2]), swappable=bool(first[3]),
+        table=catalog_of(columns),
+    )  # fmt: skip
+
 
 _HAS_ROWS = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
 
@@ -216,28 +263,36 @@ def _plan_one(
     sink: Sink,
     changes: tuple[SchemaChanges, Collection[str]],
 ) -> TablePlan:
-    every, source_key = table_columns_and_key(source, mapping.source)
-    source_columns = tuple(every)
-    columns = tuple(c for c in source_columns if not c.generated)
-    key = tuple(source_key)
-    versions = major_versions(source, target)
+    plan = new_target_plan(mapping, table_catalog(source, mapping.source), source, target)
+    return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
+
+
+def new_target_plan(
+    mapping: TableMapping,
+    source: TableCatalog,
+    source_conn: psycopg.Connection[tuple[object, ...]],
+    target_conn: psycopg.Connection[tuple[object, ...]],
+) -> TablePlan:
+    """The plan of a copy of a source table (as its catalog describes it) into a target that
+    does not exist yet: :func:`plan_target` completes it with the target's catalog."""
+    columns = tuple(c for c in source.columns if not c.generated)
+    versions = major_versions(source_conn, target_conn)
     copy_format, reason = copy_format_choice(columns, versions)
-    plan = TablePlan(  # as a new target, created from the source
+    return TablePlan(
         source=mapping.source,
         target=mapping.target,
         columns=columns,
         written=columns,
-        source_columns=source_columns,
-        key=key,
+        source_columns=source.columns,
+        key=source.key,
         target_exists=False,
-        target_key=key,
+        target_key=source.key,
         target_pk_name=None,
         copy_format=copy_format,
         swap=True,
         versions=versions,
         copy_format_reason=reason,
     )
-    return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
 
 
 def plan_target(
@@ -248,6 +303,7 @@ def plan_target(
     source_label: str | None = None,
     schema_changes: SchemaChanges = "evolve",
     keep: Collection[str] = (),
+    found: TargetCatalog | Literal["read"] | None = "read",
 ) -> TablePlan:
     """Completes a plan made for a new target with what the target's catalog says.
 
@@ -261,39 +317,41 @@ def plan_target(
         source_label: How messages name the source (``plan.source`` by default).
         schema_changes: ``evolve`` or ``freeze``: what a target whose columns differ gets.
         keep: Target columns the copy owns (see :func:`plan_tables`).
+        found: The target's catalog when the caller read it already (:func:`target_catalog`
+            with ``swap`` for a ``replace``; ``None``: no such target); read here by default.
 
     Raises:
         CopyPlanError: ``target_not_a_table``, ``target_type_missing``,
             ``merge_needs_primary_key``.
         SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`).
     """
-    facts = target.execute(_TARGET_FACTS, (plan.target.schema, plan.target.name)).fetchone()
-    if facts is None:
+    if found == "read":
+        found = target_catalog(target, plan.target, swap=sink == "replace")
+    if found is None:
         _check_user_types(target, plan.target, plan.source_columns)
         return plan
     label = source_label or str(plan.source)
-    return _onto_existing(target, facts, plan, sink, (label, schema_changes, keep))
+    return _onto_existing(target, found, plan, sink, (label, schema_changes, keep))
 
 
 def _onto_existing(
     target: psycopg.Connection[tuple[object, ...]],
-    row: tuple[object, ...],
+    found: TargetCatalog,
     plan: TablePlan,
     sink: Sink,
     how: tuple[str, SchemaChanges, Collection[str]],
 ) -> TablePlan:
-    """The plan for a target that exists (``row``: its :data:`_TARGET_FACTS`): its columns,
-    key and shape decide."""
+    """The plan for a target that exists (``found``: its catalog): its columns, key and shape
+    decide."""
     columns = plan.columns
-    relkind, persistence, pk_name, swappable = str(row[0]), str(row[1]), row[2], bool(row[3])
+    relkind, persistence, pk_name = found.relkind, found.persistence, found.pk_name
     if relkind not in ("r", "p"):
         raise CopyPlanError(
             "target_not_a_table",
             f"Target {plan.target} exists but is not a table (relkind {relkind!r}).",
             ["Name a table as the target, or drop the object that holds its name."],
         )
-    target_columns, key = table_columns_and_key(target, plan.target)
-    target_key = tuple(key)
+    target_columns, target_key = found.table.columns, found.table.key
     changes = decide(
         columns, target_columns, (plan.key, target_key), how[1],
         target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),
@@ -320,10 +378,10 @@ def _onto_existing(
         written=written,
         target_exists=True,
         target_key=target_key,
-        target_pk_name=None if pk_name is None else str(pk_name),
+        target_pk_name=pk_name,
         copy_format=copy_format,
         copy_format_reason=reason,
-        swap=sink == "replace" and swappable,
+        swap=sink == "replace" and found.swappable,
         unlogged_target=persistence == "u",
         partitioned_target=relkind == "p",
         schema_changes=changes,
