@@ -208,6 +208,9 @@ class Floor:
         self.tgt.commit()
         self.src.commit()
         self.mark = row[0]
+        # Its statistics (pg_stat_wal) reach the server now, not during the engine's next run.
+        self.tgt.execute("SELECT pg_stat_force_next_flush()")
+        self.tgt.commit()
         ended = time.perf_counter()
         return ended - started, {"read": relayed - started, "merge": merged - relayed,
                                  "commit": ended - merged}  # fmt: skip
@@ -217,16 +220,27 @@ class Floor:
         self.tgt.close()
 
 
-WAL = "SELECT wal_bytes, wal_fpi FROM pg_stat_wal"
+LSN = "SELECT pg_current_wal_insert_lsn()::text"
+IMAGES = "SELECT wal_fpi FROM pg_stat_wal"
+ENGINE_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone-dagster'"
 
 
 def wal_written(dsn: str, run: Callable[[], Timed]) -> tuple[Timed, tuple[float, int]]:
-    """``run()`` and the WAL the server wrote meanwhile: (MB, full-page images)."""
-    [before] = pg.fetch_all(dsn, WAL)
+    """``run()`` and the WAL the server wrote meanwhile: (MB, full-page images).
+
+    The bytes are the distance the server's WAL insert position moved. The images come from
+    ``pg_stat_wal``, to which a session reports when it ends: they are read once the engine's
+    sessions are gone.
+    """
+    images = int(str(pg.fetch_one(dsn, IMAGES)))
+    start = str(pg.fetch_one(dsn, LSN))
     timed = run()
-    [after] = pg.fetch_all(dsn, WAL)
-    mb = (float(str(after[0])) - float(str(before[0]))) / 1e6
-    return timed, (mb, int(str(after[1])) - int(str(before[1])))
+    end = str(pg.fetch_one(dsn, LSN))
+    pg.wait_until(lambda: pg.fetch_one(dsn, ENGINE_SESSIONS) == 0, timeout=30,
+                  what="the engine's sessions end")  # fmt: skip
+    moved = pg.fetch_one(dsn, "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (end, start))
+    written = int(str(pg.fetch_one(dsn, IMAGES))) - images
+    return timed, (float(str(moved)) / 1e6, written)
 
 
 def child(source: str, target: str) -> None:
@@ -298,7 +312,6 @@ def measure(
     runs: dict[str, list[Timed]] = {}
     try:
         for round_ in range(repeat):
-            floor.run()  # the floor's target catches up with the other scenarios' changes
             # The writers' changes land after a checkpoint and the run follows them (see above).
             checkpoint(target)
             change_one_percent(source, rows, 3 * round_)
@@ -311,7 +324,7 @@ def measure(
             beside.wal.append(wal)
             if not round_ % 2:
                 beside.floor.append(floor.run())
-            _other_scenarios(source, target, rows, round_, rng, runs)
+            _other_scenarios(source, target, rows, round_, rng, runs, floor)
     finally:
         floor.close()
     return results + [scenario(name, timings) for name, timings in runs.items()]
@@ -319,17 +332,20 @@ def measure(
 
 def _other_scenarios(
     source: str, target: str, rows: int, round_: int, rng: random.Random,
-    runs: dict[str, list[Timed]],
+    runs: dict[str, list[Timed]], floor: Floor,
 ) -> None:  # fmt: skip
-    """The round's runs after the 1% one (its last, the 100 deletes, leaves no change behind
-    but the deletes, which the floor's target does not follow: it only times merges)."""
+    """The round's runs after the 1% one. The floor's target follows each change untimed, so
+    that both targets have the same history when the next 1% run is timed (but for the 100
+    deletes, which only the engine applies)."""
     runs.setdefault("nothing_changed", []).append(timed_run(source, target, "ignore"))
     checkpoint(target)
     change_one_percent(source, rows, 3 * round_ + 1)
     runs.setdefault("changed_1pct_hard", []).append(timed_run(source, target, cold=False))
+    floor.run()
     runs.setdefault("nothing_changed_hard", []).append(timed_run(source, target))
     change_one_percent(source, rows, 3 * round_ + 2)  # the strict case: then a checkpoint
     runs.setdefault("changed_1pct_cold", []).append(timed_run(source, target, "ignore"))
+    floor.run()
     checkpoint(target)
     delete_random(source, rows, rng)
     runs.setdefault("deletes_100_hard", []).append(timed_run(source, target, cold=False))
