@@ -209,13 +209,18 @@ CREATE TABLE public.items_high PARTITION OF public.items FOR VALUES FROM (16) TO
 """
 
 
-def test_a_partitioned_target_is_merged_with_its_partitions_counters_summed(
-    source_dsn: str, target_dsn: str
-) -> None:
+def partitioned_items(source_dsn: str, target_dsn: str) -> None:
+    """``public.items`` as :func:`items` makes it, partitioned in the target."""
     pg.execute(source_dsn, ITEMS)
     pg.execute(source_dsn, SOURCE_ITEMS)
     pg.execute(target_dsn, PARTITIONED_ITEMS)
     pg.execute(target_dsn, TARGET_ITEMS)
+
+
+def test_a_partitioned_target_is_merged_with_its_partitions_counters_summed(
+    source_dsn: str, target_dsn: str
+) -> None:
+    partitioned_items(source_dsn, target_dsn)
     log_statements(target_dsn, "public.items")
     # Updates land in items_low (2, 5) and items_mid (8), inserts in items_mid and items_high.
     assert counts(merge(source_dsn, target_dsn, "public.items")) == (10, 3)
@@ -232,10 +237,7 @@ def test_a_partitioned_target_the_merge_cannot_take_gets_exact_counts_from_on_co
 ) -> None:
     # A partitioned target cannot return xmax: the fallback tells inserted rows by their key's
     # absence from the statement's snapshot.
-    pg.execute(source_dsn, ITEMS)
-    pg.execute(source_dsn, SOURCE_ITEMS)
-    pg.execute(target_dsn, PARTITIONED_ITEMS)
-    pg.execute(target_dsn, TARGET_ITEMS)
+    partitioned_items(source_dsn, target_dsn)
     set_for_new_sessions(target_dsn, "track_counts", "off")  # MERGE's counters stay 0
     log_statements(target_dsn, "public.items")
     assert counts(merge(source_dsn, target_dsn, "public.items")) == (10, 3)
