@@ -249,6 +249,48 @@ def child(source: str, target: str) -> None:
     print(json.dumps({"seconds": seconds, "rows": result.rows, "rss_mb": peak_rss_mb()}))
 
 
+def child_dagster(source: str, target: str) -> None:
+    """One materialization of ``incremental_asset("shop.orders", cursor="updated_at")`` with
+    its defaults (its ``dpone_reconciled`` check included), in this process: its seconds as
+    JSON. The stream is the engine's (same tables and cursor), so it continues it."""
+    import dagster as dg
+
+    from dpone_dagster import (
+        BackfillLedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+        incremental_asset,
+    )
+
+    @dg.asset
+    def warm_up() -> None:
+        """Loads what a run worker has loaded before its first step."""
+
+    assert dg.materialize([warm_up]).success
+    asset = incremental_asset("shop.orders", cursor="updated_at", batch_size=50_000)
+    resources = {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+        "ledger": BackfillLedgerResource(),
+    }
+    started = time.perf_counter()
+    result = dg.materialize([asset], resources=resources)
+    seconds = time.perf_counter() - started
+    [check] = result.get_asset_check_evaluations()
+    if not result.success or not check.passed:
+        raise SystemExit(f"the materialization failed or its check did not pass: {check}")
+    print(json.dumps({"seconds": seconds}))
+
+
+def dagster_run(source: str, target: str) -> float:
+    """Seconds of :func:`child_dagster` in a child process (Dagster's imports not counted)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-dagster", source, target],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+
+
 def initial_load_child(source: str, target: str) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", source, target],
@@ -298,6 +340,10 @@ class Beside:
 
     floor: list[tuple[float, dict[str, float]]] = field(default_factory=list)
     wal: list[tuple[float, int]] = field(default_factory=list)
+    dagster: list[float] = field(default_factory=list)
+    """``dagster.materialize`` of the asset with its check, after 1% changed."""
+    dagster_idle: list[float] = field(default_factory=list)
+    """The same right after, with nothing changed."""
 
 
 def measure(
@@ -325,6 +371,11 @@ def measure(
             if not round_ % 2:
                 beside.floor.append(floor.run())
             _other_scenarios(source, target, rows, round_, rng, runs, floor)
+        for round_ in range(repeat, repeat + max(1, repeat // 2)):
+            checkpoint(target)
+            change_one_percent(source, rows, 3 * round_)
+            beside.dagster.append(dagster_run(source, target))
+            beside.dagster_idle.append(dagster_run(source, target))
     finally:
         floor.close()
     return results + [scenario(name, timings) for name, timings in runs.items()]
@@ -387,6 +438,11 @@ def report(
                   f"the same changes by one relay and one MERGE over open sessions, no ledger "
                   f"(the engine takes {r['seconds'] / floor:.2f} of it)")  # fmt: skip
             print(f"  {'':<24} its parts (medians): {floor_parts}")
+    for name, runs in (("dagster_1pct", beside.dagster), ("dagster_nothing", beside.dagster_idle)):
+        seconds = statistics.median(runs)
+        print(f"  {name:<24} {seconds:7.3f} s  ratio {seconds / full:6.3f}  dagster.materialize "
+              f"of incremental_asset with its defaults and its dpone_reconciled check "
+              f"(which compares both whole tables)")  # fmt: skip
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
@@ -411,9 +467,13 @@ def main() -> None:
     parser.add_argument("--rss-rows", type=int, default=3_000_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", nargs=2)
+    parser.add_argument("--child-dagster", nargs=2)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.child_dagster:
+        child_dagster(*args.child_dagster)
         return
     made: list[str] = []
     try:
