@@ -17,6 +17,10 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
   and with ``deletes="hard"`` (plus one ``count(*)`` per side: the delete detection);
 * a run (``deletes="hard"``) that finds 100 deletes spread at random, printing the keys that
   crossed the wire;
+* what a Dagster user runs: ``dagster.materialize`` of ``incremental_asset`` with its defaults
+  (its ``dpone_reconciled`` check compares both whole tables) after 1% changed and with nothing
+  changed, and with ``reconcile=False`` after 1% changed, each in a child process and timed
+  around ``materialize`` after a warm-up materialization of a trivial asset;
 * peak RSS of the initial load in a child process at ``--rows`` and at ``--rss-rows`` rows.
 
 The floor. Beside each 1% run, the same changes are applied to a second target (a copy of the
@@ -249,10 +253,11 @@ def child(source: str, target: str) -> None:
     print(json.dumps({"seconds": seconds, "rows": result.rows, "rss_mb": peak_rss_mb()}))
 
 
-def child_dagster(source: str, target: str) -> None:
+def child_dagster(source: str, target: str, reconcile: str) -> None:
     """One materialization of ``incremental_asset("shop.orders", cursor="updated_at")`` with
-    its defaults (its ``dpone_reconciled`` check included), in this process: its seconds as
-    JSON. The stream is the engine's (same tables and cursor), so it continues it."""
+    its defaults (its ``dpone_reconciled`` check included unless ``reconcile`` is ``"no"``), in
+    this process: its seconds as JSON. The stream is the engine's (same tables and cursor), so
+    it continues it."""
     import dagster as dg
 
     from dpone_dagster import (
@@ -267,7 +272,7 @@ def child_dagster(source: str, target: str) -> None:
         """Loads what a run worker has loaded before its first step."""
 
     assert dg.materialize([warm_up]).success
-    asset = incremental_asset("shop.orders", cursor="updated_at", batch_size=50_000)
+    asset = incremental_asset("shop.orders", cursor="updated_at", reconcile=reconcile != "no")
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
@@ -276,16 +281,17 @@ def child_dagster(source: str, target: str) -> None:
     started = time.perf_counter()
     result = dg.materialize([asset], resources=resources)
     seconds = time.perf_counter() - started
-    [check] = result.get_asset_check_evaluations()
-    if not result.success or not check.passed:
-        raise SystemExit(f"the materialization failed or its check did not pass: {check}")
+    checks = result.get_asset_check_evaluations()
+    if not result.success or not all(c.passed for c in checks):
+        raise SystemExit(f"the materialization failed or its check did not pass: {checks}")
     print(json.dumps({"seconds": seconds}))
 
 
-def dagster_run(source: str, target: str) -> float:
+def dagster_run(source: str, target: str, reconcile: bool = True) -> float:
     """Seconds of :func:`child_dagster` in a child process (Dagster's imports not counted)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child-dagster", source, target],
+        [sys.executable, __file__, "--child-dagster", source, target,
+         "yes" if reconcile else "no"],
         check=True, capture_output=True, text=True, cwd=ROOT,
     )  # fmt: skip
     return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
@@ -344,6 +350,8 @@ class Beside:
     """``dagster.materialize`` of the asset with its check, after 1% changed."""
     dagster_idle: list[float] = field(default_factory=list)
     """The same right after, with nothing changed."""
+    dagster_unchecked: list[float] = field(default_factory=list)
+    """``reconcile=False``, after 1% changed."""
 
 
 def measure(
@@ -376,6 +384,9 @@ def measure(
             change_one_percent(source, rows, 3 * round_)
             beside.dagster.append(dagster_run(source, target))
             beside.dagster_idle.append(dagster_run(source, target))
+            checkpoint(target)
+            change_one_percent(source, rows, 3 * round_ + 1)
+            beside.dagster_unchecked.append(dagster_run(source, target, reconcile=False))
     finally:
         floor.close()
     return results + [scenario(name, timings) for name, timings in runs.items()]
@@ -438,11 +449,16 @@ def report(
                   f"the same changes by one relay and one MERGE over open sessions, no ledger "
                   f"(the engine takes {r['seconds'] / floor:.2f} of it)")  # fmt: skip
             print(f"  {'':<24} its parts (medians): {floor_parts}")
-    for name, runs in (("dagster_1pct", beside.dagster), ("dagster_nothing", beside.dagster_idle)):
+    dagster = (
+        ("dagster_1pct", beside.dagster, "with its defaults and its dpone_reconciled check "
+         "(which compares both whole tables), 1% changed"),
+        ("dagster_nothing", beside.dagster_idle, "the same, nothing changed"),
+        ("dagster_1pct_unchecked", beside.dagster_unchecked, "reconcile=False, 1% changed"),
+    )  # fmt: skip
+    for name, runs, what in dagster:
         seconds = statistics.median(runs)
         print(f"  {name:<24} {seconds:7.3f} s  ratio {seconds / full:6.3f}  dagster.materialize "
-              f"of incremental_asset with its defaults and its dpone_reconciled check "
-              f"(which compares both whole tables)")  # fmt: skip
+              f"of incremental_asset {what}")  # fmt: skip
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
@@ -467,7 +483,7 @@ def main() -> None:
     parser.add_argument("--rss-rows", type=int, default=3_000_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", nargs=2)
-    parser.add_argument("--child-dagster", nargs=2)
+    parser.add_argument("--child-dagster", nargs=3)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
