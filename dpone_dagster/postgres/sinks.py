@@ -9,8 +9,9 @@ A sink applies a loaded staging table to the target inside the target's transact
   the old rows and inserts the new ones. Either way it happens in one transaction: readers see
   the old table until the commit, then the new one, never an empty or half-filled table.
 - ``append`` inserts the staged rows.
-- ``merge`` inserts new keys and updates rows whose values changed, by primary key.
-
+- ``merge`` inserts new keys and updates rows whose values changed, by primary key: one
+  ``MERGE`` on PostgreSQL 15 and later, ``INSERT ... ON CONFLICT DO UPDATE`` where ``MERGE``
+  cannot be used or cannot be counted (see :func:`_merge_statement`).
 """
 
 from __future__ import annotations
