@@ -1,0 +1,89 @@
+"""What the target's catalog says of an existing target table, in one round trip: its kind,
+persistence and primary-key name, whether a ``replace`` may swap a staging table in for it, and
+its columns, key and index-leading columns (:class:`~.catalog.TableCatalog`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from .catalog import TableCatalog, catalog_of, columns_query
+from .identifiers import TableName
+
+# A replace can swap the staging table in (drop the old table, rename the new one) only when
+# the old table carries nothing that a swap would lose: no index but its primary key, no view,
+# trigger, foreign key, policy, publication, owned sequence, statistics object, inheritance,
+# grant, storage option or comment. Anything else is replaced row by row in one transaction.
+_TARGET_FACTS = """
+SELECT c.oid, c.relkind::text AS relkind, c.relpersistence::text AS persistence,
+       (SELECT conname FROM pg_constraint WHERE conrelid = c.oid AND contype = 'p') AS pk_name,
+       %(swap)s::bool AND c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL
+       AND c.reloptions IS NULL
+       AND NOT c.relrowsecurity AND c.reltablespace = 0 AND c.relreplident = 'd'
+       AND pg_get_userbyid(c.relowner) = current_user
+       AND obj_description(c.oid, 'pg_class') IS NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE c.oid IN (i.inhrelid, i.inhparent))
+       AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid
+                       AND a.attacl IS NOT NULL)
+       AND NOT EXISTS (
+         SELECT 1 FROM pg_depend d
+         WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = c.oid
+           AND NOT ((d.classid = 'pg_type'::regclass AND d.objid = c.reltype)
+                    OR d.classid = 'pg_attrdef'::regclass
+                    OR (d.classid = 'pg_constraint'::regclass
+                        AND EXISTS (SELECT 1 FROM pg_constraint k
+                                    WHERE k.oid = d.objid AND k.contype IN ('p', 'c')))
+                    OR (d.classid = 'pg_class'::regclass
+                        AND (d.objid = c.reltoastrelid
+                             OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
+                                        AND x.indisprimary))))) AS swappable
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+"""
+
+# The target's facts and its columns in one round trip (no row: no such target; one row whose
+# column fields are NULL: a table without columns).
+_TARGET = """
+SELECT f.relkind, f.persistence, f.pk_name, f.swappable, col.*
+FROM ({facts}) AS f LEFT JOIN LATERAL ({columns}) AS col ON true
+ORDER BY col.attnum
+""".format(facts=_TARGET_FACTS, columns=columns_query("f.oid"))
+
+
+@dataclass(frozen=True)
+class TargetCatalog:
+    """An existing target as one catalog query describes it.
+
+    Attributes:
+        relkind: Its ``pg_class.relkind`` (``r`` a table, ``p`` a partitioned table).
+        persistence: Its ``relpersistence`` (``u`` for an ``UNLOGGED`` table).
+        pk_name: The name of its primary-key constraint, if it has one.
+        swappable: A ``replace`` may swap a staging table in for it (asked for only then).
+        table: Its columns, key and index-leading columns.
+    """
+
+    relkind: str
+    persistence: str
+    pk_name: str | None
+    swappable: bool
+    table: TableCatalog
+
+
+def target_catalog(
+    target: psycopg.Connection[tuple[object, ...]], table: TableName, *, swap: bool
+) -> TargetCatalog | None:
+    """What the target's catalog says of ``table`` (``None``: no such relation), in one round
+    trip; ``swap``: whether a ``replace`` could swap it (a question only ``replace`` asks)."""
+    rows = target.execute(_TARGET, {"swap": swap, "schema": table.schema, "name": table.name})
+    found = rows.fetchall()
+    if not found:
+        return None
+    first = found[0]
+    columns = [r[4:] for r in found if r[4] is not None]
+    return TargetCatalog(
+        relkind=str(first[0]), persistence=str(first[1]),
+        pk_name=None if first[2] is None else str(first[2]), swappable=bool(first[3]),
+        table=catalog_of(columns),
+    )  # fmt: skip
