@@ -10,7 +10,7 @@ as a bind parameter cast from text to its column's type; every name through
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
@@ -20,7 +20,7 @@ from dpone_dagster.backfill.shape import CURSOR_TYPES
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import TargetCatalog, target_catalog
+from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 
 from .errors import incremental_error
 from .state import Checkpoint
@@ -142,12 +142,10 @@ def read_catalogs(src: Conn, tgt: Conn, source: TableName, target: TableName) ->
     Raises:
         CatalogError: ``table_not_found`` for a source table that does not exist.
     """
+    # Leaving the block waits for the target's read, whatever the source's did.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
         target_side = pool.submit(target_catalog, tgt, target, swap=False)
-        try:
-            found = table_catalog(src, source)
-        finally:
-            wait([target_side])  # the target session is free again whatever happened here
+        found = table_catalog(src, source)
     return StreamCatalogs(found, target_side.result())
 
 
