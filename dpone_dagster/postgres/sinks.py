@@ -150,6 +150,21 @@ _TYPED_FIRST = frozenset(
 )
 
 
+def _of(alias: str, names: Sequence[str]) -> sql.Composed:
+    """``alias."a", alias."b"`` for SQL text."""
+    return sql.SQL(", ").join(
+        sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(n)) for n in names
+    )
+
+
+def _set_from(alias: str, names: Sequence[str]) -> sql.Composed:
+    """``"a" = alias."a", ...``: an ``UPDATE``'s assignments from the row ``alias``."""
+    return sql.SQL(", ").join(
+        sql.SQL("{} = {}.{}").format(sql.Identifier(n), sql.Identifier(alias), sql.Identifier(n))
+        for n in names
+    )
+
+
 def _changed(plan: TablePlan, others: Sequence[str], old: str, new: str) -> sql.Composable:
     """The predicate "the staged row ``new`` differs from the target row ``old``".
 
@@ -164,11 +179,8 @@ def _changed(plan: TablePlan, others: Sequence[str], old: str, new: str) -> sql.
         and not types[n].type_sql.endswith("[]")
     ]  # fmt: skip
     text = sql.SQL("ROW({})::text IS DISTINCT FROM ROW({})::text").format(
-        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(old), sql.Identifier(n))
-                           for n in others),
-        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(new), sql.Identifier(n))
-                           for n in others),
-    )  # fmt: skip
+        _of(old, others), _of(new, others)
+    )
     first = [
         sql.SQL("{}.{} IS DISTINCT FROM {}.{}").format(
             sql.Identifier(old), sql.Identifier(n), sql.Identifier(new), sql.Identifier(n)
@@ -219,22 +231,18 @@ def _merge_statement(
     """
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     names = column_list(plan.columns)
-    on = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(k)) for k in plan.target_key
-    )
+    keys = plan.target_key
     matched: sql.Composable = sql.SQL("")
     if others:
         matched = sql.SQL("WHEN MATCHED AND {} THEN UPDATE SET {} ").format(
-            _changed(plan, others, "t", "s"),
-            sql.SQL(", ").join(sql.SQL("{} = s.{}").format(sql.Identifier(n), sql.Identifier(n))
-                               for n in others),
-        )  # fmt: skip
+            _changed(plan, others, "t", "s"), _set_from("s", others)
+        )
     statement = sql.SQL(
-        "MERGE INTO {} AS t USING {} AS s ON {} {}"
+        "MERGE INTO {} AS t USING {} AS s ON ({}) = ({}) {}"
         "WHEN NOT MATCHED THEN INSERT ({}) OVERRIDING SYSTEM VALUE VALUES ({})"
     ).format(
-        plan.target.ident, staging.ident, on, matched, names,
-        sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(c.name)) for c in plan.columns),
+        plan.target.ident, staging.ident, _of("t", keys), _of("s", keys), matched, names,
+        _of("s", plan.column_names),
     )  # fmt: skip
     try:
         with conn.transaction():
@@ -275,11 +283,7 @@ def _upsert(
     action: sql.Composable
     if others:
         action = sql.SQL("DO UPDATE SET {} WHERE {}").format(
-            sql.SQL(", ").join(
-                sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n))
-                for n in others
-            ),
-            _changed(plan, others, "t", "excluded"),
+            _set_from("excluded", others), _changed(plan, others, "t", "excluded")
         )
     else:
         action = sql.SQL("DO NOTHING")
@@ -287,9 +291,7 @@ def _upsert(
     inserted: sql.Composable = sql.SQL("t.xmax = 0")
     if plan.partitioned_target:
         inserted = sql.SQL("NOT EXISTS (SELECT 1 FROM {} AS o WHERE ({}) = ({}))").format(
-            plan.target.ident,
-            sql.SQL(", ").join(sql.SQL("o.{}").format(sql.Identifier(k)) for k in plan.target_key),
-            sql.SQL(", ").join(sql.SQL("t.{}").format(sql.Identifier(k)) for k in plan.target_key),
+            plan.target.ident, _of("o", plan.target_key), _of("t", plan.target_key)
         )
     statement = sql.SQL(
         "WITH merged AS ({} ON CONFLICT ({}) {} RETURNING {} AS inserted) "
