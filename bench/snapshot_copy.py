@@ -74,26 +74,16 @@ def peak_rss_mb() -> float:
 
 def child_dagster(strategy: str, source: str, target: str) -> None:
     """Materializes the snapshot-copy asset with its defaults and its check; prints figures."""
-    import dagster as dg
-
+    from bench.materialize import timed_materialize
     from dpone_dagster import PostgresSourceResource, PostgresTargetResource, snapshot_copy_assets
 
-    @dg.asset
-    def warm_up() -> None:
-        """Loads what a run worker has loaded before its first step."""
-
-    assert dg.materialize([warm_up]).success
     assets = snapshot_copy_assets(["public.mixed"], strategy=strategy)  # type: ignore[arg-type]
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
     }
-    started = time.perf_counter()
-    result = dg.materialize([assets], resources=resources)
-    seconds = time.perf_counter() - started
+    seconds, result = timed_materialize([assets], resources)
     [check] = result.get_asset_check_evaluations()
-    if not result.success or not check.passed:
-        raise RuntimeError(f"the materialization failed or its check did not pass: {check}")
     [event] = result.get_asset_materialization_events()
     rows = event.materialization.metadata["dagster/row_count"].value
     proof = check.metadata["dpone/proof"].value
