@@ -34,7 +34,7 @@ SELECT c.oid, c.relkind::text AS relkind, c.relpersistence::text AS persistence,
                     OR d.classid = 'pg_attrdef'::regclass
                     OR (d.classid = 'pg_constraint'::regclass
                         AND EXISTS (SELECT 1 FROM pg_constraint k
-                                    WHERE k.oid = d.objid AND k.contype IN ('p', 'c')))
+                                    WHERE k.oid = d.objid AND k.contype IN ('p', 'c', 'n')))
                     OR (d.classid = 'pg_class'::regclass
                         AND (d.objid = c.reltoastrelid
                              OR EXISTS (SELECT 1 FROM pg_index x WHERE x.indexrelid = d.objid
