@@ -16,6 +16,7 @@ import dagster as dg
 
 from dpone_dagster.incremental import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_FILLFACTOR,
     DEFAULT_SOFT_DELETE_COLUMN,
     Deletes,
     check_options,
@@ -51,6 +52,7 @@ def incremental_asset(
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
     schema_changes: SchemaChanges = "evolve",
+    fillfactor: int = DEFAULT_FILLFACTOR,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
 
@@ -79,6 +81,9 @@ def incremental_asset(
         schema_changes: ``evolve`` (a column added, widened or dropped in the source changes
             the target in a batch's transaction, listed under ``dpone/schema_changes``) or
             ``freeze`` (any difference fails the run with ``schema_change_incompatible``).
+        fillfactor: The ``fillfactor`` of a target the first run creates (the room left on each
+            page keeps an updated row on its page); 100 packs pages full. An existing target
+            keeps its own.
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -105,7 +110,7 @@ def incremental_asset(
     """
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
-    check_options(deletes, batch_size, lookback, settle_timeout)
+    check_options(deletes, batch_size, lookback, settle_timeout, fillfactor)
     check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
     check_schema_changes(schema_changes)
@@ -113,6 +118,7 @@ def incremental_asset(
         deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
         lookback=lookback, continue_from_backfill=continue_from_backfill,
         settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
+        fillfactor=fillfactor,
     )  # fmt: skip
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(

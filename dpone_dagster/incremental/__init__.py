@@ -11,6 +11,7 @@ from .batch import BatchOutcome, Deletes
 from .compare import Comparison
 from .engine import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_FILLFACTOR,
     DEFAULT_SOFT_DELETE_COLUMN,
     DELETES,
     IncrementalSync,
@@ -31,6 +32,7 @@ from .state import (
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEFAULT_FILLFACTOR",
     "DEFAULT_SOFT_DELETE_COLUMN",
     "DELETES",
     "INCREMENTAL_ERRORS",

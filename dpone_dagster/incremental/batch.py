@@ -131,6 +131,7 @@ def copy_batch(
     verify: bool = False,
     on_phase: PhaseHook = lambda _: None,
     schema_changes: SchemaChanges = "evolve",
+    fillfactor: int | None = None,
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
 
@@ -138,7 +139,7 @@ def copy_batch(
     staged; the merge follows) and ``"commit"`` (just before the COMMIT). The batch plans its
     load from both catalogs inside its own transactions, so a source whose columns changed
     evolves the target (``schema_changes="evolve"``) with the batch's rows, in the batch's
-    commit.
+    commit. A target the batch creates takes ``fillfactor``.
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
@@ -155,7 +156,7 @@ def copy_batch(
         assert state.run is not None
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
             window = open_read_window(src)
-            plan = stream_plan(src, tgt, shape, schema_changes)
+            plan = stream_plan(src, tgt, shape, schema_changes, fillfactor=fillfactor)
             rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
             # The initial load's keys are new to the target, bar a late commit's.
             initial = state.run.lower is None and state.mark is None
@@ -182,9 +183,11 @@ def stream_plan(
     shape: StreamShape,
     mode: SchemaChanges,
     found: StreamCatalogs | None = None,
+    *,
+    fillfactor: int | None = None,
 ) -> TablePlan:
     """The load's plan of the stream's table (the soft-delete column is the stream's own), from
-    both catalogs (``found``, else read now).
+    both catalogs (``found``, else read now); a target it creates takes ``fillfactor``.
 
     Raises:
         SchemaChangeError: ``schema_change_incompatible`` (see :func:`.schema_change.decide`).
@@ -192,7 +195,9 @@ def stream_plan(
     found = found or read_catalogs(src, tgt, shape.source, shape.target)
     own = () if shape.soft_column is None else (shape.soft_column,)
     mapping = TableMapping(shape.source, shape.target)
+    packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
+    plan = replace(plan, fillfactor=None if packed else fillfactor)
     return plan_target(tgt, plan, "merge", schema_changes=mode, keep=own, found=found.target)
 
 

@@ -91,6 +91,8 @@ class TablePlan:
         copy_format_reason: Why ``copy_format`` is ``text``, when it is.
         schema_changes: What the load changes in the existing target's schema, in the load's
             transaction (:mod:`.schema_change`): added, widened and kept columns.
+        fillfactor: The ``fillfactor`` of a target this load creates (``None``: the server's
+            default, 100); an existing target keeps its own.
     """
 
     source: TableName
@@ -109,6 +111,7 @@ class TablePlan:
     versions: tuple[int, int] | None = None
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
+    fillfactor: int | None = None
 
     @property
     def column_names(self) -> tuple[str, ...]:

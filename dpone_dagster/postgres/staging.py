@@ -59,6 +59,7 @@ class PostgresStagingTable:
         like: A table to copy the column shape from (``INCLUDING DEFAULTS`` is not used:
             staging holds exactly what the source sent).
         unlogged: Create an ``UNLOGGED`` table (no WAL for rows that are thrown away).
+        fillfactor: The table's ``fillfactor`` (``None``: the server's default).
         dsn: The target DSN, for dropping from a fresh session when ``conn`` is broken.
     """
 
@@ -70,6 +71,7 @@ class PostgresStagingTable:
         columns: sql.Composable | None = None,
         like: TableName | None = None,
         unlogged: bool = True,
+        fillfactor: int | None = None,
         dsn: str | None = None,
     ) -> None:
         if (columns is None) == (like is None):
@@ -79,6 +81,7 @@ class PostgresStagingTable:
         self.columns = columns
         self.like = like
         self.unlogged = unlogged
+        self.fillfactor = fillfactor
         self.dsn = dsn
 
     @property
@@ -94,6 +97,8 @@ class PostgresStagingTable:
         else:
             assert self.columns is not None
             body = sql.SQL("({})").format(self.columns)
+        if self.fillfactor is not None:
+            body = sql.SQL("{} WITH (fillfactor = {})").format(body, sql.Literal(self.fillfactor))
         self.conn.execute(sql.SQL("CREATE {} {} {}").format(kind, self.name.ident, body))
 
     def _drop_statement(self) -> sql.Composed:
@@ -165,13 +170,15 @@ def staging_table(
 
     A staging table that will become the target carries the target's full definition (the
     source's, for a target created by this copy) and is as durable as the target; one whose
-    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``.
+    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``. A
+    target created by this copy takes the plan's ``fillfactor``.
     """
     name = staging_name_for(plan.target)
     if not plan.target_exists:
         return PostgresStagingTable(
-            conn, name, columns=table_definition(plan.source_columns), unlogged=False, dsn=dsn
-        )
+            conn, name, columns=table_definition(plan.source_columns), unlogged=False,
+            fillfactor=plan.fillfactor, dsn=dsn,
+        )  # fmt: skip
     if plan.swap:
         return PostgresStagingTable(
             conn,

@@ -20,6 +20,7 @@ from psycopg import sql
 from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.incremental import (
+    DEFAULT_FILLFACTOR,
     BatchOutcome,
     IncrementalSync,
     incremental_error,
@@ -57,6 +58,7 @@ class StreamOptions:
         reconcile: Verify the run in its final snapshot and report ``dpone_reconciled``.
         schema_changes: ``evolve`` or ``freeze`` (see :class:`~dpone_dagster.incremental.
             IncrementalSync`).
+        fillfactor: The ``fillfactor`` of a target the stream creates.
     """
 
     deletes: Deletes = "ignore"
@@ -67,6 +69,7 @@ class StreamOptions:
     settle_timeout: float = 30.0
     reconcile: bool = True
     schema_changes: SchemaChanges = "evolve"
+    fillfactor: int = DEFAULT_FILLFACTOR
 
 
 def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
@@ -172,5 +175,5 @@ def _sync(
         settle_timeout=options.settle_timeout, verify=options.reconcile,
         ledger_schema=ledger.schema_name, options=source.options,
         on_batch=lambda done: context.log_event(_observation(key, done)),
-        schema_changes=options.schema_changes,
+        schema_changes=options.schema_changes, fillfactor=options.fillfactor,
     )  # fmt: skip

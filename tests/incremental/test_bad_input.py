@@ -67,6 +67,11 @@ def test_a_missing_or_unorderable_cursor_and_bad_options_are_refused(stream: Str
         IncrementalSync(stream.source, stream.target, "shop.orders", cursor="id", deletes="all")  # type: ignore[arg-type]
     assert info.value.code == "incremental_options_invalid"
     _refused(stream, "incremental_options_invalid", deletes="soft", soft_delete_column="note")
+    for fillfactor in (5, 101, 90.5, True):
+        with pytest.raises(IncrementalError) as info:
+            stream.sync(fillfactor=fillfactor)
+        assert info.value.code == "incremental_options_invalid"
+        assert "fillfactor" in str(info.value) and info.value.next_actions
     assert _target_rows(stream) == -1
 
 

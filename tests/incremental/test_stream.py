@@ -201,3 +201,43 @@ def test_an_initial_load_into_a_target_holding_some_keys_merges_them(stream: Str
     first = stream.run()
     assert (first.rows, first.inserted, first.updated, first.batches) == (2500, 2497, 2, 3)
     stream.assert_equal()
+
+
+def _pages(dsn: str, table: str, keys: str) -> dict[int, int]:
+    """``{key: heap page}`` of the rows ``keys`` selects."""
+    query = f"SELECT id, (ctid::text::point)[0]::int FROM {table} WHERE {keys}"
+    return {int(k): int(p) for k, p in pg.fetch_all(dsn, query)}  # type: ignore[call-overload]
+
+
+def test_a_target_the_stream_creates_leaves_room_so_updated_rows_stay_on_their_pages(
+    stream: Stream,
+) -> None:
+    stream.run()
+    packed = stream.sync(target_table="shop.orders_packed", fillfactor=100)
+    packed.run()
+    options = "SELECT reloptions FROM pg_class WHERE oid = %s::regclass"
+    assert pg.fetch_one(stream.target, options, ("shop.orders",)) == ["fillfactor=90"]
+    assert pg.fetch_one(stream.target, options, ("shop.orders_packed",)) is None
+    spread = "id %% 50 = 0"
+    before = {t: _pages(stream.target, t, spread) for t in ("shop.orders", "shop.orders_packed")}
+    pg.execute(stream.source, f"UPDATE shop.orders SET note = 'moved', updated_at = now()"
+                              f" WHERE {spread}")  # fmt: skip
+    assert stream.run().updated == 50
+    assert packed.run().updated == 50
+    stream.assert_equal()
+    # The room each page kept takes the new row versions: an update on its page (HOT) adds
+    # no index entry. Full pages send them elsewhere.
+    assert _pages(stream.target, "shop.orders", spread) == before["shop.orders"]
+    moved = _pages(stream.target, "shop.orders_packed", spread)
+    assert sum(moved[k] != p for k, p in before["shop.orders_packed"].items()) > 25
+
+
+def test_an_existing_target_keeps_its_own_storage_options(stream: Stream) -> None:
+    pg.execute(stream.target, "CREATE SCHEMA shop")
+    pg.execute(stream.target, "CREATE TABLE shop.orders (id bigint PRIMARY KEY,"
+               " updated_at timestamptz NOT NULL, note text, amount numeric(12, 2))"
+               " WITH (fillfactor = 70)")  # fmt: skip
+    stream.run(fillfactor=50)
+    options = "SELECT reloptions FROM pg_class WHERE oid = 'shop.orders'::regclass"
+    assert pg.fetch_one(stream.target, options) == ["fillfactor=70"]
+    stream.assert_equal()

@@ -56,7 +56,7 @@ from dpone_dagster.assets.snapshot_copy import (
     snapshot_copy_assets,
 )
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
-from dpone_dagster.incremental import DEFAULT_SOFT_DELETE_COLUMN, Deletes
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
 from dpone_dagster.partitions import cursor_range_partitions
 from dpone_dagster.resources import (
     BackfillLedgerResource,
@@ -192,6 +192,7 @@ class IncrementalStreamModel(AssetAttributes):
             the same table and cursor.
         settle_timeout: Seconds a run waits for transactions open at its mark.
         schema_changes: ``evolve`` (default) or ``freeze``.
+        fillfactor: The ``fillfactor`` of a target the first run creates (100 packs pages full).
         pool: Concurrency pool.
         cron_schedule: When set, a schedule named after the asset materializes it (with its
             check) on this cron expression.
@@ -207,6 +208,7 @@ class IncrementalStreamModel(AssetAttributes):
     continue_from_backfill: bool = False
     settle_timeout: float = 30.0
     schema_changes: CopySchemaChanges = "evolve"
+    fillfactor: int = DEFAULT_FILLFACTOR
     pool: str | None = None
     cron_schedule: str | None = None
 
@@ -355,6 +357,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             translator=translator,
             pool=stream.pool,
             schema_changes=stream.schema_changes,
+            fillfactor=stream.fillfactor,
         )
         schedules = []
         if stream.cron_schedule is not None:
