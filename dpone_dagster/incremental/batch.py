@@ -197,7 +197,7 @@ def stream_plan(
     mapping = TableMapping(shape.source, shape.target)
     packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
-    plan = replace(plan, fillfactor=None if packed else fillfactor)
+    plan = replace(plan, storage=() if packed else (f"fillfactor={fillfactor}",))
     return plan_target(tgt, plan, "merge", schema_changes=mode, keep=own, found=found.target)
 
 

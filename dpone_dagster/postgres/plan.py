@@ -91,8 +91,9 @@ class TablePlan:
         copy_format_reason: Why ``copy_format`` is ``text``, when it is.
         schema_changes: What the load changes in the existing target's schema, in the load's
             transaction (:mod:`.schema_change`): added, widened and kept columns.
-        fillfactor: The ``fillfactor`` of a target this load creates (``None``: the server's
-            default, 100); an existing target keeps its own.
+        storage: The storage parameters (``name=value``, as ``pg_class.reloptions`` spells
+            them) of a staging table that becomes the target: those of a target this load
+            creates (its caller's), or those of the target a ``replace`` swaps out (kept).
     """
 
     source: TableName
@@ -111,7 +112,7 @@ class TablePlan:
     versions: tuple[int, int] | None = None
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
-    fillfactor: int | None = None
+    storage: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -309,6 +310,7 @@ def _onto_existing(
         copy_format=copy_format,
         copy_format_reason=reason,
         swap=sink == "replace" and found.swappable,
+        storage=found.storage if sink == "replace" and found.swappable else (),
         unlogged_target=persistence == "u",
         partitioned_target=relkind == "p",
         schema_changes=changes,

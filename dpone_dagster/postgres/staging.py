@@ -8,6 +8,7 @@ definition; one whose rows are inserted into the target holds just the copied co
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 
@@ -59,7 +60,7 @@ class PostgresStagingTable:
         like: A table to copy the column shape from (``INCLUDING DEFAULTS`` is not used:
             staging holds exactly what the source sent).
         unlogged: Create an ``UNLOGGED`` table (no WAL for rows that are thrown away).
-        fillfactor: The table's ``fillfactor`` (``None``: the server's default).
+        storage: Storage parameters, ``name=value`` as ``pg_class.reloptions`` spells them.
         dsn: The target DSN, for dropping from a fresh session when ``conn`` is broken.
     """
 
@@ -71,7 +72,7 @@ class PostgresStagingTable:
         columns: sql.Composable | None = None,
         like: TableName | None = None,
         unlogged: bool = True,
-        fillfactor: int | None = None,
+        storage: Sequence[str] = (),
         dsn: str | None = None,
     ) -> None:
         if (columns is None) == (like is None):
@@ -81,7 +82,7 @@ class PostgresStagingTable:
         self.columns = columns
         self.like = like
         self.unlogged = unlogged
-        self.fillfactor = fillfactor
+        self.storage = tuple(storage)
         self.dsn = dsn
 
     @property
@@ -97,8 +98,8 @@ class PostgresStagingTable:
         else:
             assert self.columns is not None
             body = sql.SQL("({})").format(self.columns)
-        if self.fillfactor is not None:
-            body = sql.SQL("{} WITH (fillfactor = {})").format(body, sql.Literal(self.fillfactor))
+        if self.storage:
+            body = sql.SQL("{} WITH ({})").format(body, storage_clause(self.storage))
         self.conn.execute(sql.SQL("CREATE {} {} {}").format(kind, self.name.ident, body))
 
     def _drop_statement(self) -> sql.Composed:
@@ -145,6 +146,24 @@ class PostgresStagingTable:
             ) from None
 
 
+_STORAGE_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def storage_clause(storage: Sequence[str]) -> sql.Composed:
+    """``name = 'value', ...`` for a ``WITH (...)`` clause, from ``name=value`` parameters.
+
+    Raises:
+        ValueError: a parameter that is not ``name=value`` with a plain lower-case name.
+    """
+    parts = []
+    for parameter in storage:
+        name, equals, value = parameter.partition("=")
+        if not equals or not _STORAGE_NAME.fullmatch(name):
+            raise ValueError(f"not a storage parameter: {parameter!r}")
+        parts.append(sql.SQL("{} = {}").format(sql.SQL(name), sql.Literal(value)))
+    return sql.SQL(", ").join(parts)
+
+
 def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> sql.Composed:
     """Column definitions: name and type, plus (with ``constraints``) generation expression,
     constant default and NOT NULL, as the catalog describes them."""
@@ -170,14 +189,14 @@ def staging_table(
 
     A staging table that will become the target carries the target's full definition (the
     source's, for a target created by this copy) and is as durable as the target; one whose
-    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``. A
-    target created by this copy takes the plan's ``fillfactor``.
+    rows are inserted into the target holds just the copied columns and is ``UNLOGGED``. One
+    that becomes the target takes the plan's storage parameters.
     """
     name = staging_name_for(plan.target)
     if not plan.target_exists:
         return PostgresStagingTable(
             conn, name, columns=table_definition(plan.source_columns), unlogged=False,
-            fillfactor=plan.fillfactor, dsn=dsn,
+            storage=plan.storage, dsn=dsn,
         )  # fmt: skip
     if plan.swap:
         return PostgresStagingTable(
@@ -185,6 +204,7 @@ def staging_table(
             name,
             columns=_LIKE_TARGET.format(plan.target.ident),
             unlogged=plan.unlogged_target,
+            storage=plan.storage,
             dsn=dsn,
         )
     return PostgresStagingTable(

@@ -15,9 +15,12 @@ from .identifiers import TableName
 # A replace can swap the staging table in (drop the old table, rename the new one) only when
 # the old table carries nothing that a swap would lose: no index but its primary key, no view,
 # trigger, foreign key, policy, publication, owned sequence, statistics object, inheritance,
-# grant, storage option or comment. Anything else is replaced row by row in one transaction.
+# grant, storage option of its TOAST table, or comment. Anything else is replaced row by row in
+# one transaction. The table's own storage parameters are given to the staging table.
 _SWAPPABLE = """
-       c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL AND c.reloptions IS NULL
+       c.relkind = 'r' AND NOT c.relispartition AND c.relacl IS NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_class t WHERE t.oid = c.reltoastrelid
+                       AND t.reloptions IS NOT NULL)
        AND NOT c.relrowsecurity AND c.reltablespace = 0 AND c.relreplident = 'd'
        AND pg_get_userbyid(c.relowner) = current_user
        AND obj_description(c.oid, 'pg_class') IS NULL
@@ -41,11 +44,11 @@ _SWAPPABLE = """
 # column fields are NULL: a table without columns). Without the swap question the statement
 # leaves its catalogs out: a new session's first look at each catalog costs milliseconds.
 _TARGET = """
-SELECT f.relkind, f.persistence, f.pk_name, f.swappable, col.*
+SELECT f.relkind, f.persistence, f.pk_name, f.swappable, f.storage, col.*
 FROM (SELECT c.oid, c.relkind::text AS relkind, c.relpersistence::text AS persistence,
              (SELECT conname FROM pg_constraint WHERE conrelid = c.oid AND contype = 'p')
                AS pk_name,
-             {swappable} AS swappable
+             {swappable} AS swappable, {storage} AS storage
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
       WHERE n.nspname = %(schema)s AND c.relname = %(name)s
         AND c.relkind IN ('r', 'p', 'v', 'm', 'f')) AS f
@@ -53,7 +56,11 @@ LEFT JOIN LATERAL ({columns}) AS col ON true
 ORDER BY col.attnum
 """
 _QUERIES = {
-    swap: _TARGET.format(swappable=_SWAPPABLE if swap else "false", columns=columns_query("f.oid"))
+    swap: _TARGET.format(
+        swappable=_SWAPPABLE if swap else "false",
+        storage="c.reloptions::text[]" if swap else "NULL::text[]",
+        columns=columns_query("f.oid"),
+    )
     for swap in (True, False)
 }
 
@@ -68,6 +75,7 @@ class TargetCatalog:
         pk_name: The name of its primary-key constraint, if it has one.
         swappable: A ``replace`` may swap a staging table in for it (asked for only then).
         table: Its columns, key and index-leading columns.
+        storage: Its storage parameters (``name=value``; asked for with ``swappable``).
     """
 
     relkind: str
@@ -75,6 +83,7 @@ class TargetCatalog:
     pk_name: str | None
     swappable: bool
     table: TableCatalog
+    storage: tuple[str, ...] = ()
 
 
 def target_catalog(
@@ -87,9 +96,9 @@ def target_catalog(
     if not found:
         return None
     first = found[0]
-    columns = [r[4:] for r in found if r[4] is not None]
+    columns = [r[5:] for r in found if r[5] is not None]
     return TargetCatalog(
         relkind=str(first[0]), persistence=str(first[1]),
         pk_name=None if first[2] is None else str(first[2]), swappable=bool(first[3]),
-        table=catalog_of(columns),
+        table=catalog_of(columns), storage=tuple(first[4] or ()),  # type: ignore[arg-type]
     )  # fmt: skip

@@ -134,6 +134,37 @@ def test_replace_is_atomic_for_readers(source_dsn: str, target_dsn: str, method:
         ) == [("mixed_pkey", "p")], "the swapped-in table keeps the key and its name"
 
 
+def test_replace_swaps_a_table_with_storage_parameters_and_keeps_them(
+    source_dsn: str, target_dsn: str
+) -> None:
+    # Its own parameters go to the staging table it is swapped for; its TOAST table's would be
+    # lost by a swap, so that target is rewritten in place instead, its parameters untouched.
+    pg.create_mixed_table(source_dsn, rows=2000)
+    pg.create_mixed_table(source_dsn, name="later", rows=500)
+    pg.create_mixed_table(target_dsn, rows=300)
+    pg.create_mixed_table(target_dsn, name="later", rows=100)
+    pg.execute(target_dsn, "ALTER TABLE public.mixed SET (fillfactor = 70,"
+                           " autovacuum_enabled = false)")  # fmt: skip
+    pg.execute(target_dsn, "ALTER TABLE public.later SET (toast.autovacuum_enabled = false)")
+    report = copy_tables(source_dsn, target_dsn, ["public.mixed", "public.later"])
+    methods = [t.sink_result.method if t.sink_result else None for t in report.tables]
+    assert methods == ["swap", "rewrite"]
+    options = (
+        "SELECT c.reloptions, t.reloptions FROM pg_class c LEFT JOIN pg_class t"
+        " ON t.oid = c.reltoastrelid WHERE c.oid = %s::regclass"
+    )
+    assert pg.fetch_all(target_dsn, options, ("public.mixed",)) == [
+        (["fillfactor=70", "autovacuum_enabled=false"], None)
+    ]
+    assert pg.fetch_all(target_dsn, options, ("public.later",)) == [
+        (None, ["autovacuum_enabled=false"])
+    ]
+    for table in ("mixed", "later"):
+        assert pg.table_fingerprint(source_dsn, "public", table) == pg.table_fingerprint(
+            target_dsn, "public", table
+        )
+
+
 def test_merge_inserts_new_keys_and_updates_only_changed_rows(
     source_dsn: str, target_dsn: str
 ) -> None:
