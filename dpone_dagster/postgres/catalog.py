@@ -110,8 +110,6 @@ ORDER BY k.ord
 
 # The relation looked up inside the query: one round trip instead of two.
 _COLUMNS_OF = _COLUMNS.format(relation=_RELATION_OID)
-COLUMN_FIELDS = 15
-"""The fields of each row of :func:`columns_query` (:func:`catalog_of` reads them)."""
 
 
 def columns_query(relation: str) -> str:
