@@ -8,7 +8,8 @@ backfill's final per-range reconciliation (:mod:`dpone_dagster.backfill.reconcil
 built on them.
 """
 
-from .copy_check import Guarantee, ReconcileError, TableReconciliation, reconcile_copy
+from .copy_check import ReconcileError, reconcile_copy
+from .copy_verdict import Guarantee, TableReconciliation
 from .digest import DIGEST_ALGORITHM, Digest, DigestError
 from .proof import Proof
 

@@ -35,8 +35,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import TypeVar
 
 import psycopg
@@ -44,7 +43,6 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, redact, token_digest
 from dpone_dagster.postgres import (
-    Column,
     ConnectionOptions,
     CopyReport,
     Sink,
@@ -52,18 +50,13 @@ from dpone_dagster.postgres import (
     TableName,
     TablePlan,
 )
-from dpone_dagster.postgres.catalog import (
-    column_list,
-    normal_type,
-    primary_key,
-    relation_oid,
-    table_columns,
-)
+from dpone_dagster.postgres.catalog import column_list, normal_type, table_catalog
 from dpone_dagster.postgres.connection import connect, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay, select_columns
-from dpone_dagster.postgres.evidence import RowVersionEvidence
 from dpone_dagster.postgres.snapshot import check_snapshot_token
+from dpone_dagster.postgres.target_catalog import target_catalog
 
+from .copy_verdict import CopiedTable, Guarantee, TableReconciliation, judge
 from .digest import (
     EMPTY,
     Digest,
@@ -73,7 +66,6 @@ from .digest import (
     row_hash,
     run_digest,
 )
-from .proof import Proof
 from .row_versions import Horizon, horizon, proven, source_proof, target_proof, usable
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -81,65 +73,8 @@ _T = TypeVar("_T")
 _WHOLE: tuple[sql.Composable, list[object]] = (sql.SQL("true"), [])
 
 
-class Guarantee(StrEnum):
-    """What a table's reconciliation checked (decided by the sink and the target's key)."""
-
-    EQUAL = "equal"
-    """The target holds exactly the snapshot's rows (``replace``)."""
-    CONTAINS = "contains"
-    """Every snapshot row is in the target, equal, by primary key (``merge``, keyed ``append``)."""
-    COUNTS = "counts"
-    """Row counts only (``append`` into a target without a primary key)."""
-
-
 class ReconcileError(DponeError):
     """A reconciliation could not run (it did not find a difference: that is a result)."""
-
-
-@dataclass(frozen=True)
-class TableReconciliation:
-    """One table's reconciliation.
-
-    Attributes:
-        source_table: The source table.
-        target_table: The target table.
-        sink: The copy's sink.
-        guarantee: What was checked (see :class:`Guarantee`).
-        proof: How it was established: row versions, or both sides' content hash.
-        source: The source's digest inside the copy's snapshot (no hash under row versions).
-        target: The target's digest: the whole table (``equal``, ``counts``) or its rows whose
-            key is among the snapshot's (``contains``).
-        passed: The guarantee holds.
-        detail: One sentence on what was found.
-    """
-
-    source_table: TableName
-    target_table: TableName
-    sink: Sink
-    guarantee: Guarantee
-    proof: Proof
-    source: Digest
-    target: Digest
-    passed: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class _Table:
-    """A table to reconcile, with what the report (if any) says about it."""
-
-    source: TableName
-    target: TableName
-    names: tuple[str, ...]
-    rows_extracted: int | None = None
-    rows_inserted: int | None = None
-    rows_loaded: int | None = None
-    evidence: RowVersionEvidence | None = None
-    columns: tuple[Column, ...] = ()
-    casts: tuple[tuple[str, str], ...] = ()
-    key: tuple[str, ...] = ()
-    guarantee: Guarantee = Guarantee.EQUAL
-    target_exists: bool = True
 
 
 def reconcile_copy(
@@ -198,16 +133,16 @@ def reconcile_copy(
             hashed = [t for i, t in enumerate(tables) if i not in proved]
             digests = iter(_digest(pool, source.conn, target, hashed, open_source))
     return [
-        _judge(t, sink, proved[i]) if i in proved else _judge(t, sink, *next(digests))
+        judge(t, sink, proved[i]) if i in proved else judge(t, sink, *next(digests))
         for i, t in enumerate(tables)
     ]
 
 
 def _tables(
     copied: CopyReport | Sequence[TablePlan], sink: Sink, token: str
-) -> tuple[list[_Table], Sink]:
+) -> tuple[list[CopiedTable], Sink]:
     if not isinstance(copied, CopyReport):
-        return [_Table(p.source, p.target, p.column_names) for p in copied], sink
+        return [CopiedTable(p.source, p.target, p.column_names) for p in copied], sink
     if copied.source_token is not None and copied.source_token != token_digest(token):
         raise ReconcileError(
             "reconcile_snapshot_mismatch",
@@ -216,7 +151,7 @@ def _tables(
             ["Pass the token the copy ran under (CopyOptions.snapshot_token)."],
         )
     return [
-        _Table(
+        CopiedTable(
             t.source,
             t.target,
             t.columns,
@@ -238,24 +173,26 @@ def _open_target(dsn: str, options: ConnectionOptions | None, sink: Sink) -> Con
     return conn
 
 
-def _resolve_all(source: Conn, target: Conn, tables: list[_Table], sink: Sink) -> list[_Table]:
+def _resolve_all(
+    source: Conn, target: Conn, tables: list[CopiedTable], sink: Sink
+) -> list[CopiedTable]:
     require_row_hash(source, target)
     return [_resolve(source, target, t, sink) for t in tables]
 
 
-def _resolve(source: Conn, target: Conn, table: _Table, sink: Sink) -> _Table:
+def _resolve(source: Conn, target: Conn, table: CopiedTable, sink: Sink) -> CopiedTable:
     """Fills in the columns (from the source catalog), the casts, the key and the guarantee."""
-    every = [c for c in table_columns(source, table.source) if not c.generated]
+    every = [c for c in table_catalog(source, table.source).columns if not c.generated]
     names = table.names or tuple(c.name for c in every)
     by_name = {c.name: c for c in every}
     columns = tuple(by_name[n] for n in names if n in by_name)
-    exists = relation_oid(target, table.target) is not None
+    found = target_catalog(target, table.target, swap=False)
     key: tuple[str, ...] = ()
     casts: tuple[tuple[str, str], ...] = ()
-    if exists:
-        key = tuple(primary_key(target, table.target))
+    if found is not None:
+        key = found.table.key
         # A type spelled differently (a domain over it, ``int8`` for ``bigint``) is no cast.
-        theirs = {c.name: normal_type(c) for c in table_columns(target, table.target)}
+        theirs = {c.name: normal_type(c) for c in found.table.columns}
         casts = tuple(
             (c.name, c.type_sql)
             for c in columns
@@ -267,11 +204,11 @@ def _resolve(source: Conn, target: Conn, table: _Table, sink: Sink) -> _Table:
         guarantee = Guarantee.CONTAINS if keyed else Guarantee.COUNTS
     return replace(
         table, names=names, columns=columns, casts=casts, key=key, guarantee=guarantee,
-        target_exists=exists,
+        target_exists=found is not None,
     )  # fmt: skip
 
 
-def _provable(table: _Table) -> bool:
+def _provable(table: CopiedTable) -> bool:
     return (
         table.guarantee is Guarantee.EQUAL
         and table.target_exists
@@ -283,7 +220,7 @@ def _provable(table: _Table) -> bool:
 
 
 def _prove(
-    pool: ThreadPoolExecutor, source: Conn, target: Conn, tables: Sequence[_Table]
+    pool: ThreadPoolExecutor, source: Conn, target: Conn, tables: Sequence[CopiedTable]
 ) -> dict[int, int]:
     """The tables row versions prove equal (index -> rows), each side read once, concurrently."""
     tried = [(i, t) for i, t in enumerate(tables) if _provable(t)]
@@ -305,7 +242,7 @@ def _count(conn: Conn, table: TableName) -> int:
     return int(str(row[0]))
 
 
-def _target_versions(conn: Conn, table: _Table) -> bool:
+def _target_versions(conn: Conn, table: CopiedTable) -> bool:
     evidence, expected = table.evidence, table.rows_loaded
     assert evidence is not None
     assert expected is not None
@@ -321,7 +258,7 @@ def _digest(
     pool: ThreadPoolExecutor,
     source: Conn,
     target: Conn,
-    tables: Sequence[_Table],
+    tables: Sequence[CopiedTable],
     open_source: Callable[[], SnapshotSession],
 ) -> list[tuple[Digest, Digest]]:
     """Both sides' digests of every table, concurrently."""
@@ -348,7 +285,7 @@ def _digest(
 
 def _target_side(
     conn: Conn,
-    tables: Sequence[_Table],
+    tables: Sequence[CopiedTable],
     rows: Sequence[sql.Composed],
     open_source: Callable[[], SnapshotSession],
 ) -> list[Digest]:
@@ -370,7 +307,7 @@ def _target_side(
     return found
 
 
-def _copy_keys(source: Conn, target: Conn, table: _Table, index: int) -> sql.Composed:
+def _copy_keys(source: Conn, target: Conn, table: CopiedTable, index: int) -> sql.Composed:
     """Copies the snapshot's key values into a temporary table of the target session and
     returns the filter ``(key) IN (SELECT key FROM that table)``."""
     temp = TableName("pg_temp", f"dpone_reconcile_keys_{index}")
@@ -390,67 +327,6 @@ def _copy_keys(source: Conn, target: Conn, table: _Table, index: int) -> sql.Com
     )
     target.execute(sql.SQL("ANALYZE {}").format(temp.ident))
     return sql.SQL("({}) IN (SELECT {} FROM {})").format(keys, keys, temp.ident)
-
-
-def _judge(
-    table: _Table, sink: Sink, source: Digest | int, target: Digest | None = None
-) -> TableReconciliation:
-    if isinstance(source, int):  # proven by row versions
-        digest = Digest(source, None)
-        return _result(
-            table, sink, Proof.ROW_VERSIONS, digest, digest, True,
-            f"The target holds exactly the snapshot's {source} rows: every one was written by "
-            "the copy's own load and nobody changed a row since (row versions).",
-        )  # fmt: skip
-    assert target is not None
-    passed, detail = _compare(table, source, target)
-    return _result(table, sink, Proof.CONTENT_HASH, source, target, passed, detail)
-
-
-def _compare(table: _Table, source: Digest, target: Digest) -> tuple[bool, str]:
-    """Whether the guarantee holds by the two digests, and what was found."""
-    n, guarantee = source.count, table.guarantee
-    if not table.target_exists:
-        return False, f"The target table {table.target} does not exist."
-    if guarantee is Guarantee.EQUAL:
-        if source == target:
-            return (
-                True,
-                f"The target holds exactly the snapshot's {n} rows (equal count and digest).",
-            )
-        same = "equal" if source.hash == target.hash else "differ"
-        return False, (
-            f"The target differs from the snapshot: {n} source rows, {target.count} target rows, "
-            f"digests {same}."
-        )
-    if guarantee is Guarantee.CONTAINS:
-        by_key, missing = f" (by primary key {', '.join(table.key)}).", n - target.count
-        if source == target:
-            return True, f"Every one of the snapshot's {n} rows is in the target, equal{by_key}"
-        if missing > 0:
-            return False, f"{missing} of the snapshot's {n} keys have no row in the target{by_key}"
-        return False, f"Target rows with the snapshot's keys differ in value{by_key}"
-    inserted = table.rows_inserted
-    said = "" if inserted is None else f", and the sink inserted {inserted}"
-    return target.count >= n and inserted in (None, n), (
-        f"Counts only (the target has no primary key to compare values by): the target holds "
-        f"{target.count} rows, the snapshot {n}{said}."
-    )
-
-
-def _result(
-    table: _Table, sink: Sink, proof: Proof, source: Digest, target: Digest, passed: bool,
-    detail: str,
-) -> TableReconciliation:  # fmt: skip
-    if table.rows_extracted not in (None, source.count):
-        passed = False
-        detail += (
-            f" The copy's extraction receipt counts {table.rows_extracted} rows where the "
-            f"snapshot holds {source.count}: the copy did not read this snapshot."
-        )
-    return TableReconciliation(
-        table.source, table.target, sink, table.guarantee, proof, source, target, passed, detail
-    )
 
 
 def _guarded(side: str, step: Callable[[], _T]) -> _T:
