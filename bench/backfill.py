@@ -18,7 +18,7 @@ COPY), one after the other:
   under one snapshot each: proven by row versions where nobody wrote it since its batch, else
   by count and exact content hash). "To done" is the two together. For contrast, the same
   reconciliation with every range hashed (``row_versions=False``) is timed after it;
-* the checkpoint cost: the real ``Ledger.record_batch`` (receipt INSERT and run compare-and-swap)
+* the checkpoint cost: the real ``RunLedger.record_batch`` (receipt INSERT and run compare-and-swap)
   timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
   copied, each time rolled back to a savepoint so the ledger is left as it was; medians;
 * what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
@@ -54,7 +54,7 @@ from dpone_dagster.backfill import (  # noqa: E402
     Backfill,
     BackfillRun,
     BatchReceipt,
-    Ledger,
+    RunLedger,
 )
 from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
@@ -63,7 +63,7 @@ SAMPLES = 400
 WARMUP = 20
 
 
-class TimedLedger(Ledger):
+class TimedLedger(RunLedger):
     """The real ledger; at two points of the run it times many checkpoint writes in place."""
 
     def __init__(self, schema: str, points: list[int]) -> None:

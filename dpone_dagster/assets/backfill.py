@@ -12,7 +12,8 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, BackfillError, OnChanged, check_on_changed
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged, check_on_changed
+from dpone_dagster.core.errors import EngineError
 from dpone_dagster.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import CHECK_NAME
@@ -111,7 +112,7 @@ def backfill_asset(
     check_instance_storage()
     try:
         check_on_changed(on_changed)
-    except BackfillError as exc:
+    except EngineError as exc:
         raise DponeError(exc.code, exc.message, ['Use on_changed="fail" or "repair".']) from None
     if batch_size < 1:
         raise DponeError(

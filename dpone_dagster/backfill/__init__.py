@@ -1,14 +1,16 @@
 """Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster.
 
 Start with :class:`Backfill`; the documents it returns are in :mod:`.protocol`, the pure rules
-in :mod:`.rules` (those of a copied batch, each named, in :mod:`.batch_rules`), the ledger in
-:mod:`.ledger`, the sessions and their transactions in :mod:`.sessions`.
+in :mod:`.rules` (those of a copied batch, each named, in :mod:`.batch_rules`), its records in
+the ledger in :mod:`.ledger`. It stands on the shared core (:mod:`dpone_dagster.core`: sessions,
+waits, in-flight evidence, read windows, the ledger store, the error catalog) and never imports
+another engine; :func:`backfill_handoff` hands a complete backfill to an incremental stream.
 """
 
 from .api import DEFAULT_BATCH_SIZE, Backfill
 from .copier import BatchResult
-from .errors import BACKFILL_ERRORS, BackfillError, backfill_error
-from .ledger import DEFAULT_LEDGER_SCHEMA, Ledger, LedgerConfig
+from .handoff import backfill_handoff
+from .ledger import RunLedger
 from .protocol import (
     BACKFILL_PROTOCOL,
     ApplyPath,
@@ -39,15 +41,12 @@ from .results import BackfillReconciliationError, BackfillResult
 from .target import prepare_target
 
 __all__ = [
-    "BACKFILL_ERRORS",
     "BACKFILL_PROTOCOL",
     "DEFAULT_BATCH_SIZE",
-    "DEFAULT_LEDGER_SCHEMA",
     "ON_CHANGED",
     "ApplyPath",
     "Backfill",
     "BackfillEffects",
-    "BackfillError",
     "BackfillEvidence",
     "BackfillProgress",
     "BackfillReconciliationError",
@@ -61,16 +60,16 @@ __all__ = [
     "BatchResult",
     "Boundary",
     "BoundedWritePause",
-    "Ledger",
-    "LedgerConfig",
+    "EngineError",
     "MissingBoundary",
     "OnChanged",
     "RangeCheck",
     "RangeOutcome",
     "ReconciliationReport",
+    "RunLedger",
     "TableRef",
     "TrustworthyCursor",
-    "backfill_error",
+    "backfill_handoff",
     "check_on_changed",
     "prepare_target",
 ]

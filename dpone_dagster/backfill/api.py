@@ -7,8 +7,8 @@ after its last committed batch. The boundary (high-water mark) is fixed once, wh
 first planned.
 
 Sessions are opened lazily, in autocommit mode (every transaction is begun by
-:func:`.sessions.transaction` with its isolation level and read-only mode) and closed on any
-failure or interrupt, so an interrupted step never leaves a transaction open.
+:func:`dpone_dagster.core.sessions.transaction` with its isolation level and read-only mode)
+and closed on any failure or interrupt, so an interrupted step never leaves a transaction open.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from typing import TypeVar
 import psycopg
 from psycopg import IsolationLevel
 
+from dpone_dagster.core.errors import EngineError, engine_error
+from dpone_dagster.core.ledger import LedgerConfig
+from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.connection import ConnectionOptions, Side, connect
 from dpone_dagster.postgres.identifiers import TableName
@@ -26,8 +29,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from .boundary import mark_boundary, take_high_water_mark
 from .chain import verify_chain
 from .copier import BatchResult, PhaseHook, copy_batch
-from .errors import BackfillError, backfill_error
-from .ledger import Ledger, LedgerConfig, wait_for_backend_exit
+from .ledger import RunLedger, wait_for_lost_commit
 from .protocol import (
     BackfillRun,
     BackfillScope,
@@ -39,8 +41,7 @@ from .reconcile import reconcile_run
 from .reconcile_model import OnChanged, ReconciliationReport, check_on_changed
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
-from .sessions import Sessions, transaction
-from .shape import TableShape, canonical_cursor, prepare_session, resolve_shape, scope_for
+from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -81,7 +82,7 @@ class Backfill:
             a blocked run can be run again with ``"repair"``.
 
     Raises:
-        BackfillError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
+        EngineError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
             batch size below 1, an unknown ``on_changed`` or a target that is the source
             itself.
         IdentifierError: ``identifier_invalid`` for a name PostgreSQL cannot hold exactly.
@@ -113,11 +114,9 @@ class Backfill:
         on_changed: OnChanged = "fail",
     ) -> None:
         if cursor is None:
-            raise backfill_error("backfill_cursor_missing", "No cursor column was given.")
+            raise engine_error("backfill_cursor_missing", "No cursor column was given.")
         if batch_size < 1:
-            raise backfill_error(
-                "plan_invalid", f"batch_size must be at least 1, not {batch_size}."
-            )
+            raise engine_error("plan_invalid", f"batch_size must be at least 1, not {batch_size}.")
         self.on_changed = check_on_changed(on_changed)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
@@ -125,7 +124,7 @@ class Backfill:
         self.cursor = cursor
         self.source_dsn, self.target_dsn = source_dsn, target_dsn
         self.ledger_config = ledger or LedgerConfig()
-        self.ledger = Ledger(self.ledger_config.schema)
+        self.ledger = RunLedger(self.ledger_config.schema)
         self.batch_size = batch_size
         self.lower, self.upper = lower, upper
         self.write_pause, self.label = write_pause, label
@@ -184,7 +183,7 @@ class Backfill:
                 tgt_db,
                 self.target,
             ):
-                raise backfill_error("plan_invalid", "The target table is the source table.")
+                raise engine_error("plan_invalid", "The target table is the source table.")
             lower = (
                 None if self.lower is None else canonical_cursor(sessions.source, shape, self.lower)
             )
@@ -208,7 +207,7 @@ class Backfill:
             return step(self._open())
         except psycopg.Error as exc:
             self.close()
-            raise backfill_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
         except BaseException:
             self.close()
             raise
@@ -217,7 +216,7 @@ class Backfill:
         """Loads the run of this scope, or takes the high-water mark and stores a new run.
 
         Raises:
-            BackfillError: ``plan_invalid``, ``backfill_cursor_missing``,
+            EngineError: ``plan_invalid``, ``backfill_cursor_missing``,
                 ``destination_expansion_incomplete``, ``backfill_high_water_mark_unsettled``,
                 ``backfill_run_invalid``, ``backfill_persistence_failed``.
         """
@@ -250,7 +249,7 @@ class Backfill:
         for run in self.ledger.runs_in_progress(sessions.ledger):
             theirs = run.scope
             if all(getattr(theirs, f) == getattr(scope, f) for f in same):
-                raise backfill_error(
+                raise engine_error(
                     "backfill_schema_changed",
                     f"Run {run.run_id} of {self.source} stopped at checkpoint "
                     f"{run.progress.checkpoint} copying columns {list(theirs.columns)} "
@@ -274,11 +273,11 @@ class Backfill:
         """Checks the run's integrity and its whole checkpoint chain; returns the run.
 
         Raises:
-            BackfillError: ``backfill_run_invalid`` naming the first broken link.
+            EngineError: ``backfill_run_invalid`` naming the first broken link.
         """
         run = self.load()
         if run is None:
-            raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
+            raise engine_error("backfill_run_invalid", "This scope has no run yet; plan first.")
         verify_chain(run, self.receipts())
         return run
 
@@ -293,7 +292,7 @@ class Backfill:
         replay.
 
         Raises:
-            BackfillError: ``backfill_checkpoint_stale``, ``backfill_batch_changed``,
+            EngineError: ``backfill_checkpoint_stale``, ``backfill_batch_changed``,
                 ``backfill_batch_unordered``, ``backfill_record_changed``,
                 ``backfill_run_invalid`` or ``backfill_persistence_failed``; the durable
                 checkpoint is intact.
@@ -311,7 +310,7 @@ class Backfill:
             resolved = self._lost_response(request, ledger_pid)
             if resolved is not None:
                 return resolved
-            raise backfill_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
         except BaseException:
             self.close()
             raise
@@ -323,10 +322,10 @@ class Backfill:
         the ledger says which.
 
         Raises:
-            BackfillError: ``backfill_persistence_failed`` when the old ledger session is still
+            EngineError: ``backfill_persistence_failed`` when the old ledger session is still
                 running after the wait (whether the batch committed is not known yet).
         """
-        self._guard(lambda s: wait_for_backend_exit(s.ledger, ledger_pid))
+        self._guard(lambda s: wait_for_lost_commit(s.ledger, ledger_pid))
 
         def look(s: Sessions) -> BatchReceipt | None:
             return replay(
@@ -336,7 +335,7 @@ class Backfill:
         try:
             stored = self._guard(look)
             durable = self.load()
-        except BackfillError:
+        except EngineError:
             return None
         if stored is None or durable is None:
             return None
@@ -378,7 +377,7 @@ class Backfill:
 
         Raises:
             BackfillReconciliationError: a range still differs after repair (run is blocked).
-            BackfillError: any other code; the last durable checkpoint is intact.
+            EngineError: any other code; the last durable checkpoint is intact.
         """
         committed = replayed = 0
         run = None

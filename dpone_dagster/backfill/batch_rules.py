@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dpone_dagster.core.errors import engine_error
+
 from .cursor_order import cursor_at_most, cursor_is_strictly_before
-from .errors import backfill_error
 from .protocol import BatchObservation, BatchRequest
 
 _Holds = Callable[[BatchRequest, BatchObservation], bool]
@@ -162,13 +163,13 @@ def check_observation(request: BatchRequest, seen: BatchObservation) -> None:
     """Refuses a batch that breaks a rule of :data:`BATCH_RULES`, naming the first it breaks.
 
     Raises:
-        BackfillError: the rule's code (``backfill_batch_unordered``,
+        EngineError: the rule's code (``backfill_batch_unordered``,
             ``backfill_record_changed`` or ``backfill_run_invalid``); the message names the rule
             and what the batch saw.
     """
     for rule in BATCH_RULES:
         if not rule.holds(request, seen):
-            raise backfill_error(
+            raise engine_error(
                 rule.code,
                 f'Batch {request.batch_id} breaks the rule "{rule.name}" '
                 f"({rule.shows(request, seen)}).",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dpone_dagster.core.errors import engine_error
+
 from .cursor_order import cursor_is_strictly_before
-from .errors import backfill_error
 from .protocol import BackfillRun, BatchReceipt
 from .rules import checkpoint_for, require_valid
 
@@ -14,7 +15,7 @@ def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:
     """Checks that ``receipts`` (in sequence order) are exactly the run's checkpoint chain.
 
     Raises:
-        BackfillError: ``backfill_run_invalid`` naming the first broken link.
+        EngineError: ``backfill_run_invalid`` naming the first broken link.
     """
     require_valid(run)
     previous: str | None = None
@@ -35,7 +36,7 @@ def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:
                 and not cursor_is_strictly_before(after, seen.first_cursor)
             )
         ):
-            raise backfill_error(
+            raise engine_error(
                 "backfill_run_invalid", f"The checkpoint chain breaks at batch {index}."
             )
         previous = receipt.checkpoint
@@ -49,6 +50,6 @@ def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:
         p.copied_count,
         p.duplicate_count,
     ):
-        raise backfill_error(
+        raise engine_error(
             "backfill_run_invalid", "The receipts do not add up to the run's progress."
         )

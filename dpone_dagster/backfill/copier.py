@@ -35,11 +35,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import IsolationLevel, sql
 
-from dpone_dagster.lifecycle import (
-    ExtractionLifecycleAuthority,
-    ExtractionLifecycleReceipt,
-    SnapshotEvidence,
-)
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.read_window import close_read_window, open_read_window
+from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.postgres.copy import (
     EMPTY_HASH,
     RelayResult,
@@ -50,9 +48,8 @@ from dpone_dagster.postgres.copy import (
 from dpone_dagster.postgres.evidence import RowVersionEvidence, written_rows
 from dpone_dagster.postgres.identifiers import TableName
 
-from .errors import backfill_error
 from .existing_rows import apply_existing
-from .ledger import Ledger
+from .ledger import RunLedger
 from .protocol import (
     ApplyPath,
     BackfillRun,
@@ -62,14 +59,10 @@ from .protocol import (
 )
 from .reconcile_model import OnChanged
 from .rules import apply_batch, check_request, replay
-from .sessions import Sessions, transaction
 from .shape import TableShape, check_columns_unchanged
 
 Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
-
-SERVER_CLOCK = "postgresql.clock_timestamp"
-SNAPSHOT_AUTHORITY = "postgresql.pg_current_snapshot"
 
 
 @dataclass(frozen=True)
@@ -118,49 +111,6 @@ _NO_ROWS = _Bounds(upper=None, final=True, count=0, first=None, last=None)
 """A scope that held no row at the mark: one empty, final batch."""
 _NOTHING_MOVED = _Moved(RelayResult(0, 0, 0, EMPTY_HASH), 0, 0, ApplyPath.NONE)
 _NOTHING_COUNTED = _Counted(0, None)
-
-
-@dataclass(frozen=True)
-class ReadWindow:
-    """The batch's read window: its lifecycle authority (snapshot and clock acquired) and the
-    snapshot's ``xmin``."""
-
-    authority: ExtractionLifecycleAuthority
-    xmin: int
-
-
-def open_read_window(src: Conn) -> ReadWindow:
-    """Records the source transaction's snapshot and clock in a new lifecycle authority (the
-    session must be inside its ``REPEATABLE READ`` transaction)."""
-    snap = src.execute(
-        "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
-    ).fetchone()
-    assert snap is not None
-    authority = ExtractionLifecycleAuthority()
-    authority.acquire(started_at=snap[0], clock_authority=SERVER_CLOCK)  # type: ignore[arg-type]
-    authority.acquire_snapshot(
-        SnapshotEvidence(
-            authority=SNAPSHOT_AUTHORITY,
-            token=str(snap[1]),
-            acquired_at=snap[2],
-            clock_authority=SERVER_CLOCK,
-        )
-    )
-    return ReadWindow(authority, int(str(snap[1]).split(":", 1)[0]))
-
-
-def close_read_window(
-    src: Conn, window: ReadWindow, rows: int, byte_count: int
-) -> ExtractionLifecycleReceipt:
-    """The read's lifecycle receipt: ``rows`` and ``byte_count`` read, completed at the server's
-    clock."""
-    done = src.execute("SELECT clock_timestamp()").fetchone()
-    assert done is not None
-    return window.authority.complete(
-        row_count=rows,
-        byte_count=byte_count,
-        completed_at=done[0],  # type: ignore[arg-type]
-    )
 
 
 def _count_range(
@@ -291,7 +241,7 @@ def _rows_transaction(sessions: Sessions) -> Iterator[None]:
 
 def copy_batch(
     sessions: Sessions,
-    ledger: Ledger,
+    ledger: RunLedger,
     shape: TableShape,
     request: BatchRequest,
     *,
@@ -309,7 +259,7 @@ def copy_batch(
     transaction before it propagates: the durable checkpoint stays where it was.
 
     Raises:
-        BackfillError: from the rules (stale, unordered, changed...) and the staged apply.
+        EngineError: from the rules (stale, unordered, changed...) and the staged apply.
         psycopg.Error: a session failed; nothing of the batch was committed unless the failure
             hit the COMMIT itself (the caller resolves that by replay).
     """
@@ -319,7 +269,7 @@ def copy_batch(
             ledger.lock_run(lc, request.run_id)
             durable = ledger.fetch_run(lc, request.run_id)
             if durable is None:
-                raise backfill_error(
+                raise engine_error(
                     "backfill_run_invalid", f"The ledger has no run {request.run_id}."
                 )
             stored = replay(request, ledger.fetch_receipt(lc, request.run_id, request.batch_id))

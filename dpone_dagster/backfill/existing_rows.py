@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.copy import RelayResult, copy_out_statement, relay
 
-from .errors import backfill_error
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -147,13 +147,13 @@ def apply_existing(
             (``on_changed="repair"``).
 
     Raises:
-        BackfillError: ``backfill_record_changed`` when a staged row differs from the target's
+        EngineError: ``backfill_record_changed`` when a staged row differs from the target's
             (unless ``overwrite``).
     """
     relayed = _stage(source, target, shape, copy_out, params)
     equal, changed, first_key = _compare(target, shape)
     if changed and not overwrite:
-        raise backfill_error(
+        raise engine_error(
             "backfill_record_changed",
             f"{changed} row(s) of {shape.target} differ from the source (first key {first_key}).",
         )

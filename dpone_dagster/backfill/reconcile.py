@@ -41,6 +41,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import IsolationLevel, sql
 
+from dpone_dagster.core.errors import EngineError, engine_error
+from dpone_dagster.core.ledger import LedgerStore
+from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.copy import copy_out_statement
 from dpone_dagster.postgres.identifiers import TableName
@@ -55,13 +58,11 @@ from dpone_dagster.reconcile.row_versions import (
 )
 
 from .chain import verify_chain
-from .errors import BackfillError, backfill_error
 from .existing_rows import apply_existing, apply_repair
-from .ledger import Ledger
+from .ledger import RunLedger
 from .protocol import BackfillStatus, BatchReceipt
 from .reconcile_model import OnChanged, RangeCheck, RangeOutcome, ReconciliationReport
 from .results import after_reconcile
-from .sessions import Sessions, transaction
 from .shape import TableShape
 
 Conn = psycopg.Connection[tuple[object, ...]]
@@ -206,7 +207,7 @@ def _repair(
                 select, params = shape.select_range(shape.source, after, upper)
                 copy_out = copy_out_statement(select, shape.fmt)
                 inserted = apply_existing(sessions.source, tgt, shape, copy_out, params).inserted
-    except BackfillError as exc:  # the range's rows are left as they were
+    except EngineError as exc:  # the range's rows are left as they were
         code, detail = exc.code, exc.message
     target = run_digest(tgt, *target_query)
     if target != source and code is None:
@@ -263,7 +264,7 @@ def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
         yield
         return
     with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
-        Ledger.lock_run(conn, run_id)  # no batch of the run commits while its ranges are repaired
+        LedgerStore.lock(conn, run_id)  # no batch of the run commits while its ranges are repaired
         yield
 
 
@@ -359,7 +360,7 @@ def reconcile_ranges(
 def reconcile_run(
     sessions: Sessions,
     reader: Conn,
-    ledger: Ledger,
+    ledger: RunLedger,
     shape: TableShape,
     run_id: str,
     *,
@@ -376,12 +377,12 @@ def reconcile_run(
     rewrote rows) or ``blocked``.
 
     Raises:
-        BackfillError: ``backfill_run_invalid`` for a missing run or a broken chain.
+        EngineError: ``backfill_run_invalid`` for a missing run or a broken chain.
     """
     lc = sessions.ledger
     run = ledger.fetch_run(lc, run_id)
     if run is None:
-        raise backfill_error("backfill_run_invalid", "This scope has no run yet; plan first.")
+        raise engine_error("backfill_run_invalid", "This scope has no run yet; plan first.")
     receipts = ledger.receipts(lc, run_id)
     verify_chain(run, receipts)
 

@@ -7,9 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.reconcile import Proof
-
-from .errors import backfill_error
 
 OnChanged = Literal["fail", "repair"]
 """What the final reconciliation does with a row the source changed or deleted after its batch
@@ -25,12 +24,12 @@ def check_on_changed(value: str) -> OnChanged:
     """``value`` as an :data:`OnChanged`.
 
     Raises:
-        BackfillError: ``plan_invalid`` for any other value.
+        EngineError: ``plan_invalid`` for any other value.
     """
     for choice in ON_CHANGED:
         if value == choice:
             return choice
-    raise backfill_error(
+    raise engine_error(
         "plan_invalid", f"on_changed must be one of {', '.join(ON_CHANGED)}, not {value!r}."
     )
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpone_dagster.core.errors import RECORD_CHANGED_ACTIONS, EngineError
 from dpone_dagster.lifecycle import SnapshotLabel
 
-from .errors import RECORD_CHANGED_ACTIONS, BackfillError
 from .protocol import BackfillEvidence, BackfillRun, BackfillStatus
 from .reconcile_model import RangeOutcome, ReconciliationReport
 from .rules import digest, revise, with_evidence
 
 
-class BackfillReconciliationError(BackfillError):
+class BackfillReconciliationError(EngineError):
     """The final reconciliation left ranges that differ; :attr:`report` lists them."""
 
     def __init__(self, report: ReconciliationReport) -> None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import SnapshotLabel
 
 from .batch_rules import check_observation
 from .cursor_order import cursor_is_strictly_before
-from .errors import backfill_error
 from .protocol import (
     BACKFILL_PROTOCOL,
     BackfillEffects,
@@ -79,7 +79,7 @@ def run_integrity_is_valid(run: BackfillRun) -> bool:
 def require_valid(run: BackfillRun) -> None:
     """Raises ``backfill_run_invalid`` unless ``run`` passes :func:`run_integrity_is_valid`."""
     if not run_integrity_is_valid(run):
-        raise backfill_error("backfill_run_invalid", f"Run {run.run_id} does not verify.")
+        raise engine_error("backfill_run_invalid", f"Run {run.run_id} does not verify.")
 
 
 def with_evidence(
@@ -99,20 +99,20 @@ def start_run(
     """Creates the planned run for ``scope`` bounded by ``boundary``.
 
     Raises:
-        BackfillError: ``backfill_cursor_missing`` for a missing boundary or an empty mark,
+        EngineError: ``backfill_cursor_missing`` for a missing boundary or an empty mark,
             ``plan_invalid`` for a boundary whose cursor is not the scope's, or a partition
             range whose lower bound is not below its upper bound.
     """
     if isinstance(boundary, MissingBoundary):
-        raise backfill_error("backfill_cursor_missing")
+        raise engine_error("backfill_cursor_missing")
     if boundary.source_high_water_mark == "":
-        raise backfill_error(
+        raise engine_error(
             "backfill_cursor_missing",
             "The source high-water mark must not be empty.",
             ["Capture a durable source high-water mark before copying data."],
         )
     if boundary.cursor != scope.cursor:
-        raise backfill_error(
+        raise engine_error(
             "plan_invalid", f"The boundary's cursor {boundary.cursor!r} is not {scope.cursor!r}."
         )
     if (
@@ -120,7 +120,7 @@ def start_run(
         and scope.upper is not None
         and not cursor_is_strictly_before(scope.lower, scope.upper)
     ):
-        raise backfill_error("plan_invalid", f"The range ({scope.lower}, {scope.upper}] is empty.")
+        raise engine_error("plan_invalid", f"The range ({scope.lower}, {scope.upper}] is empty.")
     hwm = boundary.source_high_water_mark
     run = BackfillRun(
         run_id=run_id_for(scope),
@@ -162,12 +162,12 @@ def replay(request: BatchRequest, stored: BatchReceipt | None) -> BatchReceipt |
         ``None`` when the batch id is new.
 
     Raises:
-        BackfillError: ``backfill_batch_changed`` when the id was committed with another digest.
+        EngineError: ``backfill_batch_changed`` when the id was committed with another digest.
     """
     if stored is None:
         return None
     if stored.batch_digest != digest(request):
-        raise backfill_error(
+        raise engine_error(
             "backfill_batch_changed", f"Batch {request.batch_id} of {request.run_id}."
         )
     return stored
@@ -177,23 +177,23 @@ def check_request(run: BackfillRun, request: BatchRequest) -> None:
     """Refuses a request that does not build on the run's durable state.
 
     Raises:
-        BackfillError: ``backfill_run_invalid`` for a run that does not verify, belongs to
+        EngineError: ``backfill_run_invalid`` for a run that does not verify, belongs to
             another run id or is blocked; ``backfill_checkpoint_stale`` for another expected
             checkpoint; ``backfill_batch_unordered`` for a request that does not start at the
             run's position or follows the final batch.
     """
     require_valid(run)
     if request.run_id != run.run_id:
-        raise backfill_error("backfill_run_invalid", "The request belongs to another run.")
+        raise engine_error("backfill_run_invalid", "The request belongs to another run.")
     if run.status is BackfillStatus.BLOCKED:
-        raise backfill_error("backfill_run_invalid", "The run is blocked; see its next actions.")
+        raise engine_error("backfill_run_invalid", "The run is blocked; see its next actions.")
     if request.expected_checkpoint != run.progress.checkpoint:
-        raise backfill_error(
+        raise engine_error(
             "backfill_checkpoint_stale",
             f"Expected {request.expected_checkpoint}, durable {run.progress.checkpoint}.",
         )
     if run.status is BackfillStatus.SUCCEEDED:
-        raise backfill_error("backfill_batch_unordered", "No batch follows the final batch.")
+        raise engine_error("backfill_batch_unordered", "No batch follows the final batch.")
     p = run.progress
     position = {
         "sequence": (request.sequence, p.batch_count + 1),
@@ -202,7 +202,7 @@ def check_request(run: BackfillRun, request: BatchRequest) -> None:
     }
     for name, (asked, durable) in position.items():
         if asked != durable:
-            raise backfill_error(
+            raise engine_error(
                 "backfill_batch_unordered",
                 f"Batch {request.batch_id} does not start at the durable position: its {name} "
                 f"is {asked!r}, the run's next is {durable!r}.",
@@ -222,7 +222,7 @@ def apply_batch(
     """The run after ``request`` was copied as ``seen`` describes, and the batch's receipt.
 
     Raises:
-        BackfillError: everything :func:`check_request` raises, and the code of the first rule
+        EngineError: everything :func:`check_request` raises, and the code of the first rule
             of :data:`.batch_rules.BATCH_RULES` the batch breaks (``backfill_batch_unordered``,
             ``backfill_record_changed`` or ``backfill_run_invalid``), naming the rule.
     """

@@ -17,6 +17,9 @@ from datetime import date, datetime
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.core.cursors import is_cursor_type
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres.catalog import (
     CatalogError,
     Column,
@@ -29,43 +32,24 @@ from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versi
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import column_differences
-from dpone_dagster.reconcile.digest import pin_settings
 
-from .errors import backfill_error
 from .protocol import BackfillScope, TableRef
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
-CURSOR_TYPES = frozenset({"int2", "int4", "int8", "numeric", "date", "timestamp", "timestamptz"})
-"""Cursor types whose order PostgreSQL and :mod:`.cursor_order` agree on."""
-
-
-def prepare_session(conn: Conn) -> None:
-    """Pins the settings that decide how cursor values and rows are spelled as text (the
-    reconciliation digest's, for the session)."""
-    pin_settings(conn, local=False)
-
 
 @dataclass(frozen=True)
-class TableShape:
-    """A resolved source/target pair.
+class TableShape(TablePair):
+    """A backfill's resolved tables (see :class:`~dpone_dagster.core.tables.TablePair`).
 
     Attributes:
-        source: The source table.
-        target: The target table.
-        columns: The copied columns (the source's, generated ones left out).
-        key: The primary-key columns (equal on both sides).
-        cursor: The cursor column.
+        key: The primary-key column names (equal on both sides).
         fmt: ``binary``, or ``text`` when a user-defined type is copied.
         versions: Both tables' row-version keys, or ``None`` when row versions cannot prove
             their content (:mod:`dpone_dagster.postgres.evidence`).
     """
 
-    source: TableName
-    target: TableName
-    columns: tuple[Column, ...]
     key: tuple[str, ...]
-    cursor: Column
     fmt: CopyFormat
     versions: TableKeys | None = None
 
@@ -117,14 +101,14 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
     """The server's canonical spelling of ``value`` as the cursor's type.
 
     Raises:
-        BackfillError: ``plan_invalid`` when the value is not of the cursor's type.
+        EngineError: ``plan_invalid`` when the value is not of the cursor's type.
     """
     try:
         row = conn.execute(
             sql.SQL("SELECT {}::text").format(shape.value()), (cursor_text(value),)
         ).fetchone()
     except psycopg.DataError as exc:
-        raise backfill_error(
+        raise engine_error(
             "plan_invalid",
             f"{value!r} is not a {shape.cursor.type_sql}: {exc.diag.message_primary}",
         ) from None
@@ -136,7 +120,7 @@ def _catalog(conn: Conn, table: TableName, code: str) -> TableCatalog:
     try:
         return table_catalog(conn, table)
     except CatalogError as exc:
-        raise backfill_error(code, exc.message) from None
+        raise engine_error(code, exc.message) from None
 
 
 def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
@@ -146,13 +130,13 @@ def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
     lock keeps the columns as they are until the transaction ends.
 
     Raises:
-        BackfillError: ``backfill_schema_changed`` listing each column's before and after.
+        EngineError: ``backfill_schema_changed`` listing each column's before and after.
     """
     found = _catalog(src, shape.source, "backfill_schema_changed")
     now = [c for c in found.columns if not c.generated]
     changed = column_differences(shape.columns, now)
     if changed:
-        raise backfill_error(
+        raise engine_error(
             "backfill_schema_changed",
             f"Source {shape.source}: {'; '.join(changed)}. Nothing of this batch was written.",
         )
@@ -164,7 +148,7 @@ def resolve_shape(
     """Reads both catalogs and checks that the backfill can run and prove what it copies.
 
     Raises:
-        BackfillError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
+        EngineError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
             type, no index on the source cursor), ``backfill_cursor_missing`` (no such cursor
             column), ``destination_expansion_incomplete`` (no target table, a missing or
             differently typed column, another primary key, no index on the target cursor).
@@ -173,29 +157,29 @@ def resolve_shape(
     columns = [c for c in found.columns if not c.generated]
     by_name = {c.name: c for c in columns}
     if cursor not in by_name:
-        raise backfill_error("backfill_cursor_missing", f"Table {source} has no column {cursor!r}.")
+        raise engine_error("backfill_cursor_missing", f"Table {source} has no column {cursor!r}.")
     cur = by_name[cursor]
-    if cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
-        raise backfill_error(
+    if not is_cursor_type(cur):
+        raise engine_error(
             "plan_invalid",
             f"Cursor {cursor!r} is a {cur.type_sql}; supported: integers, numeric, date, "
             "timestamp, timestamptz.",
         )
     key = found.key
     if not key:
-        raise backfill_error(
+        raise engine_error(
             "plan_invalid",
             f"Table {source} has no primary key; rows need one to be matched in the target.",
         )
     if cursor not in found.index_leads:
-        raise backfill_error(
+        raise engine_error(
             "plan_invalid",
             f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
         )
     _check_target(tgt, target, columns, key, cursor)
     versions = keys_for(src, tgt, source, target, columns)
     fmt = copy_format_for(columns, major_versions(src, tgt))
-    return TableShape(source, target, tuple(columns), key, cur, fmt, versions)
+    return TableShape(source, target, tuple(columns), cur, key=key, fmt=fmt, versions=versions)
 
 
 def _check_target(
@@ -211,17 +195,17 @@ def _check_target(
         or have[c.name].generated
     ]
     if problems:
-        raise backfill_error(
+        raise engine_error(
             "destination_expansion_incomplete",
             f"Target {target} lacks or retypes columns: {', '.join(problems)}.",
         )
     if found.key != key:
-        raise backfill_error(
+        raise engine_error(
             "destination_expansion_incomplete",
             f"Target {target} needs the primary key ({', '.join(key)}).",
         )
     if cursor not in found.index_leads:
-        raise backfill_error(
+        raise engine_error(
             "destination_expansion_incomplete",
             f"No index on target {target} starts with {cursor!r} (needed to count and compare "
             "each batch range).",

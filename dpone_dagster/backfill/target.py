@@ -12,12 +12,11 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list, primary_key, relation_oid, table_columns
 from dpone_dagster.postgres.connection import ConnectionOptions, connect, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.staging import ensure_schema, table_definition
-
-from .errors import backfill_error
 
 
 def prepare_target(
@@ -38,17 +37,17 @@ def prepare_target(
         True when the table was created, False when it already existed.
 
     Raises:
-        BackfillError: ``plan_invalid`` when the source table does not exist or has no primary
+        EngineError: ``plan_invalid`` when the source table does not exist or has no primary
             key (the copier could not match rows without one).
     """
     with connect(source_dsn, options, side="source") as src:
         set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
         if relation_oid(src, source) is None:
-            raise backfill_error("plan_invalid", f"Source table {source} does not exist.")
+            raise engine_error("plan_invalid", f"Source table {source} does not exist.")
         columns = table_columns(src, source)
         key = primary_key(src, source)
     if not key:
-        raise backfill_error(
+        raise engine_error(
             "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
         )
     with connect(target_dsn, options, side="target") as tgt:

@@ -4,7 +4,9 @@ Start with :class:`IncrementalSync`. A run takes a mark safe against late commit
 (:mod:`.mark`), copies ``(previous mark, mark]`` in ``(cursor, key)`` order through the one load
 path's ``merge`` sink in batches that commit with their receipts and the stream's state
 (:mod:`.batch`, :mod:`.state`), and finds deletes by comparing key digests range by range
-(:mod:`.deletes`).
+(:mod:`.deletes`). It stands on the shared core (:mod:`dpone_dagster.core`) and never imports
+another engine: a stream that continues another engine's copy is given a
+:class:`~dpone_dagster.core.handoff.Handoff`.
 """
 
 from .batch import BatchOutcome, Deletes
@@ -17,8 +19,6 @@ from .engine import (
     IncrementalSync,
     check_options,
 )
-from .errors import INCREMENTAL_ERRORS, IncrementalError, incremental_error
-from .mark import StreamMark
 from .report import IncrementalResult, Notice
 from .shape import StreamShape
 from .state import (
@@ -35,22 +35,18 @@ __all__ = [
     "DEFAULT_FILLFACTOR",
     "DEFAULT_SOFT_DELETE_COLUMN",
     "DELETES",
-    "INCREMENTAL_ERRORS",
     "BatchOutcome",
     "Checkpoint",
     "Comparison",
     "Deletes",
-    "IncrementalError",
     "IncrementalResult",
     "IncrementalSync",
     "Notice",
     "RunInProgress",
     "StreamLedger",
-    "StreamMark",
     "StreamReceipt",
     "StreamShape",
     "StreamState",
     "Verification",
     "check_options",
-    "incremental_error",
 ]

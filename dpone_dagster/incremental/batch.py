@@ -22,8 +22,8 @@ from typing import Literal
 import psycopg
 from psycopg import IsolationLevel
 
-from dpone_dagster.backfill.copier import ReadWindow, close_read_window, open_read_window
-from dpone_dagster.backfill.sessions import Sessions, transaction
+from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
+from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres.connection import set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
@@ -145,7 +145,7 @@ def copy_batch(
         The committed batch, or ``None`` when the run was already complete.
 
     Raises:
-        IncrementalError: ``incremental_stream_stale`` (the compare-and-swap lost).
+        EngineError: ``incremental_stream_stale`` (the compare-and-swap lost).
         SchemaChangeError: ``schema_change_incompatible``; nothing of the batch was written.
         DponeError, psycopg.Error: the load failed; nothing of the batch was committed (every
             open transaction is rolled back first).

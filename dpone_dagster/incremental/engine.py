@@ -20,17 +20,18 @@ from typing import Literal
 import psycopg
 from psycopg import IsolationLevel
 
-from dpone_dagster.backfill.sessions import Sessions, transaction
-from dpone_dagster.backfill.shape import prepare_session
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.handoff import Handoff, StreamScope
+from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
+from dpone_dagster.core.marks import Mark
+from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 
-from .backfill_link import backfill_mark
 from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch, stream_plan
-from .errors import incremental_error
-from .mark import StreamMark, check_no_null_cursor, take_mark
-from .plan import next_lower, nothing_to_do, plan_run
+from .mark import check_no_null_cursor, take_mark
+from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
@@ -66,8 +67,9 @@ class IncrementalSync:
         batch_size: Rows per batch.
         lookback: For a time cursor set from a client clock that may run behind the server's:
             every run reads this much below the stream's mark again.
-        continue_from_backfill: On a stream with no state, start from the mark of a complete
-            backfill of the same tables and cursor instead of copying the table again.
+        handoff: On a stream with no state, start where another engine's complete copy of the
+            table ends instead of copying it again: :func:`dpone_dagster.backfill.
+            backfill_handoff` continues a complete backfill of the same tables and cursor.
         settle_timeout: Seconds a run waits for transactions open at its mark (see
             :mod:`.mark` for what happens after).
         fillfactor: The ``fillfactor`` of a target the stream creates (10 to 100; 100 packs
@@ -86,7 +88,7 @@ class IncrementalSync:
         on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
 
     Raises:
-        IncrementalError: ``incremental_options_invalid`` for a bad option.
+        EngineError: ``incremental_options_invalid`` for a bad option.
 
     Examples:
         Keep ``analytics.orders`` current with ``shop.orders``, deleting what the source lost::
@@ -109,10 +111,10 @@ class IncrementalSync:
         soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
         batch_size: int = DEFAULT_BATCH_SIZE,
         lookback: timedelta | None = None,
-        continue_from_backfill: bool = False,
+        handoff: Handoff | None = None,
         settle_timeout: float = 30.0,
         verify: bool = False,
-        ledger_schema: str = "dpone_ledger",
+        ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
@@ -129,7 +131,7 @@ class IncrementalSync:
         self.deletes: Deletes = deletes
         self.soft = soft_delete_column if deletes == "soft" else None
         self.batch_size, self.lookback = batch_size, lookback
-        self.continue_from_backfill = continue_from_backfill
+        self.handoff = handoff
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.verify, self.fillfactor = verify, fillfactor
         self.ledger = StreamLedger(ledger_schema)
@@ -176,7 +178,7 @@ class IncrementalSync:
         """Checks the stream against both catalogs without writing anything.
 
         Raises:
-            IncrementalError: the stream cannot run (see :func:`.shape.resolve_stream`).
+            EngineError: the stream cannot run (see :func:`.shape.resolve_stream`).
         """
         sessions = self._open()
         try:
@@ -193,7 +195,7 @@ class IncrementalSync:
         sessions.target.commit()
         check_no_null_cursor(sessions.source, shape)
         if self.lookback is not None and not shape.cursor_is_time:
-            raise incremental_error(
+            raise engine_error(
                 "incremental_options_invalid",
                 f"lookback applies to a date or timestamp cursor; {self.cursor!r} is a "
                 f"{shape.cursor.type_sql}.",
@@ -205,7 +207,7 @@ class IncrementalSync:
         up to it; then reports the run.
 
         Raises:
-            IncrementalError: a bad stream (nothing written), ``incremental_cursor_null``,
+            EngineError: a bad stream (nothing written), ``incremental_cursor_null``,
                 ``incremental_backfill_incomplete``, ``incremental_stream_stale``.
             DponeError, psycopg.Error: a session or the load failed; the committed batches stay
                 and the next run continues after them.
@@ -264,7 +266,7 @@ class IncrementalSync:
             to contradict).
 
         Raises:
-            IncrementalError: a bad stream (see :meth:`plan`).
+            EngineError: a bad stream (see :meth:`plan`).
         """
         sessions = self._open()
         try:
@@ -309,16 +311,18 @@ class IncrementalSync:
             state = self.ledger.fetch(tgt, stream_id)
             if state is None:
                 state = StreamState(stream_id=stream_id)
-                if self.continue_from_backfill:
-                    dbs = (sessions.source.info.dbname, tgt.info.dbname)
-                    mark = backfill_mark(sessions.source, tgt, self.ledger.backfill, shape, dbs)
+                if self.handoff is not None:
+                    scope = StreamScope(sessions.source.info.dbname, self.source,
+                                        tgt.info.dbname, self.target, self.cursor)  # fmt: skip
+                    marks = self.handoff(tgt, self.ledger.store, scope)
+                    mark = greatest(sessions.source, shape, list(marks))
                     state = state.model_copy(update={"mark": mark})
                 self.ledger.save(tgt, None, state)
         return state
 
     def _begin(
         self, sessions: Sessions, shape: StreamShape, stream_id: str
-    ) -> tuple[StreamState, StreamState, StreamMark | None]:
+    ) -> tuple[StreamState, StreamState, Mark | None]:
         """``(state before, state with the run to do, the mark taken)``: the run in progress
         if there is one (resumed or joined), else a new run from a fresh mark."""
         state = self._state(sessions, shape, stream_id)
@@ -350,27 +354,27 @@ def check_options(
     """Refuses a bad stream option (the engine's and the asset factory's one check).
 
     Raises:
-        IncrementalError: ``incremental_options_invalid``, naming the option.
+        EngineError: ``incremental_options_invalid``, naming the option.
     """
     if deletes not in DELETES:
-        raise incremental_error(
+        raise engine_error(
             "incremental_options_invalid",
             f"deletes={deletes!r}.",
             [f"Use one of {', '.join(DELETES)}."],
         )
     if batch_size < 1:
-        raise incremental_error(
+        raise engine_error(
             "incremental_options_invalid",
             f"batch_size must be at least 1, not {batch_size}.",
             [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
         )
     if lookback is not None and lookback < timedelta(0):
-        raise incremental_error("incremental_options_invalid", f"lookback={lookback}.")
+        raise engine_error("incremental_options_invalid", f"lookback={lookback}.")
     if settle_timeout < 0:
-        raise incremental_error("incremental_options_invalid", f"settle_timeout={settle_timeout}.")
+        raise engine_error("incremental_options_invalid", f"settle_timeout={settle_timeout}.")
     whole = isinstance(fillfactor, int) and not isinstance(fillfactor, bool)
     if not whole or not 10 <= fillfactor <= 100:
-        raise incremental_error(
+        raise engine_error(
             "incremental_options_invalid",
             f"fillfactor={fillfactor!r}.",
             [f"Use a whole number from 10 to 100 ({DEFAULT_FILLFACTOR} by default; 100 packs "

@@ -13,7 +13,8 @@ from datetime import timedelta
 import psycopg
 from psycopg import sql
 
-from .mark import StreamMark
+from dpone_dagster.core.marks import Mark
+
 from .shape import StreamShape
 from .state import RunInProgress, StreamState
 
@@ -76,7 +77,7 @@ def plan_run(
     src: Conn,
     shape: StreamShape,
     state: StreamState,
-    mark: StreamMark,
+    mark: Mark,
     lookback: timedelta | None,
 ) -> RunInProgress:
     """The next run of ``state`` up to ``mark``.

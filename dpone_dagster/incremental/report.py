@@ -9,11 +9,11 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.core.errors import ENGINE_ERRORS
+from dpone_dagster.core.marks import Mark
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres.schema_change import ColumnChange
 
-from .errors import INCREMENTAL_ERRORS
-from .mark import StreamMark
 from .shape import StreamShape
 from .state import StreamReceipt, StreamState, Verification
 
@@ -83,9 +83,7 @@ class IncrementalResult:
     schema_changes: tuple[ColumnChange, ...] = ()
 
 
-def _lag(
-    src: Conn, shape: StreamShape, state: StreamState, mark: StreamMark | None
-) -> float | None:
+def _lag(src: Conn, shape: StreamShape, state: StreamState, mark: Mark | None) -> float | None:
     """The source clock at the newest mark taken (this call's, or the stored one) minus the
     newest cursor value copied."""
     times = [t for t in (state.mark_taken_at, mark.taken_at if mark else None) if t is not None]
@@ -103,10 +101,10 @@ def _lag(
     return float(row[0])  # type: ignore[arg-type]
 
 
-def _notices(state: StreamState, mark: StreamMark | None) -> tuple[Notice, ...]:
+def _notices(state: StreamState, mark: Mark | None) -> tuple[Notice, ...]:
     if not state.unsettled:
         return ()
-    message, actions = INCREMENTAL_ERRORS["incremental_mark_unsettled"]
+    message, actions = ENGINE_ERRORS["incremental_mark_unsettled"]
     pids = (
         ""
         if mark is None
@@ -134,7 +132,7 @@ def build_result(
     before: StreamState,
     after: StreamState,
     receipts: Sequence[StreamReceipt],
-    mark: StreamMark | None,
+    mark: Mark | None,
     mine: int,
 ) -> IncrementalResult:
     """The run's result from the states around it and its receipts."""

@@ -16,36 +16,29 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.backfill.shape import CURSOR_TYPES
+from dpone_dagster.core.cursors import is_cursor_type
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 
-from .errors import incremental_error
 from .state import Checkpoint
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
-class StreamShape:
-    """A resolved stream.
+class StreamShape(TablePair):
+    """A resolved stream (see :class:`~dpone_dagster.core.tables.TablePair`).
 
     Attributes:
-        source: The source table.
-        target: The target table.
-        columns: The copied columns (the source's, generated ones left out).
         key: The primary-key columns, in key order.
-        cursor: The cursor column.
         soft_column: The target's deleted-at column for ``soft`` deletes (else ``None``).
     """
 
-    source: TableName
-    target: TableName
-    columns: tuple[Column, ...]
     key: tuple[Column, ...]
-    cursor: Column
     soft_column: str | None = None
 
     @property
@@ -155,7 +148,7 @@ def resolve_stream(
     """Refuses a stream that cannot be copied incrementally, from both catalogs.
 
     Raises:
-        IncrementalError: ``incremental_cursor_invalid``, ``incremental_primary_key_missing``,
+        EngineError: ``incremental_cursor_invalid``, ``incremental_primary_key_missing``,
             ``incremental_cursor_unindexed``, ``incremental_target_key_differs``,
             ``incremental_options_invalid`` (a soft-delete column that is also a source column).
     """
@@ -163,31 +156,30 @@ def resolve_stream(
     by_name = {c.name: c for c in columns}
     key = found.source.key
     cur = by_name.get(cursor)
-    if cur is None or cur.type_schema != "pg_catalog" or cur.type_name not in CURSOR_TYPES:
+    if cur is None or not is_cursor_type(cur):
         kind = "no such column" if cur is None else f"a {cur.type_sql}"
-        raise incremental_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
+        raise engine_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
     if not key:
-        raise incremental_error("incremental_primary_key_missing", f"Table {source}.")
+        raise engine_error("incremental_primary_key_missing", f"Table {source}.")
     if cursor not in found.source.index_leads:
-        raise incremental_error(
-            "incremental_cursor_unindexed", f"Table {source}, cursor {cursor!r}."
-        )
+        raise engine_error("incremental_cursor_unindexed", f"Table {source}, cursor {cursor!r}.")
     if soft is not None:
         check_identifier(soft, what="soft-delete column")
         if soft in by_name:
-            raise incremental_error(
+            raise engine_error(
                 "incremental_options_invalid",
                 f"The soft-delete column {soft!r} is a column of the source {source}.",
                 ["Name a column the source does not have (the default is _dpone_deleted_at)."],
             )
     _check_target_key(found.target, target, key)
-    return StreamShape(source, target, tuple(columns), tuple(by_name[k] for k in key), cur, soft)
+    key_columns = tuple(by_name[k] for k in key)
+    return StreamShape(source, target, tuple(columns), cur, key=key_columns, soft_column=soft)
 
 
 def _check_target_key(found: TargetCatalog | None, target: TableName, key: Sequence[str]) -> None:
     have = () if found is None else found.table.key
     if found is not None and tuple(have) != tuple(key):
-        raise incremental_error(
+        raise engine_error(
             "incremental_target_key_differs",
             f"Target {target} has primary key ({', '.join(have) or 'none'}); the source's is "
             f"({', '.join(key)}).",

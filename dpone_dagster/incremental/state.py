@@ -1,4 +1,5 @@
-"""A stream's durable state and batch receipts: two ledger tables, one row per stream.
+"""A stream's durable state and batch receipts: the ledger store's stream tables, one row per
+stream.
 
 The state is a constant-size document (the mark, the run in progress and its checkpoint, what
 was in flight at the mark); each committed batch adds one receipt row. Both are written in the
@@ -12,16 +13,12 @@ from __future__ import annotations
 from datetime import datetime
 
 import psycopg
-from psycopg import IsolationLevel, sql
-from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpone_dagster.backfill.ledger import DEFAULT_LEDGER_SCHEMA, Ledger
-from dpone_dagster.backfill.sessions import transaction
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.ledger import LedgerStore, as_json
+from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres import check_identifier
-
-from .errors import incremental_error
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -155,75 +152,47 @@ class StreamReceipt(_Frozen):
     verification: Verification | None = None
 
 
-_STREAMS = """CREATE TABLE IF NOT EXISTS {streams} (
-    stream_id text PRIMARY KEY,
-    revision bigint NOT NULL CHECK (revision >= 1),
-    state_json jsonb NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
-)"""
-
-_RECEIPTS = """CREATE TABLE IF NOT EXISTS {receipts} (
-    stream_id text NOT NULL REFERENCES {streams} (stream_id),
-    sequence bigint NOT NULL CHECK (sequence >= 1),
-    run bigint NOT NULL,
-    receipt_json jsonb NOT NULL,
-    committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (stream_id, sequence)
-)"""
-
-
 class StreamLedger:
     """Reads and writes stream states and receipts on a given connection (the caller owns the
-    transaction), in the ledger schema the backfill uses.
+    transaction), in the ledger store's tables.
 
     Args:
         schema: The ledger schema's exact name.
     """
 
     def __init__(self, schema: str = DEFAULT_LEDGER_SCHEMA) -> None:
-        self.schema = check_identifier(schema, what="ledger schema")
-        self.backfill = Ledger(schema)
-        self.streams = sql.Identifier(schema, "incremental_streams")
-        self.receipts_table = sql.Identifier(schema, "incremental_batch_receipts")
-
-    def _sql(self, text: str) -> sql.Composed:
-        return sql.SQL(text).format(streams=self.streams, receipts=self.receipts_table)
+        self.store = LedgerStore(schema)
+        self.schema = schema
+        self._receipts = self.store.tables.sql(
+            "SELECT receipt_json FROM {stream_receipts} WHERE stream_id = %s"
+            " AND (%s::bigint IS NULL OR run = %s::bigint) ORDER BY sequence"
+        )
 
     def exists(self, conn: Conn) -> bool:
-        """Whether the ledger's stream tables exist (read in ``conn``'s current transaction)."""
+        """Whether the ledger holds the stream tables (read in ``conn``'s current transaction)."""
+        tables = self.store.tables
         found = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-            (self.streams.as_string(conn), self.receipts_table.as_string(conn)),
+            (tables.streams.as_string(conn), tables.stream_receipts.as_string(conn)),
         ).fetchone()
         return found is not None and bool(found[0])
 
     def ensure(self, conn: Conn) -> None:
-        """Creates the ledger's tables (the backfill's too) if missing; idempotent."""
-        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
-            if self.exists(conn):
-                return
-        self.backfill.ensure(conn)
-        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
-            Ledger.lock_run(conn, "dpone_ledger_ddl:" + self.schema)
-            for ddl in (_STREAMS, _RECEIPTS):
-                conn.execute(self._sql(ddl))
+        """Brings the ledger up to date (its schema and tables created if missing)."""
+        self.store.ensure(conn)
 
-    @staticmethod
-    def lock(conn: Conn, stream_id: str) -> None:
+    def lock(self, conn: Conn, stream_id: str) -> None:
         """Takes the stream's advisory lock until the current transaction ends."""
-        Ledger.lock_run(conn, stream_id)
+        self.store.lock(conn, stream_id)
 
     def fetch(self, conn: Conn, stream_id: str) -> StreamState | None:
         """The stored state of the stream, or ``None`` when it has none yet."""
-        row = conn.execute(
-            self._sql("SELECT revision, state_json FROM {streams} WHERE stream_id = %s"),
-            (stream_id,),
-        ).fetchone()
-        if row is None:
+        stored = self.store.streams.fetch(conn, stream_id)
+        if stored is None:
             return None
-        state = StreamState.model_validate(row[1])
-        if state.revision != row[0]:
-            raise incremental_error(
+        state = StreamState.model_validate(stored.document)
+        if state.revision != stored.revision:
+            raise engine_error(
                 "incremental_stream_stale",
                 f"The stored state of {stream_id} does not match its revision column.",
             )
@@ -233,27 +202,15 @@ class StreamLedger:
         """Stores ``after`` if the stored revision is still ``before``'s (or none is stored).
 
         Raises:
-            IncrementalError: ``incremental_stream_stale`` when another revision was stored.
+            EngineError: ``incremental_stream_stale`` when another revision was stored.
         """
+        streams, key = self.store.streams, after.stream_id
         if before is None:
-            cur = conn.execute(
-                self._sql(
-                    "INSERT INTO {streams} (stream_id, revision, state_json) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (stream_id) DO NOTHING"
-                ),
-                (after.stream_id, after.revision, Jsonb(after.model_dump(mode="json"))),
-            )
+            saved = streams.insert(conn, key, after.revision, as_json(after))
         else:
-            cur = conn.execute(
-                self._sql(
-                    "UPDATE {streams} SET revision = %s, state_json = %s,"
-                    " updated_at = clock_timestamp() WHERE stream_id = %s AND revision = %s"
-                ),
-                (after.revision, Jsonb(after.model_dump(mode="json")), after.stream_id,
-                 before.revision),
-            )  # fmt: skip
-        if cur.rowcount != 1:
-            raise incremental_error(
+            saved = streams.swap(conn, key, before.revision, after.revision, as_json(after))
+        if not saved:
+            raise engine_error(
                 "incremental_stream_stale",
                 f"Stream {after.stream_id} is no longer at revision "
                 f"{None if before is None else before.revision}.",
@@ -263,23 +220,19 @@ class StreamLedger:
         self, conn: Conn, before: StreamState, after: StreamState, receipt: StreamReceipt
     ) -> None:
         """Inserts the batch's receipt and advances the state (compare-and-swap)."""
-        conn.execute(
-            self._sql(
-                "INSERT INTO {receipts} (stream_id, sequence, run, receipt_json)"
-                " VALUES (%s, %s, %s, %s)"
-            ),
-            (receipt.stream_id, receipt.sequence, receipt.run,
-             Jsonb(receipt.model_dump(mode="json"))),
-        )  # fmt: skip
+        self.store.insert_row(
+            conn,
+            self.store.tables.stream_receipts,
+            {
+                "stream_id": receipt.stream_id,
+                "sequence": receipt.sequence,
+                "run": receipt.run,
+                "receipt_json": as_json(receipt),
+            },
+        )
         self.save(conn, before, after)
 
     def receipts(self, conn: Conn, stream_id: str, run: int | None = None) -> list[StreamReceipt]:
         """The stream's receipts (of one run, when given), in sequence order."""
-        rows = conn.execute(
-            self._sql(
-                "SELECT receipt_json FROM {receipts} WHERE stream_id = %s"
-                " AND (%s::bigint IS NULL OR run = %s::bigint) ORDER BY sequence"
-            ),
-            (stream_id, run, run),
-        ).fetchall()
+        rows = conn.execute(self._receipts, (stream_id, run, run)).fetchall()
         return [StreamReceipt.model_validate(r[0]) for r in rows]

@@ -21,11 +21,11 @@ from dpone_dagster.backfill import (
     BackfillReconciliationError,
     BackfillResult,
     BackfillStatus,
-    LedgerConfig,
     OnChanged,
     prepare_target,
 )
 from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
+from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.metadata import (

@@ -17,13 +17,14 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.failures import DponeFailure
 from dpone_dagster.incremental import (
     DEFAULT_FILLFACTOR,
     BatchOutcome,
     IncrementalSync,
-    incremental_error,
 )
 from dpone_dagster.incremental.batch import Deletes
 from dpone_dagster.lifecycle import DponeError
@@ -121,7 +122,7 @@ def incremental_events(
     key, table, target_table, cursor = _spec_names(context)
     try:
         if ledger.dsn is not None:
-            raise incremental_error(
+            raise engine_error(
                 "incremental_options_invalid",
                 "The incremental stream keeps its state in the target database (its batches "
                 "commit with their state); the ledger resource names another database.",
@@ -171,7 +172,7 @@ def _sync(
         source.dsn, target.dsn, table, cursor=cursor, target_table=target_table,
         deletes=options.deletes, soft_delete_column=options.soft_delete_column,
         batch_size=options.batch_size, lookback=options.lookback,
-        continue_from_backfill=options.continue_from_backfill,
+        handoff=backfill_handoff if options.continue_from_backfill else None,
         settle_timeout=options.settle_timeout, verify=options.reconcile,
         ledger_schema=ledger.schema_name, options=source.options,
         on_batch=lambda done: context.log_event(_observation(key, done)),

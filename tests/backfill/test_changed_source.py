@@ -19,13 +19,13 @@ import pytest
 from dpone_dagster.backfill import (
     ApplyPath,
     Backfill,
-    BackfillError,
     BackfillReconciliationError,
     BackfillStatus,
     BatchResult,
     OnChanged,
     RangeOutcome,
 )
+from dpone_dagster.core import EngineError
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.catalog import table_columns
@@ -215,7 +215,7 @@ def test_repair_ends_equal_to_the_source_at_the_reconciliation_snapshot_deletes_
 
 
 def test_an_unknown_on_changed_is_refused_before_anything_is_read(pair: Pair) -> None:
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         Backfill(pair.source, pair.target, "public.mixed", cursor="id", on_changed="merge")  # type: ignore[arg-type]
     assert err.value.code == "plan_invalid" and "repair" in err.value.message
 
@@ -252,7 +252,7 @@ def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair_at
             on_changed=on_changed,
         )  # fmt: skip
 
-    with pytest.raises(BackfillError) as err:  # batch 6 meets row 5, copied by batch 1
+    with pytest.raises(EngineError) as err:  # batch 6 meets row 5, copied by batch 1
         backfill("fail").run(on_batch=writer)
     assert err.value.code == "backfill_record_changed" and "on_changed" in str(err.value)
     assert backfill("fail").load().progress.batch_count == 5  # type: ignore[union-attr]
@@ -260,7 +260,7 @@ def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair_at
     # The ledger refuses the reconciliation's record (a real server-side error): the repair it
     # would have recorded rolls back with it, so no rewrite is ever left unlabelled.
     pg.execute(target_dsn, REFUSE_CHECKS)
-    with pytest.raises(BackfillError) as refused:  # resumes at batch 6, then reconciles
+    with pytest.raises(EngineError) as refused:  # resumes at batch 6, then reconciles
         backfill("repair").run(on_batch=writer)
     assert refused.value.code == "backfill_persistence_failed"
     assert pg.fetch_one(target_dsn, "SELECT pos FROM moving WHERE id = 900") == 900  # not repaired

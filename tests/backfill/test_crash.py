@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import psycopg
 
 from dpone_dagster.backfill import Backfill
 from tests.backfill.conftest import make_pair
-from tests.helpers import pg
+from tests.helpers import crash, pg
 
-ROOT = Path(__file__).resolve().parents[2]
 ROWS = 200_000
 BATCH = 4_000
 
 
 def start_child(source: str, target: str, batch: int = BATCH) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.backfill.child", source, target, str(batch)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    """One backfill run of ``public.mixed`` in its own process."""
+    return crash.start_child("backfill", source, target, batch)
 
 
 def consistent(target: str) -> tuple[int, int]:
@@ -42,27 +32,6 @@ def consistent(target: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])  # type: ignore[call-overload]
 
 
-def kill_at(proc: subprocess.Popen[str], mode: str, nth: int, rng: random.Random) -> str:
-    """Reads the child's phases and kill -9s it at the ``nth`` ``mode`` line (or a timer)."""
-    assert proc.stdout is not None
-    seen = 0
-    for line in proc.stdout:
-        if line.startswith("done"):
-            return "finished"
-        if mode == "timer" and line.startswith("copy"):
-            time.sleep(rng.uniform(0.0, 0.2))
-            break
-        if line.startswith(mode):
-            seen += 1
-            if seen == nth:
-                if mode == "copy":
-                    time.sleep(rng.uniform(0.0, 0.01))  # inside the COPY of ~1.2 MB
-                break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    return "killed" if proc.returncode == -signal.SIGKILL else f"exit {proc.returncode}"
-
-
 def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     source_dsn: str, target_dsn: str
 ) -> None:
@@ -74,7 +43,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     for i in range(12):
         mode = modes[i % len(modes)]
         proc = start_child(pair.source, pair.target)
-        outcomes.append((mode, kill_at(proc, mode, rng.randint(1, 2), rng)))
+        outcomes.append((mode, crash.kill_at(proc, mode, rng.randint(1, 2), rng)))
         rows, copied = consistent(pair.target)
         assert rows == copied, f"seed {seed}: after {outcomes}: target {rows} != ledger {copied}"
     killed = sum(1 for _, o in outcomes if o == "killed")
@@ -82,7 +51,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
 
     final = start_child(pair.source, pair.target)
     out, _ = final.communicate(timeout=120)
-    assert final.returncode == 0 and out.rstrip().endswith("done"), out
+    assert final.returncode == 0 and out.rstrip().endswith(f"done {ROWS}"), out
     backfill = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=BATCH)
     run = backfill.verify()  # digest of the run and every link of the checkpoint chain
     assert run.progress.copied_count == ROWS and run.progress.duplicate_count == 0

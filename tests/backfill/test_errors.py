@@ -7,16 +7,17 @@ import socket
 import psycopg
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillError, BackfillStatus, LedgerConfig
-from dpone_dagster.backfill.ledger import wait_for_backend_exit
+from dpone_dagster.backfill import Backfill, BackfillStatus
+from dpone_dagster.backfill.ledger import wait_for_lost_commit
 from dpone_dagster.backfill.rules import next_request
+from dpone_dagster.core import EngineError, LedgerConfig
 from dpone_dagster.lifecycle import DponeError
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
 
 def code_of(call: object) -> str:
-    # A DponeError: a BackfillError, or the SessionError of a session that could not be opened.
+    # A DponeError: an EngineError, or the SessionError of a session that could not be opened.
     with pytest.raises(DponeError) as err:
         call()  # type: ignore[operator]
     assert err.value.message and err.value.next_actions
@@ -87,13 +88,13 @@ def test_the_wait_for_a_lost_commit_raises_when_the_old_backend_does_not_exit(
     ):
         held.execute("SELECT 1")  # a session the test holds open, inside a transaction
         pid = held.info.backend_pid
-        with pytest.raises(BackfillError) as err:
-            wait_for_backend_exit(conn, pid, timeout=0.3)
+        with pytest.raises(EngineError) as err:
+            wait_for_lost_commit(conn, pid, timeout=0.3)
         assert err.value.code == "backfill_persistence_failed"
         assert f"server backend {pid}" in err.value.message and "0.3s" in err.value.message
         assert f"pg_terminate_backend({pid})" in err.value.next_actions[0]
         held.close()
-        wait_for_backend_exit(conn, pid, timeout=30)  # returns once the backend has exited
+        wait_for_lost_commit(conn, pid, timeout=30)  # returns once the backend has exited
         assert (
             pg.fetch_one(target_dsn, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
             == 0

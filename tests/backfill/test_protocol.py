@@ -10,9 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from dpone_dagster.backfill import (
-    BACKFILL_ERRORS,
     ApplyPath,
-    BackfillError,
     BackfillEvidence,
     BackfillRun,
     BackfillScope,
@@ -35,6 +33,7 @@ from dpone_dagster.backfill.rules import (
     run_integrity_is_valid,
     start_run,
 )
+from dpone_dagster.core import ENGINE_ERRORS, EngineError
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -100,13 +99,13 @@ def advance(run: BackfillRun, rows: int, *, final: bool = False) -> BackfillRun:
     return run
 
 
-def code_of(exc: pytest.ExceptionInfo[BackfillError]) -> str:
+def code_of(exc: pytest.ExceptionInfo[EngineError]) -> str:
     assert exc.value.message and exc.value.next_actions
     return exc.value.code
 
 
 def test_a_missing_boundary_or_empty_mark_is_refused_with_backfill_cursor_missing() -> None:
-    with pytest.raises(BackfillError) as missing:
+    with pytest.raises(EngineError) as missing:
         start_run(
             scope(),
             MissingBoundary(),
@@ -114,13 +113,13 @@ def test_a_missing_boundary_or_empty_mark_is_refused_with_backfill_cursor_missin
             boundary_evidence=BackfillEvidence(kind="k", subject="", digest="", detail=""),
         )
     assert code_of(missing) == "backfill_cursor_missing"
-    with pytest.raises(BackfillError) as empty:
+    with pytest.raises(EngineError) as empty:
         new_run(hwm="")
     assert code_of(empty) == "backfill_cursor_missing"
 
 
 def test_an_empty_partition_range_is_plan_invalid() -> None:
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         new_run(lower="10", upper="9")
     assert code_of(err) == "plan_invalid"
 
@@ -139,7 +138,7 @@ def test_batches_form_a_verifiable_checkpoint_chain_and_the_run_succeeds_at_the_
     assert receipts[1].previous_checkpoint == receipts[0].checkpoint
     verify_chain(run, receipts)
     forged = receipts[1].model_copy(update={"observation": observe("100", "200", 100, copied=99)})
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         verify_chain(run, [receipts[0], forged, receipts[2]])
     assert code_of(err) == "backfill_run_invalid"
 
@@ -151,7 +150,7 @@ def test_replay_returns_the_stored_receipt_and_a_changed_batch_is_refused() -> N
     assert replay(request, receipt) == receipt
     assert replay(request, None) is None
     changed = request.model_copy(update={"batch_size": 200})
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         replay(changed, receipt)
     assert code_of(err) == "backfill_batch_changed"
 
@@ -161,7 +160,7 @@ def test_a_stale_expected_checkpoint_is_refused() -> None:
     old_request = next_request(run, 100)
     run = advance(run, 100)
     stale = old_request.model_copy(update={"batch_id": "x", "sequence": 2})
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         apply_batch(run, stale, observe("100", "200", 100))
     assert code_of(err) == "backfill_checkpoint_stale"
 
@@ -177,7 +176,7 @@ def test_rows_not_strictly_after_the_checkpoint_or_beyond_the_mark_are_unordered
     run = advance(new_run(), 100)
     request = next_request(run, 100)
     seen = observe(after, upper, 100).model_copy(update={"first_cursor": first})
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         apply_batch(run, request, seen)
     assert code_of(err) == "backfill_batch_unordered"
 
@@ -236,7 +235,7 @@ RULES = [
 def test_a_batch_that_breaks_one_rule_is_refused_naming_that_rule(rule: str, code: str) -> None:
     run, request, seen = _break(rule)
     assert [r.name for r in BATCH_RULES if not r.holds(request, seen)] == [rule]  # this one alone
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         apply_batch(run, request, seen)
     assert code_of(err) == code
     assert f'breaks the rule "{rule}"' in err.value.message, err.value.message
@@ -248,12 +247,12 @@ def test_every_batch_rule_is_broken_alone_above() -> None:
 
 def test_no_batch_follows_the_final_batch_and_a_skipped_sequence_is_unordered() -> None:
     run = advance(new_run(hwm="100", rows=100), 100, final=True)
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         apply_batch(run, next_request(run, 100), observe("100", "100", 0, final=True))
     assert code_of(err) == "backfill_batch_unordered"
     fresh = new_run()
     skipped = next_request(fresh, 100).model_copy(update={"sequence": 5})
-    with pytest.raises(BackfillError) as err2:
+    with pytest.raises(EngineError) as err2:
         apply_batch(fresh, skipped, observe(None, "100", 100))
     assert code_of(err2) == "backfill_batch_unordered"
     assert "its sequence is 5, the run's next is 1" in err2.value.message
@@ -262,7 +261,7 @@ def test_no_batch_follows_the_final_batch_and_a_skipped_sequence_is_unordered() 
 def test_counts_that_disagree_are_backfill_record_changed() -> None:
     run = new_run()
     seen = observe(None, "100", 100).model_copy(update={"target_count": 99})
-    with pytest.raises(BackfillError) as err:
+    with pytest.raises(EngineError) as err:
         apply_batch(run, next_request(run, 100), seen)
     assert code_of(err) == "backfill_record_changed"
 
@@ -276,7 +275,7 @@ def test_a_tampered_or_authority_claiming_run_is_invalid() -> None:
     claiming = run.model_copy(update={"candidate_authoritative": True})
     for bad in (tampered, claiming):
         assert not run_integrity_is_valid(bad)
-        with pytest.raises(BackfillError) as err:
+        with pytest.raises(EngineError) as err:
             apply_batch(bad, next_request(bad, 100), observe(None, "100", 100))
         assert code_of(err) == "backfill_run_invalid"
 
@@ -325,8 +324,8 @@ def test_every_error_code_has_a_message_and_next_actions() -> None:
         "backfill_run_invalid",
         "backfill_persistence_failed",
     }
-    assert seed <= set(BACKFILL_ERRORS)
-    for message, actions in BACKFILL_ERRORS.values():
+    assert seed <= set(ENGINE_ERRORS)
+    for message, actions in ENGINE_ERRORS.values():
         assert message.endswith(".") and actions
 
 

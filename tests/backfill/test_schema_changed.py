@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillError, BackfillStatus
+from dpone_dagster.backfill import Backfill, BackfillStatus
+from dpone_dagster.core import EngineError
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
@@ -28,7 +29,7 @@ def test_a_change_of_the_copied_columns_mid_run_stops_with_backfill_schema_chang
         batches = backfill.batches()
         next(batches)
         pg.execute(pair.source, f"ALTER TABLE mixed {ddl}")
-        with pytest.raises(BackfillError) as caught:
+        with pytest.raises(EngineError) as caught:
             next(batches)
         run = backfill.load()
     assert caught.value.code == "backfill_schema_changed"
@@ -43,11 +44,11 @@ def test_a_resume_under_other_columns_is_refused_and_restoring_them_resumes(pair
         batches = backfill.batches()
         stopped_at = next(batches).run.progress.checkpoint
         pg.execute(pair.source, "ALTER TABLE mixed ADD note text DEFAULT 'x'")
-        with pytest.raises(BackfillError):
+        with pytest.raises(EngineError):
             next(batches)
     # The target takes the column too: a new run of the new columns would shadow the old one.
     pg.execute(pair.target, "ALTER TABLE mixed ADD note text DEFAULT 'x'")
-    with _backfill(pair) as again, pytest.raises(BackfillError) as caught:
+    with _backfill(pair) as again, pytest.raises(EngineError) as caught:
         again.plan()
     assert caught.value.code == "backfill_schema_changed"
     assert f"stopped at checkpoint {stopped_at}" in caught.value.message

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg import IsolationLevel, pq
 
-from dpone_dagster.backfill import Backfill, LedgerConfig
-from dpone_dagster.backfill.sessions import Sessions, transaction
-from dpone_dagster.backfill.shape import prepare_session
+from dpone_dagster.backfill import Backfill
+from dpone_dagster.core import LedgerConfig
+from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from tests.backfill.conftest import Pair, copy_rows
 from tests.helpers import pg

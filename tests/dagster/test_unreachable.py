@@ -34,7 +34,8 @@ from dpone_dagster import (
     rest_copy_asset,
     snapshot_copy_assets,
 )
-from dpone_dagster.backfill import Backfill, LedgerConfig
+from dpone_dagster.backfill import Backfill
+from dpone_dagster.core import LedgerConfig
 from dpone_dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import copy_tables

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, prepare_target
-from dpone_dagster.incremental import IncrementalError, IncrementalSync
+from dpone_dagster.backfill import Backfill, backfill_handoff, prepare_target
+from dpone_dagster.core import EngineError
+from dpone_dagster.incremental import IncrementalSync
 from dpone_dagster.postgres import TableName
 from tests.helpers import pg
 from tests.incremental.conftest import Stream
 
 
-def _refused(stream: Stream, code: str, **kwargs: object) -> IncrementalError:
+def _refused(stream: Stream, code: str, **kwargs: object) -> EngineError:
     options: dict[str, object] = {"cursor": "updated_at"}
     options.update(kwargs)
     table = str(options.pop("table", "shop.orders"))
-    with pytest.raises(IncrementalError) as info:
+    with pytest.raises(EngineError) as info:
         IncrementalSync(stream.source, stream.target, table, **options).run()  # type: ignore[arg-type]
     assert info.value.code == code, info.value
     assert info.value.next_actions
@@ -63,12 +64,12 @@ def test_a_target_whose_key_differs_is_refused(stream: Stream) -> None:
 def test_a_missing_or_unorderable_cursor_and_bad_options_are_refused(stream: Stream) -> None:
     _refused(stream, "incremental_cursor_invalid", cursor="nope")
     _refused(stream, "incremental_cursor_invalid", cursor="note")
-    with pytest.raises(IncrementalError) as info:
+    with pytest.raises(EngineError) as info:
         IncrementalSync(stream.source, stream.target, "shop.orders", cursor="id", deletes="all")  # type: ignore[arg-type]
     assert info.value.code == "incremental_options_invalid"
     _refused(stream, "incremental_options_invalid", deletes="soft", soft_delete_column="note")
     for fillfactor in (5, 101, 90.5, True):
-        with pytest.raises(IncrementalError) as info:
+        with pytest.raises(EngineError) as info:
             stream.sync(fillfactor=fillfactor)
         assert info.value.code == "incremental_options_invalid"
         assert "fillfactor" in str(info.value) and info.value.next_actions
@@ -78,7 +79,7 @@ def test_a_missing_or_unorderable_cursor_and_bad_options_are_refused(stream: Str
 def test_continuing_from_a_backfill_that_is_missing_or_incomplete_is_refused(
     stream: Stream,
 ) -> None:
-    error = _refused(stream, "incremental_backfill_incomplete", continue_from_backfill=True)
+    error = _refused(stream, "incremental_backfill_incomplete", handoff=backfill_handoff)
     assert "no backfill" in error.message
 
 
@@ -92,7 +93,7 @@ def _backfill(stream: Stream, **kwargs: object) -> Backfill:
 def test_a_planned_but_unfinished_backfill_is_refused(stream: Stream) -> None:
     with _backfill(stream) as backfill:
         backfill.plan()
-    error = _refused(stream, "incremental_backfill_incomplete", continue_from_backfill=True)
+    error = _refused(stream, "incremental_backfill_incomplete", handoff=backfill_handoff)
     assert "not succeeded" in error.message
     assert _target_rows(stream) == 0
 
@@ -104,7 +105,7 @@ def test_a_stream_continues_from_a_complete_backfill_without_copying_it_again(
         done = backfill.run()
     mark = done.run.boundary.source_high_water_mark
     pg.execute(stream.source, "UPDATE shop.orders SET updated_at = now() WHERE id <= 10")
-    result = stream.run(continue_from_backfill=True, deletes="hard")
+    result = stream.run(handoff=backfill_handoff, deletes="hard")
     assert result.old_mark == mark
     assert (result.rows, result.updated, result.inserted, result.deleted) == (10, 10, 0, 0)
     stream.assert_equal()

@@ -5,51 +5,25 @@ concurrent runs of one stream never apply a batch twice."""
 from __future__ import annotations
 
 import itertools
-import os
 import random
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 from dpone_dagster.incremental import IncrementalSync, StreamReceipt
-from tests.helpers import pg
+from tests.helpers import crash, pg
 from tests.incremental.conftest import ORDERS, Stream, insert_orders
 
-ROOT = Path(__file__).resolve().parents[2]
 ROWS = 40_000
 BATCH = 1_000
 
 
 def start_child(stream: Stream, batch: int = BATCH) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.incremental.child", stream.source, stream.target,
-         str(batch)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    """One run of the stream of ``shop.orders`` in its own process."""
+    return crash.start_child("incremental", stream.source, stream.target, batch)
 
 
 def kill_at(proc: subprocess.Popen[str], mode: str, nth: int, rng: random.Random) -> str:
-    """Reads the child's phases and kill -9s it at the ``nth`` ``mode`` line (or a timer)."""
-    assert proc.stdout is not None
-    seen = 0
-    for line in proc.stdout:
-        if line.startswith("done"):
-            proc.wait(30)
-            return "finished"
-        if mode == "timer" and line.startswith("copy"):
-            time.sleep(rng.uniform(0.0, 0.3))
-            break
-        if line.startswith(mode):
-            seen += 1
-            if seen == nth:
-                if mode == "copy":
-                    time.sleep(rng.uniform(0.0, 0.005))  # inside the batch's COPY
-                break
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    return "killed" if proc.returncode == -signal.SIGKILL else f"exit {proc.returncode}"
+    """:func:`tests.helpers.crash.kill_at`, timed for this test's smaller batches."""
+    return crash.kill_at(proc, mode, nth, rng, timer=0.3, inside_copy=0.005)
 
 
 def ledger_view(target: str) -> tuple[int, int, tuple[int, int, int], list[int]]:

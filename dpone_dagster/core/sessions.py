@@ -1,6 +1,6 @@
-"""The backfill's sessions: how each transaction begins, and how a failure ends them all.
+"""The engines' sessions: how each transaction begins, and how a failure ends them all.
 
-Every backfill session is opened in autocommit mode, so nothing is inside a transaction until
+Every engine session is opened in autocommit mode, so nothing is inside a transaction until
 :func:`transaction` begins one. It sets the isolation level and read-only mode on the connection
 first, so psycopg's own ``BEGIN`` carries both; a ``conn.transaction()`` opened inside it is a
 savepoint. Leaving the block commits; an exception (an interrupt too) rolls back on the way out.
@@ -21,8 +21,16 @@ import psycopg
 from psycopg import IsolationLevel, pq
 
 from dpone_dagster.postgres.connection import set_transaction_mode
+from dpone_dagster.reconcile.digest import pin_settings
 
 Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def prepare_session(conn: Conn) -> None:
+    """Pins the settings that decide how cursor values and rows are spelled as text (the
+    reconciliation digest's), for the whole session: the same value always has the same
+    spelling in a checkpoint, a mark or a digest."""
+    pin_settings(conn, local=False)
 
 
 @contextmanager
@@ -42,9 +50,16 @@ def transaction(conn: Conn, isolation: IsolationLevel, *, read_only: bool) -> It
         yield conn
 
 
+def advisory_xact_lock(conn: Conn, key: str) -> None:
+    """Takes the advisory lock named ``key`` until ``conn``'s transaction ends (waits while
+    another transaction holds it)."""
+    # psycopg has no API for advisory locks: a transaction-scoped one, released at its end.
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+
 @dataclass
 class Sessions:
-    """A backfill's autocommit sessions; ``ledger`` is ``target`` when the ledger is there."""
+    """An engine run's autocommit sessions; ``ledger`` is ``target`` when the ledger is there."""
 
     source: Conn
     target: Conn

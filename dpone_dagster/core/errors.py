@@ -1,9 +1,17 @@
-"""The backfill's error codes: one stable code, one message and the next actions for each.
+"""The engines' one error catalog: a stable code, a message and the next actions for each.
 
-The codes are those of the ``lenso.extraction-backfill.v1`` contract, so an operator who knows
-another implementation of it knows this one, plus ``backfill_high_water_mark_unsettled``: a
-transaction in flight when the high-water mark was taken did not finish in time
-(:mod:`.boundary` waits them out so that none of their rows is lost).
+Every deliberate failure of an engine (the ordered backfill, the incremental stream) is an
+:class:`EngineError` built from :data:`ENGINE_ERRORS` by :func:`engine_error`, so an operator (or
+a program branching on ``error.code``) finds every code, its meaning and what to do about it in
+one place. The backfill's codes (``plan_invalid`` to ``backfill_persistence_failed``) are those
+of the ordered-backfill protocol the project started from, plus
+``backfill_high_water_mark_unsettled`` (a transaction in flight when the high-water mark was
+taken did not finish in time). The stream's codes start with ``incremental_``: a bad stream
+(``incremental_primary_key_missing``, ``incremental_cursor_invalid``,
+``incremental_cursor_unindexed``, ``incremental_cursor_null``, ``incremental_target_key_differs``,
+``incremental_options_invalid``) is refused when the run is planned, before anything is written;
+``incremental_mark_unsettled`` is not raised but names, in a run's notices, transactions that
+were still open when the run's settle timeout ran out.
 """
 
 from __future__ import annotations
@@ -14,8 +22,8 @@ from typing import Final
 from dpone_dagster.lifecycle import DponeError
 
 
-class BackfillError(DponeError):
-    """A deliberate backfill failure with a stable code (see :data:`BACKFILL_ERRORS`)."""
+class EngineError(DponeError):
+    """A deliberate engine failure with a stable code (see :data:`ENGINE_ERRORS`)."""
 
 
 RECORD_CHANGED_ACTIONS: Final[tuple[str, ...]] = (
@@ -30,7 +38,7 @@ RECORD_CHANGED_ACTIONS: Final[tuple[str, ...]] = (
 """The next actions of ``backfill_record_changed``: fix a wrong target, or repair from the
 source, or keep a changing table current incrementally."""
 
-BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "plan_invalid": (
         "The backfill plan is invalid.",
         ("Fix the source table, cursor or partition range and plan again.",),
@@ -94,17 +102,72 @@ BACKFILL_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "checkpoint.",
         ),
     ),
+    "incremental_options_invalid": (
+        "The incremental stream's options are invalid.",
+        ("Fix the option named in the message.",),
+    ),
+    "incremental_primary_key_missing": (
+        "The source table has no primary key.",
+        (
+            "Add a primary key to the source table: the merge and the delete detection match "
+            "rows by it.",
+        ),
+    ),
+    "incremental_cursor_invalid": (
+        "The cursor column is missing or of a type that cannot order a stream.",
+        ("Name a column of type integer, numeric, date, timestamp or timestamptz.",),
+    ),
+    "incremental_cursor_unindexed": (
+        "No index of the source table starts with the cursor column.",
+        (
+            "CREATE INDEX CONCURRENTLY ON the source table (cursor): without it every run "
+            "scans the whole table.",
+        ),
+    ),
+    "incremental_cursor_null": (
+        "Rows of the source table have a NULL cursor: no run would ever copy them.",
+        (
+            "Fill the NULL cursor values and make the column NOT NULL (or choose another "
+            "cursor), then run again.",
+        ),
+    ),
+    "incremental_target_key_differs": (
+        "The target table's primary key differs from the source's.",
+        (
+            "Give the target the source's primary key (same columns, same order), or copy into "
+            "a new target table.",
+        ),
+    ),
+    "incremental_backfill_incomplete": (
+        "The stream cannot continue from the backfill: it is not complete.",
+        (
+            "Finish the backfill of every partition (backfill_asset), then run again; or run "
+            "without continue_from_backfill to copy the table from the start.",
+        ),
+    ),
+    "incremental_stream_stale": (
+        "The stream's state changed under this run (another run advanced it).",
+        ("Run again: the stream resumes from its newest durable state.",),
+    ),
+    "incremental_mark_unsettled": (
+        "Transactions open when the mark was taken were still open after the settle timeout.",
+        (
+            "End the listed sessions (or set idle_in_transaction_session_timeout): until they "
+            "end, each run reads again from the mark before they began, so none of their rows "
+            "is lost, at the cost of re-reading that range.",
+        ),
+    ),
 }
-"""Every code with its default message and next actions."""
+"""Every engine code with its default message and next actions."""
 
 
-def backfill_error(
+def engine_error(
     code: str, detail: str | None = None, next_actions: Sequence[str] | None = None
-) -> BackfillError:
+) -> EngineError:
     """Builds the error for ``code`` with its catalogued message and next actions.
 
     Args:
-        code: A key of :data:`BACKFILL_ERRORS`.
+        code: A key of :data:`ENGINE_ERRORS`.
         detail: A sentence appended to the message (what exactly was found).
         next_actions: Replaces the catalogued next actions when given.
 
@@ -114,4 +177,4 @@ def backfill_error(
     Raises:
         KeyError: for a code that is not catalogued (a programming error).
     """
-    return BackfillError.from_catalog(BACKFILL_ERRORS, code, detail, next_actions)
+    return EngineError.from_catalog(ENGINE_ERRORS, code, detail, next_actions)

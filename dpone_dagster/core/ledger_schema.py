@@ -1,0 +1,208 @@
+"""The ledger's schema: every table of the one durable ledger, and the one way it is brought up
+to date.
+
+The ledger is one PostgreSQL schema (``dpone_ledger`` of the target database by default) holding
+the tables of every engine: the backfill's runs, batch receipts and range checks, the incremental
+streams' states and batch receipts, and ``ledger_version``, the migrations applied. Its tables
+are created by migrations, applied in order by :func:`ensure_ledger`, each once, under an
+advisory lock (``CREATE ... IF NOT EXISTS`` alone can still collide in the catalog when several
+processes start at once). A ledger written by an earlier release (before ``ledger_version``
+existed) takes migration 1 too: its statements create only what is missing.
+
+A ledger that is current costs one read to find so: no DDL runs, and no privilege beyond
+``USAGE`` on the schema and the rights on its tables is needed. ``CREATE SCHEMA`` runs only when
+the schema is missing (PostgreSQL checks the database's ``CREATE`` privilege for it even when the
+schema exists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+from psycopg import IsolationLevel, sql
+
+from dpone_dagster.postgres import check_identifier
+
+from .sessions import advisory_xact_lock, transaction
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+DEFAULT_LEDGER_SCHEMA: Final = "dpone_ledger"
+"""The ledger's schema unless one is named."""
+
+
+@dataclass(frozen=True)
+class LedgerTables:
+    """The names of the ledger's tables in one schema, composed for SQL.
+
+    Args:
+        schema: The ledger schema's exact name (any legal identifier).
+    """
+
+    schema: str = DEFAULT_LEDGER_SCHEMA
+
+    def __post_init__(self) -> None:
+        check_identifier(self.schema, what="ledger schema")
+
+    def table(self, name: str) -> sql.Identifier:
+        """A table of the ledger's schema."""
+        return sql.Identifier(self.schema, name)
+
+    @property
+    def runs(self) -> sql.Identifier:
+        """Backfill runs: one constant-size document per run."""
+        return self.table("backfill_runs")
+
+    @property
+    def batch_receipts(self) -> sql.Identifier:
+        """Backfill batch receipts: one row per committed batch."""
+        return self.table("backfill_batch_receipts")
+
+    @property
+    def range_checks(self) -> sql.Identifier:
+        """The backfill reconciliation's checks: one row per batch range."""
+        return self.table("backfill_range_checks")
+
+    @property
+    def streams(self) -> sql.Identifier:
+        """Incremental streams: one constant-size state document per stream."""
+        return self.table("incremental_streams")
+
+    @property
+    def stream_receipts(self) -> sql.Identifier:
+        """Incremental batch receipts: one row per committed batch."""
+        return self.table("incremental_batch_receipts")
+
+    @property
+    def version(self) -> sql.Identifier:
+        """The migrations applied to this ledger."""
+        return self.table("ledger_version")
+
+    def sql(self, text: str) -> sql.Composed:
+        """``text`` with ``{runs}``, ``{batch_receipts}``, ``{range_checks}``, ``{streams}``,
+        ``{stream_receipts}`` and ``{version}`` replaced by the tables' names."""
+        return sql.SQL(text).format(
+            **{
+                name: getattr(self, name)
+                for name in ("runs", "batch_receipts", "range_checks", "streams",
+                             "stream_receipts", "version")
+                if "{" + name + "}" in text
+            }
+        )  # fmt: skip
+
+
+_MIGRATION_1: Final = (
+    """CREATE TABLE IF NOT EXISTS {runs} (
+    run_id text PRIMARY KEY,
+    revision bigint NOT NULL CHECK (revision >= 1),
+    run_digest text NOT NULL,
+    status text NOT NULL,
+    run_json jsonb NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+    """CREATE TABLE IF NOT EXISTS {batch_receipts} (
+    run_id text NOT NULL REFERENCES {runs} (run_id),
+    sequence bigint NOT NULL CHECK (sequence >= 1),
+    batch_id text NOT NULL,
+    batch_digest text NOT NULL,
+    previous_checkpoint text,
+    checkpoint text NOT NULL,
+    last_cursor text,
+    copied_count bigint NOT NULL,
+    duplicate_count bigint NOT NULL,
+    content_hash text NOT NULL,
+    receipt_json jsonb NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (run_id, batch_id),
+    UNIQUE (run_id, sequence),
+    UNIQUE (run_id, checkpoint)
+)""",
+    """CREATE TABLE IF NOT EXISTS {range_checks} (
+    run_id text NOT NULL REFERENCES {runs} (run_id),
+    sequence bigint NOT NULL,
+    outcome text NOT NULL,
+    code text,
+    check_json jsonb NOT NULL,
+    checked_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (run_id, sequence)
+)""",
+    """CREATE TABLE IF NOT EXISTS {streams} (
+    stream_id text PRIMARY KEY,
+    revision bigint NOT NULL CHECK (revision >= 1),
+    state_json jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+    """CREATE TABLE IF NOT EXISTS {stream_receipts} (
+    stream_id text NOT NULL REFERENCES {streams} (stream_id),
+    sequence bigint NOT NULL CHECK (sequence >= 1),
+    run bigint NOT NULL,
+    receipt_json jsonb NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (stream_id, sequence)
+)""",
+    """CREATE TABLE IF NOT EXISTS {version} (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+)
+"""Every table of the first release of the ledger."""
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1,)
+"""The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
+column is a new migration appended here, never an edit of an applied one."""
+LEDGER_VERSION: Final = len(MIGRATIONS)
+"""The version a current ledger is at."""
+
+
+def ledger_version(conn: Conn, tables: LedgerTables) -> int:
+    """The newest migration applied to the ledger (0: none, or a ledger older than versions).
+
+    Args:
+        conn: An idle session of the ledger's database.
+        tables: The ledger's tables.
+    """
+    try:
+        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
+            row = conn.execute(tables.sql("SELECT max(version) FROM {version}")).fetchone()
+    except psycopg.errors.UndefinedTable:
+        return 0
+    return int(str(row[0])) if row is not None and row[0] is not None else 0
+
+
+def ensure_ledger(conn: Conn, tables: LedgerTables) -> None:
+    """Brings the ledger up to :data:`LEDGER_VERSION`, creating its schema if missing.
+
+    Idempotent and safe when several processes start at once. A current ledger costs one read.
+
+    Args:
+        conn: An idle session of the ledger's database.
+        tables: The ledger's tables.
+    """
+    if ledger_version(conn, tables) >= LEDGER_VERSION:
+        return
+    with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
+        advisory_xact_lock(conn, "dpone_ledger_ddl:" + tables.schema)
+        found = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)", (tables.schema,)
+        ).fetchone()
+        if not (found and found[0]):
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(tables.schema)))
+        applied = _applied(conn, tables)
+        for number, statements in enumerate(MIGRATIONS, start=1):
+            if number in applied:
+                continue
+            for statement in statements:
+                conn.execute(tables.sql(statement))
+            conn.execute(tables.sql("INSERT INTO {version} (version) VALUES (%s)"), (number,))
+
+
+def _applied(conn: Conn, tables: LedgerTables) -> set[int]:
+    """The migrations recorded, read under the DDL lock (none before ``ledger_version``)."""
+    exists = conn.execute("SELECT to_regclass(%s)", (tables.version.as_string(conn),)).fetchone()
+    if exists is None or exists[0] is None:
+        return set()
+    rows = conn.execute(tables.sql("SELECT version FROM {version}")).fetchall()
+    return {int(str(r[0])) for r in rows}

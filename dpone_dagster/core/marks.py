@@ -1,0 +1,114 @@
+"""Taking a mark: the largest cursor value, read in one snapshot, with the transactions in flight
+at that moment waited out.
+
+Both engines read a mark the same way. :func:`mark_snapshot` opens a ``REPEATABLE READ READ
+ONLY`` transaction, reads its snapshot token and the server's clock, lets the engine read its
+mark (and whatever else it counts) inside it, and lists the transactions in flight in that same
+snapshot (:mod:`.in_flight`). :func:`settle_mark` then waits them out, after the snapshot's
+transaction has ended, so that the engine's first read of the range (in a later snapshot) sees
+every row they commit below the mark. What an engine does with a transaction still open when
+the wait runs out is its own rule: the backfill refuses to start, the stream goes ahead and
+reads the range again on later runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import psycopg
+from psycopg import IsolationLevel
+
+from dpone_dagster.lifecycle import token_digest
+
+from .in_flight import in_flight_transactions, wait_out
+from .sessions import transaction
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass
+class MarkSnapshot:
+    """The snapshot a mark is read in: its token and clock, and who was in flight then."""
+
+    token: str
+    taken_at: datetime
+    in_flight: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A mark and its evidence.
+
+    Attributes:
+        mark: The largest cursor value at the mark's snapshot (``None``: no row).
+        taken_at: The source server's clock when the snapshot was taken.
+        snapshot_token_digest: Digest of the snapshot (``pg_current_snapshot()``).
+        awaited: Transactions open at the mark that were waited for.
+        waited_seconds: How long that took.
+        unsettled: Virtual xids of those still open when the wait ran out.
+        unsettled_pids: Their server backends.
+    """
+
+    mark: str | None
+    taken_at: datetime
+    snapshot_token_digest: str
+    awaited: int
+    waited_seconds: float
+    unsettled: tuple[str, ...] = ()
+    unsettled_pids: tuple[int, ...] = ()
+
+
+@contextmanager
+def mark_snapshot(conn: Conn) -> Iterator[MarkSnapshot]:
+    """A ``REPEATABLE READ READ ONLY`` transaction to read a mark in; once the block's reads are
+    done, the transactions in flight in the same snapshot are listed and it commits.
+
+    Args:
+        conn: An autocommit source session, outside any transaction.
+
+    Yields:
+        The snapshot's token and clock; its ``in_flight`` is filled when the block ends.
+    """
+    with transaction(conn, IsolationLevel.REPEATABLE_READ, read_only=True):
+        row = conn.execute("SELECT pg_current_snapshot()::text, clock_timestamp()").fetchone()
+        assert row is not None
+        assert isinstance(row[1], datetime)
+        snapshot = MarkSnapshot(token=str(row[0]), taken_at=row[1])
+        yield snapshot
+        snapshot.in_flight.extend(in_flight_transactions(conn))
+
+
+def settle_mark(
+    conn: Conn,
+    snapshot: MarkSnapshot,
+    mark: str | None,
+    *,
+    settle_timeout: float | None,
+    poll_interval: float = 0.05,
+) -> Mark:
+    """Waits out the transactions in flight at the mark's snapshot, at most ``settle_timeout``.
+
+    Args:
+        conn: The autocommit session the snapshot was read on (its transaction has ended).
+        snapshot: The mark's snapshot (:func:`mark_snapshot`).
+        mark: The mark read in it.
+        settle_timeout: Seconds to wait; ``None``: nothing to wait for (the writers are paused).
+        poll_interval: Seconds between two looks at ``pg_locks``.
+
+    Returns:
+        The mark with its evidence, and the transactions still open when the wait ran out.
+    """
+    waiting = snapshot.in_flight if settle_timeout is not None else []
+    settled = wait_out(conn, waiting, timeout=settle_timeout or 0.0, interval=poll_interval)
+    return Mark(
+        mark=mark,
+        taken_at=snapshot.taken_at,
+        snapshot_token_digest=token_digest(snapshot.token),
+        awaited=len(waiting),
+        waited_seconds=settled.waited_seconds,
+        unsettled=tuple(xid for xid, _ in settled.running),
+        unsettled_pids=tuple(pid for _, pid in settled.running),
+    )

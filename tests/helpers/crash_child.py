@@ -1,0 +1,85 @@
+"""One engine run in its own process, for the crash and concurrency tests of every engine.
+
+``python -m tests.helpers.crash_child ENGINE SOURCE_DSN TARGET_DSN BATCH_SIZE`` runs one engine's
+job to the end: ``backfill`` backfills ``public.mixed`` (cursor ``id``), ``incremental`` runs the
+stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once. It prints one line per
+phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
+(``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
+read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
+(:func:`tests.helpers.crash.kill_at`). An engine error prints ``error CODE`` and exits 3.
+
+A new engine's crash test adds its runner to :data:`ENGINES`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from dpone_dagster.backfill import Backfill, BatchResult
+from dpone_dagster.incremental import BatchOutcome, IncrementalSync
+from dpone_dagster.lifecycle import DponeError
+
+
+class Phases:
+    """Prints the engine's phases, numbering batches by their ``copy`` phase."""
+
+    def __init__(self) -> None:
+        self.batch = 0
+
+    def on_phase(self, phase: str) -> None:
+        """Prints ``PHASE N`` (the engine's ``committed`` phase is printed by ``on_batch``)."""
+        if phase == "copy":
+            self.batch += 1
+        if phase != "committed":
+            print(f"{phase} {self.batch}", flush=True)
+
+    @staticmethod
+    def committed(sequence: int, replayed: bool = False) -> None:
+        """Prints ``committed N`` (or ``replayed N``)."""
+        print(f"{'replayed' if replayed else 'committed'} {sequence}", flush=True)
+
+
+def backfill(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Backfills ``public.mixed`` to its mark; the rows it copied."""
+
+    def on_batch(result: BatchResult) -> None:
+        phases.committed(result.receipt.sequence, result.replayed)
+
+    job = Backfill(source, target, "public.mixed", cursor="id", batch_size=batch_size,
+                   on_phase=phases.on_phase)  # fmt: skip
+    return job.run(on_batch=on_batch).run.progress.copied_count
+
+
+def incremental(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Runs the stream of ``shop.orders`` once; the rows it read."""
+
+    def on_batch(done: BatchOutcome) -> None:
+        phases.committed(done.receipt.sequence)
+
+    sync = IncrementalSync(
+        source, target, "shop.orders", cursor="updated_at", deletes="hard",
+        batch_size=batch_size, on_phase=phases.on_phase, on_batch=on_batch,
+    )  # fmt: skip
+    return sync.run().rows
+
+
+ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
+    "backfill": backfill,
+    "incremental": incremental,
+}
+
+
+def main() -> int:
+    engine, source, target, batch_size = sys.argv[1:5]
+    try:
+        rows = ENGINES[engine](source, target, int(batch_size), Phases())
+    except DponeError as exc:
+        print(f"error {exc.code}", flush=True)
+        return 3
+    print(f"done {rows}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
