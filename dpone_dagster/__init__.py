@@ -16,12 +16,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dpone_dagster.assets import backfill_asset, incremental_asset, snapshot_copy_assets
-    from dpone_dagster.components import PostgresCopyComponent
-    from dpone_dagster.failures import DponeFailure
-    from dpone_dagster.jobs import build_extraction_job
-    from dpone_dagster.partitions import cursor_range_partitions
-    from dpone_dagster.resources import (
+    from dpone_dagster.dagster.assets import backfill_asset, incremental_asset, snapshot_copy_assets
+    from dpone_dagster.dagster.components import PostgresCopyComponent
+    from dpone_dagster.dagster.failures import DponeFailure
+    from dpone_dagster.dagster.jobs import build_extraction_job
+    from dpone_dagster.dagster.partitions import cursor_range_partitions
+    from dpone_dagster.dagster.resources import (
         BackfillLedgerResource,
         PostgresSourceResource,
         PostgresTargetResource,
@@ -32,26 +32,26 @@ if TYPE_CHECKING:
         mysql_copy_asset,
         rest_copy_asset,
     )
-    from dpone_dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
+    from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
 
 _LAZY: dict[str, str] = {
-    "BackfillLedgerResource": "dpone_dagster.resources",
-    "CopyTableSpec": "dpone_dagster.translator",
-    "DponeFailure": "dpone_dagster.failures",
-    "DponeTranslator": "dpone_dagster.translator",
+    "BackfillLedgerResource": "dpone_dagster.dagster.resources",
+    "CopyTableSpec": "dpone_dagster.dagster.translator",
+    "DponeFailure": "dpone_dagster.dagster.failures",
+    "DponeTranslator": "dpone_dagster.dagster.translator",
     "MySQLSourceResource": "dpone_dagster.sources_dagster",
-    "PostgresCopyComponent": "dpone_dagster.components",
-    "PostgresSourceResource": "dpone_dagster.resources",
-    "PostgresTargetResource": "dpone_dagster.resources",
+    "PostgresCopyComponent": "dpone_dagster.dagster.components",
+    "PostgresSourceResource": "dpone_dagster.dagster.resources",
+    "PostgresTargetResource": "dpone_dagster.dagster.resources",
     "RestSourceResource": "dpone_dagster.sources_dagster",
-    "backfill_asset": "dpone_dagster.assets",
-    "build_extraction_job": "dpone_dagster.jobs",
-    "incremental_asset": "dpone_dagster.assets",
-    "cursor_range_partitions": "dpone_dagster.partitions",
+    "backfill_asset": "dpone_dagster.dagster.assets",
+    "build_extraction_job": "dpone_dagster.dagster.jobs",
+    "incremental_asset": "dpone_dagster.dagster.assets",
+    "cursor_range_partitions": "dpone_dagster.dagster.partitions",
     "mysql_copy_asset": "dpone_dagster.sources_dagster",
     "rest_copy_asset": "dpone_dagster.sources_dagster",
-    "snapshot_copy_assets": "dpone_dagster.assets",
-    "source_asset_specs": "dpone_dagster.translator",
+    "snapshot_copy_assets": "dpone_dagster.dagster.assets",
+    "source_asset_specs": "dpone_dagster.dagster.translator",
 }
 
 __version__ = "0.1.0"

@@ -9,10 +9,10 @@ import dagster as dg
 import pytest
 
 from dpone_dagster import incremental_asset
-from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,

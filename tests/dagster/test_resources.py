@@ -7,7 +7,7 @@ import pytest
 
 from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
 from dpone_dagster.postgres.session import SourceTransaction
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,

@@ -17,14 +17,14 @@ import dagster as dg
 import pytest
 
 from dpone_dagster import incremental_asset, source_asset_specs
-from dpone_dagster.assets import backfill_asset, snapshot_copy_assets
-from dpone_dagster.partitions import cursor_range_partitions
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.assets import backfill_asset, snapshot_copy_assets
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.translator import DponeTranslator
+from dpone_dagster.dagster.translator import DponeTranslator
 from tests.helpers import pg
 from tests.incremental.conftest import ORDERS as ORDERS_TABLE
 from tests.incremental.conftest import insert_orders

@@ -35,7 +35,7 @@ from dpone_dagster import (
     snapshot_copy_assets,
 )
 from dpone_dagster.backfill import Backfill, LedgerConfig
-from dpone_dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import copy_tables
 from tests.helpers import pg

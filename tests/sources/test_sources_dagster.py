@@ -8,9 +8,9 @@ import dagster as dg
 import pytest
 from pydantic import BaseModel
 
-from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.resources import PostgresTargetResource
+from dpone_dagster.dagster.resources import PostgresTargetResource
 from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
 from dpone_dagster.sources_dagster import (
     MySQLSourceResource,

@@ -47,9 +47,9 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dpone_dagster.assets.backfill import backfill_asset
-from dpone_dagster.assets.incremental import incremental_asset
-from dpone_dagster.assets.snapshot_copy import (
+from dpone_dagster.dagster.assets.backfill import backfill_asset
+from dpone_dagster.dagster.assets.incremental import incremental_asset
+from dpone_dagster.dagster.assets.snapshot_copy import (
     CopySchemaChanges,
     CopySink,
     CopyStrategy,
@@ -57,13 +57,13 @@ from dpone_dagster.assets.snapshot_copy import (
 )
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
-from dpone_dagster.partitions import cursor_range_partitions
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.translator import CopyTableSpec, source_asset_specs
+from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
 
 from .attributes import AssetAttributes, AttributesTranslator, TableModel
 

@@ -13,18 +13,18 @@ from typing import Any
 import dagster as dg
 
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, BackfillError, OnChanged, check_on_changed
-from dpone_dagster.instance import check_instance_storage
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.partitions import PartitionError, partition_cursor_range
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
 from dpone_dagster.postgres import check_identifier
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.resources.backfill import BackfillEvent
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.events.backfill import BackfillEvent
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:

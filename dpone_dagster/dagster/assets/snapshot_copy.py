@@ -12,15 +12,15 @@ from typing import Any, Literal
 
 import dagster as dg
 
-from dpone_dagster.instance import check_instance_storage
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
-from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
-from dpone_dagster.resources.snapshot_copy import CopyEvent
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.events.snapshot_copy import CopyEvent
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 
 CopyStrategy = Literal[
     "whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"

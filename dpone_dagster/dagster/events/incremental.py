@@ -17,8 +17,8 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
-from dpone_dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.incremental import (
     DEFAULT_FILLFACTOR,
     BatchOutcome,
@@ -27,7 +27,7 @@ from dpone_dagster.incremental import (
 )
 from dpone_dagster.incremental.batch import Deletes
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     incremental_check,
     incremental_metadata,

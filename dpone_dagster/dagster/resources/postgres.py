@@ -29,7 +29,7 @@ from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Side, connect
 from dpone_dagster.postgres.identifiers import check_identifier
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 
 from .backfill import backfill_events
 from .incremental import IncrementalEvent, StreamOptions, incremental_events

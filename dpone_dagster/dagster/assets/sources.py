@@ -14,10 +14,10 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dpone_dagster.catalog_metadata import table_catalog_metadata
-from dpone_dagster.failures import dagster_failures
-from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
+from dpone_dagster.dagster.failures import dagster_failures
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     rate_metadata,
     schema_change_metadata,
@@ -25,7 +25,7 @@ from dpone_dagster.metadata import (
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.resources import PostgresTargetResource
+from dpone_dagster.dagster.resources import PostgresTargetResource
 from dpone_dagster.sources import (
     MySQLSettings,
     MySQLSource,
@@ -221,7 +221,7 @@ def mysql_copy_asset(
             keeps dropped columns, listed under ``dpone/schema_changes``) or ``freeze`` (any
             difference fails with ``schema_change_incompatible``).
         source_resource_key: The :class:`MySQLSourceResource`'s key.
-        target_resource_key: The :class:`~dpone_dagster.resources.PostgresTargetResource`'s key.
+        target_resource_key: The :class:`~dpone_dagster.dagster.resources.PostgresTargetResource`'s key.
         group_name: The asset's group.
         op_tags: Tags of the asset's op (e.g. a pool).
         source_key: The asset key of what is read (an external asset you define): the copy

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
-from dpone_dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     copy_check_result,
     log_schema_changes,
@@ -29,7 +29,7 @@ from dpone_dagster.postgres.plan import check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.reconcile import reconcile_copy
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 
 if TYPE_CHECKING:
     from .postgres import PostgresSourceResource, PostgresTargetResource

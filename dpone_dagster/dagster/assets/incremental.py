@@ -21,17 +21,17 @@ from dpone_dagster.incremental import (
     Deletes,
     check_options,
 )
-from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.metadata import CHECK_NAME
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.resources import (
+from dpone_dagster.dagster.resources import (
     BackfillLedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.resources.incremental import IncrementalEvent, StreamOptions
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.events.incremental import IncrementalEvent, StreamOptions
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 
 
 def incremental_asset(

@@ -25,14 +25,14 @@ from dpone_dagster.backfill import (
     OnChanged,
     prepare_target,
 )
-from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
-from dpone_dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     partition_metadata,
 )
-from dpone_dagster.partitions import CursorRange, partition_cursor_range
+from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.postgres import TableName
 from dpone_dagster.reconcile import Proof
 
