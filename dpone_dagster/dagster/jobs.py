@@ -25,17 +25,17 @@ from dpone_dagster.dagster.assets.snapshot_copy import (
     CopyStrategy,
     check_copy_options,
 )
+from dpone_dagster.dagster.events.snapshot_copy import copy_failure
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
-from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     table_metadata,
 )
-from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
-from dpone_dagster.dagster.events.snapshot_copy import copy_failure
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
 
 _T = TypeVar("_T")
 

@@ -10,13 +10,13 @@ import pytest
 
 from dpone_dagster import incremental_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.resources import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 from tests.incremental.conftest import ORDERS, Stream, insert_orders
 
@@ -27,7 +27,7 @@ def resources(source_dsn: str, target_dsn: str, **ledger: Any) -> dict[str, Any]
     return {
         "source": PostgresSourceResource(dsn=source_dsn),
         "target": PostgresTargetResource(dsn=target_dsn),
-        "ledger": BackfillLedgerResource(**ledger),
+        "ledger": LedgerResource(**ledger),
     }
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
-from dpone_dagster.postgres.session import SourceTransaction
 from dpone_dagster.dagster.resources import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
+from dpone_dagster.postgres.session import SourceTransaction
 from tests.helpers import pg
 
 
@@ -21,7 +21,7 @@ def test_a_malformed_dsn_fails_when_the_resource_is_built() -> None:
     with pytest.raises(Exception, match="dsn_invalid"):
         PostgresTargetResource(dsn="")
     with pytest.raises(Exception, match="identifier_invalid"):
-        BackfillLedgerResource(schema_name="x" * 64)
+        LedgerResource(schema_name="x" * 64)
 
 
 def test_an_env_var_dsn_is_checked_when_set_and_never_printed(
@@ -37,10 +37,10 @@ def test_an_env_var_dsn_is_checked_when_set_and_never_printed(
 
 def test_the_ledger_defaults_to_the_target_database() -> None:
     target = PostgresTargetResource(dsn="postgresql://postgres@127.0.0.1/t")
-    ledger = BackfillLedgerResource()
+    ledger = LedgerResource()
     assert ledger.ledger_dsn(target) == target.dsn and ledger.in_target(target)
     assert ledger.schema_name == "dpone_ledger"
-    elsewhere = BackfillLedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
+    elsewhere = LedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
     assert not elsewhere.in_target(target)
 
 

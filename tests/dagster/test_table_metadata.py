@@ -20,7 +20,7 @@ from dpone_dagster import incremental_asset, source_asset_specs
 from dpone_dagster.dagster.assets import backfill_asset, snapshot_copy_assets
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.resources import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
@@ -48,7 +48,7 @@ def resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
     return {
         "source": PostgresSourceResource(dsn=source_dsn),
         "target": PostgresTargetResource(dsn=target_dsn),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     }
 
 

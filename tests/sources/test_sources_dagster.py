@@ -8,16 +8,15 @@ import dagster as dg
 import pytest
 from pydantic import BaseModel
 
+from dpone_dagster.dagster.assets import mysql_copy_asset, rest_copy_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.dagster.resources import PostgresTargetResource
-from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
-from dpone_dagster.sources_dagster import (
+from dpone_dagster.dagster.resources import (
     MySQLSourceResource,
+    PostgresTargetResource,
     RestSourceResource,
-    mysql_copy_asset,
-    rest_copy_asset,
 )
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
 from tests.helpers import mysql, pg
 from tests.helpers.http_api import DROP, ApiServer, Reply, Request
 

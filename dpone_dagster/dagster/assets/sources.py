@@ -1,160 +1,63 @@
-"""Dagster wiring for the generic sources: resources for their settings, one asset per copy.
+"""``mysql_copy_asset`` and ``rest_copy_asset``: one asset per generic source's copy.
 
-``mysql_copy_asset`` and ``rest_copy_asset`` build an asset that reads a MySQL/MariaDB table or
-query, or an HTTP JSON API, and loads it into a PostgreSQL target table through a staging table
-and a sink (``replace``, ``append``, ``merge``), like the PostgreSQL snapshot copies. Their
-materializations carry ``dagster/row_count`` and the receipts under ``dpone/...``; the snapshot
-label is always ``no_snapshot_claim`` (a generic source makes no snapshot claim).
+Each builds an asset that reads a MySQL/MariaDB table or query, or an HTTP JSON API, and loads it
+into a PostgreSQL target table through a staging table and a sink (``replace``, ``append``,
+``merge``), like the PostgreSQL snapshot copies. A thin factory over the resource's event
+iterator: it checks the names and options when the definitions load, and the asset's body is
+``yield from source.copy_table(context, target=target, ...)``
+(:meth:`~dpone_dagster.MySQLSourceResource.copy_table`,
+:meth:`~dpone_dagster.RestSourceResource.copy_table`). Their materializations carry
+``dagster/row_count`` and the receipts under ``dpone/...``; the snapshot label is always
+``no_snapshot_claim`` (a generic source makes no snapshot claim).
 """
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+# No `from __future__ import annotations`: Dagster reads the asset's parameter annotations.
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
-from dpone_dagster.dagster.failures import dagster_failures
-from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.dagster.metadata.receipts import (
-    log_schema_changes,
-    rate_metadata,
-    schema_change_metadata,
+from dpone_dagster.dagster.events.source_copy import SourceCopyEvent, SourceCopyEvents
+from dpone_dagster.dagster.resources import (
+    MySQLSourceResource,
+    PostgresTargetResource,
+    RestSourceResource,
 )
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.dagster.resources import PostgresTargetResource
-from dpone_dagster.sources import (
-    MySQLSettings,
-    MySQLSource,
-    Pagination,
-    RestSettings,
-    RestSource,
-    SourceAdapter,
-    SourceLoadReport,
-    load_source,
-    model_columns,
-)
+from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, model_columns
 
 
-class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """A MySQL or MariaDB server to read from.
-
-    Examples:
-        >>> resource = MySQLSourceResource(host="db", user="reader", database="shop")
-        >>> resource.settings().label
-        'mysql://reader@db:3306/shop'
-    """
-
-    host: str = Field(default="127.0.0.1", description="Server host.")
-    port: int = Field(default=3306, ge=1, le=65535, description="Server port.")
-    user: str = Field(description="User name.")
-    password: str = Field(default="", description="Password; pass EnvVar('MYSQL_PASSWORD').")
-    database: str = Field(description="Database of the tables (and default of queries).")
-    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to connect.")
-    read_timeout: float | None = Field(
-        default=300.0, description="Seconds to wait for each read from the server; None: forever."
-    )
-    fetch_size: int = Field(default=5000, ge=1, description="Rows read per fetch.")
-
-    def settings(self) -> MySQLSettings:
-        """The domain settings these fields describe."""
-        return MySQLSettings(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            database=self.database,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            fetch_size=self.fetch_size,
-        )
-
-
-class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """An HTTP JSON API to read from.
-
-    Examples:
-        >>> RestSourceResource(base_url="https://api.example.com/v1").settings().timeout
-        30.0
-    """
-
-    base_url: str = Field(description="The API's root URL.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Headers for every request.")
-    bearer_token: str | None = Field(
-        default=None, description="Sent as 'Authorization: Bearer ...'; pass EnvVar('API_TOKEN')."
-    )
-    timeout: float = Field(default=30.0, gt=0, description="Seconds per connect/read/write.")
-    max_retries: int = Field(default=5, ge=0, description="Retries after a 429, 5xx or error.")
-    backoff_seconds: float = Field(default=0.5, ge=0, description="First retry's wait.")
-    max_backoff_seconds: float = Field(
-        default=30.0, ge=0, description="Longest wait between attempts (caps Retry-After)."
-    )
-
-    def settings(self) -> RestSettings:
-        """The domain settings these fields describe."""
-        headers = dict(self.headers)
-        if self.bearer_token:
-            headers["Authorization"] = f"Bearer {self.bearer_token}"
-        return RestSettings(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
-            backoff_seconds=self.backoff_seconds,
-            max_backoff_seconds=self.max_backoff_seconds,
-        )
-
-
-def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
-    """The materialization metadata of a generic load (figures as numbers)."""
-    receipt = report.extraction_receipt
-    rates = rate_metadata(
-        report.rows_loaded or 0,
-        receipt.byte_count,
-        receipt.extraction_started_at,
-        receipt.extraction_completed_at,
-    )
-    return {
-        **rates,
-        "dagster/row_count": dg.MetadataValue.int(report.rows_loaded or 0),
-        "dpone/source": dg.MetadataValue.text(report.source_label),
-        "dpone/sink": dg.MetadataValue.text(report.sink),
-        "dpone/sink_method": dg.MetadataValue.text(report.sink_method or "-"),
-        "dpone/terminal_outcome": dg.MetadataValue.text(report.outcome.value),
-        "dpone/snapshot_label": dg.MetadataValue.text(report.snapshot_label.value),
-        "dpone/extraction_receipt": dg.MetadataValue.json(json.loads(receipt.model_dump_json())),
-        **schema_change_metadata(report.schema_changes),
-    }
+def _table_name(table: str | TableName) -> TableName:
+    """The target table, parsed when the definitions load."""
+    return table if isinstance(table, TableName) else TableName.parse(table)
 
 
 def _copy_asset(
     *,
     key: str | Sequence[str] | dg.AssetKey,
-    target_table: str | TableName,
     sink: Sink,
     schema_changes: SchemaChanges,
-    primary_key: Sequence[str],
     source_resource_key: str,
     target_resource_key: str,
-    build_source: Callable[[Any], SourceAdapter],
+    copy: Callable[[dg.AssetExecutionContext, Any, PostgresTargetResource], SourceCopyEvents],
     description: str,
     group_name: str | None,
     op_tags: Mapping[str, Any] | None,
     metadata: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
-    target = target_table if isinstance(target_table, TableName) else TableName.parse(target_table)
+    """The asset whose body is ``copy(context, source, target)``, the resources by their keys."""
     check_sink(sink)
     check_instance_storage()
     check_schema_changes(schema_changes)
-    asset_key = dg.AssetKey.from_coercible(key)
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
 
     @dg.asset(
-        key=asset_key,
+        key=dg.AssetKey.from_coercible(key),
         required_resource_keys={source_resource_key, target_resource_key},
         description=description,
         group_name=group_name,
@@ -163,28 +66,9 @@ def _copy_asset(
         metadata=metadata,
         deps=[] if upstream is None else [upstream],
     )
-    def _asset(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
-        target_resource: PostgresTargetResource = getattr(context.resources, target_resource_key)
-        source = build_source(getattr(context.resources, source_resource_key))
-        with dagster_failures():
-            report = load_source(
-                source,
-                target_resource.dsn,
-                target,
-                sink=sink,
-                primary_key=primary_key,
-                options=target_resource.options,
-                schema_changes=schema_changes,
-            )
-        log_schema_changes(context.log, target.qualified, report.schema_changes)
-        context.log.info(
-            f"dpone: {report.rows_loaded} rows from {report.source_label} into {target} "
-            f"({report.sink_method}); outcome {report.outcome.value}"
-        )
-        [standard] = table_catalog_metadata(
-            target_resource.dsn, target_resource.options, [(target, upstream, None)], context.log
-        )
-        return dg.MaterializeResult(metadata={**report_metadata(report), **standard})
+    def _asset(context: dg.AssetExecutionContext) -> Iterator[SourceCopyEvent]:
+        source = getattr(context.resources, source_resource_key)
+        yield from copy(context, source, getattr(context.resources, target_resource_key))
 
     return _asset
 
@@ -221,7 +105,7 @@ def mysql_copy_asset(
             keeps dropped columns, listed under ``dpone/schema_changes``) or ``freeze`` (any
             difference fails with ``schema_change_incompatible``).
         source_resource_key: The :class:`MySQLSourceResource`'s key.
-        target_resource_key: The :class:`~dpone_dagster.dagster.resources.PostgresTargetResource`'s key.
+        target_resource_key: The :class:`~dpone_dagster.PostgresTargetResource`'s key.
         group_name: The asset's group.
         op_tags: Tags of the asset's op (e.g. a pool).
         source_key: The asset key of what is read (an external asset you define): the copy
@@ -238,21 +122,26 @@ def mysql_copy_asset(
     """
     if (table is None) == (query is None):
         MySQLSource(MySQLSettings(), table=table, query=query)  # raises mysql_source_invalid
+    target = _table_name(target_table)
 
-    def build(resource: MySQLSourceResource) -> SourceAdapter:
-        return MySQLSource(
-            resource.settings(), table=table, query=query, database=database, columns=columns
-        )
+    def copy(
+        context: dg.AssetExecutionContext,
+        source: MySQLSourceResource,
+        target_resource: PostgresTargetResource,
+    ) -> SourceCopyEvents:
+        return source.copy_table(
+            context, target=target_resource, target_table=target, table=table, query=query,
+            database=database, columns=columns, sink=sink, primary_key=primary_key,
+            schema_changes=schema_changes,
+        )  # fmt: skip
 
     return _copy_asset(
         key=key,
-        target_table=target_table,
         sink=sink,
         schema_changes=schema_changes,
-        primary_key=primary_key,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
-        build_source=build,
+        copy=copy,
         description=f"MySQL/MariaDB {'table ' + table if table else 'query'} copied to "
         f"{target_table} ({sink}).",
         group_name=group_name,
@@ -335,27 +224,27 @@ def rest_copy_asset(
         ]
     )
 
-    def build(resource: RestSourceResource) -> SourceAdapter:
-        return RestSource(
-            resource.settings(),
-            path,
-            model,
-            records_path=records_path,
-            pagination=pagination,
-            params=params,
-            id_field=id_field,
-            max_pages=max_pages,
-        )
+    target = _table_name(target_table)
+
+    def copy(
+        context: dg.AssetExecutionContext,
+        source: RestSourceResource,
+        target_resource: PostgresTargetResource,
+    ) -> SourceCopyEvents:
+        return source.copy_table(
+            context, target=target_resource, target_table=target, path=path, model=model,
+            records_path=records_path, pagination=pagination, params=params,
+            id_field=id_field, max_pages=max_pages, sink=sink, primary_key=primary_key,
+            schema_changes=schema_changes,
+        )  # fmt: skip
 
     return _copy_asset(
         key=key,
-        target_table=target_table,
         sink=sink,
         schema_changes=schema_changes,
-        primary_key=primary_key,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
-        build_source=build,
+        copy=copy,
         description=f"HTTP JSON records of {path} ({model.__name__}) copied to {target_table} "
         f"({sink}).",
         group_name=group_name,
@@ -363,12 +252,3 @@ def rest_copy_asset(
         metadata={"dagster/column_schema": schema},
         source_key=source_key,
     )
-
-
-__all__ = [
-    "MySQLSourceResource",
-    "RestSourceResource",
-    "mysql_copy_asset",
-    "report_metadata",
-    "rest_copy_asset",
-]

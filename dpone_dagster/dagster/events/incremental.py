@@ -1,4 +1,4 @@
-"""The incremental stream as an event iterator: ``ledger.incremental(context, source, target)``.
+"""The incremental stream's events: ``source.incremental(context, target=target, ledger=ledger)``.
 
 The asset is not partitioned: each materialization runs the stream once (continuing a run a
 crash or a concurrent run left in progress, or taking a new mark), logs an ``AssetObservation``
@@ -9,7 +9,7 @@ it compares both sides as they are (:meth:`~dpone_dagster.incremental.Incrementa
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,16 +17,8 @@ import dagster as dg
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.incremental import (
-    DEFAULT_FILLFACTOR,
-    BatchOutcome,
-    IncrementalSync,
-    incremental_error,
-)
-from dpone_dagster.incremental.batch import Deletes
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     incremental_check,
@@ -34,42 +26,25 @@ from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     verification_check,
 )
+from dpone_dagster.incremental import (
+    BatchOutcome,
+    Deletes,
+    IncrementalSync,
+    incremental_error,
+)
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.schema_change import SchemaChanges
 
 if TYPE_CHECKING:
-    from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
+    from dpone_dagster.dagster.resources import (
+        LedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+    )
 
 IncrementalEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    """How the stream runs (the asset factory's options).
-
-    Attributes:
-        deletes: ``ignore``, ``hard`` or ``soft``.
-        soft_delete_column: The column ``soft`` sets.
-        batch_size: Rows per batch.
-        lookback: Re-read this much below the mark (client clocks behind the server).
-        continue_from_backfill: Start an empty stream from a complete backfill's mark.
-        settle_timeout: Seconds to wait for transactions open at the mark.
-        reconcile: Verify the run in its final snapshot and report ``dpone_reconciled``.
-        schema_changes: ``evolve`` or ``freeze`` (see :class:`~dpone_dagster.incremental.
-            IncrementalSync`).
-        fillfactor: The ``fillfactor`` of a target the stream creates.
-    """
-
-    deletes: Deletes = "ignore"
-    soft_delete_column: str = "_dpone_deleted_at"
-    batch_size: int = 50_000
-    lookback: timedelta | None = None
-    continue_from_backfill: bool = False
-    settle_timeout: float = 30.0
-    reconcile: bool = True
-    schema_changes: SchemaChanges = "evolve"
-    fillfactor: int = DEFAULT_FILLFACTOR
 
 
 def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
@@ -110,70 +85,89 @@ def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
     )
 
 
-def incremental_events(
-    context: dg.AssetExecutionContext,
-    ledger: "BackfillLedgerResource",
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
-    options: StreamOptions,
-) -> Iterator[IncrementalEvent]:
-    """See :meth:`~dpone_dagster.BackfillLedgerResource.incremental`."""
-    key, table, target_table, cursor = _spec_names(context)
-    try:
-        if ledger.dsn is not None:
+@dataclass(frozen=True)
+class IncrementalEvents:
+    """The events of one run of an asset's incremental stream: iterating them runs it.
+
+    :meth:`~dpone_dagster.PostgresSourceResource.incremental` returns one; the attributes are
+    its arguments (``ledger`` resolved to the default ledger when it was not given).
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    ledger: "LedgerResource"
+    deletes: Deletes
+    soft_delete_column: str
+    batch_size: int
+    lookback: timedelta | None
+    continue_from_backfill: bool
+    settle_timeout: float
+    reconcile: bool
+    schema_changes: SchemaChanges
+    fillfactor: int
+
+    def __iter__(self) -> Iterator[IncrementalEvent]:
+        """Runs the stream once; yields the check (when selected), then the materialization.
+
+        Raises:
+            DponeFailure: any stream error, with its code and next actions;
+                ``incremental_options_invalid`` for a ledger in another database.
+        """
+        context, target = self.context, self.target
+        key, table, target_table, cursor = _spec_names(context)
+        soft = self.soft_delete_column if self.deletes == "soft" else None
+        try:
+            sync = self._sync(key, table, target_table, cursor)
+            if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
+                yield verification_check(key, sync.check(), "No run has completed yet.")
+                return
+            result = sync.run()
+            rows = _target_rows(target.dsn, target_table, soft)
+        except (DponeError, psycopg.Error) as exc:
+            error = exc if isinstance(exc, DponeError) else DponeError(
+                "incremental_failed", str(exc),
+                ["Run again: the stream resumes after its last batch."],
+            )  # fmt: skip
+            raise DponeFailure(error) from exc
+        for notice in result.notices:
+            context.log.warning(f"dpone: [{notice.code}] {notice.message}")
+        log_schema_changes(context.log, target_table.qualified, result.schema_changes)
+        if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
+            yield incremental_check(key, result)
+        if key in context.selected_asset_keys:
+            [standard] = table_catalog_metadata(
+                target.dsn,
+                target.options,
+                [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
+                context.log,
+                not_copied=[soft] if soft else [],
+            )
+            metadata = {**incremental_metadata(result, rows), **standard}
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+
+    def _sync(
+        self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str
+    ) -> IncrementalSync:
+        """The stream's engine, once the ledger is known to be in the target's database."""
+        if not self.ledger.in_target(self.target):
             raise incremental_error(
                 "incremental_options_invalid",
                 "The incremental stream keeps its state in the target database (its batches "
                 "commit with their state); the ledger resource names another database.",
-                ["Leave BackfillLedgerResource.dsn unset for incremental assets."],
+                [
+                    "Leave LedgerResource.dsn unset for incremental assets, or give it the "
+                    "target's host, port and database.",
+                ],
             )
-        sync = _sync(context, key, source, target, ledger, table, target_table, cursor, options)
-        if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
-            yield verification_check(key, sync.check(), "No run has completed yet.")
-            return
-        result = sync.run()
-        soft = options.soft_delete_column if options.deletes == "soft" else None
-        rows = _target_rows(target.dsn, target_table, soft)
-    except (DponeError, psycopg.Error) as exc:
-        error = exc if isinstance(exc, DponeError) else DponeError(
-            "incremental_failed", str(exc), ["Run again: the stream resumes after its last batch."]
+        return IncrementalSync(
+            self.source.dsn, self.target.dsn, table, cursor=cursor, target_table=target_table,
+            deletes=self.deletes, soft_delete_column=self.soft_delete_column,
+            batch_size=self.batch_size, lookback=self.lookback,
+            continue_from_backfill=self.continue_from_backfill,
+            settle_timeout=self.settle_timeout, verify=self.reconcile,
+            ledger_schema=self.ledger.schema_name, options=self.source.options,
+            on_batch=lambda done: self.context.log_event(_observation(key, done)),
+            schema_changes=self.schema_changes, fillfactor=self.fillfactor,
         )  # fmt: skip
-        raise DponeFailure(error) from exc
-    for notice in result.notices:
-        context.log.warning(f"dpone: [{notice.code}] {notice.message}")
-    log_schema_changes(context.log, target_table.qualified, result.schema_changes)
-    if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
-        yield incremental_check(key, result)
-    if key in context.selected_asset_keys:
-        [standard] = table_catalog_metadata(
-            target.dsn,
-            target.options,
-            [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
-            context.log,
-            not_copied=[soft] if soft else [],
-        )
-        metadata = {**incremental_metadata(result, rows), **standard}
-        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
-
-
-def _sync(
-    context: dg.AssetExecutionContext,
-    key: dg.AssetKey,
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
-    ledger: "BackfillLedgerResource",
-    table: TableName,
-    target_table: TableName,
-    cursor: str,
-    options: StreamOptions,
-) -> IncrementalSync:
-    return IncrementalSync(
-        source.dsn, target.dsn, table, cursor=cursor, target_table=target_table,
-        deletes=options.deletes, soft_delete_column=options.soft_delete_column,
-        batch_size=options.batch_size, lookback=options.lookback,
-        continue_from_backfill=options.continue_from_backfill,
-        settle_timeout=options.settle_timeout, verify=options.reconcile,
-        ledger_schema=ledger.schema_name, options=source.options,
-        on_batch=lambda done: context.log_event(_observation(key, done)),
-        schema_changes=options.schema_changes, fillfactor=options.fillfactor,
-    )  # fmt: skip

@@ -1,5 +1,14 @@
-"""Dagster resources: the source, the target and the backfill ledger, with their event iterators."""
+"""Dagster resources: the PostgreSQL source and target, the ledger, the MySQL/MariaDB and REST
+sources; the sources' methods are the event iterators the asset factories are thin over."""
 
-from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
+from .ledger import LedgerResource
+from .postgres import PostgresSourceResource, PostgresTargetResource
+from .sources import MySQLSourceResource, RestSourceResource
 
-__all__ = ["BackfillLedgerResource", "PostgresSourceResource", "PostgresTargetResource"]
+__all__ = [
+    "LedgerResource",
+    "MySQLSourceResource",
+    "PostgresSourceResource",
+    "PostgresTargetResource",
+    "RestSourceResource",
+]

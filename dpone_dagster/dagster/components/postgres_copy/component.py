@@ -47,6 +47,7 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
 from dpone_dagster.dagster.assets.backfill import backfill_asset
 from dpone_dagster.dagster.assets.incremental import incremental_asset
 from dpone_dagster.dagster.assets.snapshot_copy import (
@@ -55,15 +56,14 @@ from dpone_dagster.dagster.assets.snapshot_copy import (
     CopyStrategy,
     snapshot_copy_assets,
 )
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.resources import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
 
 from .attributes import AssetAttributes, AttributesTranslator, TableModel
 
@@ -388,7 +388,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             resources["source"] = PostgresSourceResource(dsn=dg.EnvVar(self.source_dsn_env))
         if self.target_dsn_env:
             resources["target"] = PostgresTargetResource(dsn=dg.EnvVar(self.target_dsn_env))
-            resources["ledger"] = BackfillLedgerResource(schema_name=self.ledger_schema)
+            resources["ledger"] = LedgerResource(schema_name=self.ledger_schema)
         return dg.Definitions(
             assets=list(assets.values()), schedules=schedules, resources=resources
         )
