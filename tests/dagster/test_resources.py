@@ -42,6 +42,17 @@ def test_the_ledger_defaults_to_the_target_database() -> None:
     assert ledger.schema_name == "dpone_ledger"
     elsewhere = LedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
     assert not elsewhere.in_target(target)
+    assert elsewhere.config(target).dsn == elsewhere.dsn == elsewhere.ledger_dsn(target)
+    assert ledger.config(target).dsn is None
+
+
+def test_a_ledger_dsn_naming_the_target_database_is_the_default_ledger() -> None:
+    target = PostgresTargetResource(dsn="postgresql://loader@127.0.0.1/t")
+    for dsn in (target.dsn, "host=127.0.0.1 port=5432 dbname=t user=admin application_name=x"):
+        ledger = LedgerResource(dsn=dsn)
+        assert ledger.in_target(target) and ledger.ledger_dsn(target) == target.dsn
+        assert ledger.config(target).dsn is None  # the engines write it in the target's session
+        assert ledger.config(target).schema == "dpone_ledger"
 
 
 def test_teardown_closes_sessions_and_settles_undecided_artifacts(source_dsn: str) -> None:
