@@ -12,18 +12,13 @@ iterator: it checks the names and options when the definitions load, and the ass
 """
 
 # No `from __future__ import annotations`: Dagster reads the asset's parameter annotations.
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel
 
-from dpone_dagster.dagster.events.source_copy import SourceCopyEvent, SourceCopyEvents
-from dpone_dagster.dagster.resources import (
-    MySQLSourceResource,
-    PostgresTargetResource,
-    RestSourceResource,
-)
+from dpone_dagster.dagster.events import SourceCopyEvent
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink, check_sink
@@ -39,21 +34,20 @@ def _table_name(table: str | TableName) -> TableName:
 def _copy_asset(
     *,
     key: str | Sequence[str] | dg.AssetKey,
-    sink: Sink,
-    schema_changes: SchemaChanges,
+    copy_options: Mapping[str, Any],
     source_resource_key: str,
     target_resource_key: str,
-    copy: Callable[[dg.AssetExecutionContext, Any, PostgresTargetResource], SourceCopyEvents],
     description: str,
     group_name: str | None,
     op_tags: Mapping[str, Any] | None,
     metadata: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
-    """The asset whose body is ``copy(context, source, target)``, the resources by their keys."""
-    check_sink(sink)
+    """The asset whose body is ``source.copy_table(context, target=target, **copy_options)``,
+    the resources by their keys."""
+    check_sink(copy_options["sink"])
     check_instance_storage()
-    check_schema_changes(schema_changes)
+    check_schema_changes(copy_options["schema_changes"])
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
 
     @dg.asset(
@@ -68,7 +62,8 @@ def _copy_asset(
     )
     def _asset(context: dg.AssetExecutionContext) -> Iterator[SourceCopyEvent]:
         source = getattr(context.resources, source_resource_key)
-        yield from copy(context, source, getattr(context.resources, target_resource_key))
+        target = getattr(context.resources, target_resource_key)
+        yield from source.copy_table(context, target=target, **copy_options)
 
     return _asset
 
@@ -122,26 +117,16 @@ def mysql_copy_asset(
     """
     if (table is None) == (query is None):
         MySQLSource(MySQLSettings(), table=table, query=query)  # raises mysql_source_invalid
-    target = _table_name(target_table)
-
-    def copy(
-        context: dg.AssetExecutionContext,
-        source: MySQLSourceResource,
-        target_resource: PostgresTargetResource,
-    ) -> SourceCopyEvents:
-        return source.copy_table(
-            context, target=target_resource, target_table=target, table=table, query=query,
-            database=database, columns=columns, sink=sink, primary_key=primary_key,
-            schema_changes=schema_changes,
-        )  # fmt: skip
-
+    options = {
+        "target_table": _table_name(target_table), "table": table, "query": query,
+        "database": database, "columns": columns, "sink": sink, "primary_key": primary_key,
+        "schema_changes": schema_changes,
+    }  # fmt: skip
     return _copy_asset(
         key=key,
-        sink=sink,
-        schema_changes=schema_changes,
+        copy_options=options,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
-        copy=copy,
         description=f"MySQL/MariaDB {'table ' + table if table else 'query'} copied to "
         f"{target_table} ({sink}).",
         group_name=group_name,
@@ -224,27 +209,17 @@ def rest_copy_asset(
         ]
     )
 
-    target = _table_name(target_table)
-
-    def copy(
-        context: dg.AssetExecutionContext,
-        source: RestSourceResource,
-        target_resource: PostgresTargetResource,
-    ) -> SourceCopyEvents:
-        return source.copy_table(
-            context, target=target_resource, target_table=target, path=path, model=model,
-            records_path=records_path, pagination=pagination, params=params,
-            id_field=id_field, max_pages=max_pages, sink=sink, primary_key=primary_key,
-            schema_changes=schema_changes,
-        )  # fmt: skip
-
+    options = {
+        "target_table": _table_name(target_table), "path": path, "model": model,
+        "records_path": records_path, "pagination": pagination, "params": params,
+        "id_field": id_field, "max_pages": max_pages, "sink": sink, "primary_key": primary_key,
+        "schema_changes": schema_changes,
+    }  # fmt: skip
     return _copy_asset(
         key=key,
-        sink=sink,
-        schema_changes=schema_changes,
+        copy_options=options,
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
-        copy=copy,
         description=f"HTTP JSON records of {path} ({model.__name__}) copied to {target_table} "
         f"({sink}).",
         group_name=group_name,

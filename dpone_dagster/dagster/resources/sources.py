@@ -78,13 +78,9 @@ class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``, parsed as SQL reads it).
-            table: The MySQL table (give ``table`` or ``query``).
-            query: A SELECT whose rows to copy.
-            database: The table's database when it is not the resource's.
-            columns: Copy only these columns of ``table``.
-            sink: ``replace``, ``append`` or ``merge``.
-            primary_key: The key of a target created by the copy (required for ``merge``).
-            schema_changes: ``evolve`` or ``freeze`` (see :func:`~dpone_dagster.mysql_copy_asset`).
+            table: The MySQL table (give ``table`` or ``query``); ``query``, ``database``,
+                ``columns``, ``sink``, ``primary_key`` and ``schema_changes`` are
+                :func:`~dpone_dagster.mysql_copy_asset`'s.
 
         Returns:
             The copy's events; iterating them runs it.
@@ -163,27 +159,16 @@ class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         primary_key: Sequence[str] = (),
         schema_changes: SchemaChanges = "evolve",
     ) -> SourceCopyEvents:
-        """Copies the records of an API resource into a PostgreSQL table; yields the asset's
-        materialization.
-
-        Every record is validated by ``model`` (whose fields are the columns) before it is
-        staged.
+        """Copies the records of an API resource into a PostgreSQL table, each validated by
+        ``model`` (whose fields are the columns); yields the asset's materialization.
 
         Args:
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``).
-            path: The resource's path under the base URL.
-            model: The pydantic model of one record.
-            records_path: Dotted path of the record list in each body; None when the body is it.
-            pagination: ``PageNumberPagination``, ``CursorPagination``, ``NextLinkPagination``
-                or None for one page.
-            params: Query parameters of every request.
-            id_field: The record key that names a record in a validation error.
-            max_pages: Refuse to read more pages than this.
-            sink: ``replace``, ``append`` or ``merge``.
-            primary_key: The key of a target created by the copy (required for ``merge``).
-            schema_changes: ``evolve`` or ``freeze`` (see :func:`~dpone_dagster.mysql_copy_asset`).
+            path: The resource's path under the base URL; ``model``, ``records_path``,
+                ``pagination``, ``params``, ``id_field``, ``max_pages``, ``sink``,
+                ``primary_key`` and ``schema_changes`` are :func:`~dpone_dagster.rest_copy_asset`'s.
 
         Returns:
             The copy's events; iterating them runs it.

@@ -260,7 +260,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         source_dsn_env: Environment variable holding the source DSN; when set, the component
             also provides the ``source`` resource.
         target_dsn_env: Environment variable holding the target DSN (``target`` and ``ledger``).
-        ledger_schema: Schema of the backfill ledger in the target database.
+        ledger_schema: Schema of the ledger (backfill runs, streams' state) in the target database.
         key_prefix: Parts put before ``[schema, table]`` in every asset key.
         asset_attributes: Attributes of every asset (group, description, tags, kinds,
             owners); a copy's ``group_name`` and a table's own attributes override them.
