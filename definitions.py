@@ -23,7 +23,7 @@ from pathlib import Path
 import dagster as dg
 
 from dpone_dagster import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
     backfill_asset,
@@ -97,6 +97,6 @@ defs = dg.Definitions(
     resources={
         "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "dpone_demo_source")),
         "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "dpone_demo_target")),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     },
 )

@@ -126,7 +126,7 @@ def child_dagster(source: str, target: str, rows: int) -> None:
     """Materializes the backfill asset's one partition with its defaults; prints its figures."""
     from bench.materialize import timed_materialize
     from dpone_dagster import (
-        BackfillLedgerResource,
+        LedgerResource,
         PostgresSourceResource,
         PostgresTargetResource,
         backfill_asset,
@@ -139,7 +139,7 @@ def child_dagster(source: str, target: str, rows: int) -> None:
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     }
     seconds, _ = timed_materialize([asset], resources, partition_key=f"0..{rows}")
     print(json.dumps({"seconds": seconds}))

@@ -260,7 +260,7 @@ def child_dagster(source: str, target: str, reconcile: str) -> None:
     it continues it."""
     from bench.materialize import timed_materialize
     from dpone_dagster import (
-        BackfillLedgerResource,
+        LedgerResource,
         PostgresSourceResource,
         PostgresTargetResource,
         incremental_asset,
@@ -270,7 +270,7 @@ def child_dagster(source: str, target: str, reconcile: str) -> None:
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     }
     seconds, _ = timed_materialize([asset], resources)
     print(json.dumps({"seconds": seconds}))

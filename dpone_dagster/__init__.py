@@ -1,9 +1,10 @@
 """dpone-dagster: PostgreSQL snapshot copies, crash-safe ordered backfills and incremental sync
 for Dagster.
 
-The names here are what a Dagster user needs: the resources (whose event iterators copy and
-backfill), the asset factories, the partitions, the translator, the component and the failure
-type. The domain APIs live in their subpackages and run without Dagster:
+The names here are what a Dagster user needs: the resources (whose event iterators copy,
+backfill and stream), the asset factories, the partitions, the translator, the component and the
+failure type, all from the Dagster layer :mod:`dpone_dagster.dagster`. The domain APIs live in
+their subpackages and run without Dagster:
 :mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
 backfill), :mod:`dpone_dagster.incremental` (incremental streams),
 :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
@@ -16,51 +17,53 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dpone_dagster.assets import backfill_asset, incremental_asset, snapshot_copy_assets
-    from dpone_dagster.components import PostgresCopyComponent
-    from dpone_dagster.failures import DponeFailure
-    from dpone_dagster.jobs import build_extraction_job
-    from dpone_dagster.partitions import cursor_range_partitions
-    from dpone_dagster.resources import (
-        BackfillLedgerResource,
-        PostgresSourceResource,
-        PostgresTargetResource,
-    )
-    from dpone_dagster.sources_dagster import (
-        MySQLSourceResource,
-        RestSourceResource,
+    from dpone_dagster.dagster.assets import (
+        backfill_asset,
+        incremental_asset,
         mysql_copy_asset,
         rest_copy_asset,
+        snapshot_copy_assets,
     )
-    from dpone_dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
+    from dpone_dagster.dagster.components import PostgresCopyComponent
+    from dpone_dagster.dagster.failures import DponeFailure
+    from dpone_dagster.dagster.jobs import build_extraction_job
+    from dpone_dagster.dagster.partitions import cursor_range_partitions
+    from dpone_dagster.dagster.resources import (
+        LedgerResource,
+        MySQLSourceResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+        RestSourceResource,
+    )
+    from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
 
 _LAZY: dict[str, str] = {
-    "BackfillLedgerResource": "dpone_dagster.resources",
-    "CopyTableSpec": "dpone_dagster.translator",
-    "DponeFailure": "dpone_dagster.failures",
-    "DponeTranslator": "dpone_dagster.translator",
-    "MySQLSourceResource": "dpone_dagster.sources_dagster",
-    "PostgresCopyComponent": "dpone_dagster.components",
-    "PostgresSourceResource": "dpone_dagster.resources",
-    "PostgresTargetResource": "dpone_dagster.resources",
-    "RestSourceResource": "dpone_dagster.sources_dagster",
-    "backfill_asset": "dpone_dagster.assets",
-    "build_extraction_job": "dpone_dagster.jobs",
-    "incremental_asset": "dpone_dagster.assets",
-    "cursor_range_partitions": "dpone_dagster.partitions",
-    "mysql_copy_asset": "dpone_dagster.sources_dagster",
-    "rest_copy_asset": "dpone_dagster.sources_dagster",
-    "snapshot_copy_assets": "dpone_dagster.assets",
-    "source_asset_specs": "dpone_dagster.translator",
+    "CopyTableSpec": "dpone_dagster.dagster.translator",
+    "DponeFailure": "dpone_dagster.dagster.failures",
+    "DponeTranslator": "dpone_dagster.dagster.translator",
+    "LedgerResource": "dpone_dagster.dagster.resources",
+    "MySQLSourceResource": "dpone_dagster.dagster.resources",
+    "PostgresCopyComponent": "dpone_dagster.dagster.components",
+    "PostgresSourceResource": "dpone_dagster.dagster.resources",
+    "PostgresTargetResource": "dpone_dagster.dagster.resources",
+    "RestSourceResource": "dpone_dagster.dagster.resources",
+    "backfill_asset": "dpone_dagster.dagster.assets",
+    "build_extraction_job": "dpone_dagster.dagster.jobs",
+    "cursor_range_partitions": "dpone_dagster.dagster.partitions",
+    "incremental_asset": "dpone_dagster.dagster.assets",
+    "mysql_copy_asset": "dpone_dagster.dagster.assets",
+    "rest_copy_asset": "dpone_dagster.dagster.assets",
+    "snapshot_copy_assets": "dpone_dagster.dagster.assets",
+    "source_asset_specs": "dpone_dagster.dagster.translator",
 }
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackfillLedgerResource",
     "CopyTableSpec",
     "DponeFailure",
     "DponeTranslator",
+    "LedgerResource",
     "MySQLSourceResource",
     "PostgresCopyComponent",
     "PostgresSourceResource",

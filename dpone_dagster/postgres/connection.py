@@ -79,6 +79,44 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
 
 
+def same_database(dsn_a: str, dsn_b: str) -> bool:
+    """True when two DSNs name one database on one server, whoever logs in.
+
+    What libpq connects to is compared: the host (an unset host is the local socket; host
+    names compare case-insensitively), ``hostaddr``, the port (5432 when unset), the database
+    (the user name when unset) and the connection ``service``. The user, the password and every
+    other parameter are ignored. Nothing is resolved: ``localhost`` and ``127.0.0.1``, or an
+    unset host and an explicit socket directory, are two servers to this function, so it may
+    answer False for one database, never True for two.
+
+    Raises:
+        ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
+
+    Examples:
+        >>> same_database("postgresql://app@DB/shop", "host=db port=5432 dbname=shop user=x")
+        True
+        >>> same_database("postgresql://db/shop", "postgresql://db/shop_ledger")
+        False
+    """
+    return _database_address(dsn_a) == _database_address(dsn_b)
+
+
+def _database_address(dsn: str) -> tuple[str | None, ...]:
+    """The parameters that choose the server and the database, with libpq's defaults."""
+    params = check_dsn(dsn)
+    hosts = ",".join(
+        h if h.startswith(("/", "@")) else h.lower()  # a socket directory's case matters
+        for h in params.get("host", "").split(",")
+    )
+    return (
+        hosts,
+        params.get("hostaddr") or None,
+        params.get("port") or "5432",
+        params.get("dbname") or params.get("user") or None,
+        params.get("service") or None,
+    )
+
+
 def with_database(dsn: str, dbname: str) -> str:
     """Returns ``dsn`` pointing at another database on the same server."""
     return conninfo.make_conninfo(dsn, dbname=dbname)

@@ -1,16 +1,16 @@
 """Your own assets around dpone's event iterators, as with dagster-sling's ``replicate``.
 
-``source.copy_tables(context, target)`` and ``ledger.backfill(context, source, target)`` are the
-bodies of dpone's own factories; here they run inside assets written by hand, with logic of
-their own before and after.
+``source.copy_tables(context, target=target)`` and ``source.backfill(context, target=target,
+ledger=ledger)`` are the bodies of dpone's own factories; here they run inside assets written by
+hand, with logic of their own before and after.
 """
 
 import dagster as dg
 
 from dpone_dagster import (
-    BackfillLedgerResource,
     CopyTableSpec,
     DponeTranslator,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
     cursor_range_partitions,
@@ -32,7 +32,7 @@ def shop_orders(
 ):
     context.log.info("copying the orders under one snapshot")
     context.add_asset_metadata({"team": "sales"}, asset_key=orders.key)  # beside dpone's own
-    yield from source.copy_tables(context, target, strategy="batched_copy")
+    yield from source.copy_tables(context, target=target, strategy="batched_copy")
 
 
 days = cursor_range_partitions(0, 3_000, 1_000)
@@ -51,9 +51,9 @@ def page_views_backfill(
     context: dg.AssetExecutionContext,
     source: PostgresSourceResource,
     target: PostgresTargetResource,
-    ledger: BackfillLedgerResource,
+    ledger: LedgerResource,
 ):
-    yield from ledger.backfill(context, source, target, batch_size=500)
+    yield from source.backfill(context, target=target, ledger=ledger, batch_size=500)
     context.log.info(f"partitions {context.partition_keys} are in the target")
 
 
@@ -62,6 +62,6 @@ defs = dg.Definitions(
     resources={
         "source": PostgresSourceResource(dsn=dg.EnvVar("DPONE_SOURCE_DSN")),
         "target": PostgresTargetResource(dsn=dg.EnvVar("DPONE_TARGET_DSN")),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     },
 )

@@ -19,7 +19,7 @@ import os
 import dagster as dg
 
 from dpone_dagster import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
     backfill_asset,
@@ -53,6 +53,6 @@ defs = dg.Definitions(
             dsn=dg.EnvVar("DPONE_TARGET_DSN"),
             application_name=dg.EnvVar("DPONE_APPLICATION_NAME"),
         ),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     },
 )

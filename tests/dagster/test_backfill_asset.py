@@ -8,16 +8,16 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dpone_dagster.assets import backfill_asset
-from dpone_dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.partitions import cursor_range_partitions
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.assets import backfill_asset
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 
 KEY = dg.AssetKey(["public", "mixed"])
@@ -28,7 +28,7 @@ def resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
     return {
         "source": PostgresSourceResource(dsn=source_dsn),
         "target": PostgresTargetResource(dsn=target_dsn),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     }
 
 

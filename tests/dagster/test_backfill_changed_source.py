@@ -17,11 +17,11 @@ import dagster as dg
 import psycopg
 import pytest
 
-from dpone_dagster.assets import backfill_asset
-from dpone_dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.assets import backfill_asset
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.partitions import cursor_range_partitions
 from tests.dagster.test_backfill_asset import materializations, resources
 from tests.helpers import pg
 from tests.helpers.locks import lock_waiters

@@ -15,7 +15,7 @@ import yaml
 from dagster.components.testing import create_defs_folder_sandbox
 
 from dpone_dagster import PostgresCopyComponent
-from dpone_dagster.translator import key_part
+from dpone_dagster.dagster.translator import key_part
 from tests.helpers import pg
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "postgres_copy" / "defs.yaml"

@@ -8,9 +8,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dpone_dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.jobs import build_extraction_job
-from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.jobs import build_extraction_job
+from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from tests.helpers import locks, pg
 from tests.helpers.proxy import TcpProxy
 

@@ -9,14 +9,14 @@ import dagster as dg
 import pytest
 
 from dpone_dagster import incremental_asset
-from dpone_dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 from tests.incremental.conftest import ORDERS, Stream, insert_orders
 
@@ -27,7 +27,7 @@ def resources(source_dsn: str, target_dsn: str, **ledger: Any) -> dict[str, Any]
     return {
         "source": PostgresSourceResource(dsn=source_dsn),
         "target": PostgresTargetResource(dsn=target_dsn),
-        "ledger": BackfillLedgerResource(**ledger),
+        "ledger": LedgerResource(**ledger),
     }
 
 
@@ -106,7 +106,13 @@ def test_a_ledger_in_another_database_is_refused(stream: Stream, make_database: 
     other = make_database("dpone_led")
     result = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at"), dsn=other)
     assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    data = failure.step_failure_data
+    assert data is not None and data.user_failure_data is not None
+    code = data.user_failure_data.metadata[ERROR_CODE_KEY]
+    assert getattr(code, "value", code) == "incremental_options_invalid"
     assert not pg.table_exists(stream.target, "shop", "orders")
+    assert not pg.table_exists(other, "dpone_ledger", "incremental_streams")
 
 
 def test_a_column_added_between_runs_is_listed_and_the_check_stays_green(stream: Stream) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dpone_dagster.instance import check_instance_storage
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 

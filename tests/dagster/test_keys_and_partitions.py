@@ -8,15 +8,20 @@ import dagster as dg
 import pytest
 from pydantic import ValidationError
 
-from dpone_dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY, DponeFailure, dagster_failures
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.partitions import (
+from dpone_dagster.dagster.failures import (
+    ERROR_CODE_KEY,
+    NEXT_ACTIONS_KEY,
+    DponeFailure,
+    dagster_failures,
+)
+from dpone_dagster.dagster.partitions import (
     PartitionError,
     cursor_range_partitions,
     parse_range_key,
     partition_cursor_range,
 )
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator, key_part
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, key_part
+from dpone_dagster.lifecycle import DponeError
 
 HOSTILE = ["orders", "Orders", "Order Items", "order items", 'a"b', "a;--", "заказы", "заказ"]
 

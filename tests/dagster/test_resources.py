@@ -5,13 +5,13 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
-from dpone_dagster.postgres.session import SourceTransaction
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
+from dpone_dagster.lifecycle import ExtractionArtifact, TerminalOutcome
+from dpone_dagster.postgres.session import SourceTransaction
 from tests.helpers import pg
 
 
@@ -21,7 +21,7 @@ def test_a_malformed_dsn_fails_when_the_resource_is_built() -> None:
     with pytest.raises(Exception, match="dsn_invalid"):
         PostgresTargetResource(dsn="")
     with pytest.raises(Exception, match="identifier_invalid"):
-        BackfillLedgerResource(schema_name="x" * 64)
+        LedgerResource(schema_name="x" * 64)
 
 
 def test_an_env_var_dsn_is_checked_when_set_and_never_printed(
@@ -37,11 +37,22 @@ def test_an_env_var_dsn_is_checked_when_set_and_never_printed(
 
 def test_the_ledger_defaults_to_the_target_database() -> None:
     target = PostgresTargetResource(dsn="postgresql://postgres@127.0.0.1/t")
-    ledger = BackfillLedgerResource()
+    ledger = LedgerResource()
     assert ledger.ledger_dsn(target) == target.dsn and ledger.in_target(target)
     assert ledger.schema_name == "dpone_ledger"
-    elsewhere = BackfillLedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
+    elsewhere = LedgerResource(dsn="postgresql://postgres@127.0.0.1/ledger")
     assert not elsewhere.in_target(target)
+    assert elsewhere.config(target).dsn == elsewhere.dsn == elsewhere.ledger_dsn(target)
+    assert ledger.config(target).dsn is None
+
+
+def test_a_ledger_dsn_naming_the_target_database_is_the_default_ledger() -> None:
+    target = PostgresTargetResource(dsn="postgresql://loader@127.0.0.1/t")
+    for dsn in (target.dsn, "host=127.0.0.1 port=5432 dbname=t user=admin application_name=x"):
+        ledger = LedgerResource(dsn=dsn)
+        assert ledger.in_target(target) and ledger.ledger_dsn(target) == target.dsn
+        assert ledger.config(target).dsn is None  # the engines write it in the target's session
+        assert ledger.config(target).schema == "dpone_ledger"
 
 
 def test_teardown_closes_sessions_and_settles_undecided_artifacts(source_dsn: str) -> None:

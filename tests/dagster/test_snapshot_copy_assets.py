@@ -7,11 +7,11 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dpone_dagster.assets.snapshot_copy import snapshot_copy_assets
-from dpone_dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.assets.snapshot_copy import snapshot_copy_assets
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.translator import CopyTableSpec, key_part
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
-from dpone_dagster.translator import CopyTableSpec, key_part
 from tests.helpers import pg
 
 APP = "dpone-test-assets"

@@ -17,14 +17,14 @@ import dagster as dg
 import pytest
 
 from dpone_dagster import incremental_asset, source_asset_specs
-from dpone_dagster.assets import backfill_asset, snapshot_copy_assets
-from dpone_dagster.partitions import cursor_range_partitions
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.assets import backfill_asset, snapshot_copy_assets
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.translator import DponeTranslator
+from dpone_dagster.dagster.translator import DponeTranslator
 from tests.helpers import pg
 from tests.incremental.conftest import ORDERS as ORDERS_TABLE
 from tests.incremental.conftest import insert_orders
@@ -48,7 +48,7 @@ def resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
     return {
         "source": PostgresSourceResource(dsn=source_dsn),
         "target": PostgresTargetResource(dsn=target_dsn),
-        "ledger": BackfillLedgerResource(),
+        "ledger": LedgerResource(),
     }
 
 

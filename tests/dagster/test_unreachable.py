@@ -23,7 +23,7 @@ from psycopg import conninfo
 from pydantic import BaseModel
 
 from dpone_dagster import (
-    BackfillLedgerResource,
+    LedgerResource,
     PostgresCopyComponent,
     PostgresSourceResource,
     PostgresTargetResource,
@@ -36,7 +36,7 @@ from dpone_dagster import (
 )
 from dpone_dagster.backfill import Backfill
 from dpone_dagster.core import LedgerConfig
-from dpone_dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import copy_tables
 from tests.helpers import pg
@@ -124,7 +124,10 @@ def test_backfill_asset(shop: str, target_dsn: str, down: str, side: str, fault:
     source, target = (
         sides(side, fault, shop, target_dsn, down) if side != "ledger" else (shop, target_dsn)
     )
-    ledger = broken(fault, target_dsn, down) if side == "ledger" else None
+    # A ledger DSN naming the target's own database is the default ledger, whatever its user
+    # (tests/dagster/test_ledger_in_target.py): the refused ledger names a database of its own.
+    elsewhere = pg.with_db(target_dsn, "dpone_ledger_elsewhere")
+    ledger = broken(fault, elsewhere, down) if side == "ledger" else None
     asset = backfill_asset(
         "shop.orders", cursor="id", partitions_def=cursor_range_partitions(0, 300, 300)
     )
@@ -134,7 +137,7 @@ def test_backfill_asset(shop: str, target_dsn: str, down: str, side: str, fault:
         resources={
             "source": PostgresSourceResource(dsn=source, application_name=APP),
             "target": PostgresTargetResource(dsn=target, application_name=APP),
-            "ledger": BackfillLedgerResource(dsn=ledger),
+            "ledger": LedgerResource(dsn=ledger),
         },
         raise_on_error=False,
     )

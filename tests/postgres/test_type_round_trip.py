@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dpone_dagster.metadata import table_metadata
+from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.postgres import CopyOptions, CopyPlanError, TableName, copy_tables
 from dpone_dagster.postgres.catalog import CatalogError, primary_key, table_columns
 from tests.helpers import pg

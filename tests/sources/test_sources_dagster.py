@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 import pytest
 from pydantic import BaseModel
 
-from dpone_dagster.failures import ERROR_CODE_KEY
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.resources import PostgresTargetResource
-from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
-from dpone_dagster.sources_dagster import (
+from dpone_dagster.dagster.assets import mysql_copy_asset, rest_copy_asset
+from dpone_dagster.dagster.failures import ERROR_CODE_KEY
+from dpone_dagster.dagster.resources import (
     MySQLSourceResource,
+    PostgresTargetResource,
     RestSourceResource,
-    mysql_copy_asset,
-    rest_copy_asset,
 )
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
 from tests.helpers import mysql, pg
 from tests.helpers.http_api import DROP, ApiServer, Reply, Request
 
@@ -132,6 +133,70 @@ def test_a_rest_asset_materializes_and_a_failure_carries_its_code(target_dsn: st
     assert code.value == "rest_request_failed"
     assert pg.fetch_all(target_dsn, "SELECT * FROM raw.items ORDER BY id") == [(1, "p1"), (2, "p2")]
     assert pg.staging_tables(target_dsn) == []
+
+
+def test_hand_written_assets_copy_through_the_resources_event_iterators(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    """``mysql.copy_table`` and ``rest.copy_table`` are what the factories are thin over: an
+    asset of your own calls them with logic around, and gets the same materialization."""
+    mysql.execute(
+        mysql_db,
+        "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL)",
+        "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
+    )
+    upstream = dg.AssetKey(["mysql", "orders"])
+
+    # The context is left unannotated: this module's annotations are strings.
+    @dg.asset(key=["shop", "orders"], deps=[upstream])
+    def orders(
+        context, mysql: MySQLSourceResource, target: PostgresTargetResource
+    ) -> Iterator[dg.MaterializeResult[Any]]:
+        context.log.info("copying the orders")
+        yield from mysql.copy_table(
+            context, target=target, target_table="raw.orders", table="orders", sink="merge",
+            primary_key=["id"],
+        )  # fmt: skip
+
+    @dg.asset(key="items")
+    def items(
+        context, rest: RestSourceResource, target: PostgresTargetResource
+    ) -> Iterator[dg.MaterializeResult[Any]]:
+        yield from rest.copy_table(
+            context, target=target, target_table="raw.items", path="/items", model=Item,
+            records_path="data", pagination=PageNumberPagination(),
+        )  # fmt: skip
+
+    def respond(request: Request) -> Reply:
+        page = int(request.query["page"])
+        return Reply({"data": [{"id": page, "name": f"p{page}"}] if page <= 2 else []})
+
+    with ApiServer(respond) as server:
+        result = dg.materialize(
+            [orders, items],
+            resources={
+                "mysql": _mysql_resource(mysql_db),
+                "rest": RestSourceResource(base_url=server.url),
+                "target": PostgresTargetResource(dsn=target_dsn),
+            },
+        )
+    assert result.success
+    assert pg.fetch_all(target_dsn, "SELECT id, total::text FROM raw.orders ORDER BY id") == [
+        (1, "9.99"),
+        (2, "20.00"),
+    ]
+    assert pg.fetch_all(target_dsn, "SELECT * FROM raw.items ORDER BY id") == [(1, "p1"), (2, "p2")]
+    by_node = {
+        node: result.asset_materializations_for_node(node)[0].metadata
+        for node in ("shop__orders", "items")
+    }
+    assert by_node["shop__orders"]["dpone/sink"].value == "merge"
+    assert by_node["items"]["dagster/row_count"].value == 2
+    lineage = by_node["shop__orders"]["dagster/column_lineage"]
+    assert isinstance(lineage, dg.TableColumnLineageMetadataValue)
+    assert lineage.lineage.deps_by_column["id"] == [
+        dg.TableColumnDep(asset_key=upstream, column_name="id")
+    ]
 
 
 def test_bad_definitions_fail_when_they_load() -> None:

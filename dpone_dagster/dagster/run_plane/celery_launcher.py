@@ -17,7 +17,7 @@ Install with the ``celery`` extra (``pip install 'dpone-dagster[celery]'``) and 
 ``dagster.yaml`` (``deploy/celery/dagster.yaml``)::
 
     run_launcher:
-      module: dpone_dagster.celery_launcher
+      module: dpone_dagster.dagster.run_plane.celery_launcher
       class: CeleryRunLauncher
       config:
         broker: {env: DAGSTER_CELERY_BROKER_URL}

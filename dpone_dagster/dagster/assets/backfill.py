@@ -1,9 +1,9 @@
 """``backfill_asset``: a partitioned asset that runs the ordered backfill for each partition.
 
-A thin factory over :meth:`~dpone_dagster.BackfillLedgerResource.backfill`: it checks the
+A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.backfill`: it checks the
 table, cursor and partitions when the definitions load, builds the spec (naming the table, the
 target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
-``yield from ledger.backfill(context, source, target, ...)``.
+``yield from source.backfill(context, target=target, ledger=ledger, ...)``.
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
@@ -14,18 +14,18 @@ import dagster as dg
 
 from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged, check_on_changed
 from dpone_dagster.core.errors import EngineError
-from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
-from dpone_dagster.partitions import PartitionError, partition_cursor_range
-from dpone_dagster.postgres import check_identifier
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.events import BackfillEvent
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.resources.backfill import BackfillEvent
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import check_identifier
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:
@@ -145,10 +145,10 @@ def backfill_asset(
         context: dg.AssetExecutionContext,
         source: PostgresSourceResource,
         target: PostgresTargetResource,
-        ledger: BackfillLedgerResource,
+        ledger: LedgerResource,
     ) -> Iterator[BackfillEvent]:
-        yield from ledger.backfill(
-            context, source, target, batch_size=batch_size, reconcile=reconcile,
+        yield from source.backfill(
+            context, target=target, ledger=ledger, batch_size=batch_size, reconcile=reconcile,
             on_changed=on_changed,
         )  # fmt: skip
 

@@ -4,7 +4,7 @@ Standard keys where Dagster has one (``dagster/row_count``, ``dagster/table_name
 ``dagster/column_schema``, ``dagster/column_lineage``), dpone's own under ``dpone/``; figures
 that vary run over run (rows, bytes, seconds, rows per second, lag, remaining) are numbers, so
 the UI plots them. The standard table set, read from the target's catalog, is
-:mod:`dpone_dagster.catalog_metadata`'s.
+:mod:`dpone_dagster.dagster.metadata.catalog`'s.
 """
 
 import json

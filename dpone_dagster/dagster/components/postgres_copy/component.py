@@ -47,23 +47,23 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dpone_dagster.assets.backfill import backfill_asset
-from dpone_dagster.assets.incremental import incremental_asset
-from dpone_dagster.assets.snapshot_copy import (
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
+from dpone_dagster.dagster.assets.backfill import backfill_asset
+from dpone_dagster.dagster.assets.incremental import incremental_asset
+from dpone_dagster.dagster.assets.snapshot_copy import (
     CopySchemaChanges,
     CopySink,
     CopyStrategy,
     snapshot_copy_assets,
 )
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
-from dpone_dagster.partitions import cursor_range_partitions
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.translator import CopyTableSpec, source_asset_specs
+from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
 
 from .attributes import AssetAttributes, AttributesTranslator, TableModel
 
@@ -260,7 +260,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         source_dsn_env: Environment variable holding the source DSN; when set, the component
             also provides the ``source`` resource.
         target_dsn_env: Environment variable holding the target DSN (``target`` and ``ledger``).
-        ledger_schema: Schema of the backfill ledger in the target database.
+        ledger_schema: Schema of the ledger (backfill runs, streams' state) in the target database.
         key_prefix: Parts put before ``[schema, table]`` in every asset key.
         asset_attributes: Attributes of every asset (group, description, tags, kinds,
             owners); a copy's ``group_name`` and a table's own attributes override them.
@@ -388,7 +388,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             resources["source"] = PostgresSourceResource(dsn=dg.EnvVar(self.source_dsn_env))
         if self.target_dsn_env:
             resources["target"] = PostgresTargetResource(dsn=dg.EnvVar(self.target_dsn_env))
-            resources["ledger"] = BackfillLedgerResource(schema_name=self.ledger_schema)
+            resources["ledger"] = LedgerResource(schema_name=self.ledger_schema)
         return dg.Definitions(
             assets=list(assets.values()), schedules=schedules, resources=resources
         )

@@ -1,4 +1,4 @@
-"""The snapshot copy as an event iterator: ``source.copy_tables(context, target)``.
+"""The snapshot copy's events: ``source.copy_tables(context, target=target)``.
 
 Every selected table is read under the same source snapshot and loaded in one target
 transaction, so the materializations of one run describe one consistent state of the source.
@@ -9,30 +9,30 @@ after the load committed.
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
-from dpone_dagster.failures import DponeFailure
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     copy_check_result,
     log_schema_changes,
     step_seconds_metadata,
     table_metadata,
 )
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import CopyOptions, CopyReport, Sink, SnapshotCopy, SnapshotSession
 from dpone_dagster.postgres.plan import check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
 from dpone_dagster.reconcile import reconcile_copy
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 
 if TYPE_CHECKING:
-    from .postgres import PostgresSourceResource, PostgresTargetResource
+    from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 
 CopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
 
@@ -76,44 +76,58 @@ def copy_failure(exc: DponeError) -> DponeFailure:
     return DponeFailure(exc)
 
 
-def snapshot_copy_events(
-    context: dg.AssetExecutionContext,
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
-    *,
-    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None,
-    translator: DponeTranslator | None,
-    strategy: str,
-    sink: str,
-    workers: int,
-    batch_rows: int | None,
-    schema_changes: str = "evolve",
-) -> Iterator[CopyEvent]:
-    """See :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`."""
-    try:
-        options = _Options(
-            check_strategy(strategy),
-            check_sink(sink),
-            workers,
-            batch_rows,
-            check_schema_changes(schema_changes),
-        )
-        chosen = selected_tables(context, tables, translator)
-        checked = [
-            key
-            for key in chosen
-            if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys
-        ]
-        # The copy reads under a snapshot this step holds, so the checks can read the source
-        # under the very same snapshot after the load committed.
-        with source.open_snapshot(export=True) as held:
-            seconds: dict[str, float] = {}
-            report = _copy(source, target, held, chosen, options, seconds)
-            yield from _materializations(context, target, report, list(chosen), seconds)
-            if checked:
-                yield from _checks(source, target, held, report, list(chosen), checked)
-    except DponeError as exc:
-        raise copy_failure(exc) from exc
+@dataclass(frozen=True)
+class CopyEvents:
+    """The events of one snapshot copy of the selected tables: iterating them runs the copy.
+
+    :meth:`~dpone_dagster.PostgresSourceResource.copy_tables` returns one; the attributes are
+    its arguments.
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None
+    translator: DponeTranslator | None
+    strategy: str
+    sink: str
+    workers: int
+    batch_rows: int | None
+    schema_changes: str
+
+    def __iter__(self) -> Iterator[CopyEvent]:
+        """Copies the tables under one held snapshot; yields each table's materialization,
+        then each selected ``dpone_reconciled`` check.
+
+        Raises:
+            DponeFailure: any copy error, with its code, next actions and terminal outcome.
+        """
+        context, source, target = self.context, self.source, self.target
+        try:
+            options = _Options(
+                check_strategy(self.strategy),
+                check_sink(self.sink),
+                self.workers,
+                self.batch_rows,
+                check_schema_changes(self.schema_changes),
+            )
+            chosen = selected_tables(context, self.tables, self.translator)
+            checked = [
+                key
+                for key in chosen
+                if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys
+            ]
+            # The copy reads under a snapshot this step holds, so the checks can read the
+            # source under the very same snapshot after the load committed.
+            with source.open_snapshot(export=True) as held:
+                seconds: dict[str, float] = {}
+                report = _copy(source, target, held, chosen, options, seconds)
+                yield from _materializations(context, target, report, list(chosen), seconds)
+                if checked:
+                    yield from _checks(source, target, held, report, list(chosen), checked)
+        except DponeError as exc:
+            raise copy_failure(exc) from exc
 
 
 @dataclass(frozen=True)

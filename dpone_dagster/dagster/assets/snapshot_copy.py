@@ -2,8 +2,9 @@
 
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`: it builds the
 specs (keys from the translator, each spec naming its tables), the ``dpone_reconciled`` check
-specs, and an op whose body is ``yield from source.copy_tables(context, target, ...)``. The asset
-is subsettable: materializing a subset copies just those tables (still under one snapshot).
+specs, and an op whose body is ``yield from source.copy_tables(context, target=target, ...)``.
+The asset is subsettable: materializing a subset copies just those tables (still under one
+snapshot).
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
@@ -12,15 +13,15 @@ from typing import Any, Literal
 
 import dagster as dg
 
-from dpone_dagster.instance import check_instance_storage
+from dpone_dagster.dagster.events import CopyEvent
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres.plan import check_sink
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 from dpone_dagster.postgres.strategy import Strategy, check_strategy
-from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
-from dpone_dagster.resources.snapshot_copy import CopyEvent
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 
 CopyStrategy = Literal[
     "whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"
@@ -162,7 +163,7 @@ def snapshot_copy_assets(
         target: PostgresTargetResource,
     ) -> Iterator[CopyEvent]:
         yield from source.copy_tables(
-            context, target, strategy=strategy, sink=sink, workers=workers,
+            context, target=target, strategy=strategy, sink=sink, workers=workers,
             batch_rows=batch_rows, schema_changes=schema_changes,
         )  # fmt: skip
 

@@ -20,7 +20,7 @@ from types import TracebackType
 import dagster as dg
 
 from dpone_dagster.backfill import BatchResult
-from dpone_dagster.metadata import batch_observation
+from dpone_dagster.dagster.metadata.receipts import batch_observation
 
 _Item = tuple[str, BatchResult]
 

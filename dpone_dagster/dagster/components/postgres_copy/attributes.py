@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 
 
 @dataclass(kw_only=True)

@@ -1,4 +1,4 @@
-"""The partitioned backfill as an event iterator: ``ledger.backfill(context, source, target)``.
+"""The partitioned backfill's events: ``source.backfill(context, target=target, ledger=ledger)``.
 
 Each partition is a cursor range (``cursor_range_partitions`` keys, or a Dagster time window for
 a timestamp cursor) and its own durable ledger run, so a re-run, a retry or another orchestrator
@@ -11,7 +11,7 @@ last recorded for a partition with the ledger's checkpoint chain, and a mismatch
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -24,22 +24,26 @@ from dpone_dagster.backfill import (
     OnChanged,
     prepare_target,
 )
-from dpone_dagster.catalog_metadata import source_key_of, table_catalog_metadata
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.failures import DponeFailure
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     partition_metadata,
 )
-from dpone_dagster.partitions import CursorRange, partition_cursor_range
+from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.reconcile import Proof
 
 from .progress import ProgressReporter
 
 if TYPE_CHECKING:
-    from .postgres import BackfillLedgerResource, PostgresSourceResource, PostgresTargetResource
+    from dpone_dagster.dagster.resources import (
+        LedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+    )
 
 BackfillEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
@@ -91,37 +95,52 @@ def ordered_partitions(
     return sorted(context.partition_keys, key=lambda k: order.get(k, len(order)))
 
 
-def backfill_events(
-    context: dg.AssetExecutionContext,
-    ledger: "BackfillLedgerResource",
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
-    *,
-    batch_size: int,
-    reconcile: bool,
-    on_changed: OnChanged = "fail",
-) -> Iterator[BackfillEvent]:
-    """See :meth:`~dpone_dagster.BackfillLedgerResource.backfill`."""
-    try:
-        what = backfill_target(context)
-    except DponeError as exc:
-        raise DponeFailure(exc) from exc
-    with ProgressReporter(context, what.key) as progress:
-        runner = _PartitionRunner(
-            context, what, source, target, ledger, batch_size, reconcile, progress, on_changed
-        )
-        checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
-    if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
-        yield dg.AssetCheckResult(
-            asset_key=what.key,
-            check_name=CHECK_NAME,
-            passed=failed is None and all(c["ok"] for c in checks),
-            metadata={"dpone/partitions": dg.MetadataValue.json(checks)},
-        )
-    if failed is not None:
-        raise DponeFailure(failed)
-    if what.key in context.selected_asset_keys:
-        yield dg.MaterializeResult(asset_key=what.key)
+@dataclass(frozen=True)
+class BackfillEvents:
+    """The events of a backfill of the run's partitions: iterating them runs it.
+
+    :meth:`~dpone_dagster.PostgresSourceResource.backfill` returns one; the attributes are its
+    arguments (``ledger`` resolved to the default ledger when it was not given).
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    ledger: "LedgerResource"
+    batch_size: int
+    reconcile: bool
+    on_changed: OnChanged
+
+    def __iter__(self) -> Iterator[BackfillEvent]:
+        """Runs the partitions in order; yields the check (when selected), then the
+        materialization.
+
+        Raises:
+            DponeFailure: any backfill error, with its code and next actions.
+        """
+        context = self.context
+        try:
+            what = backfill_target(context)
+        except DponeError as exc:
+            raise DponeFailure(exc) from exc
+        with ProgressReporter(context, what.key) as progress:
+            runner = _PartitionRunner(
+                context, what, self.source, self.target, self.ledger.config(self.target),
+                self.batch_size, self.reconcile, progress, self.on_changed,
+            )  # fmt: skip
+            checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
+        if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
+            yield dg.AssetCheckResult(
+                asset_key=what.key,
+                check_name=CHECK_NAME,
+                passed=failed is None and all(c["ok"] for c in checks),
+                metadata={"dpone/partitions": dg.MetadataValue.json(checks)},
+            )
+        if failed is not None:
+            raise DponeFailure(failed)
+        if what.key in context.selected_asset_keys:
+            yield dg.MaterializeResult(asset_key=what.key)
 
 
 @dataclass(frozen=True)
@@ -132,11 +151,11 @@ class _PartitionRunner:
     what: BackfillTarget
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
-    ledger: "BackfillLedgerResource"
+    ledger: LedgerConfig
     batch_size: int
     reconcile: bool
     progress: ProgressReporter
-    on_changed: OnChanged = "fail"
+    on_changed: OnChanged
 
     def run_all(
         self, partitions: list[str]
@@ -169,7 +188,7 @@ class _PartitionRunner:
             self.what.source,
             cursor=self.what.cursor,
             target_table=self.what.target,
-            ledger=LedgerConfig(dsn=self.ledger.dsn, schema=self.ledger.schema_name),
+            ledger=self.ledger,
             batch_size=self.batch_size,
             lower=rng.lower,
             upper=rng.upper,

@@ -19,23 +19,23 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from dpone_dagster.assets.snapshot_copy import (
+from dpone_dagster.dagster.assets.snapshot_copy import (
     CopySchemaChanges,
     CopySink,
     CopyStrategy,
     check_copy_options,
 )
-from dpone_dagster.catalog_metadata import table_catalog_metadata
-from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.metadata import (
+from dpone_dagster.dagster.events.snapshot_copy import copy_failure
+from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     table_metadata,
 )
+from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
-from dpone_dagster.resources import PostgresSourceResource, PostgresTargetResource
-from dpone_dagster.resources.snapshot_copy import copy_failure
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 _T = TypeVar("_T")
 

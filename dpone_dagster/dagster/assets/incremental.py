@@ -1,9 +1,9 @@
 """``incremental_asset``: a non-partitioned asset that keeps a target table current.
 
-A thin factory over :meth:`~dpone_dagster.BackfillLedgerResource.incremental`: it checks the
+A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.incremental`: it checks the
 table, cursor and options when the definitions load, builds the spec (naming the table, the
 target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
-``yield from ledger.incremental(context, source, target, options)``. Schedule it every few
+``yield from source.incremental(context, target=target, ledger=ledger, ...)``. Schedule it every few
 minutes; a run that finds nothing to do is an index probe.
 """
 
@@ -14,6 +14,15 @@ from typing import Any
 
 import dagster as dg
 
+from dpone_dagster.dagster.events import IncrementalEvent
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.incremental import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_FILLFACTOR,
@@ -21,17 +30,8 @@ from dpone_dagster.incremental import (
     Deletes,
     check_options,
 )
-from dpone_dagster.instance import check_instance_storage
-from dpone_dagster.metadata import CHECK_NAME
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.resources import (
-    BackfillLedgerResource,
-    PostgresSourceResource,
-    PostgresTargetResource,
-)
-from dpone_dagster.resources.incremental import IncrementalEvent, StreamOptions
-from dpone_dagster.translator import CopyTableSpec, DponeTranslator
 
 
 def incremental_asset(
@@ -105,7 +105,7 @@ def incremental_asset(
                 assets=[orders],
                 schedules=[dg.ScheduleDefinition(name="orders_every_5_min",
                            target=orders, cron_schedule="*/5 * * * *")],
-                resources={"source": ..., "target": ..., "ledger": BackfillLedgerResource()},
+                resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
     spec_in = CopyTableSpec(source=table, target=target_table)
@@ -114,12 +114,6 @@ def incremental_asset(
     check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
     check_schema_changes(schema_changes)
-    options = StreamOptions(
-        deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
-        lookback=lookback, continue_from_backfill=continue_from_backfill,
-        settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
-        fillfactor=fillfactor,
-    )  # fmt: skip
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
@@ -138,8 +132,13 @@ def incremental_asset(
         context: dg.AssetExecutionContext,
         source: PostgresSourceResource,
         target: PostgresTargetResource,
-        ledger: BackfillLedgerResource,
+        ledger: LedgerResource,
     ) -> Iterator[IncrementalEvent]:
-        yield from ledger.incremental(context, source, target, options)
+        yield from source.incremental(
+            context, target=target, ledger=ledger, deletes=deletes,
+            soft_delete_column=soft_delete_column, batch_size=batch_size, lookback=lookback,
+            continue_from_backfill=continue_from_backfill, settle_timeout=settle_timeout,
+            reconcile=reconcile, schema_changes=schema_changes, fillfactor=fillfactor,
+        )  # fmt: skip
 
     return _incremental

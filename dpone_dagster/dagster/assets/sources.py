@@ -1,0 +1,229 @@
+"""``mysql_copy_asset`` and ``rest_copy_asset``: one asset per generic source's copy.
+
+Each builds an asset that reads a MySQL/MariaDB table or query, or an HTTP JSON API, and loads it
+into a PostgreSQL target table through a staging table and a sink (``replace``, ``append``,
+``merge``), like the PostgreSQL snapshot copies. A thin factory over the resource's event
+iterator: it checks the names and options when the definitions load, and the asset's body is
+``yield from source.copy_table(context, target=target, ...)``
+(:meth:`~dpone_dagster.MySQLSourceResource.copy_table`,
+:meth:`~dpone_dagster.RestSourceResource.copy_table`). Their materializations carry
+``dagster/row_count`` and the receipts under ``dpone/...``; the snapshot label is always
+``no_snapshot_claim`` (a generic source makes no snapshot claim).
+"""
+
+# No `from __future__ import annotations`: Dagster reads the asset's parameter annotations.
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel
+
+from dpone_dagster.dagster.events import SourceCopyEvent
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.plan import Sink, check_sink
+from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
+from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, model_columns
+
+
+def _table_name(table: str | TableName) -> TableName:
+    """The target table, parsed when the definitions load."""
+    return table if isinstance(table, TableName) else TableName.parse(table)
+
+
+def _copy_asset(
+    *,
+    key: str | Sequence[str] | dg.AssetKey,
+    copy_options: Mapping[str, Any],
+    source_resource_key: str,
+    target_resource_key: str,
+    description: str,
+    group_name: str | None,
+    op_tags: Mapping[str, Any] | None,
+    metadata: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
+) -> dg.AssetsDefinition:
+    """The asset whose body is ``source.copy_table(context, target=target, **copy_options)``,
+    the resources by their keys."""
+    check_sink(copy_options["sink"])
+    check_instance_storage()
+    check_schema_changes(copy_options["schema_changes"])
+    upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
+
+    @dg.asset(
+        key=dg.AssetKey.from_coercible(key),
+        required_resource_keys={source_resource_key, target_resource_key},
+        description=description,
+        group_name=group_name,
+        op_tags=op_tags,
+        kinds={"postgres"},
+        metadata=metadata,
+        deps=[] if upstream is None else [upstream],
+    )
+    def _asset(context: dg.AssetExecutionContext) -> Iterator[SourceCopyEvent]:
+        source = getattr(context.resources, source_resource_key)
+        target = getattr(context.resources, target_resource_key)
+        yield from source.copy_table(context, target=target, **copy_options)
+
+    return _asset
+
+
+def mysql_copy_asset(
+    *,
+    key: str | Sequence[str] | dg.AssetKey,
+    target_table: str | TableName,
+    table: str | None = None,
+    query: str | None = None,
+    database: str | None = None,
+    columns: Sequence[str] | None = None,
+    sink: Sink = "replace",
+    primary_key: Sequence[str] = (),
+    schema_changes: SchemaChanges = "evolve",
+    source_resource_key: str = "mysql",
+    target_resource_key: str = "target",
+    group_name: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
+) -> dg.AssetsDefinition:
+    """An asset that copies a MySQL/MariaDB table or query into a PostgreSQL table.
+
+    Args:
+        key: The asset key.
+        target_table: The PostgreSQL table (``schema.table``, parsed as SQL reads it).
+        table: The MySQL table (give ``table`` or ``query``).
+        query: A SELECT whose rows to copy.
+        database: The table's database when it is not the resource's.
+        columns: Copy only these columns of ``table``.
+        sink: ``replace``, ``append`` or ``merge``.
+        primary_key: The key of a target created by the copy (required for ``merge``).
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, listed under ``dpone/schema_changes``) or ``freeze`` (any
+            difference fails with ``schema_change_incompatible``).
+        source_resource_key: The :class:`MySQLSourceResource`'s key.
+        target_resource_key: The :class:`~dpone_dagster.PostgresTargetResource`'s key.
+        group_name: The asset's group.
+        op_tags: Tags of the asset's op (e.g. a pool).
+        source_key: The asset key of what is read (an external asset you define): the copy
+            depends on it, and its materializations' ``dagster/column_lineage`` maps each target
+            column to the same-named column of it. No lineage without one.
+
+    Raises:
+        DponeError: at definition time, for a bad target name, sink or source spec.
+
+    Examples:
+        >>> orders = mysql_copy_asset(key="orders", table="orders", target_table="raw.orders")
+        >>> orders.key.to_user_string()
+        'orders'
+    """
+    if (table is None) == (query is None):
+        MySQLSource(MySQLSettings(), table=table, query=query)  # raises mysql_source_invalid
+    options = {
+        "target_table": _table_name(target_table), "table": table, "query": query,
+        "database": database, "columns": columns, "sink": sink, "primary_key": primary_key,
+        "schema_changes": schema_changes,
+    }  # fmt: skip
+    return _copy_asset(
+        key=key,
+        copy_options=options,
+        source_resource_key=source_resource_key,
+        target_resource_key=target_resource_key,
+        description=f"MySQL/MariaDB {'table ' + table if table else 'query'} copied to "
+        f"{target_table} ({sink}).",
+        group_name=group_name,
+        op_tags=op_tags,
+        source_key=source_key,
+    )
+
+
+def rest_copy_asset(
+    *,
+    key: str | Sequence[str] | dg.AssetKey,
+    target_table: str | TableName,
+    path: str,
+    model: type[BaseModel],
+    records_path: str | None = None,
+    pagination: Pagination | None = None,
+    params: Mapping[str, object] | None = None,
+    id_field: str = "id",
+    max_pages: int | None = None,
+    sink: Sink = "replace",
+    primary_key: Sequence[str] = (),
+    schema_changes: SchemaChanges = "evolve",
+    source_resource_key: str = "rest",
+    target_resource_key: str = "target",
+    group_name: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
+) -> dg.AssetsDefinition:
+    """An asset that copies the records of an HTTP JSON API into a PostgreSQL table.
+
+    Every record is validated by ``model`` (whose fields are the columns) before it is staged.
+
+    Args:
+        key: The asset key.
+        target_table: The PostgreSQL table (``schema.table``).
+        path: The resource's path under the resource's base URL.
+        model: The pydantic model of one record.
+        records_path: Dotted path of the record list in each body; None when the body is it.
+        pagination: ``PageNumberPagination``, ``CursorPagination``, ``NextLinkPagination`` or
+            None for one page.
+        params: Query parameters of every request.
+        id_field: The record key that names a record in a validation error.
+        max_pages: Refuse to read more pages than this.
+        sink: ``replace``, ``append`` or ``merge``.
+        primary_key: The key of a target created by the copy (required for ``merge``).
+        schema_changes: ``evolve`` or ``freeze`` (see :func:`mysql_copy_asset`).
+        source_resource_key: The :class:`RestSourceResource`'s key.
+        target_resource_key: The target resource's key.
+        group_name: The asset's group.
+        op_tags: Tags of the asset's op.
+        source_key: The asset key of what is read (an external asset you define): the copy
+            depends on it, and its materializations' ``dagster/column_lineage`` maps each target
+            column to the same-named column of it. No lineage without one.
+
+    Raises:
+        DponeError: at definition time: ``rest_type_unmappable`` for a model field no column
+            type fits, or a bad target name or sink.
+
+    Examples:
+        >>> from dpone_dagster.sources import PageNumberPagination
+        >>> class Item(BaseModel):
+        ...     id: int
+        ...     name: str
+        >>> items = rest_copy_asset(
+        ...     key="items", target_table="raw.items", path="/items", model=Item,
+        ...     records_path="data", pagination=PageNumberPagination(), primary_key=["id"],
+        ... )
+        >>> items.key.to_user_string()
+        'items'
+    """
+    # An unmappable field fails when the definitions load; the model's columns are the
+    # target's, so the definition carries its column schema before any run.
+    columns = model_columns(model)
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                c.name, c.pg_type, constraints=dg.TableColumnConstraints(nullable=c.nullable)
+            )
+            for c in columns
+        ]
+    )
+
+    options = {
+        "target_table": _table_name(target_table), "path": path, "model": model,
+        "records_path": records_path, "pagination": pagination, "params": params,
+        "id_field": id_field, "max_pages": max_pages, "sink": sink, "primary_key": primary_key,
+        "schema_changes": schema_changes,
+    }  # fmt: skip
+    return _copy_asset(
+        key=key,
+        copy_options=options,
+        source_resource_key=source_resource_key,
+        target_resource_key=target_resource_key,
+        description=f"HTTP JSON records of {path} ({model.__name__}) copied to {target_table} "
+        f"({sink}).",
+        group_name=group_name,
+        op_tags=op_tags,
+        metadata={"dagster/column_schema": schema},
+        source_key=source_key,
+    )

@@ -1,0 +1,18 @@
+"""The event iterators the source resources' methods return: iterating one runs its copy and
+yields its materializations and checks (``yield from source.copy_tables(context, ...)``)."""
+
+from .backfill import BackfillEvent, BackfillEvents
+from .incremental import IncrementalEvent, IncrementalEvents
+from .snapshot_copy import CopyEvent, CopyEvents
+from .source_copy import SourceCopyEvent, SourceCopyEvents
+
+__all__ = [
+    "BackfillEvent",
+    "BackfillEvents",
+    "CopyEvent",
+    "CopyEvents",
+    "IncrementalEvent",
+    "IncrementalEvents",
+    "SourceCopyEvent",
+    "SourceCopyEvents",
+]

@@ -1,0 +1,174 @@
+"""The incremental stream's events: ``source.incremental(context, target=target, ledger=ledger)``.
+
+The asset is not partitioned: each materialization runs the stream once (continuing a run a
+crash or a concurrent run left in progress, or taking a new mark), logs an ``AssetObservation``
+after every committed batch, then yields the ``dpone_reconciled`` check (the final batch's
+verification: every source row at or below the mark is in the target, equal) and the
+materialization with the run's metadata. A run that selects the check alone copies nothing:
+it compares both sides as they are (:meth:`~dpone_dagster.incremental.IncrementalSync.check`).
+"""
+
+from collections.abc import Iterator
+from dataclasses import KW_ONLY, dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+import psycopg
+from psycopg import sql
+
+from dpone_dagster.backfill import backfill_handoff
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import (
+    CHECK_NAME,
+    incremental_check,
+    incremental_metadata,
+    log_schema_changes,
+    verification_check,
+)
+from dpone_dagster.incremental import (
+    BatchOutcome,
+    Deletes,
+    IncrementalSync,
+)
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.connection import connect
+from dpone_dagster.postgres.schema_change import SchemaChanges
+
+if TYPE_CHECKING:
+    from dpone_dagster.dagster.resources import (
+        LedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+    )
+
+IncrementalEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
+
+
+def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
+    [(key, spec)] = context.assets_def.specs_by_key.items()
+    names = [spec.metadata.get(k) for k in ("dpone/source_table", "dpone/table", "dpone/cursor")]
+    if any(n is None for n in names):
+        raise DponeFailure(
+            DponeError(
+                "plan_invalid",
+                f"Asset {key.to_user_string()} does not name its table, target and cursor.",
+                ["Build the asset with incremental_asset(...)."],
+            )
+        )
+    source, target, cursor = (str(n) for n in names)
+    return key, TableName.parse(source), TableName.parse(target), cursor
+
+
+def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
+    """``count(*)`` of the target's (live) rows: ``dagster/row_count``."""
+    live = sql.SQL("true") if soft is None else sql.SQL("{} IS NULL").format(sql.Identifier(soft))
+    with connect(dsn, side="target", autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, live)
+        ).fetchone()
+    return int(row[0]) if row else 0  # type: ignore[call-overload]
+
+
+def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
+    receipt = done.receipt
+    return dg.AssetObservation(
+        asset_key=key,
+        metadata={
+            "dpone/batch": receipt.sequence,
+            "dpone/run": receipt.run,
+            "dpone/rows": receipt.rows,
+            "dpone/checkpoint": receipt.last.cursor if receipt.last else "",
+        },
+    )
+
+
+@dataclass(frozen=True)
+class IncrementalEvents:
+    """The events of one run of an asset's incremental stream: iterating them runs it.
+
+    :meth:`~dpone_dagster.PostgresSourceResource.incremental` returns one; the attributes are
+    its arguments (``ledger`` resolved to the default ledger when it was not given).
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    ledger: "LedgerResource"
+    deletes: Deletes
+    soft_delete_column: str
+    batch_size: int
+    lookback: timedelta | None
+    continue_from_backfill: bool
+    settle_timeout: float
+    reconcile: bool
+    schema_changes: SchemaChanges
+    fillfactor: int
+
+    def __iter__(self) -> Iterator[IncrementalEvent]:
+        """Runs the stream once; yields the check (when selected), then the materialization.
+
+        Raises:
+            DponeFailure: any stream error, with its code and next actions;
+                ``incremental_options_invalid`` for a ledger in another database.
+        """
+        context, target = self.context, self.target
+        key, table, target_table, cursor = _spec_names(context)
+        soft = self.soft_delete_column if self.deletes == "soft" else None
+        try:
+            sync = self._sync(key, table, target_table, cursor)
+            if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
+                yield verification_check(key, sync.check(), "No run has completed yet.")
+                return
+            result = sync.run()
+            rows = _target_rows(target.dsn, target_table, soft)
+        except (DponeError, psycopg.Error) as exc:
+            error = exc if isinstance(exc, DponeError) else DponeError(
+                "incremental_failed", str(exc),
+                ["Run again: the stream resumes after its last batch."],
+            )  # fmt: skip
+            raise DponeFailure(error) from exc
+        for notice in result.notices:
+            context.log.warning(f"dpone: [{notice.code}] {notice.message}")
+        log_schema_changes(context.log, target_table.qualified, result.schema_changes)
+        if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
+            yield incremental_check(key, result)
+        if key in context.selected_asset_keys:
+            [standard] = table_catalog_metadata(
+                target.dsn,
+                target.options,
+                [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
+                context.log,
+                not_copied=[soft] if soft else [],
+            )
+            metadata = {**incremental_metadata(result, rows), **standard}
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+
+    def _sync(
+        self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str
+    ) -> IncrementalSync:
+        """The stream's engine, once the ledger is known to be in the target's database."""
+        if not self.ledger.in_target(self.target):
+            raise engine_error(
+                "incremental_options_invalid",
+                "The incremental stream keeps its state in the target database (its batches "
+                "commit with their state); the ledger resource names another database.",
+                [
+                    "Leave LedgerResource.dsn unset for incremental assets, or give it the "
+                    "target's host, port and database.",
+                ],
+            )
+        return IncrementalSync(
+            self.source.dsn, self.target.dsn, table, cursor=cursor, target_table=target_table,
+            deletes=self.deletes, soft_delete_column=self.soft_delete_column,
+            batch_size=self.batch_size, lookback=self.lookback,
+            handoff=backfill_handoff if self.continue_from_backfill else None,
+            settle_timeout=self.settle_timeout, verify=self.reconcile,
+            ledger_schema=self.ledger.schema_name, options=self.source.options,
+            on_batch=lambda done: self.context.log_event(_observation(key, done)),
+            schema_changes=self.schema_changes, fillfactor=self.fillfactor,
+        )  # fmt: skip

@@ -1,0 +1,106 @@
+"""A generic source's copy as events: ``mysql.copy_table(context, target=target, ...)``.
+
+The source (a MySQL/MariaDB table or query, an HTTP JSON API) is loaded into a PostgreSQL table
+through a staging table and a sink (``replace``, ``append``, ``merge``), like the PostgreSQL
+snapshot copies. The materialization carries ``dagster/row_count``, the receipts under
+``dpone/...`` and the standard table set; the snapshot label is always ``no_snapshot_claim``
+(a generic source makes no snapshot claim).
+"""
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from dpone_dagster.dagster.failures import dagster_failures
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import (
+    log_schema_changes,
+    rate_metadata,
+    schema_change_metadata,
+)
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
+
+if TYPE_CHECKING:
+    from dpone_dagster.dagster.resources import PostgresTargetResource
+
+SourceCopyEvent = dg.MaterializeResult[Any]
+
+
+def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
+    """The materialization metadata of a generic load (figures as numbers)."""
+    receipt = report.extraction_receipt
+    rates = rate_metadata(
+        report.rows_loaded or 0,
+        receipt.byte_count,
+        receipt.extraction_started_at,
+        receipt.extraction_completed_at,
+    )
+    return {
+        **rates,
+        "dagster/row_count": dg.MetadataValue.int(report.rows_loaded or 0),
+        "dpone/source": dg.MetadataValue.text(report.source_label),
+        "dpone/sink": dg.MetadataValue.text(report.sink),
+        "dpone/sink_method": dg.MetadataValue.text(report.sink_method or "-"),
+        "dpone/terminal_outcome": dg.MetadataValue.text(report.outcome.value),
+        "dpone/snapshot_label": dg.MetadataValue.text(report.snapshot_label.value),
+        "dpone/extraction_receipt": dg.MetadataValue.json(json.loads(receipt.model_dump_json())),
+        **schema_change_metadata(report.schema_changes),
+    }
+
+
+@dataclass(frozen=True)
+class SourceCopyEvents:
+    """The events of one generic source's copy into a PostgreSQL table: iterating them runs it.
+
+    :meth:`~dpone_dagster.MySQLSourceResource.copy_table` and
+    :meth:`~dpone_dagster.RestSourceResource.copy_table` return one; ``source`` is the adapter
+    they built from their settings, the other attributes are their arguments.
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: SourceAdapter
+    target: "PostgresTargetResource"
+    target_table: str | TableName
+    sink: Sink
+    primary_key: Sequence[str]
+    schema_changes: SchemaChanges
+
+    def __iter__(self) -> Iterator[SourceCopyEvent]:
+        """Loads the source into the target table; yields the asset's materialization.
+
+        Raises:
+            DponeFailure: any copy error, with its code and next actions.
+        """
+        context, target = self.context, self.target
+        with dagster_failures():
+            table = (
+                self.target_table
+                if isinstance(self.target_table, TableName)
+                else TableName.parse(self.target_table)
+            )
+            report = load_source(
+                self.source,
+                target.dsn,
+                table,
+                sink=self.sink,
+                primary_key=self.primary_key,
+                options=target.options,
+                schema_changes=self.schema_changes,
+            )
+        log_schema_changes(context.log, table.qualified, report.schema_changes)
+        context.log.info(
+            f"dpone: {report.rows_loaded} rows from {report.source_label} into {table} "
+            f"({report.sink_method}); outcome {report.outcome.value}"
+        )
+        upstream = source_key_of(context.assets_def.specs_by_key[context.asset_key])
+        [standard] = table_catalog_metadata(
+            target.dsn, target.options, [(table, upstream, None)], context.log
+        )
+        yield dg.MaterializeResult(metadata={**report_metadata(report), **standard})

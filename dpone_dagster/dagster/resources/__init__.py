@@ -1,0 +1,14 @@
+"""Dagster resources: the PostgreSQL source and target, the ledger, the MySQL/MariaDB and REST
+sources; the sources' methods are the event iterators the asset factories are thin over."""
+
+from .ledger import LedgerResource
+from .postgres import PostgresSourceResource, PostgresTargetResource
+from .sources import MySQLSourceResource, RestSourceResource
+
+__all__ = [
+    "LedgerResource",
+    "MySQLSourceResource",
+    "PostgresSourceResource",
+    "PostgresTargetResource",
+    "RestSourceResource",
+]

@@ -1,0 +1,252 @@
+"""The PostgreSQL source and target resources; the source carries the event iterators.
+
+Each is a :class:`dagster.ConfigurableResource` with a ``dsn`` (pass secrets as
+``EnvVar("DPONE_SOURCE_DSN")``) and the options users expect; what they share (DSN checks,
+session tracking, the teardown that settles what a step left open) is
+:class:`~dpone_dagster.dagster.resources.sessions.PostgresResource`'s.
+
+The copies are event iterators on the source, as with dagster-sling's ``replicate``: an asset
+body writes ``yield from source.copy_tables(context, target=target)``,
+``yield from source.backfill(context, target=target, ledger=ledger)`` or
+``yield from source.incremental(context, target=target, ledger=ledger)``, alone or with its own
+logic around it. Each returns an iterator object that holds its inputs; nothing runs until it is
+iterated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import dagster as dg
+
+from dpone_dagster.backfill import DEFAULT_BATCH_SIZE as BACKFILL_BATCH_SIZE
+from dpone_dagster.backfill import OnChanged
+from dpone_dagster.dagster.events.backfill import BackfillEvents
+from dpone_dagster.dagster.events.incremental import IncrementalEvents
+from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.incremental import DEFAULT_BATCH_SIZE as INCREMENTAL_BATCH_SIZE
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
+from dpone_dagster.postgres import SnapshotSession
+from dpone_dagster.postgres.connection import Side
+from dpone_dagster.postgres.schema_change import SchemaChanges
+
+from .ledger import LedgerResource
+from .sessions import PostgresResource
+
+
+class PostgresTargetResource(PostgresResource):
+    """The PostgreSQL database dpone writes to."""
+
+    _side: ClassVar[Side] = "target"
+
+
+class PostgresSourceResource(PostgresResource):
+    """The PostgreSQL database dpone reads from, and the copies read from it.
+
+    Besides the DSN and options, it opens the snapshot sessions the copies are built on:
+    :meth:`open_snapshot` (a coordinator, optionally exporting its snapshot) and
+    :meth:`import_snapshot` (a worker that reads under an exported snapshot). Every session it
+    opens is rolled back and closed at the step's teardown if nobody ended it before. Its event
+    iterators, :meth:`copy_tables`, :meth:`backfill` and :meth:`incremental`, are what the asset
+    factories' bodies are; call them from your own assets the same way.
+
+    Examples:
+        >>> source = PostgresSourceResource(dsn="postgresql://reader@db:5432/shop")
+        >>> source.application_name
+        'dpone-dagster'
+    """
+
+    def open_snapshot(self, *, export: bool = False) -> SnapshotSession:
+        """Opens a ``REPEATABLE READ READ ONLY`` session with a fixed snapshot.
+
+        Args:
+            export: Export the snapshot (``pg_export_snapshot()``) so that other sessions can
+                import it with :meth:`import_snapshot`.
+        """
+        return self.track(SnapshotSession.open(self.dsn, self.options, export=export))
+
+    def import_snapshot(self, token: str) -> SnapshotSession:
+        """Opens a session that reads under an exported snapshot (``SET TRANSACTION SNAPSHOT``).
+
+        Raises:
+            SnapshotError: ``snapshot_import_failed`` when the token is unknown or its exporting
+                transaction has ended.
+        """
+        return self.track(SnapshotSession.import_snapshot(self.dsn, token, self.options))
+
+    def copy_tables(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None = None,
+        translator: DponeTranslator | None = None,
+        strategy: str = "batched_copy",
+        sink: str = "replace",
+        workers: int = 4,
+        batch_rows: int | None = None,
+        schema_changes: str = "evolve",
+    ) -> CopyEvents:
+        """Copies the selected tables under ONE snapshot; yields each table's materialization,
+        then each selected ``dpone_reconciled`` check.
+
+        The tables are the selected assets' (their specs carry ``dpone/source_table`` and
+        ``dpone/table``, as :class:`~dpone_dagster.DponeTranslator` writes them), or ``tables``
+        keyed by ``translator``. The copy reads under a snapshot this step exports and holds, so
+        each check compares the target with the source inside that very snapshot.
+
+        Args:
+            context: The asset's execution context.
+            target: The target database.
+            tables: The tables, when the assets' specs do not name them.
+            translator: Maps ``tables`` to asset keys.
+            strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
+                ``internal_query``.
+            sink: ``replace``, ``append`` or ``merge``.
+            workers: Worker sessions of ``partitioned_copy``.
+            batch_rows: Rows per batch of ``batched_copy``.
+            schema_changes: ``evolve`` (an existing target takes added columns, widened types
+                and keeps dropped columns, in the load's transaction; the materialization lists
+                them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
+                ``schema_change_incompatible``).
+
+        Returns:
+            The copy's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: any copy error, with its code, next actions and terminal outcome
+                (while the events are iterated).
+
+        Examples:
+            .. code-block:: python
+
+                @dg.multi_asset(specs=[...], can_subset=True)
+                def shop(context, source: PostgresSourceResource, target: PostgresTargetResource):
+                    yield from source.copy_tables(context, target=target, strategy="batched_copy")
+        """
+        return CopyEvents(
+            context, source=self, target=target, tables=tables, translator=translator,
+            strategy=strategy, sink=sink, workers=workers, batch_rows=batch_rows,
+            schema_changes=schema_changes,
+        )  # fmt: skip
+
+    def backfill(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        ledger: LedgerResource | None = None,
+        batch_size: int = BACKFILL_BATCH_SIZE,
+        reconcile: bool = True,
+        on_changed: OnChanged = "fail",
+    ) -> BackfillEvents:
+        """Backfills each of the run's partitions through the ledger, in partition order.
+
+        The table, target and cursor are the asset spec's (``dpone/source_table``,
+        ``dpone/table``, ``dpone/cursor``, as :func:`~dpone_dagster.backfill_asset` writes them);
+        each partition is a cursor range and its own durable ledger run. After every committed
+        batch an ``AssetObservation`` and the run's progress tags show in the UI; each partition
+        ends with its metadata, then the ``dpone_reconciled`` check (when the asset declares it)
+        and the materialization are yielded.
+
+        Args:
+            context: The partitioned asset's execution context.
+            target: The target database.
+            ledger: Where the runs and receipts are kept; ``None``: schema ``dpone_ledger`` of
+                the target database.
+            batch_size: Rows per batch.
+            reconcile: Reconcile each partition once it reaches its mark.
+            on_changed: ``"fail"`` (default): a row the source changed or deleted after its
+                batch was copied fails the partition with ``backfill_record_changed``;
+                ``"repair"``: the partition's differing ranges are rewritten from the
+                reconciliation's one source snapshot (label ``repaired_to_one_snapshot``).
+
+        Returns:
+            The backfill's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: any backfill error, with its code and next actions (while the events
+                are iterated).
+
+        Examples:
+            .. code-block:: python
+
+                @dg.asset(partitions_def=cursor_range_partitions(0, 3000, 1000), metadata={
+                    "dpone/source_table": "events.page_views", "dpone/table": "events.page_views",
+                    "dpone/cursor": "id"})
+                def page_views(context, source: PostgresSourceResource,
+                               target: PostgresTargetResource):
+                    yield from source.backfill(context, target=target, batch_size=500)
+        """
+        return BackfillEvents(
+            context, source=self, target=target, ledger=ledger or LedgerResource(),
+            batch_size=batch_size, reconcile=reconcile, on_changed=on_changed,
+        )  # fmt: skip
+
+    def incremental(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        ledger: LedgerResource | None = None,
+        deletes: Deletes = "ignore",
+        soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
+        batch_size: int = INCREMENTAL_BATCH_SIZE,
+        lookback: timedelta | None = None,
+        continue_from_backfill: bool = False,
+        settle_timeout: float = 30.0,
+        reconcile: bool = True,
+        schema_changes: SchemaChanges = "evolve",
+        fillfactor: int = DEFAULT_FILLFACTOR,
+    ) -> IncrementalEvents:
+        """Runs the asset's incremental stream once.
+
+        The table, target and cursor are the asset spec's (``dpone/source_table``,
+        ``dpone/table``, ``dpone/cursor``, as :func:`~dpone_dagster.incremental_asset` writes
+        them). The run continues a run left in progress (a crash, a retry, a concurrent run)
+        or copies ``(mark, new mark]``; after every committed batch an ``AssetObservation``
+        shows in the UI; then the ``dpone_reconciled`` check (when declared) and the
+        materialization with the run's metadata are yielded.
+
+        Args:
+            context: The asset's execution context.
+            target: The target database; the stream's state lives in its ledger schema.
+            ledger: The ledger schema; ``None``: ``dpone_ledger``. A ledger resource naming
+                another database than the target's is refused (``incremental_options_invalid``).
+            deletes: ``ignore``, ``hard`` (delete target rows whose key the source lost) or
+                ``soft`` (set ``soft_delete_column`` on them).
+            soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
+            batch_size: Rows per batch.
+            lookback: Re-read this much below the mark (client clocks behind the server).
+            continue_from_backfill: Start an empty stream from a complete backfill's mark.
+            settle_timeout: Seconds to wait for transactions open at the mark.
+            reconcile: Verify the run in its final snapshot and report ``dpone_reconciled``.
+            schema_changes: ``evolve`` or ``freeze`` (see
+                :class:`~dpone_dagster.incremental.IncrementalSync`).
+            fillfactor: The ``fillfactor`` of a target the stream creates.
+
+        Returns:
+            The run's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: any stream error, with its code and next actions (while the events
+                are iterated).
+
+        Examples:
+            .. code-block:: python
+
+                @dg.asset(metadata={"dpone/source_table": "shop.stock",
+                                    "dpone/table": "shop.stock", "dpone/cursor": "updated_at"})
+                def stock(context, source: PostgresSourceResource, target: PostgresTargetResource):
+                    yield from source.incremental(context, target=target, deletes="hard")
+        """
+        return IncrementalEvents(
+            context, source=self, target=target, ledger=ledger or LedgerResource(),
+            deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
+            lookback=lookback, continue_from_backfill=continue_from_backfill,
+            settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
+            fillfactor=fillfactor,
+        )  # fmt: skip

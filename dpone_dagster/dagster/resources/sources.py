@@ -1,0 +1,198 @@
+"""The generic sources' resources: a MySQL/MariaDB server and an HTTP JSON API.
+
+Each holds its source's settings (secrets as ``EnvVar``) and carries the event iterator
+``copy_table(context, target=target, ...)``: the copy of one table, query or API resource into a
+PostgreSQL table, through a staging table and a sink, that
+:func:`~dpone_dagster.mysql_copy_asset` and :func:`~dpone_dagster.rest_copy_asset` are thin
+over. A generic source makes no snapshot claim (label ``no_snapshot_claim``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import dagster as dg
+from pydantic import BaseModel, Field
+
+from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
+from dpone_dagster.dagster.failures import dagster_failures
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, RestSettings, RestSource
+
+from .postgres import PostgresTargetResource
+
+
+class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """A MySQL or MariaDB server to read from.
+
+    Examples:
+        >>> resource = MySQLSourceResource(host="db", user="reader", database="shop")
+        >>> resource.settings().label
+        'mysql://reader@db:3306/shop'
+    """
+
+    host: str = Field(default="127.0.0.1", description="Server host.")
+    port: int = Field(default=3306, ge=1, le=65535, description="Server port.")
+    user: str = Field(description="User name.")
+    password: str = Field(default="", description="Password; pass EnvVar('MYSQL_PASSWORD').")
+    database: str = Field(description="Database of the tables (and default of queries).")
+    connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to connect.")
+    read_timeout: float | None = Field(
+        default=300.0, description="Seconds to wait for each read from the server; None: forever."
+    )
+    fetch_size: int = Field(default=5000, ge=1, description="Rows read per fetch.")
+
+    def settings(self) -> MySQLSettings:
+        """The domain settings these fields describe."""
+        return MySQLSettings(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=self.database,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            fetch_size=self.fetch_size,
+        )
+
+    def copy_table(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        target_table: str | TableName,
+        table: str | None = None,
+        query: str | None = None,
+        database: str | None = None,
+        columns: Sequence[str] | None = None,
+        sink: Sink = "replace",
+        primary_key: Sequence[str] = (),
+        schema_changes: SchemaChanges = "evolve",
+    ) -> SourceCopyEvents:
+        """Copies a MySQL/MariaDB table or query into a PostgreSQL table; yields the asset's
+        materialization.
+
+        Args:
+            context: The asset's execution context (an asset of one key).
+            target: The PostgreSQL target.
+            target_table: The PostgreSQL table (``schema.table``, parsed as SQL reads it).
+            table: The MySQL table (give ``table`` or ``query``); ``query``, ``database``,
+                ``columns``, ``sink``, ``primary_key`` and ``schema_changes`` are
+                :func:`~dpone_dagster.mysql_copy_asset`'s.
+
+        Returns:
+            The copy's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: ``mysql_source_invalid`` for a bad source spec (when called), any
+                copy error (while the events are iterated), with its code and next actions.
+
+        Examples:
+            .. code-block:: python
+
+                @dg.asset(deps=["mysql_orders"])
+                def orders(context, mysql: MySQLSourceResource, target: PostgresTargetResource):
+                    yield from mysql.copy_table(
+                        context, target=target, target_table="raw.orders", table="orders"
+                    )
+        """
+        with dagster_failures():
+            source = MySQLSource(
+                self.settings(), table=table, query=query, database=database, columns=columns
+            )
+        return SourceCopyEvents(
+            context, source=source, target=target, target_table=target_table, sink=sink,
+            primary_key=primary_key, schema_changes=schema_changes,
+        )  # fmt: skip
+
+
+class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """An HTTP JSON API to read from.
+
+    Examples:
+        >>> RestSourceResource(base_url="https://api.example.com/v1").settings().timeout
+        30.0
+    """
+
+    base_url: str = Field(description="The API's root URL.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Headers for every request.")
+    bearer_token: str | None = Field(
+        default=None, description="Sent as 'Authorization: Bearer ...'; pass EnvVar('API_TOKEN')."
+    )
+    timeout: float = Field(default=30.0, gt=0, description="Seconds per connect/read/write.")
+    max_retries: int = Field(default=5, ge=0, description="Retries after a 429, 5xx or error.")
+    backoff_seconds: float = Field(default=0.5, ge=0, description="First retry's wait.")
+    max_backoff_seconds: float = Field(
+        default=30.0, ge=0, description="Longest wait between attempts (caps Retry-After)."
+    )
+
+    def settings(self) -> RestSettings:
+        """The domain settings these fields describe."""
+        headers = dict(self.headers)
+        if self.bearer_token:
+            headers["Authorization"] = f"Bearer {self.bearer_token}"
+        return RestSettings(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff_seconds=self.backoff_seconds,
+            max_backoff_seconds=self.max_backoff_seconds,
+        )
+
+    def copy_table(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        target_table: str | TableName,
+        path: str,
+        model: type[BaseModel],
+        records_path: str | None = None,
+        pagination: Pagination | None = None,
+        params: Mapping[str, object] | None = None,
+        id_field: str = "id",
+        max_pages: int | None = None,
+        sink: Sink = "replace",
+        primary_key: Sequence[str] = (),
+        schema_changes: SchemaChanges = "evolve",
+    ) -> SourceCopyEvents:
+        """Copies the records of an API resource into a PostgreSQL table, each validated by
+        ``model`` (whose fields are the columns); yields the asset's materialization.
+
+        Args:
+            context: The asset's execution context (an asset of one key).
+            target: The PostgreSQL target.
+            target_table: The PostgreSQL table (``schema.table``).
+            path: The resource's path under the base URL; ``model``, ``records_path``,
+                ``pagination``, ``params``, ``id_field``, ``max_pages``, ``sink``,
+                ``primary_key`` and ``schema_changes`` are :func:`~dpone_dagster.rest_copy_asset`'s.
+
+        Returns:
+            The copy's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: ``rest_type_unmappable`` for a model field no column type fits (when
+                called), any copy error (while the events are iterated).
+
+        Examples:
+            .. code-block:: python
+
+                @dg.asset
+                def items(context, rest: RestSourceResource, target: PostgresTargetResource):
+                    yield from rest.copy_table(
+                        context, target=target, target_table="raw.items", path="/items",
+                        model=Item, records_path="data", pagination=PageNumberPagination(),
+                    )
+        """
+        with dagster_failures():
+            source = RestSource(
+                self.settings(), path, model, records_path=records_path, pagination=pagination,
+                params=params, id_field=id_field, max_pages=max_pages,
+            )  # fmt: skip
+        return SourceCopyEvents(
+            context, source=source, target=target, target_table=target_table, sink=sink,
+            primary_key=primary_key, schema_changes=schema_changes,
+        )  # fmt: skip
