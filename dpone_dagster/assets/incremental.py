@@ -51,7 +51,7 @@ def incremental_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     fillfactor: int = DEFAULT_FILLFACTOR,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.

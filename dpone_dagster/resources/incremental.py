@@ -69,7 +69,7 @@ class StreamOptions:
     continue_from_backfill: bool = False
     settle_timeout: float = 30.0
     reconcile: bool = True
-    schema_changes: SchemaChanges = "evolve"
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
 
 
