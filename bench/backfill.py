@@ -24,7 +24,7 @@ COPY), one after the other:
 * what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
   of ``backfill_asset("public.mixed", cursor="id", partitions_def=cursor_range_partitions(0,
   rows, rows))`` for its one partition, with the factory's default options
-  (``DEFAULT_BATCH_SIZE`` rows per batch) and its default ``dpone_reconciled`` check, timed
+  (``BACKFILL_BATCH_SIZE`` rows per batch) and its default ``dpone_reconciled`` check, timed
   around ``materialize`` after a warm-up materialization of a trivial asset (the process has
   loaded Dagster, as a run worker has).
 
@@ -50,12 +50,12 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from dpone_dagster.backfill import (  # noqa: E402
-    DEFAULT_BATCH_SIZE,
     Backfill,
     BackfillRun,
     BatchReceipt,
     RunLedger,
 )
+from dpone_dagster.postgres import BACKFILL_BATCH_SIZE  # noqa: E402
 from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
@@ -317,7 +317,7 @@ def main() -> None:
     print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
     print(
         f"dagster.materialize + check ratio   {spread(col('dagster_ratio'), '.2f')}  (target 0.75;"
-        f" the asset's one partition, defaults: {DEFAULT_BATCH_SIZE:,}-row batches;"
+        f" the asset's one partition, defaults: {BACKFILL_BATCH_SIZE:,}-row batches;"
         f" peak RSS {max(col('dagster_rss')):.0f} MB)"
     )
     print(

@@ -7,7 +7,7 @@ waits, in-flight evidence, read windows, the ledger store, the error catalog) an
 another engine; :func:`backfill_handoff` hands a complete backfill to an incremental stream.
 """
 
-from .api import DEFAULT_BATCH_SIZE, Backfill
+from .api import Backfill
 from .copier import BatchResult
 from .handoff import backfill_handoff
 from .ledger import RunLedger
@@ -30,20 +30,16 @@ from .protocol import (
     TrustworthyCursor,
 )
 from .reconcile_model import (
-    ON_CHANGED,
     OnChanged,
     RangeCheck,
     RangeOutcome,
     ReconciliationReport,
-    check_on_changed,
 )
 from .results import BackfillReconciliationError, BackfillResult
 from .target import prepare_target
 
 __all__ = [
     "BACKFILL_PROTOCOL",
-    "DEFAULT_BATCH_SIZE",
-    "ON_CHANGED",
     "ApplyPath",
     "Backfill",
     "BackfillEffects",
@@ -70,6 +66,5 @@ __all__ = [
     "TableRef",
     "TrustworthyCursor",
     "backfill_handoff",
-    "check_on_changed",
     "prepare_target",
 ]

@@ -25,6 +25,7 @@ from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.connection import ConnectionOptions, Side, connect
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
 
 from .boundary import mark_boundary, take_high_water_mark
 from .chain import verify_chain
@@ -38,17 +39,13 @@ from .protocol import (
     BatchRequest,
 )
 from .reconcile import reconcile_run
-from .reconcile_model import OnChanged, ReconciliationReport, check_on_changed
+from .reconcile_model import OnChanged, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
-DEFAULT_BATCH_SIZE = 100_000
-"""Rows per batch by default: each batch is one target transaction (its rows and its receipt),
-so a crash redoes at most one batch; at this size the per-batch work (bounds, target count,
-commit) costs a few hundredths of the batch's time."""
 _T = TypeVar("_T")
 
 
@@ -63,7 +60,7 @@ class Backfill:
         target_table: The target table; defaults to the source table's name.
         ledger: Where the ledger lives (default: schema ``dpone_ledger`` of the target).
         batch_size: Rows per batch (rows tied on the last cursor value are added);
-            :data:`DEFAULT_BATCH_SIZE` by default.
+            :data:`~dpone_dagster.postgres.options.BACKFILL_BATCH_SIZE` by default.
         lower: Exclusive lower bound of the partition (an int, datetime, date or text).
         upper: Inclusive upper bound of the partition.
         write_pause: A reference to a bounded write pause (ticket, window) when the cursor does
@@ -103,7 +100,7 @@ class Backfill:
         cursor: str | None,
         target_table: TableName | str | None = None,
         ledger: LedgerConfig | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = BACKFILL_BATCH_SIZE,
         lower: object = None,
         upper: object = None,
         write_pause: str | None = None,
@@ -111,13 +108,11 @@ class Backfill:
         settle_timeout: float = 60.0,
         options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
-        on_changed: OnChanged = "fail",
+        on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> None:
         if cursor is None:
             raise engine_error("backfill_cursor_missing", "No cursor column was given.")
-        if batch_size < 1:
-            raise engine_error("plan_invalid", f"batch_size must be at least 1, not {batch_size}.")
-        self.on_changed = check_on_changed(on_changed)
+        self.on_changed = OnChanged.parse(on_changed)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
@@ -125,7 +120,7 @@ class Backfill:
         self.source_dsn, self.target_dsn = source_dsn, target_dsn
         self.ledger_config = ledger or LedgerConfig()
         self.ledger = RunLedger(self.ledger_config.schema)
-        self.batch_size = batch_size
+        self.batch_size = BatchSize.parse(batch_size, refusal="plan_invalid")
         self.lower, self.upper = lower, upper
         self.write_pause, self.label = write_pause, label
         self.settle_timeout = settle_timeout

@@ -246,7 +246,7 @@ def copy_batch(
     request: BatchRequest,
     *,
     on_phase: PhaseHook = lambda _: None,
-    on_changed: OnChanged = "fail",
+    on_changed: OnChanged = OnChanged.FAIL,
 ) -> BatchResult:
     """Copies and commits one batch, or answers it by replay.
 
@@ -277,7 +277,7 @@ def copy_batch(
                 return BatchResult(durable, stored, replayed=True)
             check_request(durable, request)
             with _rows_transaction(sessions):
-                seen = _move(sessions, shape, request, on_phase, on_changed == "repair")
+                seen = _move(sessions, shape, request, on_phase, on_changed is OnChanged.REPAIR)
                 run, receipt = apply_batch(durable, request, seen)
                 on_phase("commit")
             ledger.record_batch(lc, durable, run, receipt)

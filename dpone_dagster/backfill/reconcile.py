@@ -200,7 +200,7 @@ def _repair(
     code, detail = None, ""
     try:
         with tgt.transaction(savepoint_name="dpone_repair"):
-            if on_changed == "repair":
+            if on_changed is OnChanged.REPAIR:
                 done = apply_repair(sessions.source, tgt, shape, after, upper)
                 inserted, updated, deleted = done.inserted, done.updated, done.deleted
             else:
@@ -304,7 +304,7 @@ def reconcile_ranges(
     *,
     repair: bool = True,
     row_versions: bool = True,
-    on_changed: OnChanged = "fail",
+    on_changed: OnChanged = OnChanged.FAIL,
     settle: Settle | None = None,
 ) -> ReconciliationReport:
     """Compares (and repairs) every batch range; commits the repairs on the target.
@@ -366,7 +366,7 @@ def reconcile_run(
     *,
     repair: bool = True,
     row_versions: bool = True,
-    on_changed: OnChanged = "fail",
+    on_changed: OnChanged = OnChanged.FAIL,
 ) -> ReconciliationReport:
     """A run's final reconciliation: its checkpoint chain verified, every range compared
     (:func:`reconcile_ranges`), the checks recorded and the run settled under its lock (in the

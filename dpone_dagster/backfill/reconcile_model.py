@@ -3,35 +3,23 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import EngineError
+from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.reconcile import Proof
 
-OnChanged = Literal["fail", "repair"]
-"""What the final reconciliation does with a row the source changed or deleted after its batch
-was copied: ``"fail"`` (the default) keeps the copied history and reports the range with
-``backfill_record_changed``; ``"repair"`` rewrites the range from the reconciliation's one source
-snapshot (changed rows updated, deleted rows deleted, missing rows inserted)."""
 
-ON_CHANGED: tuple[OnChanged, ...] = ("fail", "repair")
-"""Every value of :data:`OnChanged`."""
+class OnChanged(Vocabulary, option="on_changed", refusal="plan_invalid", error=EngineError):
+    """What the final reconciliation does with a row the source changed or deleted after its
+    batch was copied (the one on-changed vocabulary)."""
 
-
-def check_on_changed(value: str) -> OnChanged:
-    """``value`` as an :data:`OnChanged`.
-
-    Raises:
-        EngineError: ``plan_invalid`` for any other value.
-    """
-    for choice in ON_CHANGED:
-        if value == choice:
-            return choice
-    raise engine_error(
-        "plan_invalid", f"on_changed must be one of {', '.join(ON_CHANGED)}, not {value!r}."
-    )
+    FAIL = "fail"
+    """Keep the copied history and report the range with ``backfill_record_changed``."""
+    REPAIR = "repair"
+    """Rewrite the range from the reconciliation's one source snapshot (changed rows updated,
+    deleted rows deleted, missing rows inserted)."""
 
 
 class RangeOutcome(StrEnum):

@@ -19,13 +19,7 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from dpone_dagster.dagster.assets.snapshot_copy import (
-    CopySchemaChanges,
-    CopySink,
-    CopyStrategy,
-    check_copy_options,
-)
-from dpone_dagster.dagster.events.snapshot_copy import copy_failure
+from dpone_dagster.dagster.events.snapshot_copy import CopyHow, copy_failure
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
@@ -35,7 +29,14 @@ from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTarg
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import CopyOptions, CopyReport, SnapshotCopy
+from dpone_dagster.postgres import (
+    CopyOptions,
+    CopyReport,
+    SchemaChanges,
+    Sink,
+    SnapshotCopy,
+    Strategy,
+)
 
 _T = TypeVar("_T")
 
@@ -98,12 +99,12 @@ def _materializations(
 def build_extraction_job(
     table: str | CopyTableSpec,
     *,
-    strategy: CopyStrategy = "batched_copy",
-    sink: CopySink = "replace",
+    strategy: Strategy | str = Strategy.BATCHED_COPY,
+    sink: Sink | str = Sink.REPLACE,
     workers: int = 2,
     name: str | None = None,
     translator: DponeTranslator | None = None,
-    schema_changes: CopySchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
 ) -> dg.JobDefinition:
     """A job that copies one table in four visible steps.
 
@@ -128,7 +129,7 @@ def build_extraction_job(
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
     """
-    engine_strategy = check_copy_options(strategy, sink, workers, schema_changes)
+    how = CopyHow.parse(strategy, sink, workers, None, schema_changes)
     check_instance_storage()
     spec = CopyTableSpec.coerce(table)
     tr = translator or DponeTranslator()
@@ -143,8 +144,8 @@ def build_extraction_job(
         target: PostgresTargetResource,
     ) -> str:
         copy = SnapshotCopy(
-            source.dsn, target.dsn, [mapping], strategy=engine_strategy, sink=sink,
-            workers=workers, schema_changes=schema_changes,
+            source.dsn, target.dsn, [mapping], strategy=how.strategy, sink=how.sink,
+            workers=how.workers, schema_changes=how.schema_changes,
             options=CopyOptions(source_options=source.options, target_options=target.options),
         )  # fmt: skip
         handle = source.hold(copy)

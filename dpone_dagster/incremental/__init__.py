@@ -9,13 +9,11 @@ another engine: a stream that continues another engine's copy is given a
 :class:`~dpone_dagster.core.handoff.Handoff`.
 """
 
-from .batch import BatchOutcome, Deletes
+from .batch import BatchOutcome
 from .compare import Comparison
 from .engine import (
-    DEFAULT_BATCH_SIZE,
     DEFAULT_FILLFACTOR,
     DEFAULT_SOFT_DELETE_COLUMN,
-    DELETES,
     IncrementalSync,
     check_options,
 )
@@ -31,14 +29,11 @@ from .state import (
 )
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
     "DEFAULT_FILLFACTOR",
     "DEFAULT_SOFT_DELETE_COLUMN",
-    "DELETES",
     "BatchOutcome",
     "Checkpoint",
     "Comparison",
-    "Deletes",
     "IncrementalResult",
     "IncrementalSync",
     "Notice",

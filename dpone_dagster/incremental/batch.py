@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import psycopg
 from psycopg import IsolationLevel
 
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
@@ -29,7 +29,7 @@ from dpone_dagster.postgres.connection import set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.plan import TableMapping, TablePlan, new_target_plan, plan_target
+from dpone_dagster.postgres.plan import Sink, TableMapping, TablePlan, new_target_plan, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 
 from .deletes import ensure_soft_column, revive
@@ -38,7 +38,6 @@ from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, Strea
 from .verify import FinalCheck, final_check
 
 Conn = psycopg.Connection[tuple[object, ...]]
-Deletes = Literal["ignore", "hard", "soft"]
 PhaseHook = Callable[[str], None]
 
 
@@ -130,7 +129,7 @@ def copy_batch(
     deletes: Deletes,
     verify: bool = False,
     on_phase: PhaseHook = lambda _: None,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     fillfactor: int | None = None,
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
@@ -160,7 +159,7 @@ def copy_batch(
             rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
             # The initial load's keys are new to the target, bar a late commit's.
             initial = state.run.lower is None and state.mark is None
-            load = TargetLoad(tgt, target_dsn, [plan], "merge", new_keys_expected=initial)
+            load = TargetLoad(tgt, target_dsn, [plan], Sink.MERGE, new_keys_expected=initial)
             done: list[BatchOutcome] = []
 
             def finish(conn: Conn) -> None:
@@ -198,7 +197,7 @@ def stream_plan(
     packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
     plan = replace(plan, storage=() if packed else (f"fillfactor={fillfactor}",))
-    return plan_target(tgt, plan, "merge", schema_changes=mode, keep=own, found=found.target)
+    return plan_target(tgt, plan, Sink.MERGE, schema_changes=mode, keep=own, found=found.target)
 
 
 def _finish(

@@ -20,6 +20,7 @@ from typing import Literal
 import psycopg
 from psycopg import IsolationLevel
 
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
@@ -27,9 +28,10 @@ from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.postgres.connection import ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
+from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
+from dpone_dagster.postgres.schema_change import SchemaChanges
 
-from .batch import BatchOutcome, Deletes, PhaseHook, copy_batch, stream_plan
+from .batch import BatchOutcome, PhaseHook, copy_batch, stream_plan
 from .mark import check_no_null_cursor, take_mark
 from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
@@ -39,11 +41,8 @@ from .verify import check_target
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
-DEFAULT_BATCH_SIZE = 50_000
-"""Rows per batch by default (one target transaction each)."""
 DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
 """The target column ``soft`` deletes set, created if missing."""
-DELETES: tuple[Deletes, ...] = ("ignore", "hard", "soft")
 DEFAULT_FILLFACTOR = 90
 """The ``fillfactor`` of a target the stream creates: the room it leaves on each page keeps an
 updated row on its page (a HOT update: no new index entry, and about a third less WAL for a run
@@ -107,9 +106,9 @@ class IncrementalSync:
         *,
         cursor: str,
         target_table: TableName | str | None = None,
-        deletes: Deletes = "ignore",
+        deletes: Deletes | str = Deletes.IGNORE,
         soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = INCREMENTAL_BATCH_SIZE,
         lookback: timedelta | None = None,
         handoff: Handoff | None = None,
         settle_timeout: float = 30.0,
@@ -119,18 +118,19 @@ class IncrementalSync:
         options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_phase: PhaseHook | None = None,
-        schema_changes: SchemaChanges = "evolve",
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
         fillfactor: int = DEFAULT_FILLFACTOR,
     ) -> None:
-        check_options(deletes, batch_size, lookback, settle_timeout, fillfactor)
-        self.schema_changes = check_schema_changes(schema_changes)
+        self.deletes = Deletes.parse(deletes)
+        self.batch_size = BatchSize.parse(batch_size, refusal="incremental_options_invalid")
+        check_options(lookback, settle_timeout, fillfactor)
+        self.schema_changes = SchemaChanges.parse(schema_changes)
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
         self.source_dsn, self.target_dsn, self.cursor = source_dsn, target_dsn, cursor
-        self.deletes: Deletes = deletes
-        self.soft = soft_delete_column if deletes == "soft" else None
-        self.batch_size, self.lookback = batch_size, lookback
+        self.soft = soft_delete_column if self.deletes is Deletes.SOFT else None
+        self.lookback = lookback
         self.handoff = handoff
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.verify, self.fillfactor = verify, fillfactor
@@ -345,29 +345,14 @@ class IncrementalSync:
 
 
 def check_options(
-    deletes: str,
-    batch_size: int,
-    lookback: timedelta | None,
-    settle_timeout: float,
-    fillfactor: int = DEFAULT_FILLFACTOR,
+    lookback: timedelta | None, settle_timeout: float, fillfactor: int = DEFAULT_FILLFACTOR
 ) -> None:
-    """Refuses a bad stream option (the engine's and the asset factory's one check).
+    """Refuses a bad stream option other than ``deletes``, ``batch_size`` and
+    ``schema_changes`` (typed by their own parse).
 
     Raises:
         EngineError: ``incremental_options_invalid``, naming the option.
     """
-    if deletes not in DELETES:
-        raise engine_error(
-            "incremental_options_invalid",
-            f"deletes={deletes!r}.",
-            [f"Use one of {', '.join(DELETES)}."],
-        )
-    if batch_size < 1:
-        raise engine_error(
-            "incremental_options_invalid",
-            f"batch_size must be at least 1, not {batch_size}.",
-            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
-        )
     if lookback is not None and lookback < timedelta(0):
         raise engine_error("incremental_options_invalid", f"lookback={lookback}.")
     if settle_timeout < 0:

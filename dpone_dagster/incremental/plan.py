@@ -13,6 +13,7 @@ from datetime import timedelta
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.marks import Mark
 
 from .shape import StreamShape
@@ -106,10 +107,10 @@ def plan_run(
     )
 
 
-def nothing_to_do(state: StreamState, run: RunInProgress, deletes: str) -> bool:
+def nothing_to_do(state: StreamState, run: RunInProgress, deletes: Deletes) -> bool:
     """True when a run would neither copy, re-read nor compare anything: no state is written."""
     return (
-        deletes == "ignore"
+        deletes is Deletes.IGNORE
         and not state.unsettled
         and not run.unsettled
         and run.mark == state.mark

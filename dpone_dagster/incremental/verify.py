@@ -17,6 +17,8 @@ from datetime import datetime
 
 import psycopg
 
+from dpone_dagster.core.deletes import Deletes
+
 from .compare import Comparison, Key, compare
 from .deletes import apply_deletes
 from .plan import above
@@ -65,7 +67,7 @@ def final_check(
     tgt: Conn,
     shape: StreamShape,
     *,
-    deletes: str,
+    deletes: Deletes,
     verify: bool,
     mark: str | None,
     at: datetime,
@@ -81,14 +83,14 @@ def final_check(
         mark: The run's mark.
         at: The time a ``soft`` delete records (the snapshot's).
     """
-    if deletes == "ignore" and not verify:
+    if deletes is Deletes.IGNORE and not verify:
         return FinalCheck()
     _without_jit(src, tgt)
     verification, keys_compared = None, 0
     if verify:
         found = compare(src, tgt, shape, rows=True)
         gone, keys_compared = sorted(found.target_only), found.keys_compared
-        verification = _verdict(src, shape, found, mark, kept=deletes == "ignore")
+        verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
     else:
         scan = None if mark is None else range_scan(src, tgt, shape, mark)
         if scan is None:
@@ -96,7 +98,7 @@ def final_check(
             gone, keys_compared = sorted(found.target_only), found.keys_compared
         else:
             gone, keys_compared = scan.deleted, scan.keys_compared
-    deleted = 0 if deletes == "ignore" else apply_deletes(tgt, shape, gone, at)
+    deleted = 0 if deletes is Deletes.IGNORE else apply_deletes(tgt, shape, gone, at)
     return FinalCheck(deleted, keys_compared, verification)
 
 

@@ -24,6 +24,7 @@ from .terminal import (
     TerminalAuthority,
     TerminalOutcome,
 )
+from .vocabulary import Vocabulary
 
 __all__ = [
     "ORCHESTRATOR_UTC",
@@ -42,6 +43,7 @@ __all__ = [
     "StagingTable",
     "TerminalAuthority",
     "TerminalOutcome",
+    "Vocabulary",
     "owned_staging_handle",
     "redact",
     "token_digest",

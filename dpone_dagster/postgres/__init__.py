@@ -18,7 +18,13 @@ from .catalog import CatalogError, Column
 from .connection import ConnectionOptions, ConnectionSettingsError, SessionError, check_dsn
 from .identifiers import IdentifierError, TableName, check_identifier
 from .load import TargetCommitUnknownError
-from .options import CopyOptions
+from .options import (
+    BACKFILL_BATCH_SIZE,
+    INCREMENTAL_BATCH_SIZE,
+    SNAPSHOT_COPY_BATCH_SIZE,
+    BatchSize,
+    CopyOptions,
+)
 from .plan import CopyPlanError, Sink, TablePlan
 from .progress import CopyProgress
 from .report import CopyError, CopyReport, TableCopyReport
@@ -29,6 +35,10 @@ from .snapshot_copy import SnapshotCopy, copy_tables
 from .strategy import Strategy
 
 __all__ = [
+    "BACKFILL_BATCH_SIZE",
+    "INCREMENTAL_BATCH_SIZE",
+    "SNAPSHOT_COPY_BATCH_SIZE",
+    "BatchSize",
     "CatalogError",
     "Column",
     "ColumnChange",

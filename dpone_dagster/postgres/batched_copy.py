@@ -32,6 +32,7 @@ from .copy import (
     select_columns,
 )
 from .identifiers import TableName
+from .options import SNAPSHOT_COPY_BATCH_SIZE
 from .progress import ProgressMeter
 from .snapshot import LazySnapshot, SnapshotSession
 from .strategy import ExtractionStrategy, Strategy
@@ -128,7 +129,7 @@ class BatchedCopyArtifact(TableArtifact):
         columns: The columns read.
         copy_format: The COPY format.
         key: The primary-key columns, in key order (empty: one batch).
-        batch_rows: Rows per batch.
+        batch_size: Rows per batch.
     """
 
     def __init__(
@@ -139,11 +140,11 @@ class BatchedCopyArtifact(TableArtifact):
         copy_format: CopyFormat | None = None,
         *,
         key: Sequence[str] = (),
-        batch_rows: int = 250_000,
+        batch_size: int = SNAPSHOT_COPY_BATCH_SIZE,
     ) -> None:
         super().__init__(table, columns, copy_format)
         self.key = tuple(key)
-        self.batch_rows = max(1, batch_rows)
+        self.batch_size = batch_size
         self._snapshot = snapshot
         self._started = False
 
@@ -207,7 +208,7 @@ class BatchedCopyArtifact(TableArtifact):
     def _next_upper(self, session: SnapshotSession, lower: KeyValue | None) -> KeyValue | None:
         """The key of the last row of the next batch, read from the key index (None: no rows).
 
-        That is the ``batch_rows``-th key after ``lower`` (an index-only scan that skips the
+        That is the ``batch_size``-th key after ``lower`` (an index-only scan that skips the
         keys before it) or, when fewer rows remain, the last key.
         """
         # Qualified: a bare name would sort by the ::text output column of the same name.
@@ -220,7 +221,7 @@ class BatchedCopyArtifact(TableArtifact):
         )
         ascending = sql.SQL(", ").join(keys)
         descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(k) for k in keys)
-        for order, offset in ((ascending, self.batch_rows - 1), (descending, 0)):
+        for order, offset in ((ascending, self.batch_size - 1), (descending, 0)):
             query = sql.SQL("{} ORDER BY {} LIMIT 1 OFFSET %s").format(base, order)
             row = session.conn.execute(query, [*params, offset]).fetchone()
             if row is not None:
@@ -241,7 +242,7 @@ def batched_copy(
     columns: Sequence[Column],
     *,
     key: Sequence[str] = (),
-    batch_rows: int = 250_000,
+    batch_size: int = SNAPSHOT_COPY_BATCH_SIZE,
     copy_format: CopyFormat | None = None,
 ) -> ExtractResult[BatchedCopyArtifact]:
     """Builds a lazy batched-COPY artifact; nothing is read (and the receipt stays pending)
@@ -252,14 +253,14 @@ def batched_copy(
         table: The source table.
         columns: The columns to read.
         key: The primary-key columns in key order; empty reads the table as one batch.
-        batch_rows: Rows per batch.
+        batch_size: Rows per batch.
         copy_format: ``binary`` or ``text``; chosen from the column types when omitted.
 
     Returns:
         The pending artifact.
     """
     return ExtractResult(
-        BatchedCopyArtifact(snapshot, table, columns, copy_format, key=key, batch_rows=batch_rows)
+        BatchedCopyArtifact(snapshot, table, columns, copy_format, key=key, batch_size=batch_size)
     )
 
 
@@ -278,5 +279,5 @@ class BatchedCopyStrategy(ExtractionStrategy):
                 plan.columns,
                 plan.copy_format,
                 key=plan.key,
-                batch_rows=self.reads.options.batch_rows,
+                batch_size=self.reads.options.batch_size,
             )

@@ -14,20 +14,28 @@ from typing import Literal, TypeAlias
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle import DponeError, Vocabulary
 
 from .catalog import Column, TableCatalog, table_catalog
 from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
-from .schema_change import ColumnChange, SchemaChanges, check_schema_changes, decide
+from .schema_change import ColumnChange, SchemaChanges, decide
 from .target_catalog import TargetCatalog, target_catalog
-
-Sink = Literal["replace", "append", "merge"]
-SINKS: tuple[Sink, ...] = ("replace", "append", "merge")
 
 
 class CopyPlanError(DponeError):
     """The copy cannot be planned: a table, a type or a key the copy needs is missing."""
+
+
+class Sink(Vocabulary, option="sink", refusal="copy_options_invalid", error=CopyPlanError):
+    """How the target takes the staged rows (the one sink vocabulary)."""
+
+    REPLACE = "replace"
+    """The target becomes exactly the staged rows."""
+    APPEND = "append"
+    """The staged rows are inserted."""
+    MERGE = "merge"
+    """The staged rows are inserted or update the target's rows of the same key."""
 
 
 @dataclass(frozen=True)
@@ -128,27 +136,12 @@ SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnames
 """
 
 
-def check_sink(sink: str) -> Sink:
-    """Returns ``sink`` if it is ``replace``, ``append`` or ``merge``.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for another value.
-    """
-    if sink not in SINKS:
-        raise CopyPlanError(
-            "copy_options_invalid",
-            f"Unknown sink {sink!r}.",
-            [f"Use one of {', '.join(SINKS)}."],
-        )
-    return sink
-
-
 def plan_tables(
     source: psycopg.Connection[tuple[object, ...]],
     target: psycopg.Connection[tuple[object, ...]],
     mappings: Sequence[TableMapping],
     sink: Sink,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     *,
     keep: Collection[str] = (),
 ) -> list[TablePlan]:
@@ -169,8 +162,6 @@ def plan_tables(
             ``target_not_a_table``, ``target_type_missing``, ``merge_needs_primary_key``.
         SchemaChangeError: ``schema_change_incompatible``.
     """
-    check_sink(sink)
-    check_schema_changes(schema_changes)
     if not mappings:
         raise CopyPlanError("copy_options_invalid", "No tables to copy.", ["Name a table."])
     targets = [m.target for m in mappings]
@@ -229,7 +220,7 @@ def plan_target(
     sink: Sink,
     *,
     source_label: str | None = None,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     keep: Collection[str] = (),
     found: TargetCatalog | Literal["read"] | None = "read",
 ) -> TablePlan:

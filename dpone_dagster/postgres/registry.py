@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from .batched_copy import BatchedCopyStrategy
 from .internal_query import InternalQueryStrategy
 from .partitioned_copy import PartitionedCopyStrategy
-from .strategy import ExtractionStrategy, SourceReads, Strategy, check_strategy
+from .strategy import ExtractionStrategy, SourceReads, Strategy
 from .stream_rows import StreamRowsStrategy
 from .whole_copy import WholeCopyStrategy
 
@@ -24,10 +24,6 @@ STRATEGIES: Mapping[Strategy, type[ExtractionStrategy]] = {
 """Every strategy's class, by name."""
 
 
-def open_strategy(name: Strategy | str, reads: SourceReads) -> ExtractionStrategy:
-    """The strategy named ``name`` over ``reads``.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for a name that is not a :class:`Strategy`.
-    """
-    return STRATEGIES[check_strategy(name)](reads)
+def open_strategy(name: Strategy, reads: SourceReads) -> ExtractionStrategy:
+    """The strategy ``name`` over ``reads``."""
+    return STRATEGIES[name](reads)

@@ -26,19 +26,29 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle import DponeError, Vocabulary
 
 from .catalog import Column, NormalType, column_type, normal_type
 from .identifiers import TableName
 
-SchemaChanges = Literal["evolve", "freeze"]
-SCHEMA_CHANGES: tuple[SchemaChanges, ...] = ("evolve", "freeze")
-
-ChangeKind = Literal["added", "widened", "kept"]
-
 
 class SchemaChangeError(DponeError):
     """The source's columns differ from the target's in a way the load will not apply."""
+
+
+class SchemaChanges(
+    Vocabulary, option="schema_changes", refusal="copy_options_invalid", error=SchemaChangeError
+):
+    """What the load does when the source's columns differ from the target's (the one
+    schema-change vocabulary)."""
+
+    EVOLVE = "evolve"
+    """Add a column, widen a type, keep a dropped column, in the load's transaction."""
+    FREEZE = "freeze"
+    """Refuse every difference (``schema_change_incompatible``)."""
+
+
+ChangeKind = Literal["added", "widened", "kept"]
 
 
 @dataclass(frozen=True)
@@ -73,21 +83,6 @@ class ColumnChange:
             return f"widened {self.column!r}: {self.before} -> {self.after}"
         verb = "added" if self.kind == "added" else "kept"
         return f"{verb} {self.column!r} {self.after} ({self.detail})"
-
-
-def check_schema_changes(mode: str) -> SchemaChanges:
-    """Returns ``mode`` if it is ``evolve`` or ``freeze``.
-
-    Raises:
-        SchemaChangeError: ``copy_options_invalid`` for another value.
-    """
-    if mode not in SCHEMA_CHANGES:
-        raise SchemaChangeError(
-            "copy_options_invalid",
-            f"Unknown schema_changes {mode!r}.",
-            [f"Use one of {', '.join(SCHEMA_CHANGES)}."],
-        )
-    return mode
 
 
 _INTEGERS = ("smallint", "integer", "bigint")

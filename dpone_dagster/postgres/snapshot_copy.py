@@ -22,11 +22,11 @@ from .connection import connect, set_transaction_mode
 from .identifiers import TableName
 from .load import TargetLoad, settle_load
 from .options import CopyOptions
-from .plan import CopyPlanError, Sink, TableMapping, TablePlan, TableSpec, check_sink, plan_tables
+from .plan import CopyPlanError, Sink, TableMapping, TablePlan, TableSpec, plan_tables
 from .registry import open_strategy
 from .report import CopyError, CopyReport, TableCopyReport
-from .schema_change import SchemaChanges, check_schema_changes
-from .strategy import ExtractionStrategy, SourceReads, Strategy, check_strategy
+from .schema_change import SchemaChanges
+from .strategy import ExtractionStrategy, SourceReads, Strategy
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -43,10 +43,10 @@ def copy_tables(
     tables: Sequence[TableSpec] | str | TableName,
     *,
     strategy: Strategy | str = Strategy.BATCHED_COPY,
-    sink: Sink = "replace",
+    sink: Sink | str = Sink.REPLACE,
     workers: int = 2,
     options: CopyOptions | None = None,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
 ) -> CopyReport:
     """Copies ``tables``, read under one source snapshot, into the target.
 
@@ -90,6 +90,21 @@ def copy_tables(
         return copy.load()
 
 
+def check_workers(workers: int) -> int:
+    """``workers`` if a copy can run with it.
+
+    Raises:
+        CopyPlanError: ``copy_options_invalid`` for fewer than one worker.
+    """
+    if workers < 1:
+        raise CopyPlanError(
+            "copy_options_invalid",
+            f"workers={workers}: a copy needs at least one worker.",
+            ["Use workers=1 or more."],
+        )
+    return workers
+
+
 class SnapshotCopy:
     """One snapshot copy, step by step: :meth:`plan`, :meth:`extract`, :meth:`load`.
 
@@ -111,8 +126,9 @@ class SnapshotCopy:
         schema_changes: ``evolve`` or ``freeze`` (see :func:`copy_tables`).
 
     Raises:
-        CopyPlanError: ``copy_options_invalid`` for an unknown strategy or sink, or no worker.
-        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
+        DponeError: ``copy_options_invalid`` for an unknown strategy, sink or
+            ``schema_changes`` (each parsed here, where a caller's text enters; a member passes
+            unchanged), or no worker.
         IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
     """
 
@@ -123,20 +139,15 @@ class SnapshotCopy:
         tables: Sequence[TableSpec] | str | TableName,
         *,
         strategy: Strategy | str = Strategy.BATCHED_COPY,
-        sink: Sink = "replace",
+        sink: Sink | str = Sink.REPLACE,
         workers: int = 2,
         options: CopyOptions | None = None,
-        schema_changes: SchemaChanges = "evolve",
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     ) -> None:
-        self.strategy = check_strategy(strategy)
-        self.sink: Sink = check_sink(sink)
-        self.schema_changes = check_schema_changes(schema_changes)
-        if workers < 1:
-            raise CopyPlanError(
-                "copy_options_invalid",
-                f"workers={workers}: a copy needs at least one worker.",
-                ["Use workers=1 or more."],
-            )
+        self.strategy = Strategy.parse(strategy)
+        self.sink = Sink.parse(sink)
+        self.schema_changes = SchemaChanges.parse(schema_changes)
+        check_workers(workers)
         if isinstance(tables, str | TableName | TableMapping):
             tables = [tables]  # one table named on its own
         self.mappings = [TableMapping.of(t) for t in tables]

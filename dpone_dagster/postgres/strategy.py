@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from enum import StrEnum
 from typing import ClassVar
 
 import psycopg
 from psycopg import pq
 
-from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome
+from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome, Vocabulary
 
 from .artifact import TableArtifact
 from .connection import set_transaction_mode
@@ -30,8 +29,8 @@ from .snapshot import SnapshotSession
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-class Strategy(StrEnum):
-    """How a snapshot copy reads the source."""
+class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
+    """How a snapshot copy reads the source (the one strategy vocabulary)."""
 
     WHOLE_COPY = "whole_copy"
     """Each table ``COPY``'d whole to a file under the snapshot, then loaded from the file."""
@@ -43,22 +42,6 @@ class Strategy(StrEnum):
     """Worker sessions import one exported snapshot and relay integer-key ranges in parallel."""
     INTERNAL_QUERY = "internal_query"
     """Same database: ``INSERT INTO staging ... SELECT`` in the target session."""
-
-
-def check_strategy(value: object) -> Strategy:
-    """The :class:`Strategy` named ``value``.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for any other spelling, listing the valid names.
-    """
-    try:
-        return Strategy(str(value))
-    except ValueError:
-        raise CopyPlanError(
-            "copy_options_invalid",
-            f"Unknown strategy {value!r}.",
-            [f"Use one of {', '.join(s.value for s in Strategy)}."],
-        ) from None
 
 
 class SourceReads:

@@ -83,7 +83,7 @@ def reconcile_copy(
     copied: CopyReport | Sequence[TablePlan],
     snapshot_token: str,
     *,
-    sink: Sink = "replace",
+    sink: Sink = Sink.REPLACE,
     source_options: ConnectionOptions | None = None,
     target_options: ConnectionOptions | None = None,
     row_versions: bool = True,

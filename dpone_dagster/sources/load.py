@@ -29,8 +29,8 @@ from dpone_dagster.lifecycle import (
 from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import connect, set_transaction_mode
 from dpone_dagster.postgres.load import TargetLoad, settle_load
-from dpone_dagster.postgres.plan import Sink, TablePlan, check_sink, plan_target
-from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges, check_schema_changes
+from dpone_dagster.postgres.plan import Sink, TablePlan, plan_target
+from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.sinks import SinkResult
 from dpone_dagster.postgres.staging import (
     PostgresStagingTable,
@@ -110,11 +110,11 @@ def load_source(
     target_dsn: str,
     target: TableName,
     *,
-    sink: Sink = "replace",
+    sink: Sink | str = Sink.REPLACE,
     primary_key: Sequence[str] = (),
     options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
 ) -> SourceLoadReport:
     """Copies a generic source into ``target`` through a staging table and a sink.
 
@@ -134,18 +134,18 @@ def load_source(
         The report of a committed load (outcome ``success``).
 
     Raises:
-        CopyPlanError: ``copy_options_invalid`` for an unknown sink.
+        CopyPlanError: ``copy_options_invalid`` for an unknown sink (parsed here, where a
+            caller's text enters).
         SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
         SourceError: the source could not be described (``mysql_type_unmappable``,
             ``rest_type_unmappable``...): nothing was read or written.
         SourceLoadError: the load failed and the artifact was settled (``abort``, or
             ``retain_commit_unknown`` with code ``target_commit_unknown``); see ``.report``.
     """
-    check_sink(sink)
-    check_schema_changes(schema_changes)
+    how = (Sink.parse(sink), SchemaChanges.parse(schema_changes))
     artifact = source.extract().artifact
     artifact.on_progress = on_progress
-    load = _SourceLoad(artifact, target, sink, primary_key, schema_changes)
+    load = _SourceLoad(artifact, target, how[0], primary_key, how[1])
     settle_load(
         lambda: load.run(target_dsn, options),
         settle=load.settle,

@@ -34,7 +34,7 @@ def _copy(
     strategy: Strategy = "batched_copy",
     **kwargs: object,
 ) -> CopyReport:
-    options = CopyOptions(snapshot_token=token, batch_rows=700)
+    options = CopyOptions(snapshot_token=token, batch_size=700)
     return copy_tables(
         source_dsn, target_dsn, [("public.mixed", COPY)], strategy=strategy, workers=3,
         options=options, **kwargs,  # type: ignore[arg-type]

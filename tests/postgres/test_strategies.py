@@ -84,7 +84,7 @@ def test_batched_copy_acquires_on_first_consumption_and_completes_after_the_empt
         return opened[0]
 
     result = batched_copy(
-        LazySnapshot(opener), MIXED, _columns(source_dsn), key=["id"], batch_rows=300
+        LazySnapshot(opener), MIXED, _columns(source_dsn), key=["id"], batch_size=300
     )
     assert result.extraction_receipt.state is ReceiptState.PENDING
     assert pg.backends(source_dsn, app) == [], "building the generator opens nothing"
@@ -119,7 +119,7 @@ def test_batched_copy_acquires_on_first_consumption_and_completes_after_the_empt
 def test_a_batch_must_be_read_before_the_next_is_requested(source_dsn: str) -> None:
     pg.create_mixed_table(source_dsn, rows=10)
     lazy = LazySnapshot(lambda: SnapshotSession.open(source_dsn))
-    artifact = batched_copy(lazy, MIXED, _columns(source_dsn), key=["id"], batch_rows=4).artifact
+    artifact = batched_copy(lazy, MIXED, _columns(source_dsn), key=["id"], batch_size=4).artifact
     batches = artifact.batches()
     next(batches)
     with pytest.raises(LifecycleError) as err:

@@ -93,7 +93,7 @@ def test_every_type_round_trips_exactly_into_a_created_target(
         target_dsn,
         [(BUILT_IN, targets[0]), (USER_TYPES, targets[1])],
         strategy=strategy,  # type: ignore[arg-type]
-        options=CopyOptions(batch_rows=2),
+        options=CopyOptions(batch_size=2),
     )
 
     assert report.outcome == "success"

@@ -12,8 +12,7 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged, check_on_changed
-from dpone_dagster.core.errors import EngineError
+from dpone_dagster.backfill import OnChanged
 from dpone_dagster.dagster.events import BackfillEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
@@ -24,8 +23,7 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import check_identifier
+from dpone_dagster.postgres import BACKFILL_BATCH_SIZE, BatchSize, check_identifier
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:
@@ -48,7 +46,7 @@ def backfill_asset(
     *,
     cursor: str,
     partitions_def: dg.PartitionsDefinition,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int = BACKFILL_BATCH_SIZE,
     target_table: str | None = None,
     translator: DponeTranslator | None = None,
     name: str | None = None,
@@ -57,7 +55,7 @@ def backfill_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
-    on_changed: OnChanged = "fail",
+    on_changed: OnChanged | str = OnChanged.FAIL,
 ) -> dg.AssetsDefinition:
     """A partitioned asset that backfills ``table`` range by range through the durable ledger.
 
@@ -110,16 +108,8 @@ def backfill_asset(
     check_identifier(cursor, what="cursor column")
     _check_partitions(partitions_def)
     check_instance_storage()
-    try:
-        check_on_changed(on_changed)
-    except EngineError as exc:
-        raise DponeError(exc.code, exc.message, ['Use on_changed="fail" or "repair".']) from None
-    if batch_size < 1:
-        raise DponeError(
-            "plan_invalid",
-            f"batch_size must be at least 1, not {batch_size}.",
-            [f"Use a batch size such as {DEFAULT_BATCH_SIZE:_}."],
-        )
+    changed = OnChanged.parse(on_changed)
+    rows = BatchSize.parse(batch_size, refusal="plan_invalid")
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at the mark, per range."
@@ -130,7 +120,11 @@ def backfill_asset(
         specs=[
             spec.replace_attributes(
                 partitions_def=partitions_def,
-                metadata={**spec.metadata, "dpone/cursor": cursor, "dpone/on_changed": on_changed},
+                metadata={
+                    **spec.metadata,
+                    "dpone/cursor": cursor,
+                    "dpone/on_changed": changed.value,
+                },
             )
         ],
         check_specs=[check] if reconcile else [],
@@ -148,8 +142,8 @@ def backfill_asset(
         ledger: LedgerResource,
     ) -> Iterator[BackfillEvent]:
         yield from source.backfill(
-            context, target=target, ledger=ledger, batch_size=batch_size, reconcile=reconcile,
-            on_changed=on_changed,
+            context, target=target, ledger=ledger, batch_size=rows, reconcile=reconcile,
+            on_changed=changed,
         )  # fmt: skip
 
     return _backfill

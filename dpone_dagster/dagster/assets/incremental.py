@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events import IncrementalEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.resources import (
@@ -23,23 +24,21 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_FILLFACTOR,
-    DEFAULT_SOFT_DELETE_COLUMN,
-    Deletes,
-    check_options,
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, check_options
+from dpone_dagster.postgres import (
+    INCREMENTAL_BATCH_SIZE,
+    BatchSize,
+    SchemaChanges,
+    check_identifier,
 )
-from dpone_dagster.postgres import check_identifier
-from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
 
 
 def incremental_asset(
     table: str,
     *,
     cursor: str,
-    deletes: Deletes = "ignore",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    deletes: Deletes | str = Deletes.IGNORE,
+    batch_size: int = INCREMENTAL_BATCH_SIZE,
     target_table: str | None = None,
     soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
     lookback: timedelta | None = None,
@@ -51,7 +50,7 @@ def incremental_asset(
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     reconcile: bool = True,
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     fillfactor: int = DEFAULT_FILLFACTOR,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
@@ -110,10 +109,14 @@ def incremental_asset(
     """
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
-    check_options(deletes, batch_size, lookback, settle_timeout, fillfactor)
+    how = (
+        Deletes.parse(deletes),
+        BatchSize.parse(batch_size, refusal="incremental_options_invalid"),
+        SchemaChanges.parse(schema_changes),
+    )
+    check_options(lookback, settle_timeout, fillfactor)
     check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
-    check_schema_changes(schema_changes)
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
@@ -135,10 +138,10 @@ def incremental_asset(
         ledger: LedgerResource,
     ) -> Iterator[IncrementalEvent]:
         yield from source.incremental(
-            context, target=target, ledger=ledger, deletes=deletes,
-            soft_delete_column=soft_delete_column, batch_size=batch_size, lookback=lookback,
+            context, target=target, ledger=ledger, deletes=how[0],
+            soft_delete_column=soft_delete_column, batch_size=how[1], lookback=lookback,
             continue_from_backfill=continue_from_backfill, settle_timeout=settle_timeout,
-            reconcile=reconcile, schema_changes=schema_changes, fillfactor=fillfactor,
+            reconcile=reconcile, schema_changes=how[2], fillfactor=fillfactor,
         )  # fmt: skip
 
     return _incremental

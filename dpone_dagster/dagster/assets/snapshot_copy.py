@@ -9,44 +9,18 @@ snapshot).
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 
 from dpone_dagster.dagster.events import CopyEvent
+from dpone_dagster.dagster.events.snapshot_copy import CopyHow
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres.plan import check_sink
-from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.postgres.strategy import Strategy, check_strategy
-
-CopyStrategy = Literal[
-    "whole_copy", "stream_rows", "batched_copy", "partitioned_copy", "internal_query"
-]
-"""The :class:`~dpone_dagster.postgres.Strategy` names, for type checkers and YAML."""
-CopySink = Literal["replace", "append", "merge"]
-"""The sinks."""
-CopySchemaChanges = SchemaChanges
-"""What a load does when an existing target's columns differ from the source's."""
-
-
-def check_copy_options(
-    strategy: str, sink: str, workers: int, schema_changes: str = "evolve"
-) -> Strategy:
-    """The :class:`Strategy` named ``strategy``; fails at definition time for bad options.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for an unknown strategy or sink, or no worker.
-        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
-    """
-    check_sink(sink)
-    check_schema_changes(schema_changes)
-    if workers < 1:
-        raise DponeError("copy_options_invalid", "workers must be at least 1.", ["Use 1 or more."])
-    return check_strategy(strategy)
+from dpone_dagster.postgres import SchemaChanges, Sink, Strategy
 
 
 def copy_specs(
@@ -74,17 +48,17 @@ def copy_specs(
 def snapshot_copy_assets(
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
     *,
-    strategy: CopyStrategy = "batched_copy",
-    sink: CopySink = "replace",
+    strategy: Strategy | str = Strategy.BATCHED_COPY,
+    sink: Sink | str = Sink.REPLACE,
     workers: int = 4,
     name: str | None = None,
     translator: DponeTranslator | None = None,
     group_name: str | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
-    batch_rows: int | None = None,
+    batch_size: int | None = None,
     reconcile: bool = True,
-    schema_changes: CopySchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
 ) -> dg.AssetsDefinition:
     """One multi-asset that copies ``tables`` from the source under ONE snapshot.
 
@@ -100,7 +74,8 @@ def snapshot_copy_assets(
         group_name: The asset group of every table.
         pool: Dagster concurrency pool limiting steps that read the source.
         op_tags: Tags of the op.
-        batch_rows: Rows per batch of ``batched_copy``.
+        batch_size: Rows per range of ``batched_copy``
+            (:data:`~dpone_dagster.postgres.options.SNAPSHOT_COPY_BATCH_SIZE` by default).
         reconcile: Declare the ``dpone_reconciled`` check of every table: after the load, the
             target is compared with the source inside the copy's snapshot (``replace``: equal,
             proven by row versions where the load vouched for every row, else by count and
@@ -133,10 +108,12 @@ def snapshot_copy_assets(
                 workers=2,
             )
     """
-    check_copy_options(strategy, sink, workers, schema_changes)
+    how = CopyHow.parse(strategy, sink, workers, batch_size, schema_changes)
     check_instance_storage()
     specs = copy_specs(
-        tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
+        tables,
+        translator or DponeTranslator(),
+        {"dpone/strategy": how.strategy.value, "dpone/sink": how.sink.value},
     )
     check_specs = [
         dg.AssetCheckSpec(
@@ -163,8 +140,8 @@ def snapshot_copy_assets(
         target: PostgresTargetResource,
     ) -> Iterator[CopyEvent]:
         yield from source.copy_tables(
-            context, target=target, strategy=strategy, sink=sink, workers=workers,
-            batch_rows=batch_rows, schema_changes=schema_changes,
+            context, target=target, strategy=how.strategy, sink=how.sink, workers=how.workers,
+            batch_size=how.batch_size, schema_changes=how.schema_changes,
         )  # fmt: skip
 
     return _snapshot_copy

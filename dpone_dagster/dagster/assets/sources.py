@@ -20,9 +20,7 @@ from pydantic import BaseModel
 
 from dpone_dagster.dagster.events import SourceCopyEvent
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink, check_sink
-from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
+from dpone_dagster.postgres import SchemaChanges, Sink, TableName
 from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, model_columns
 
 
@@ -45,9 +43,12 @@ def _copy_asset(
 ) -> dg.AssetsDefinition:
     """The asset whose body is ``source.copy_table(context, target=target, **copy_options)``,
     the resources by their keys."""
-    check_sink(copy_options["sink"])
+    typed = {
+        **copy_options,
+        "sink": Sink.parse(copy_options["sink"]),
+        "schema_changes": SchemaChanges.parse(copy_options["schema_changes"]),
+    }
     check_instance_storage()
-    check_schema_changes(copy_options["schema_changes"])
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
 
     @dg.asset(
@@ -63,7 +64,7 @@ def _copy_asset(
     def _asset(context: dg.AssetExecutionContext) -> Iterator[SourceCopyEvent]:
         source = getattr(context.resources, source_resource_key)
         target = getattr(context.resources, target_resource_key)
-        yield from source.copy_table(context, target=target, **copy_options)
+        yield from source.copy_table(context, target=target, **typed)
 
     return _asset
 
@@ -76,9 +77,9 @@ def mysql_copy_asset(
     query: str | None = None,
     database: str | None = None,
     columns: Sequence[str] | None = None,
-    sink: Sink = "replace",
+    sink: Sink | str = Sink.REPLACE,
     primary_key: Sequence[str] = (),
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     source_resource_key: str = "mysql",
     target_resource_key: str = "target",
     group_name: str | None = None,
@@ -146,9 +147,9 @@ def rest_copy_asset(
     params: Mapping[str, object] | None = None,
     id_field: str = "id",
     max_pages: int | None = None,
-    sink: Sink = "replace",
+    sink: Sink | str = Sink.REPLACE,
     primary_key: Sequence[str] = (),
-    schema_changes: SchemaChanges = "evolve",
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     source_resource_key: str = "rest",
     target_resource_key: str = "target",
     group_name: str | None = None,

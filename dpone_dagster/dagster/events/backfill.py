@@ -110,7 +110,7 @@ class BackfillEvents:
     ledger: "LedgerResource"
     batch_size: int
     reconcile: bool
-    on_changed: OnChanged
+    on_changed: OnChanged | str
 
     def __iter__(self) -> Iterator[BackfillEvent]:
         """Runs the partitions in order; yields the check (when selected), then the
@@ -155,7 +155,7 @@ class _PartitionRunner:
     batch_size: int
     reconcile: bool
     progress: ProgressReporter
-    on_changed: OnChanged
+    on_changed: OnChanged | str
 
     def run_all(
         self, partitions: list[str]

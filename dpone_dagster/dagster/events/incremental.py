@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.backfill import backfill_handoff
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
@@ -28,11 +29,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     verification_check,
 )
-from dpone_dagster.incremental import (
-    BatchOutcome,
-    Deletes,
-    IncrementalSync,
-)
+from dpone_dagster.incremental import BatchOutcome, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
@@ -99,14 +96,14 @@ class IncrementalEvents:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
-    deletes: Deletes
+    deletes: Deletes | str
     soft_delete_column: str
     batch_size: int
     lookback: timedelta | None
     continue_from_backfill: bool
     settle_timeout: float
     reconcile: bool
-    schema_changes: SchemaChanges
+    schema_changes: SchemaChanges | str
     fillfactor: int
 
     def __iter__(self) -> Iterator[IncrementalEvent]:
@@ -118,9 +115,9 @@ class IncrementalEvents:
         """
         context, target = self.context, self.target
         key, table, target_table, cursor = _spec_names(context)
-        soft = self.soft_delete_column if self.deletes == "soft" else None
         try:
             sync = self._sync(key, table, target_table, cursor)
+            soft = sync.soft  # the soft-delete column, when deletes are soft
             if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
                 yield verification_check(key, sync.check(), "No run has completed yet.")
                 return

@@ -25,10 +25,18 @@ from dpone_dagster.dagster.metadata.receipts import (
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import CopyOptions, CopyReport, Sink, SnapshotCopy, SnapshotSession
-from dpone_dagster.postgres.plan import check_sink
-from dpone_dagster.postgres.schema_change import SchemaChanges, check_schema_changes
-from dpone_dagster.postgres.strategy import Strategy, check_strategy
+from dpone_dagster.postgres import (
+    SNAPSHOT_COPY_BATCH_SIZE,
+    BatchSize,
+    CopyOptions,
+    CopyReport,
+    SchemaChanges,
+    Sink,
+    SnapshotCopy,
+    SnapshotSession,
+    Strategy,
+)
+from dpone_dagster.postgres.snapshot_copy import check_workers
 from dpone_dagster.reconcile import reconcile_copy
 
 if TYPE_CHECKING:
@@ -90,11 +98,11 @@ class CopyEvents:
     target: "PostgresTargetResource"
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None
     translator: DponeTranslator | None
-    strategy: str
-    sink: str
+    strategy: Strategy | str
+    sink: Sink | str
     workers: int
-    batch_rows: int | None
-    schema_changes: str
+    batch_size: int | None
+    schema_changes: SchemaChanges | str
 
     def __iter__(self) -> Iterator[CopyEvent]:
         """Copies the tables under one held snapshot; yields each table's materialization,
@@ -105,12 +113,8 @@ class CopyEvents:
         """
         context, source, target = self.context, self.source, self.target
         try:
-            options = _Options(
-                check_strategy(self.strategy),
-                check_sink(self.sink),
-                self.workers,
-                self.batch_rows,
-                check_schema_changes(self.schema_changes),
+            options = CopyHow.parse(
+                self.strategy, self.sink, self.workers, self.batch_size, self.schema_changes
             )
             chosen = selected_tables(context, self.tables, self.translator)
             checked = [
@@ -131,15 +135,40 @@ class CopyEvents:
 
 
 @dataclass(frozen=True)
-class _Options:
-    """How the step copies: the strategy, sink, workers, batch size and schema-change rule it
-    was asked for."""
+class CopyHow:
+    """How a snapshot copy runs: the strategy, sink, workers, batch size and schema-change rule
+    a user asked for, parsed once (:meth:`parse`)."""
 
     strategy: Strategy
     sink: Sink
     workers: int
-    batch_rows: int | None
+    batch_size: BatchSize
     schema_changes: SchemaChanges
+
+    @classmethod
+    def parse(
+        cls,
+        strategy: Strategy | str,
+        sink: Sink | str,
+        workers: int,
+        batch_size: int | None,
+        schema_changes: SchemaChanges | str,
+    ) -> "CopyHow":
+        """The options as typed values (typed ones pass unchanged).
+
+        Raises:
+            DponeError: ``copy_options_invalid`` for an unknown strategy, sink or
+                ``schema_changes``, fewer than one worker or a batch size below 1.
+        """
+        return cls(
+            Strategy.parse(strategy),
+            Sink.parse(sink),
+            check_workers(workers),
+            SNAPSHOT_COPY_BATCH_SIZE
+            if batch_size is None
+            else BatchSize.parse(batch_size, refusal="copy_options_invalid"),
+            SchemaChanges.parse(schema_changes),
+        )
 
 
 def _copy(
@@ -147,7 +176,7 @@ def _copy(
     target: "PostgresTargetResource",
     held: SnapshotSession,
     tables: Mapping[dg.AssetKey, CopyTableSpec],
-    how: _Options,
+    how: CopyHow,
     seconds: dict[str, float],
 ) -> CopyReport:
     """Copies the tables under the held snapshot; ``seconds`` gets each step's duration."""
@@ -155,7 +184,7 @@ def _copy(
         source_options=source.options,
         target_options=target.options,
         snapshot_token=held.token,
-        batch_rows=how.batch_rows or CopyOptions.batch_rows,
+        batch_size=how.batch_size,
     )
     mappings = [(t.source_table, t.target_table) for t in tables.values()]
     with SnapshotCopy(

@@ -45,7 +45,7 @@ def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
         **rates,
         "dagster/row_count": dg.MetadataValue.int(report.rows_loaded or 0),
         "dpone/source": dg.MetadataValue.text(report.source_label),
-        "dpone/sink": dg.MetadataValue.text(report.sink),
+        "dpone/sink": dg.MetadataValue.text(report.sink.value),
         "dpone/sink_method": dg.MetadataValue.text(report.sink_method or "-"),
         "dpone/terminal_outcome": dg.MetadataValue.text(report.outcome.value),
         "dpone/snapshot_label": dg.MetadataValue.text(report.snapshot_label.value),
@@ -68,9 +68,9 @@ class SourceCopyEvents:
     source: SourceAdapter
     target: "PostgresTargetResource"
     target_table: str | TableName
-    sink: Sink
+    sink: Sink | str
     primary_key: Sequence[str]
-    schema_changes: SchemaChanges
+    schema_changes: SchemaChanges | str
 
     def __iter__(self) -> Iterator[SourceCopyEvent]:
         """Loads the source into the target table; yields the asset's materialization.

@@ -75,7 +75,7 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
     metadata: dict[str, Any] = {
         "dagster/row_count": table.rows_loaded or 0,
         "dpone/strategy": report.strategy.value,
-        "dpone/sink": report.sink,
+        "dpone/sink": report.sink.value,
         "dpone/terminal_outcome": report.outcome.value,
         "dpone/snapshot_label": report.snapshot_label.value,
         "dpone/copy_format": table.copy_format,

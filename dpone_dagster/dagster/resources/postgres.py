@@ -21,17 +21,22 @@ from typing import Any, ClassVar
 
 import dagster as dg
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE as BACKFILL_BATCH_SIZE
 from dpone_dagster.backfill import OnChanged
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import DEFAULT_BATCH_SIZE as INCREMENTAL_BATCH_SIZE
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
-from dpone_dagster.postgres import SnapshotSession
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN
+from dpone_dagster.postgres import (
+    BACKFILL_BATCH_SIZE,
+    INCREMENTAL_BATCH_SIZE,
+    SchemaChanges,
+    Sink,
+    SnapshotSession,
+    Strategy,
+)
 from dpone_dagster.postgres.connection import Side
-from dpone_dagster.postgres.schema_change import SchemaChanges
 
 from .ledger import LedgerResource
 from .sessions import PostgresResource
@@ -84,11 +89,11 @@ class PostgresSourceResource(PostgresResource):
         target: PostgresTargetResource,
         tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None = None,
         translator: DponeTranslator | None = None,
-        strategy: str = "batched_copy",
-        sink: str = "replace",
+        strategy: Strategy | str = Strategy.BATCHED_COPY,
+        sink: Sink | str = Sink.REPLACE,
         workers: int = 4,
-        batch_rows: int | None = None,
-        schema_changes: str = "evolve",
+        batch_size: int | None = None,
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     ) -> CopyEvents:
         """Copies the selected tables under ONE snapshot; yields each table's materialization,
         then each selected ``dpone_reconciled`` check.
@@ -107,7 +112,8 @@ class PostgresSourceResource(PostgresResource):
                 ``internal_query``.
             sink: ``replace``, ``append`` or ``merge``.
             workers: Worker sessions of ``partitioned_copy``.
-            batch_rows: Rows per batch of ``batched_copy``.
+            batch_size: Rows per range of ``batched_copy``
+                (:data:`~dpone_dagster.postgres.options.SNAPSHOT_COPY_BATCH_SIZE` by default).
             schema_changes: ``evolve`` (an existing target takes added columns, widened types
                 and keeps dropped columns, in the load's transaction; the materialization lists
                 them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
@@ -129,7 +135,7 @@ class PostgresSourceResource(PostgresResource):
         """
         return CopyEvents(
             context, source=self, target=target, tables=tables, translator=translator,
-            strategy=strategy, sink=sink, workers=workers, batch_rows=batch_rows,
+            strategy=strategy, sink=sink, workers=workers, batch_size=batch_size,
             schema_changes=schema_changes,
         )  # fmt: skip
 
@@ -141,7 +147,7 @@ class PostgresSourceResource(PostgresResource):
         ledger: LedgerResource | None = None,
         batch_size: int = BACKFILL_BATCH_SIZE,
         reconcile: bool = True,
-        on_changed: OnChanged = "fail",
+        on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> BackfillEvents:
         """Backfills each of the run's partitions through the ledger, in partition order.
 
@@ -192,14 +198,14 @@ class PostgresSourceResource(PostgresResource):
         *,
         target: PostgresTargetResource,
         ledger: LedgerResource | None = None,
-        deletes: Deletes = "ignore",
+        deletes: Deletes | str = Deletes.IGNORE,
         soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
         batch_size: int = INCREMENTAL_BATCH_SIZE,
         lookback: timedelta | None = None,
         continue_from_backfill: bool = False,
         settle_timeout: float = 30.0,
         reconcile: bool = True,
-        schema_changes: SchemaChanges = "evolve",
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
         fillfactor: int = DEFAULT_FILLFACTOR,
     ) -> IncrementalEvents:
         """Runs the asset's incremental stream once.

@@ -67,9 +67,9 @@ class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         query: str | None = None,
         database: str | None = None,
         columns: Sequence[str] | None = None,
-        sink: Sink = "replace",
+        sink: Sink | str = Sink.REPLACE,
         primary_key: Sequence[str] = (),
-        schema_changes: SchemaChanges = "evolve",
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     ) -> SourceCopyEvents:
         """Copies a MySQL/MariaDB table or query into a PostgreSQL table; yields the asset's
         materialization.
@@ -155,9 +155,9 @@ class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         params: Mapping[str, object] | None = None,
         id_field: str = "id",
         max_pages: int | None = None,
-        sink: Sink = "replace",
+        sink: Sink | str = Sink.REPLACE,
         primary_key: Sequence[str] = (),
-        schema_changes: SchemaChanges = "evolve",
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     ) -> SourceCopyEvents:
         """Copies the records of an API resource into a PostgreSQL table, each validated by
         ``model`` (whose fields are the columns); yields the asset's materialization.

@@ -128,7 +128,7 @@ def test_concurrent_mutation_leaves_the_target_equal_to_the_snapshot(
             target_dsn,
             [ORDERS, ITEMS],
             strategy=strategy,  # type: ignore[arg-type]
-            options=CopyOptions(progress=start_writers, progress_every=32 << 10, batch_rows=1000),
+            options=CopyOptions(progress=start_writers, progress_every=32 << 10, batch_size=1000),
         )
     assert report.outcome == "success"
     for table in (ORDERS, ITEMS):
@@ -197,7 +197,7 @@ def test_a_session_terminated_mid_copy_aborts_and_leaves_the_target_unchanged(
                 target_options=ConnectionOptions(application_name=TARGET_APP),
                 progress=_terminator(dsn, app, phase),
                 progress_every=256 << 10,
-                batch_rows=4000,
+                batch_size=4000,
             ),
         )
     assert err.value.code == ("source_read_failed" if side == "source" else "target_load_failed")

@@ -47,15 +47,12 @@ from typing import Annotated, Any
 import dagster as dg
 from pydantic import BaseModel, Field
 
-from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged
+from dpone_dagster.backfill import OnChanged
+from dpone_dagster.core import DEFAULT_LEDGER_SCHEMA
+from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.assets.backfill import backfill_asset
 from dpone_dagster.dagster.assets.incremental import incremental_asset
-from dpone_dagster.dagster.assets.snapshot_copy import (
-    CopySchemaChanges,
-    CopySink,
-    CopyStrategy,
-    snapshot_copy_assets,
-)
+from dpone_dagster.dagster.assets.snapshot_copy import snapshot_copy_assets
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -63,7 +60,14 @@ from dpone_dagster.dagster.resources import (
     PostgresTargetResource,
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, Deletes
+from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN
+from dpone_dagster.postgres import (
+    BACKFILL_BATCH_SIZE,
+    INCREMENTAL_BATCH_SIZE,
+    SchemaChanges,
+    Sink,
+    Strategy,
+)
 
 from .attributes import AssetAttributes, AttributesTranslator, TableModel
 
@@ -104,9 +108,9 @@ class SnapshotCopyModel(dg.Resolvable):
 
     tables: ResolvedTables
     targets: dict[str, str] | None = None
-    strategy: CopyStrategy = "batched_copy"
-    sink: CopySink = "replace"
-    schema_changes: CopySchemaChanges = "evolve"
+    strategy: Strategy = Strategy.BATCHED_COPY
+    sink: Sink = Sink.REPLACE
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     workers: int = 4
     name: str | None = None
     group_name: str | None = None
@@ -151,10 +155,10 @@ class BackfillModel(AssetAttributes):
     cursor: str
     range_partitions: RangePartitionsModel | None = None
     daily_partitions: DailyPartitionsModel | None = None
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int = BACKFILL_BATCH_SIZE
     target: str | None = None
     pool: str | None = None
-    on_changed: OnChanged = "fail"
+    on_changed: OnChanged = OnChanged.FAIL
 
     def spec(self) -> CopyTableSpec:
         """The table spec this backfill names."""
@@ -200,14 +204,14 @@ class IncrementalStreamModel(AssetAttributes):
 
     table: str
     cursor: str
-    deletes: Deletes = "ignore"
+    deletes: Deletes = Deletes.IGNORE
     soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int = INCREMENTAL_BATCH_SIZE
     target: str | None = None
     lookback_seconds: float | None = None
     continue_from_backfill: bool = False
     settle_timeout: float = 30.0
-    schema_changes: CopySchemaChanges = "evolve"
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
     pool: str | None = None
     cron_schedule: str | None = None
@@ -275,7 +279,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
 
     source_dsn_env: str | None = None
     target_dsn_env: str | None = None
-    ledger_schema: str = "dpone_ledger"
+    ledger_schema: str = DEFAULT_LEDGER_SCHEMA
     key_prefix: list[str] = field(default_factory=list)
     asset_attributes: AssetAttributes | None = None
     source_assets: bool = True
