@@ -23,7 +23,7 @@ from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.lifecycle import redact
-from dpone_dagster.postgres.connection import ConnectionOptions, Side, connect
+from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side, connect
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
 
@@ -43,8 +43,6 @@ from .reconcile_model import OnChanged, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 _T = TypeVar("_T")
 
@@ -132,7 +130,7 @@ class Backfill:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def _connect(self, dsn: str, side: Side) -> Conn:
+    def _connect(self, dsn: str, side: Side) -> Connection:
         conn = connect(dsn, self.options, side=side, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its

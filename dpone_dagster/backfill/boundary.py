@@ -19,16 +19,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.marks import Mark, mark_snapshot, settle_mark
+from dpone_dagster.postgres.connection import Connection
 
 from .protocol import BackfillEvidence, BoundedWritePause, TrustworthyCursor
 from .shape import TableShape
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class MarkReading:
 
 
 def take_high_water_mark(
-    conn: Conn,
+    conn: Connection,
     shape: TableShape,
     lower: str | None,
     upper: str | None,

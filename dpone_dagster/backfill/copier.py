@@ -38,6 +38,7 @@ from psycopg import IsolationLevel, sql
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.read_window import close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import (
     EMPTY_HASH,
     RelayResult,
@@ -61,7 +62,6 @@ from .reconcile_model import OnChanged
 from .rules import apply_batch, check_request, replay
 from .shape import TableShape, check_columns_unchanged
 
-Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
 
 
@@ -114,7 +114,7 @@ _NOTHING_COUNTED = _Counted(0, None)
 
 
 def _count_range(
-    conn: Conn, shape: TableShape, table: TableName, after: str | None, upper: str | None
+    conn: Connection, shape: TableShape, table: TableName, after: str | None, upper: str | None
 ) -> int:
     """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
     where, params = shape.where(after, upper)
@@ -126,7 +126,7 @@ def _count_range(
     return row[0]
 
 
-def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
+def _bounds(src: Connection, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
     """The first ``size`` cursor values after ``after`` (at most the mark), counted in the same
     index scan; a cursor that is not unique adds the rows tied with the last value, so a batch
     never splits equal cursor values."""
@@ -136,7 +136,7 @@ def _bounds(src: Conn, shape: TableShape, after: str | None, hwm: str, size: int
         [*params, size],
     ).fetchone()
     assert row is not None
-    count = int(row[0])  # type: ignore[call-overload]
+    count = int(row[0])
     first = None if row[1] is None else str(row[1])
     last = None if row[2] is None else str(row[2])
     if count < size:  # the rest of the scope: the range runs to the mark
@@ -170,7 +170,12 @@ def _copy(
 
 
 def _count_target(
-    tgt: Conn, shape: TableShape, after: str | None, bounds: _Bounds, path: ApplyPath, xmin: int
+    tgt: Connection,
+    shape: TableShape,
+    after: str | None,
+    bounds: _Bounds,
+    path: ApplyPath,
+    xmin: int,
 ) -> _Counted:
     """The target's count of the range after the copy.
 

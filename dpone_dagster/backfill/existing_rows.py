@@ -16,16 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import RelayResult, copy_out_statement, relay
 
 from .shape import TableShape
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 _STAGE = sql.Identifier("_dpone_backfill_stage")
 
@@ -53,7 +51,7 @@ def _row_text(shape: TableShape, alias: str) -> sql.Composed:
     )
 
 
-def _compare(target: Conn, shape: TableShape) -> tuple[int, int, object]:
+def _compare(target: Connection, shape: TableShape) -> tuple[int, int, object]:
     """Staged rows the target holds equal, those it holds different, and the first different
     key (as row text)."""
     row = target.execute(
@@ -75,11 +73,15 @@ def _compare(target: Conn, shape: TableShape) -> tuple[int, int, object]:
         )
     ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1]), row[2]  # type: ignore[call-overload]
+    return int(row[0]), int(row[1]), row[2]
 
 
 def _stage(
-    source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str]
+    source: Connection,
+    target: Connection,
+    shape: TableShape,
+    copy_out: sql.Composed,
+    params: Sequence[str],
 ) -> RelayResult:
     """COPYs the source's rows of ``copy_out`` into a temporary staging table of the target."""
     cols = column_list(shape.columns)
@@ -98,7 +100,7 @@ def _stage(
     )
 
 
-def _insert_missing(target: Conn, shape: TableShape) -> int:
+def _insert_missing(target: Connection, shape: TableShape) -> int:
     """Inserts the staged rows whose key the target does not hold; returns how many."""
     cols = column_list(shape.columns)
     return target.execute(
@@ -118,7 +120,7 @@ def _changed(shape: TableShape) -> sql.Composed:
     )
 
 
-def _delete_changed(target: Conn, shape: TableShape) -> None:
+def _delete_changed(target: Connection, shape: TableShape) -> None:
     """Deletes the target's rows whose key is staged with other values (re-inserted next)."""
     target.execute(
         sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
@@ -128,9 +130,14 @@ def _delete_changed(target: Conn, shape: TableShape) -> None:
 
 
 def apply_existing(
-    source: Conn, target: Conn, shape: TableShape, copy_out: sql.Composed, params: Sequence[str],
-    *, overwrite: bool = False,
-) -> Staged:  # fmt: skip
+    source: Connection,
+    target: Connection,
+    shape: TableShape,
+    copy_out: sql.Composed,
+    params: Sequence[str],
+    *,
+    overwrite: bool = False,
+) -> Staged:
     """COPY into a temporary staging table, then insert new rows and count equal ones.
 
     Runs in the sessions' open transactions (the source's snapshot, the target's transaction).
@@ -181,7 +188,9 @@ class Repaired:
     deleted: int
 
 
-def _delete_gone(target: Conn, shape: TableShape, after: str | None, upper: str | None) -> int:
+def _delete_gone(
+    target: Connection, shape: TableShape, after: str | None, upper: str | None
+) -> int:
     """Deletes the target's rows of the range whose key the staged rows do not hold."""
     where, params = shape.where(after, upper)
     return target.execute(
@@ -195,7 +204,7 @@ def _delete_gone(target: Conn, shape: TableShape, after: str | None, upper: str 
     ).rowcount
 
 
-def _update_changed(target: Conn, shape: TableShape) -> int:
+def _update_changed(target: Connection, shape: TableShape) -> int:
     """Sets every target row whose key is staged but whose values differ to the staged values
     (wherever its cursor value puts it: a row the source moved into the range moves too)."""
     values = [c.name for c in shape.columns if c.name not in shape.key]
@@ -212,7 +221,7 @@ def _update_changed(target: Conn, shape: TableShape) -> int:
 
 
 def apply_repair(
-    source: Conn, target: Conn, shape: TableShape, after: str | None, upper: str | None
+    source: Connection, target: Connection, shape: TableShape, after: str | None, upper: str | None
 ) -> Repaired:
     """Makes the target's range ``(after, upper]`` hold exactly the source's rows of it.
 

@@ -8,19 +8,16 @@ their high-water marks: every row at or below it was copied (and reconciled) by 
 
 from __future__ import annotations
 
-import psycopg
-
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import StreamScope
 from dpone_dagster.core.ledger import LedgerStore
+from dpone_dagster.postgres.connection import Connection
 
 from .ledger import RunLedger
 from .protocol import BackfillRun, BackfillStatus
 
-Conn = psycopg.Connection[tuple[object, ...]]
 
-
-def _runs(ledger: Conn, store: LedgerStore, scope: StreamScope) -> list[BackfillRun]:
+def _runs(ledger: Connection, store: LedgerStore, scope: StreamScope) -> list[BackfillRun]:
     runs = RunLedger(store.schema).all_runs(ledger)
     source = (scope.source_database, scope.source.schema, scope.source.name)
     target = (scope.target_database, scope.target.schema, scope.target.name)
@@ -32,7 +29,9 @@ def _runs(ledger: Conn, store: LedgerStore, scope: StreamScope) -> list[Backfill
     ]  # fmt: skip
 
 
-def backfill_handoff(ledger: Conn, store: LedgerStore, scope: StreamScope) -> list[str | None]:
+def backfill_handoff(
+    ledger: Connection, store: LedgerStore, scope: StreamScope
+) -> list[str | None]:
     """The high-water marks of the complete backfill of the stream's table (a
     :class:`~dpone_dagster.core.handoff.Handoff`).
 

@@ -14,19 +14,17 @@ a batch's content is bound into its receipt by the hash of its COPY stream.
 
 from __future__ import annotations
 
-import psycopg
 from pydantic import ValidationError
 
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerStore, as_json
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.waits import wait_for_backend_exit
+from dpone_dagster.postgres.connection import Connection
 
 from .protocol import BackfillRun, BatchReceipt
 from .reconcile_model import ReconciliationReport
 from .rules import run_integrity_is_valid
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class RunLedger:
@@ -54,15 +52,15 @@ class RunLedger:
             " check_json = excluded.check_json, checked_at = clock_timestamp()"
         )
 
-    def ensure(self, conn: Conn) -> None:
+    def ensure(self, conn: Connection) -> None:
         """Brings the ledger up to date (its schema and tables created if missing)."""
         self.store.ensure(conn)
 
-    def lock_run(self, conn: Conn, run_id: str) -> None:
+    def lock_run(self, conn: Connection, run_id: str) -> None:
         """Takes the run's advisory lock until the current transaction ends (waits if held)."""
         self.store.lock(conn, run_id)
 
-    def fetch_run(self, conn: Conn, run_id: str) -> BackfillRun | None:
+    def fetch_run(self, conn: Connection, run_id: str) -> BackfillRun | None:
         """The stored run, verified, or ``None`` when the ledger has no such run.
 
         Raises:
@@ -84,16 +82,16 @@ class RunLedger:
             raise engine_error("backfill_run_invalid", f"Stored run {run_id} does not verify.")
         return run
 
-    def all_runs(self, conn: Conn) -> list[BackfillRun]:
+    def all_runs(self, conn: Connection) -> list[BackfillRun]:
         """Every run of the ledger (any scope), parsed."""
         return [BackfillRun.model_validate(d) for d in self.store.runs.all(conn)]
 
-    def runs_in_progress(self, conn: Conn) -> list[BackfillRun]:
+    def runs_in_progress(self, conn: Connection) -> list[BackfillRun]:
         """Every run that committed a batch and has not finished (any scope)."""
         ids = self.store.runs.keys_where(conn, "status", "in_progress")
         return [run for run_id in ids if (run := self.fetch_run(conn, run_id))]
 
-    def insert_run(self, conn: Conn, run: BackfillRun) -> BackfillRun:
+    def insert_run(self, conn: Connection, run: BackfillRun) -> BackfillRun:
         """Stores a new run unless one with its id exists; returns the stored one."""
         self.store.runs.insert(
             conn, run.run_id, run.revision, as_json(run),
@@ -103,7 +101,7 @@ class RunLedger:
         assert stored is not None
         return stored
 
-    def save_run(self, conn: Conn, before: BackfillRun, after: BackfillRun) -> None:
+    def save_run(self, conn: Connection, before: BackfillRun, after: BackfillRun) -> None:
         """Replaces ``before`` with ``after`` if the stored revision is still ``before``'s.
 
         Raises:
@@ -119,13 +117,13 @@ class RunLedger:
                 f"Run {before.run_id} is no longer at revision {before.revision}.",
             )
 
-    def fetch_receipt(self, conn: Conn, run_id: str, batch_id: str) -> BatchReceipt | None:
+    def fetch_receipt(self, conn: Connection, run_id: str, batch_id: str) -> BatchReceipt | None:
         """The committed receipt of ``batch_id``, if any."""
         row = conn.execute(self._receipt, (run_id, batch_id)).fetchone()
         return None if row is None else BatchReceipt.model_validate(row[0])
 
     def record_batch(
-        self, conn: Conn, before: BackfillRun, after: BackfillRun, receipt: BatchReceipt
+        self, conn: Connection, before: BackfillRun, after: BackfillRun, receipt: BatchReceipt
     ) -> None:
         """Inserts the receipt and advances the run (compare-and-swap), in the open transaction."""
         seen = receipt.observation
@@ -148,12 +146,12 @@ class RunLedger:
         )
         self.save_run(conn, before, after)
 
-    def receipts(self, conn: Conn, run_id: str) -> list[BatchReceipt]:
+    def receipts(self, conn: Connection, run_id: str) -> list[BatchReceipt]:
         """Every receipt of the run, in sequence order."""
         rows = conn.execute(self._receipts, (run_id,)).fetchall()
         return [BatchReceipt.model_validate(r[0]) for r in rows]
 
-    def record_checks(self, conn: Conn, report: ReconciliationReport) -> None:
+    def record_checks(self, conn: Connection, report: ReconciliationReport) -> None:
         """Stores each range check of ``report`` (the newest check of a range replaces older)."""
         rows = [
             (report.run_id, check.sequence, check.outcome.value, check.code, as_json(check))
@@ -163,7 +161,7 @@ class RunLedger:
             cur.executemany(self._check, rows)
 
 
-def wait_for_lost_commit(conn: Conn, pid: int, timeout: float = 30.0) -> None:
+def wait_for_lost_commit(conn: Connection, pid: int, timeout: float = 30.0) -> None:
     """Waits until the ledger session whose COMMIT response was lost (backend ``pid``) is gone:
     only then does the ledger say whether its batch committed.
 

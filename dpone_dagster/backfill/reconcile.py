@@ -38,13 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerStore
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import token_digest
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import copy_out_statement
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile import Digest, Proof
@@ -65,7 +65,6 @@ from .reconcile_model import OnChanged, RangeCheck, RangeOutcome, Reconciliation
 from .results import after_reconcile
 from .shape import TableShape
 
-Conn = psycopg.Connection[tuple[object, ...]]
 Query = tuple[sql.Composed, list[object]]
 
 
@@ -77,12 +76,12 @@ def _range_query(
     return digest_query(table, row, where, params)
 
 
-def _digest_all(conn: Conn, queries: list[Query]) -> list[Digest]:
+def _digest_all(conn: Connection, queries: list[Query]) -> list[Digest]:
     return [run_digest(conn, query, params) for query, params in queries]
 
 
 def _fetch_all(
-    conn: Conn, queries: list[tuple[sql.Composed, list[object]]]
+    conn: Connection, queries: list[tuple[sql.Composed, list[object]]]
 ) -> list[tuple[object, ...]]:
     found = []
     for query, params in queries:
@@ -94,8 +93,8 @@ def _fetch_all(
 
 def _prove(
     pool: ThreadPoolExecutor,
-    src: Conn,
-    reader: Conn,
+    src: Connection,
+    reader: Connection,
     shape: TableShape,
     ranges: list[BatchReceipt],
 ) -> set[int]:
@@ -139,7 +138,7 @@ def _prove(
     }
 
 
-def _snapshot_digest(conn: Conn) -> str:
+def _snapshot_digest(conn: Connection) -> str:
     """The digest of the snapshot of ``conn``'s open transaction."""
     row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
     assert row is not None
@@ -232,7 +231,11 @@ class _Measured:
 
 
 def _measure(
-    src: Conn, reader: Conn, shape: TableShape, ranges: list[BatchReceipt], row_versions: bool
+    src: Connection,
+    reader: Connection,
+    shape: TableShape,
+    ranges: list[BatchReceipt],
+    row_versions: bool,
 ) -> _Measured:
     """Proves what row versions can, then digests every other range on both sides at once."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="dpone-reconcile") as pool:
@@ -258,7 +261,7 @@ def _measure(
 
 
 @contextmanager
-def _repairs(conn: Conn, run_id: str, needed: bool) -> Iterator[None]:
+def _repairs(conn: Connection, run_id: str, needed: bool) -> Iterator[None]:
     """The target transaction repairs are written in, under the run's lock (none if not needed)."""
     if not needed:
         yield
@@ -290,14 +293,14 @@ def _check_ranges(
     return checks
 
 
-Settle = Callable[[Conn, ReconciliationReport], None]
+Settle = Callable[[Connection, ReconciliationReport], None]
 """Records a report in the ledger (the run's range checks and state), in the session's open
 transaction."""
 
 
 def reconcile_ranges(
     sessions: Sessions,
-    reader: Conn,
+    reader: Connection,
     shape: TableShape,
     run_id: str,
     receipts: list[BatchReceipt],
@@ -359,7 +362,7 @@ def reconcile_ranges(
 
 def reconcile_run(
     sessions: Sessions,
-    reader: Conn,
+    reader: Connection,
     ledger: RunLedger,
     shape: TableShape,
     run_id: str,
@@ -386,7 +389,7 @@ def reconcile_run(
     receipts = ledger.receipts(lc, run_id)
     verify_chain(run, receipts)
 
-    def settle(conn: Conn, report: ReconciliationReport) -> None:
+    def settle(conn: Connection, report: ReconciliationReport) -> None:
         ledger.lock_run(conn, run_id)
         durable = ledger.fetch_run(conn, run_id)
         assert durable is not None

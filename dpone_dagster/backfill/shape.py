@@ -28,14 +28,13 @@ from dpone_dagster.postgres.catalog import (
     normal_type,
     table_catalog,
 )
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import column_differences
 
 from .protocol import BackfillScope, TableRef
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def cursor_text(value: object) -> str:
     return str(value)
 
 
-def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
+def canonical_cursor(conn: Connection, shape: TableShape, value: object) -> str:
     """The server's canonical spelling of ``value`` as the cursor's type.
 
     Raises:
@@ -116,14 +115,14 @@ def canonical_cursor(conn: Conn, shape: TableShape, value: object) -> str:
     return str(row[0])
 
 
-def _catalog(conn: Conn, table: TableName, code: str) -> TableCatalog:
+def _catalog(conn: Connection, table: TableName, code: str) -> TableCatalog:
     try:
         return table_catalog(conn, table)
     except CatalogError as exc:
         raise engine_error(code, exc.message) from None
 
 
-def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
+def check_columns_unchanged(src: Connection, shape: TableShape) -> None:
     """Refuses a batch whose source no longer has the run's copied columns and types.
 
     Called inside the batch's source transaction after its first read of the table, whose
@@ -143,7 +142,7 @@ def check_columns_unchanged(src: Conn, shape: TableShape) -> None:
 
 
 def resolve_shape(
-    src: Conn, tgt: Conn, source: TableName, target: TableName, cursor: str
+    src: Connection, tgt: Connection, source: TableName, target: TableName, cursor: str
 ) -> TableShape:
     """Reads both catalogs and checks that the backfill can run and prove what it copies.
 
@@ -183,7 +182,7 @@ def resolve_shape(
 
 
 def _check_target(
-    tgt: Conn, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
+    tgt: Connection, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
 ) -> None:
     found = _catalog(tgt, target, "destination_expansion_incomplete")
     have = {c.name: c for c in found.columns}

@@ -15,13 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import psycopg
-
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 
 from .ledger import LedgerStore
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ class Handoff(Protocol):
     """Answers where another engine's complete copy of a stream's table ends."""
 
     def __call__(
-        self, ledger: Conn, store: LedgerStore, scope: StreamScope
+        self, ledger: Connection, store: LedgerStore, scope: StreamScope
     ) -> Sequence[str | None]:
         """The high-water marks of the copies that together hold every row up to the greatest.
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
+from dpone_dagster.postgres.connection import Connection
 
 from .waits import wait_while
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 _IN_FLIGHT = """
 SELECT l.virtualxid, a.pid, coalesce(a.application_name, ''), coalesce(a.state, '')
@@ -53,13 +51,13 @@ class Settled:
     running: tuple[tuple[str, int], ...] = ()
 
 
-def in_flight_transactions(conn: Conn) -> list[str]:
+def in_flight_transactions(conn: Connection) -> list[str]:
     """The virtual transaction ids of every other client session of the database with a
     transaction open (written or not), read in ``conn``'s current snapshot."""
     return [str(r[0]) for r in conn.execute(_IN_FLIGHT).fetchall()]
 
 
-def still_running(conn: Conn, in_flight: Sequence[str]) -> list[tuple[str, int]]:
+def still_running(conn: Connection, in_flight: Sequence[str]) -> list[tuple[str, int]]:
     """``(virtualxid, pid)`` of each transaction of ``in_flight`` that has not ended yet."""
     rows = conn.execute(_STILL_RUNNING, (list(in_flight),)).fetchall()
     return [(str(r[0]), int(str(r[1]))) for r in rows]
@@ -71,7 +69,9 @@ class _StillOpenError(Exception):
         self.running = tuple(running)
 
 
-def wait_out(conn: Conn, in_flight: Sequence[str], *, timeout: float, interval: float) -> Settled:
+def wait_out(
+    conn: Connection, in_flight: Sequence[str], *, timeout: float, interval: float
+) -> Settled:
     """Waits until every transaction of ``in_flight`` has ended, at most ``timeout`` seconds.
 
     Args:

@@ -18,17 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 
 from dpone_dagster.postgres import check_dsn
+from dpone_dagster.postgres.connection import Connection
 
 from .ledger_schema import DEFAULT_LEDGER_SCHEMA, LedgerTables, ensure_ledger
 from .sessions import advisory_xact_lock
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -87,16 +85,16 @@ class Documents:
         self._all = sql.SQL("SELECT {b} FROM {t} ORDER BY {k}").format(**names)
         self._names = names
 
-    def fetch(self, conn: Conn, key: str) -> Stored | None:
+    def fetch(self, conn: Connection, key: str) -> Stored | None:
         """The stored document of ``key``, or ``None``."""
         row = conn.execute(self._fetch, (key,)).fetchone()
         return None if row is None else Stored(int(str(row[0])), row[1])
 
-    def all(self, conn: Conn) -> list[Any]:
+    def all(self, conn: Connection) -> list[Any]:
         """Every stored document, in id order."""
         return [r[0] for r in conn.execute(self._all).fetchall()]
 
-    def keys_where(self, conn: Conn, column: str, value: str) -> list[str]:
+    def keys_where(self, conn: Connection, column: str, value: str) -> list[str]:
         """The ids of the documents whose ``column`` equals ``value``, in id order."""
         query = sql.SQL("SELECT {k} FROM {t} WHERE {c} = %s ORDER BY {k}").format(
             c=sql.Identifier(column), **self._names
@@ -104,7 +102,7 @@ class Documents:
         return [str(r[0]) for r in conn.execute(query, (value,)).fetchall()]
 
     def insert(
-        self, conn: Conn, key: str, revision: int, document: Jsonb, **columns: object
+        self, conn: Connection, key: str, revision: int, document: Jsonb, **columns: object
     ) -> bool:
         """Stores a new document unless one with its id exists; ``True`` when it was stored.
 
@@ -129,7 +127,13 @@ class Documents:
         return cur.rowcount == 1
 
     def swap(
-        self, conn: Conn, key: str, before: int, after: int, document: Jsonb, **columns: object
+        self,
+        conn: Connection,
+        key: str,
+        before: int,
+        after: int,
+        document: Jsonb,
+        **columns: object,
     ) -> bool:
         """Replaces the document of ``key`` if its stored revision is still ``before``.
 
@@ -159,17 +163,19 @@ class LedgerStore:
         self.runs = Documents(self.tables.runs, "run_id", "run_json")
         self.streams = Documents(self.tables.streams, "stream_id", "state_json")
 
-    def ensure(self, conn: Conn) -> None:
+    def ensure(self, conn: Connection) -> None:
         """Brings the ledger up to date (see :func:`.ledger_schema.ensure_ledger`)."""
         ensure_ledger(conn, self.tables)
 
     @staticmethod
-    def lock(conn: Conn, key: str) -> None:
+    def lock(conn: Connection, key: str) -> None:
         """Takes the advisory lock of a run or stream until the current transaction ends (waits
         while another transaction holds it)."""
         advisory_xact_lock(conn, key)
 
-    def insert_row(self, conn: Conn, table: sql.Identifier, row: Mapping[str, object]) -> None:
+    def insert_row(
+        self, conn: Connection, table: sql.Identifier, row: Mapping[str, object]
+    ) -> None:
         """Inserts one receipt row into ``table`` (a column per key of ``row``)."""
         query = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
             table,

@@ -24,10 +24,9 @@ import psycopg
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.postgres import check_identifier
+from dpone_dagster.postgres.connection import Connection
 
 from .sessions import advisory_xact_lock, transaction
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 DEFAULT_LEDGER_SCHEMA: Final = "dpone_ledger"
 """The ledger's schema unless one is named."""
@@ -157,7 +156,7 @@ LEDGER_VERSION: Final = len(MIGRATIONS)
 """The version a current ledger is at."""
 
 
-def ledger_version(conn: Conn, tables: LedgerTables) -> int:
+def ledger_version(conn: Connection, tables: LedgerTables) -> int:
     """The newest migration applied to the ledger (0: none, or a ledger older than versions).
 
     Args:
@@ -172,7 +171,7 @@ def ledger_version(conn: Conn, tables: LedgerTables) -> int:
     return int(str(row[0])) if row is not None and row[0] is not None else 0
 
 
-def ensure_ledger(conn: Conn, tables: LedgerTables) -> None:
+def ensure_ledger(conn: Connection, tables: LedgerTables) -> None:
     """Brings the ledger up to :data:`LEDGER_VERSION`, creating its schema if missing.
 
     Idempotent and safe when several processes start at once. A current ledger costs one read.
@@ -199,7 +198,7 @@ def ensure_ledger(conn: Conn, tables: LedgerTables) -> None:
             conn.execute(tables.sql("INSERT INTO {version} (version) VALUES (%s)"), (number,))
 
 
-def _applied(conn: Conn, tables: LedgerTables) -> set[int]:
+def _applied(conn: Connection, tables: LedgerTables) -> set[int]:
     """The migrations recorded, read under the DDL lock (none before ``ledger_version``)."""
     exists = conn.execute("SELECT to_regclass(%s)", (tables.version.as_string(conn),)).fetchone()
     if exists is None or exists[0] is None:

@@ -18,15 +18,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import psycopg
 from psycopg import IsolationLevel
 
 from dpone_dagster.lifecycle import token_digest
+from dpone_dagster.postgres.connection import Connection
 
 from .in_flight import in_flight_transactions, wait_out
 from .sessions import transaction
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass
@@ -62,7 +60,7 @@ class Mark:
 
 
 @contextmanager
-def mark_snapshot(conn: Conn) -> Iterator[MarkSnapshot]:
+def mark_snapshot(conn: Connection) -> Iterator[MarkSnapshot]:
     """A ``REPEATABLE READ READ ONLY`` transaction to read a mark in; once the block's reads are
     done, the transactions in flight in the same snapshot are listed and it commits.
 
@@ -82,7 +80,7 @@ def mark_snapshot(conn: Conn) -> Iterator[MarkSnapshot]:
 
 
 def settle_mark(
-    conn: Conn,
+    conn: Connection,
     snapshot: MarkSnapshot,
     mark: str | None,
     *,

@@ -11,15 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
-
 from dpone_dagster.lifecycle import (
     ExtractionLifecycleAuthority,
     ExtractionLifecycleReceipt,
     SnapshotEvidence,
 )
-
-Conn = psycopg.Connection[tuple[object, ...]]
+from dpone_dagster.postgres.connection import Connection
 
 SERVER_CLOCK = "postgresql.clock_timestamp"
 """The clock authority of every engine receipt: the source server's ``clock_timestamp()``."""
@@ -35,7 +32,7 @@ class ReadWindow:
     xmin: int
 
 
-def open_read_window(src: Conn) -> ReadWindow:
+def open_read_window(src: Connection) -> ReadWindow:
     """Records the source transaction's snapshot and clock in a new lifecycle authority (the
     session must be inside its ``REPEATABLE READ`` transaction)."""
     snap = src.execute(
@@ -59,7 +56,7 @@ def open_read_window(src: Conn) -> ReadWindow:
 
 
 def close_read_window(
-    src: Conn, window: ReadWindow, rows: int, byte_count: int
+    src: Connection, window: ReadWindow, rows: int, byte_count: int
 ) -> ExtractionLifecycleReceipt:
     """The read's lifecycle receipt: ``rows`` and ``byte_count`` read, completed at the server's
     clock."""

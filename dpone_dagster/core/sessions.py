@@ -20,13 +20,11 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import IsolationLevel, pq
 
-from dpone_dagster.postgres.connection import set_transaction_mode
+from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.reconcile.digest import pin_settings
 
-Conn = psycopg.Connection[tuple[object, ...]]
 
-
-def prepare_session(conn: Conn) -> None:
+def prepare_session(conn: Connection) -> None:
     """Pins the settings that decide how cursor values and rows are spelled as text (the
     reconciliation digest's), for the whole session: the same value always has the same
     spelling in a checkpoint, a mark or a digest."""
@@ -34,7 +32,9 @@ def prepare_session(conn: Conn) -> None:
 
 
 @contextmanager
-def transaction(conn: Conn, isolation: IsolationLevel, *, read_only: bool) -> Iterator[Conn]:
+def transaction(
+    conn: Connection, isolation: IsolationLevel, *, read_only: bool
+) -> Iterator[Connection]:
     """Begins a transaction on the idle autocommit session ``conn``; commits when the block ends.
 
     Args:
@@ -50,7 +50,7 @@ def transaction(conn: Conn, isolation: IsolationLevel, *, read_only: bool) -> It
         yield conn
 
 
-def advisory_xact_lock(conn: Conn, key: str) -> None:
+def advisory_xact_lock(conn: Connection, key: str) -> None:
     """Takes the advisory lock named ``key`` until ``conn``'s transaction ends (waits while
     another transaction holds it)."""
     # psycopg has no API for advisory locks: a transaction-scoped one, released at its end.
@@ -61,16 +61,16 @@ def advisory_xact_lock(conn: Conn, key: str) -> None:
 class Sessions:
     """An engine run's autocommit sessions; ``ledger`` is ``target`` when the ledger is there."""
 
-    source: Conn
-    target: Conn
-    ledger: Conn
+    source: Connection
+    target: Connection
+    ledger: Connection
 
     @property
     def ledger_in_target(self) -> bool:
         """True when rows and receipt share one transaction."""
         return self.ledger is self.target
 
-    def _distinct(self) -> list[Conn]:
+    def _distinct(self) -> list[Connection]:
         return list({id(c): c for c in (self.source, self.target, self.ledger)}.values())
 
     def abandon(self) -> None:

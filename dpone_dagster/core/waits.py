@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import psycopg
+from dpone_dagster.postgres.connection import Connection
 
 _Row = TypeVar("_Row")
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def wait_while(
@@ -47,7 +46,7 @@ def wait_while(
 
 
 def wait_for_backend_exit(
-    conn: Conn,
+    conn: Connection,
     pid: int,
     *,
     timed_out: Callable[[int, float], Exception],

@@ -18,14 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-import psycopg
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres.connection import set_transaction_mode
+from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
@@ -37,7 +36,6 @@ from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
 from .verify import FinalCheck, final_check
 
-Conn = psycopg.Connection[tuple[object, ...]]
 PhaseHook = Callable[[str], None]
 
 
@@ -49,7 +47,7 @@ class RunOverError(Exception):
 class _Rows:
     """The batch's rows, as the load path takes them (a :class:`Loadable`)."""
 
-    src: Conn
+    src: Connection
     shape: StreamShape
     plan: TablePlan
     run: RunInProgress
@@ -72,7 +70,7 @@ class _Rows:
         """The batch's lifecycle receipt (completed once its rows were read)."""
         return self.receipt or self.window.authority.receipt
 
-    def load_into(self, conn: Conn, staging: TableName) -> int:
+    def load_into(self, conn: Connection, staging: TableName) -> int:
         """Streams the batch into ``staging``; notes its last ``(cursor, key)``."""
         self.on_phase("copy")
         # The plan's columns: the source's in this batch's snapshot (the target evolved to them).
@@ -87,7 +85,7 @@ class _Rows:
         self.rows = moved.rows_in
         row = conn.execute(self.shape.last_row(staging)).fetchone()
         if row is not None:
-            self.last = Checkpoint(cursor=str(row[0]), key=tuple(row[1]))  # type: ignore[arg-type]
+            self.last = Checkpoint(cursor=str(row[0]), key=tuple(row[1]))
         if self.plan.target_exists:
             revive(conn, self.shape, staging)
         self.on_phase("apply")
@@ -162,7 +160,7 @@ def copy_batch(
             load = TargetLoad(tgt, target_dsn, [plan], Sink.MERGE, new_keys_expected=initial)
             done: list[BatchOutcome] = []
 
-            def finish(conn: Conn) -> None:
+            def finish(conn: Connection) -> None:
                 done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify))
                 on_phase("commit")
 
@@ -177,8 +175,8 @@ def copy_batch(
 
 
 def stream_plan(
-    src: Conn,
-    tgt: Conn,
+    src: Connection,
+    tgt: Connection,
     shape: StreamShape,
     mode: SchemaChanges,
     found: StreamCatalogs | None = None,
@@ -201,7 +199,7 @@ def stream_plan(
 
 
 def _finish(
-    conn: Conn,
+    conn: Connection,
     ledger: StreamLedger,
     shape: StreamShape,
     state: StreamState,

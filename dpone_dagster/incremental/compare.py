@@ -21,15 +21,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import psycopg
 from psycopg import sql
 
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import row_hash
 
 from .shape import StreamShape
 
-Conn = psycopg.Connection[tuple[object, ...]]
 Key = tuple[str, ...]
 _T = TypeVar("_T")
 
@@ -77,7 +76,7 @@ _CODE = sql.SQL("((b & {m1}) << {bits}) | ((b >> {shift}) & {m2})").format(
 class _Side:
     """One side: its table, its live-row filter, and the bucket (key) and content hashes."""
 
-    conn: Conn
+    conn: Connection
     table: TableName
     live: sql.Composable
     bucket: sql.Composable
@@ -98,7 +97,7 @@ class _Side:
         query = sql.SQL("SELECT b & {m}, count(*), sum(h)::text FROM {s} GROUP BY 1").format(
             m=_MASK1, s=self._rows()
         )
-        return {int(r[0]): (int(r[1]), str(r[2])) for r in self.conn.execute(query)}  # type: ignore[call-overload]
+        return {int(r[0]): (int(r[1]), str(r[2])) for r in self.conn.execute(query)}
 
     def second(self, ranges: Sequence[int]) -> dict[int, tuple[int, str]]:
         """``{sub-range code: (count, hash sum)}`` inside the given first-level ranges."""
@@ -106,7 +105,7 @@ class _Side:
             "SELECT {code}, count(*), sum(h)::text FROM {s} WHERE b & {m} = ANY(%s) GROUP BY 1"
         ).format(code=_CODE, s=self._rows(), m=_MASK1)
         rows = self.conn.execute(query, (list(ranges),))
-        return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}  # type: ignore[call-overload]
+        return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}
 
     def keys(self, codes: Sequence[int]) -> dict[Key, tuple[str, str]]:
         """``{key: (row hash, cursor)}`` of the rows inside the given sub-ranges."""
@@ -114,14 +113,14 @@ class _Side:
             s=self._rows(), code=_CODE
         )
         rows = self.conn.execute(query, (list(codes),))
-        return {tuple(r[0]): (str(r[1]), str(r[2])) for r in rows}  # type: ignore[arg-type]
+        return {tuple(r[0]): (str(r[1]), str(r[2])) for r in rows}
 
 
 def _differing(a: dict[int, tuple[int, str]], b: dict[int, tuple[int, str]]) -> list[int]:
     return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
 
 
-def _sides(src: Conn, tgt: Conn, shape: StreamShape, rows: bool) -> tuple[_Side, _Side]:
+def _sides(src: Connection, tgt: Connection, shape: StreamShape, rows: bool) -> tuple[_Side, _Side]:
     bucket = row_hash(src, shape.key)
     content = row_hash(src, shape.columns) if rows else bucket
     key_text = sql.SQL(", ").join(sql.SQL("{}::text").format(k.ident) for k in shape.key)
@@ -135,7 +134,7 @@ def _sides(src: Conn, tgt: Conn, shape: StreamShape, rows: bool) -> tuple[_Side,
     )
 
 
-def compare(src: Conn, tgt: Conn, shape: StreamShape, *, rows: bool) -> Comparison:
+def compare(src: Connection, tgt: Connection, shape: StreamShape, *, rows: bool) -> Comparison:
     """Compares both sides range by range; the keys that differ.
 
     Args:

@@ -11,16 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.postgres.catalog import table_columns
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 
 from .compare import Key
 from .shape import StreamShape
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def _matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
@@ -37,7 +35,7 @@ def _matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, li
     return sql.SQL("{} WHERE {}").format(unnest, equal), list(columns)
 
 
-def apply_deletes(tgt: Conn, shape: StreamShape, keys: Sequence[Key], at: datetime) -> int:
+def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: datetime) -> int:
     """Deletes (``soft``: marks with ``at``) the target rows of ``keys``; the rows affected."""
     if not keys:
         return 0
@@ -52,7 +50,7 @@ def apply_deletes(tgt: Conn, shape: StreamShape, keys: Sequence[Key], at: dateti
     return tgt.execute(statement, [at, *params]).rowcount
 
 
-def ensure_soft_column(tgt: Conn, shape: StreamShape) -> None:
+def ensure_soft_column(tgt: Connection, shape: StreamShape) -> None:
     """Adds the soft-delete column (``timestamptz``, NULL for live rows) to the target if
     missing (the catalog is read first: an ``ALTER`` would lock the target until the commit)."""
     if shape.soft_column is None:
@@ -66,7 +64,7 @@ def ensure_soft_column(tgt: Conn, shape: StreamShape) -> None:
         )
 
 
-def revive(tgt: Conn, shape: StreamShape, staging: TableName) -> int:
+def revive(tgt: Connection, shape: StreamShape, staging: TableName) -> int:
     """Clears the soft-delete mark of target rows whose key arrives again in ``staging``."""
     if shape.soft_column is None:
         return 0

@@ -26,7 +26,7 @@ from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
-from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
 from dpone_dagster.postgres.schema_change import SchemaChanges
@@ -38,8 +38,6 @@ from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
 from .verify import check_target
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
 """The target column ``soft`` deletes set, created if missing."""
@@ -155,7 +153,7 @@ class IncrementalSync:
                 raise
         return Sessions(source=src, target=tgt, ledger=tgt)
 
-    def _session(self, dsn: str, side: Literal["source", "target"]) -> Conn:
+    def _session(self, dsn: str, side: Literal["source", "target"]) -> Connection:
         """A prepared session: the source's in autocommit, the target's idle in no transaction."""
         conn = connect(dsn, self.options, side=side, autocommit=side == "source")
         try:
@@ -238,7 +236,7 @@ class IncrementalSync:
             sessions.close()
 
     def _ended(
-        self, tgt: Conn, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]
+        self, tgt: Connection, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]
     ) -> tuple[StreamState, list[StreamReceipt]]:
         """The state after the run and the run's receipts: those this call committed when it
         ran the whole run, else the ledger's (a resumed run, or one another process ended)."""

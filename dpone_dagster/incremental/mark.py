@@ -25,18 +25,16 @@ mark again on every run.
 
 from __future__ import annotations
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.marks import Mark, mark_snapshot, settle_mark
+from dpone_dagster.postgres.connection import Connection
 
 from .shape import StreamShape
 
-Conn = psycopg.Connection[tuple[object, ...]]
 
-
-def check_no_null_cursor(conn: Conn, shape: StreamShape) -> None:
+def check_no_null_cursor(conn: Connection, shape: StreamShape) -> None:
     """Refuses a source with a NULL cursor (an index probe), before anything is written.
 
     Raises:
@@ -52,7 +50,7 @@ def check_no_null_cursor(conn: Conn, shape: StreamShape) -> None:
 
 
 def take_mark(
-    conn: Conn, shape: StreamShape, *, settle_timeout: float, poll_interval: float = 0.05
+    conn: Connection, shape: StreamShape, *, settle_timeout: float, poll_interval: float = 0.05
 ) -> Mark:
     """Reads the mark in one snapshot, then waits out the transactions in flight at that moment.
 

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.marks import Mark
+from dpone_dagster.postgres.connection import Connection
 
 from .shape import StreamShape
 from .state import RunInProgress, StreamState
 
-Conn = psycopg.Connection[tuple[object, ...]]
 
-
-def greatest(src: Conn, shape: StreamShape, values: list[str | None]) -> str | None:
+def greatest(src: Connection, shape: StreamShape, values: list[str | None]) -> str | None:
     """The largest of ``values`` as the cursor's type (``None`` when all are ``None``)."""
     present = [v for v in values if v is not None]
     if len(present) < 2:
@@ -37,7 +35,7 @@ def greatest(src: Conn, shape: StreamShape, values: list[str | None]) -> str | N
     return None if row[0] is None else str(row[0])
 
 
-def above(src: Conn, shape: StreamShape, values: list[str], mark: str | None) -> list[bool]:
+def above(src: Connection, shape: StreamShape, values: list[str], mark: str | None) -> list[bool]:
     """For each cursor value (text), whether it lies above ``mark`` (every one, without a
     mark)."""
     if mark is None or not values:
@@ -52,7 +50,7 @@ def above(src: Conn, shape: StreamShape, values: list[str], mark: str | None) ->
     return [bool(r[0]) for r in rows]
 
 
-def _minus(src: Conn, shape: StreamShape, value: str, lookback: timedelta) -> str:
+def _minus(src: Connection, shape: StreamShape, value: str, lookback: timedelta) -> str:
     row = src.execute(
         sql.SQL("SELECT (CAST(%s::text AS {}) - %s::interval)::text").format(
             sql.SQL(shape.cursor.type_sql)
@@ -64,7 +62,7 @@ def _minus(src: Conn, shape: StreamShape, value: str, lookback: timedelta) -> st
 
 
 def next_lower(
-    src: Conn, shape: StreamShape, state: StreamState, lookback: timedelta | None
+    src: Connection, shape: StreamShape, state: StreamState, lookback: timedelta | None
 ) -> str | None:
     """Where the stream's next run starts reading: the mark, or below it where transactions
     were still open at the mark (``rescan_from``), less the lookback."""
@@ -75,7 +73,7 @@ def next_lower(
 
 
 def plan_run(
-    src: Conn,
+    src: Connection,
     shape: StreamShape,
     state: StreamState,
     mark: Mark,

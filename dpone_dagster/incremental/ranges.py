@@ -29,13 +29,12 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
+
+from dpone_dagster.postgres.connection import Connection
 
 from .compare import Key, both
 from .shape import StreamShape
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 INTEGER_KEYS = frozenset({"int2", "int4", "int8"})
 """First key column types whose ranges split arithmetically."""
@@ -62,7 +61,9 @@ class RangeScan:
 
 
 class _Side:
-    def __init__(self, conn: Conn, shape: StreamShape, table: sql.Composable, live: sql.Composable):
+    def __init__(
+        self, conn: Connection, shape: StreamShape, table: sql.Composable, live: sql.Composable
+    ):
         self.conn, self.shape, self.table, self.live = conn, shape, table, live
         self.k1 = shape.key[0].ident
         # Bounds of the key's own type (int8 for every integer: an int4 key compares with an
@@ -76,7 +77,7 @@ class _Side:
             )
         ).fetchone()
         assert row is not None
-        return row[0], row[1]  # type: ignore[return-value]
+        return row[0], row[1]
 
     def counts(self, ranges: Sequence[Range]) -> list[int]:
         query = sql.SQL(
@@ -85,7 +86,7 @@ class _Side:
             " ORDER BY r.n"
         ).format(t=self.table, k=self.k1, w=self.live, a=self.array)
         rows = self.conn.execute(query, ([r[0] for r in ranges], [r[1] for r in ranges]))
-        return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+        return [int(r[0]) for r in rows]
 
     def keys(self, ranges: Sequence[Range]) -> set[Key]:
         names = sql.SQL(", ").join(sql.SQL("t.{}::text").format(k.ident) for k in self.shape.key)
@@ -94,10 +95,10 @@ class _Side:
             " JOIN {t} AS t ON t.{k} >= r.lo AND t.{k} < r.hi WHERE {w}"
         ).format(n=names, t=self.table, k=self.k1, w=self.live, a=self.array)
         rows = self.conn.execute(query, ([r[0] for r in ranges], [r[1] for r in ranges]))
-        return {tuple(r[0]) for r in rows}  # type: ignore[arg-type]
+        return {tuple(r[0]) for r in rows}
 
 
-def _fresh(src: Conn, shape: StreamShape, mark: str) -> list[int] | None:
+def _fresh(src: Connection, shape: StreamShape, mark: str) -> list[int] | None:
     """First key values of the source rows whose cursor is above ``mark``, sorted."""
     query = sql.SQL("SELECT {k} FROM {t} WHERE {c} > CAST(%s::text AS {ct}) LIMIT %s").format(
         k=shape.key[0].ident,
@@ -108,7 +109,7 @@ def _fresh(src: Conn, shape: StreamShape, mark: str) -> list[int] | None:
     rows = src.execute(query, (mark, MAX_FRESH + 1)).fetchall()
     if len(rows) > MAX_FRESH:
         return None
-    return sorted(int(r[0]) for r in rows)  # type: ignore[call-overload]
+    return sorted(int(r[0]) for r in rows)
 
 
 def _split(r: Range, parts: int) -> list[Range]:
@@ -124,19 +125,19 @@ _HISTOGRAM = sql.SQL(
 )
 
 
-def _first_ranges(src: Conn, shape: StreamShape, whole: Range) -> list[Range]:
+def _first_ranges(src: Connection, shape: StreamShape, whole: Range) -> list[Range]:
     """About :data:`FIRST_SPLIT` ranges covering ``whole``: each bucket of the source's
     histogram of the key split equally (``whole`` split equally without a histogram)."""
     table, key = shape.source, shape.key[0].name
     row = src.execute(_HISTOGRAM, (table.schema, table.name, key)).fetchone()
-    bounds = [] if row is None or row[0] is None else list(row[0])  # type: ignore[call-overload]
+    bounds = [] if row is None or row[0] is None else list(row[0])
     lo, hi = whole
     points = sorted({lo, hi, *(int(b) for b in bounds if lo < int(b) < hi)})
     parts = max(1, FIRST_SPLIT // (len(points) - 1))
     return [r for a, b in itertools.pairwise(points) for r in _split((a, b), parts)]
 
 
-def range_scan(src: Conn, tgt: Conn, shape: StreamShape, mark: str) -> RangeScan | None:
+def range_scan(src: Connection, tgt: Connection, shape: StreamShape, mark: str) -> RangeScan | None:
     """The keys the target holds and the source lost, by counting ranges (``None``: the stream
     does not qualify, or too many rows changed since the mark; use the digest comparison)."""
     if shape.key[0].type_name not in INTEGER_KEYS or shape.key[0].type_schema != "pg_catalog":

@@ -6,18 +6,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import ENGINE_ERRORS
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.lifecycle import SnapshotLabel
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.schema_change import ColumnChange
 
 from .shape import StreamShape
 from .state import StreamReceipt, StreamState, Verification
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,9 @@ class IncrementalResult:
     schema_changes: tuple[ColumnChange, ...] = ()
 
 
-def _lag(src: Conn, shape: StreamShape, state: StreamState, mark: Mark | None) -> float | None:
+def _lag(
+    src: Connection, shape: StreamShape, state: StreamState, mark: Mark | None
+) -> float | None:
     """The source clock at the newest mark taken (this call's, or the stored one) minus the
     newest cursor value copied."""
     times = [t for t in (state.mark_taken_at, mark.taken_at if mark else None) if t is not None]
@@ -98,7 +98,7 @@ def _lag(src: Conn, shape: StreamShape, state: StreamState, mark: Mark | None) -
         (taken_at, state.mark),
     ).fetchone()
     assert row is not None
-    return float(row[0])  # type: ignore[arg-type]
+    return float(row[0])
 
 
 def _notices(state: StreamState, mark: Mark | None) -> tuple[Notice, ...]:
@@ -127,7 +127,7 @@ def _label(receipts: Sequence[StreamReceipt]) -> SnapshotLabel:
 
 
 def build_result(
-    src: Conn,
+    src: Connection,
     shape: StreamShape,
     before: StreamState,
     after: StreamState,

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.cursors import is_cursor_type
@@ -21,12 +20,11 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 
 from .state import Checkpoint
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,9 @@ class StreamCatalogs:
     target: TargetCatalog | None
 
 
-def read_catalogs(src: Conn, tgt: Conn, source: TableName, target: TableName) -> StreamCatalogs:
+def read_catalogs(
+    src: Connection, tgt: Connection, source: TableName, target: TableName
+) -> StreamCatalogs:
     """Reads both tables' catalogs, each side in its own session at the same time.
 
     Raises:

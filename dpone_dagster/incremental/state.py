@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import psycopg
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerStore, as_json
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-
-Conn = psycopg.Connection[tuple[object, ...]]
+from dpone_dagster.postgres.connection import Connection
 
 
 class _Frozen(BaseModel):
@@ -168,7 +166,7 @@ class StreamLedger:
             " AND (%s::bigint IS NULL OR run = %s::bigint) ORDER BY sequence"
         )
 
-    def exists(self, conn: Conn) -> bool:
+    def exists(self, conn: Connection) -> bool:
         """Whether the ledger holds the stream tables (read in ``conn``'s current transaction)."""
         tables = self.store.tables
         found = conn.execute(
@@ -177,15 +175,15 @@ class StreamLedger:
         ).fetchone()
         return found is not None and bool(found[0])
 
-    def ensure(self, conn: Conn) -> None:
+    def ensure(self, conn: Connection) -> None:
         """Brings the ledger up to date (its schema and tables created if missing)."""
         self.store.ensure(conn)
 
-    def lock(self, conn: Conn, stream_id: str) -> None:
+    def lock(self, conn: Connection, stream_id: str) -> None:
         """Takes the stream's advisory lock until the current transaction ends."""
         self.store.lock(conn, stream_id)
 
-    def fetch(self, conn: Conn, stream_id: str) -> StreamState | None:
+    def fetch(self, conn: Connection, stream_id: str) -> StreamState | None:
         """The stored state of the stream, or ``None`` when it has none yet."""
         stored = self.store.streams.fetch(conn, stream_id)
         if stored is None:
@@ -198,7 +196,7 @@ class StreamLedger:
             )
         return state
 
-    def save(self, conn: Conn, before: StreamState | None, after: StreamState) -> None:
+    def save(self, conn: Connection, before: StreamState | None, after: StreamState) -> None:
         """Stores ``after`` if the stored revision is still ``before``'s (or none is stored).
 
         Raises:
@@ -217,7 +215,7 @@ class StreamLedger:
             )
 
     def record(
-        self, conn: Conn, before: StreamState, after: StreamState, receipt: StreamReceipt
+        self, conn: Connection, before: StreamState, after: StreamState, receipt: StreamReceipt
     ) -> None:
         """Inserts the batch's receipt and advances the state (compare-and-swap)."""
         self.store.insert_row(
@@ -232,7 +230,9 @@ class StreamLedger:
         )
         self.save(conn, before, after)
 
-    def receipts(self, conn: Conn, stream_id: str, run: int | None = None) -> list[StreamReceipt]:
+    def receipts(
+        self, conn: Connection, stream_id: str, run: int | None = None
+    ) -> list[StreamReceipt]:
         """The stream's receipts (of one run, when given), in sequence order."""
         rows = conn.execute(self._receipts, (stream_id, run, run)).fetchall()
         return [StreamReceipt.model_validate(r[0]) for r in rows]

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import psycopg
-
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.postgres.connection import Connection
 
 from .compare import Comparison, Key, compare
 from .deletes import apply_deletes
@@ -25,8 +24,6 @@ from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
 from .state import Verification
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 @dataclass(frozen=True)
@@ -38,14 +35,14 @@ class FinalCheck:
     verification: Verification | None = None
 
 
-def _without_jit(*conns: Conn) -> None:
+def _without_jit(*conns: Connection) -> None:
     """Turns JIT off for the current transactions: compiling costs more than these scans take."""
     for conn in conns:
         conn.execute("SELECT set_config('jit', 'off', true)")
 
 
 def _verdict(
-    src: Conn, shape: StreamShape, found: Comparison, mark: str | None, *, kept: bool
+    src: Connection, shape: StreamShape, found: Comparison, mark: str | None, *, kept: bool
 ) -> Verification:
     candidates = {**found.source_only, **found.differing}
     keys = list(candidates)
@@ -63,8 +60,8 @@ def _verdict(
 
 
 def final_check(
-    src: Conn,
-    tgt: Conn,
+    src: Connection,
+    tgt: Connection,
     shape: StreamShape,
     *,
     deletes: Deletes,
@@ -102,7 +99,9 @@ def final_check(
     return FinalCheck(deleted, keys_compared, verification)
 
 
-def check_target(src: Conn, tgt: Conn, shape: StreamShape, lower: str | None) -> Verification:
+def check_target(
+    src: Connection, tgt: Connection, shape: StreamShape, lower: str | None
+) -> Verification:
     """Compares whole rows of both sides without changing anything: every source row with a
     cursor at or below ``lower`` (where the next run starts reading) must be in the target,
     equal; target rows whose key the source lost are counted in ``deleted_kept`` (the next run

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import psycopg
-
 from dpone_dagster.lifecycle import ExtractionArtifact, ExtractionLifecycleAuthority
 
 from .catalog import Column
+from .connection import Connection
 from .copy import CopyFormat, copy_format_for
 from .identifiers import TableName
 from .progress import ProgressCallback, ProgressMeter, progress_hook
 from .snapshot import POSTGRES_CLOCK, SnapshotSession
-
-Connection = psycopg.Connection[tuple[object, ...]]
 
 
 class TableArtifact(ExtractionArtifact):

@@ -21,8 +21,9 @@ from psycopg.abc import Buffer
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifact import Connection, TableArtifact, open_window
+from .artifact import TableArtifact, open_window
 from .catalog import Column, column_list
+from .connection import Connection
 from .copy import (
     CopyFormat,
     RelayResult,

@@ -66,9 +66,9 @@ def compute_bounds(session: SnapshotSession, table: TableName, column: str | Non
     low, high, count = row
     return KeyBounds(
         column=column,
-        minimum=None if low is None else int(low),  # type: ignore[call-overload]
-        maximum=None if high is None else int(high),  # type: ignore[call-overload]
-        count=int(count),  # type: ignore[call-overload]
+        minimum=None if low is None else int(low),
+        maximum=None if high is None else int(high),
+        count=int(count),
     )
 
 

@@ -11,11 +11,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
+from psycopg.rows import TupleRow
 
 from dpone_dagster.lifecycle import DponeError
 
+from .connection import Connection
 from .identifiers import TableName
 
 
@@ -122,10 +123,10 @@ def columns_query(relation: str) -> str:
 _PRIMARY_KEY_OF = _PRIMARY_KEY.format(relation=_RELATION_OID)
 
 
-def relation_oid(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> int | None:
+def relation_oid(conn: Connection, table: TableName) -> int | None:
     """The table's OID, or None when it does not exist (exact names, no search_path)."""
     row = conn.execute(_RELATION_OID, (table.schema, table.name)).fetchone()
-    return int(row[0]) if row else None  # type: ignore[call-overload]
+    return int(row[0]) if row else None
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class TableCatalog:
     index_leads: frozenset[str]
 
 
-def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[Column]:
+def table_columns(conn: Connection, table: TableName) -> list[Column]:
     """Returns the table's columns in order.
 
     Raises:
@@ -153,7 +154,7 @@ def table_columns(conn: psycopg.Connection[tuple[object, ...]], table: TableName
     return list(table_catalog(conn, table).columns)
 
 
-def table_catalog(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> TableCatalog:
+def table_catalog(conn: Connection, table: TableName) -> TableCatalog:
     """Returns the table's columns, primary key and index-leading columns, in one round trip.
 
     Raises:
@@ -172,13 +173,13 @@ def table_catalog(conn: psycopg.Connection[tuple[object, ...]], table: TableName
     return catalog_of(rows)
 
 
-def catalog_of(rows: Sequence[Sequence[object]]) -> TableCatalog:
+def catalog_of(rows: Sequence[TupleRow]) -> TableCatalog:
     """The :class:`TableCatalog` of a table from the rows of its columns query."""
     columns = tuple(
         Column(
             name=str(r[0]),
             type_sql=str(r[1]),
-            type_oid=int(r[2]),  # type: ignore[call-overload]
+            type_oid=int(r[2]),
             not_null=bool(r[3]),
             default_sql=None if r[4] is None else str(r[4]),
             generated=bool(r[5]),
@@ -191,12 +192,12 @@ def catalog_of(rows: Sequence[Sequence[object]]) -> TableCatalog:
         )
         for r in rows
     )
-    keyed = sorted((int(r[12]), str(r[0])) for r in rows if r[12] is not None)  # type: ignore[call-overload]
+    keyed = sorted((int(r[12]), str(r[0])) for r in rows if r[12] is not None)
     leads = frozenset(str(r[0]) for r in rows if r[13])
     return TableCatalog(columns, tuple(name for _, name in keyed), leads)
 
 
-def primary_key(conn: psycopg.Connection[tuple[object, ...]], table: TableName) -> list[str]:
+def primary_key(conn: Connection, table: TableName) -> list[str]:
     """The table's primary-key columns in key order (empty when it has none)."""
     rows = conn.execute(_PRIMARY_KEY_OF, (table.schema, table.name)).fetchall()
     return [str(r[0]) for r in rows]

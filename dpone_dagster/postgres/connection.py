@@ -10,12 +10,17 @@ server answered and refused the session (a wrong password, an unknown user or da
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeAlias
 
 import psycopg
 from psycopg import conninfo
+from psycopg.rows import TupleRow
 
 from dpone_dagster.lifecycle import DponeError, redact
+
+Connection: TypeAlias = psycopg.Connection[TupleRow]
+"""A session as every dpone module types it: psycopg's default connection, whose rows are
+tuples (:data:`psycopg.rows.TupleRow`)."""
 
 Side = Literal["source", "target", "ledger"]
 """Which database a session serves, for the codes and messages of its failures."""
@@ -145,7 +150,7 @@ def connect(
     *,
     side: Side,
     autocommit: bool = False,
-) -> psycopg.Connection[tuple[object, ...]]:
+) -> Connection:
     """Opens a session with dpone's options.
 
     Args:
@@ -212,7 +217,7 @@ def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
 
 
 def set_transaction_mode(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     isolation: psycopg.IsolationLevel,
     *,
     read_only: bool,

@@ -29,6 +29,7 @@ from psycopg import errors, pq, sql
 from psycopg.abc import Buffer
 
 from .catalog import Column, column_list
+from .connection import Connection
 from .identifiers import TableName
 
 CopyFormat = Literal["binary", "text"]
@@ -38,8 +39,6 @@ RELAY_WRITE = 64 << 10
 
 EMPTY_HASH = "sha256:" + hashlib.sha256(b"").hexdigest()
 """The content hash of a relay that moved no bytes."""
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 BINARY_ACROSS_VERSIONS = frozenset(
@@ -87,7 +86,7 @@ def copy_format_for(
     return copy_format_choice(columns, versions)[0]
 
 
-def major_versions(source: Conn, target: Conn) -> tuple[int, int]:
+def major_versions(source: Connection, target: Connection) -> tuple[int, int]:
     """The major versions of the servers of two sessions (``18`` for 18.1)."""
     return source.info.server_version // 10000, target.info.server_version // 10000
 
@@ -222,9 +221,9 @@ def _finish(pgconn: pq.abc.PGconn, encoding: str) -> int:
 
 
 def relay(
-    source: Conn,
+    source: Connection,
     copy_out: sql.Composed,
-    target: Conn,
+    target: Connection,
     copy_in: sql.Composed,
     *,
     params: Sequence[object] = (),

@@ -23,14 +23,12 @@ from dataclasses import dataclass
 from hashlib import sha256
 from typing import Annotated
 
-import psycopg
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
 from .catalog import Column, relation_oid
+from .connection import Connection
 from .identifiers import TableName
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 _TABLE = """
 SELECT c.relkind::text, c.relrowsecurity,
@@ -82,7 +80,9 @@ class TableKeys:
     target_oid: int
 
 
-def table_key(conn: Conn, table: TableName, columns: Sequence[Column]) -> tuple[int, str] | None:
+def table_key(
+    conn: Connection, table: TableName, columns: Sequence[Column]
+) -> tuple[int, str] | None:
     """The table's OID and a key of its identity and copied columns, read in ``conn``'s snapshot.
 
     ``None`` when row versions cannot prove the table's content (see the module's docstring).
@@ -95,14 +95,18 @@ def table_key(conn: Conn, table: TableName, columns: Sequence[Column]) -> tuple[
     row = conn.execute(_TABLE, (oid, [c.name for c in columns])).fetchone()
     if row is None or row[0] != "r" or row[1] or row[2]:
         return None
-    attrs = list(row[3])  # type: ignore[call-overload]
+    attrs = list(row[3])
     if len(attrs) != len(columns):
         return None
     return oid, sha256(json.dumps([oid, attrs]).encode()).hexdigest()
 
 
 def keys_for(
-    src: Conn, tgt: Conn, source: TableName, target: TableName, columns: Sequence[Column]
+    src: Connection,
+    tgt: Connection,
+    source: TableName,
+    target: TableName,
+    columns: Sequence[Column],
 ) -> TableKeys | None:
     """Both tables' keys, or ``None`` when either cannot be proven by row versions."""
     s = table_key(src, source, columns)
@@ -113,7 +117,7 @@ def keys_for(
 
 
 def written_rows(
-    tgt: Conn,
+    tgt: Connection,
     target: TableName,
     keys: TableKeys,
     *,
@@ -151,7 +155,7 @@ def written_rows(
     row = tgt.execute(query, [*(params if count else ()), *probe_params, keys.target_oid])
     found = row.fetchone()
     assert found is not None
-    rows = None if found[0] is None else int(found[0])  # type: ignore[call-overload]
+    rows = None if found[0] is None else int(found[0])
     if found[1] is None or found[3]:
         return rows, None
     return rows, RowVersionEvidence(
@@ -168,7 +172,7 @@ _LOAD = """SELECT pg_current_xact_id()::text,
 
 
 def load_writers(
-    tgt: Conn, target: TableName, columns: Sequence[Column], *, others: Sequence[int] = ()
+    tgt: Connection, target: TableName, columns: Sequence[Column], *, others: Sequence[int] = ()
 ) -> RowVersionEvidence | None:
     """The evidence of a load that just replaced ``target``'s rows in its own transaction.
 

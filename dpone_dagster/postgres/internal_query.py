@@ -16,9 +16,9 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import SnapshotEvidence
 
-from .artifact import Connection, TableArtifact
+from .artifact import TableArtifact
 from .catalog import Column, column_list
-from .connection import set_transaction_mode
+from .connection import Connection, set_transaction_mode
 from .identifiers import TableName
 from .progress import ProgressMeter
 from .snapshot import POSTGRES_CLOCK, read_snapshot, server_clock, set_transaction_snapshot

@@ -38,7 +38,7 @@ from dpone_dagster.lifecycle import (
     redact,
 )
 
-from .connection import set_transaction_mode
+from .connection import Connection, set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
 from .plan import Sink, TablePlan
@@ -46,7 +46,6 @@ from .schema_change import apply_changes
 from .sinks import SinkResult, apply_sink
 from .staging import ensure_schema, staging_table
 
-Conn = psycopg.Connection[tuple[object, ...]]
 R = TypeVar("R")
 
 
@@ -75,7 +74,7 @@ class Loadable(Protocol):
         """64-bit ids of other transactions that wrote the rows into staging (none: the load's
         own transaction did)."""
 
-    def load_into(self, conn: Conn, staging: TableName) -> int:
+    def load_into(self, conn: Connection, staging: TableName) -> int:
         """Writes the rows into ``staging`` in ``conn``'s transaction; the rows the target took."""
 
 
@@ -97,12 +96,12 @@ class TableLoad:
     row_versions: RowVersionEvidence | None = None
 
 
-def begin_read_write(target: Conn) -> None:
+def begin_read_write(target: Connection) -> None:
     """The load's usual transaction: ``READ COMMITTED READ WRITE``."""
     set_transaction_mode(target, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
 
 
-StagingFiller = Callable[[Conn, str, Sequence[TableName]], None]
+StagingFiller = Callable[[Connection, str, Sequence[TableName]], None]
 """Fills staging tables from other sessions before the load writes its own rows."""
 
 
@@ -123,7 +122,7 @@ class TargetLoad:
 
     def __init__(
         self,
-        target: Conn,
+        target: Connection,
         target_dsn: str,
         plans: Sequence[TablePlan],
         sink: Sink,
@@ -140,9 +139,9 @@ class TargetLoad:
         self,
         rows: Callable[[int], Loadable],
         *,
-        begin: Callable[[Conn], None] = begin_read_write,
+        begin: Callable[[Connection], None] = begin_read_write,
         fill_stagings: StagingFiller | None = None,
-        before_commit: Callable[[Conn], None] | None = None,
+        before_commit: Callable[[Connection], None] | None = None,
     ) -> None:
         """Stages every table, applies the sinks and commits.
 
@@ -202,7 +201,7 @@ class TargetLoad:
             )
 
 
-def commit_target(conn: Conn) -> None:
+def commit_target(conn: Connection) -> None:
     """Commits the target transaction; the answer decides the terminal outcome.
 
     Raises:

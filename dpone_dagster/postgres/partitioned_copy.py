@@ -25,10 +25,10 @@ from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
 
-from .artifact import Connection, TableArtifact, open_window
+from .artifact import TableArtifact, open_window
 from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
 from .catalog import Column
-from .connection import ConnectionOptions, connect, set_transaction_mode
+from .connection import Connection, ConnectionOptions, connect, set_transaction_mode
 from .copy import (
     CopyFormat,
     RelayResult,
@@ -236,7 +236,7 @@ class PartitionedCopy:
 
     def _work(self, shared: _Shared) -> None:
         source: SnapshotSession | None = None
-        target: psycopg.Connection[tuple[object, ...]] | None = None
+        target: Connection | None = None
         try:
             source = self.coordinator.worker()
             target = connect(shared.target_dsn, shared.target_options, side="target")
@@ -304,7 +304,7 @@ class _Shared:
 def _worker_failure(
     exc: BaseException,
     source: SnapshotSession | None,
-    target: psycopg.Connection[tuple[object, ...]] | None,
+    target: Connection | None,
 ) -> BaseException:
     """Names the side a worker's database error came from (the worker alone can tell)."""
     if not isinstance(exc, psycopg.Error):

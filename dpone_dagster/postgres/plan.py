@@ -11,12 +11,12 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, Vocabulary
 
 from .catalog import Column, TableCatalog, table_catalog
+from .connection import Connection
 from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, decide
@@ -137,8 +137,8 @@ SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnames
 
 
 def plan_tables(
-    source: psycopg.Connection[tuple[object, ...]],
-    target: psycopg.Connection[tuple[object, ...]],
+    source: Connection,
+    target: Connection,
     mappings: Sequence[TableMapping],
     sink: Sink,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
@@ -176,8 +176,8 @@ def plan_tables(
 
 
 def _plan_one(
-    source: psycopg.Connection[tuple[object, ...]],
-    target: psycopg.Connection[tuple[object, ...]],
+    source: Connection,
+    target: Connection,
     mapping: TableMapping,
     sink: Sink,
     changes: tuple[SchemaChanges, Collection[str]],
@@ -189,8 +189,8 @@ def _plan_one(
 def new_target_plan(
     mapping: TableMapping,
     source: TableCatalog,
-    source_conn: psycopg.Connection[tuple[object, ...]],
-    target_conn: psycopg.Connection[tuple[object, ...]],
+    source_conn: Connection,
+    target_conn: Connection,
 ) -> TablePlan:
     """The plan of a copy of a source table (as its catalog describes it) into a target that
     does not exist yet: :func:`plan_target` completes it with the target's catalog."""
@@ -215,7 +215,7 @@ def new_target_plan(
 
 
 def plan_target(
-    target: psycopg.Connection[tuple[object, ...]],
+    target: Connection,
     plan: TablePlan,
     sink: Sink,
     *,
@@ -254,7 +254,7 @@ def plan_target(
 
 
 def _onto_existing(
-    target: psycopg.Connection[tuple[object, ...]],
+    target: Connection,
     found: TargetCatalog,
     plan: TablePlan,
     sink: Sink,
@@ -308,9 +308,7 @@ def _onto_existing(
     )
 
 
-def _check_user_types(
-    target: psycopg.Connection[tuple[object, ...]], table: TableName, columns: Sequence[Column]
-) -> None:
+def _check_user_types(target: Connection, table: TableName, columns: Sequence[Column]) -> None:
     """A target created from the source needs every user-defined type the source uses."""
     missing = sorted(
         {
@@ -332,7 +330,7 @@ def _check_user_types(
 
 
 def _fetch_bool(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     query: str | sql.Composed,
     params: tuple[object, ...],
 ) -> bool:

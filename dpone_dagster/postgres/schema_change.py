@@ -23,12 +23,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, Vocabulary
 
 from .catalog import Column, NormalType, column_type, normal_type
+from .connection import Connection
 from .identifiers import TableName
 
 
@@ -240,7 +240,7 @@ def _refuse(
 
 
 def apply_changes(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     table: TableName,
     changes: Sequence[ColumnChange],
 ) -> None:

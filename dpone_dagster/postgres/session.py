@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 import psycopg
 
+from .connection import Connection
+
 
 class SourceTransaction:
     """A live source transaction (and its cursors) that a terminal decision commits or rolls back.
@@ -24,7 +26,7 @@ class SourceTransaction:
 
     def __init__(
         self,
-        conn: psycopg.Connection[tuple[object, ...]],
+        conn: Connection,
         cursors: Iterable[psycopg.Cursor[tuple[object, ...]]] = (),
         *,
         close_connection: bool = True,

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from .catalog import column_list, relation_oid
+from .connection import Connection
 from .identifiers import MAX_IDENTIFIER_BYTES, TableName
 from .plan import Sink, TablePlan
 
@@ -46,7 +47,7 @@ class SinkResult:
 
 
 def apply_sink(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     plan: TablePlan,
     staging: TableName,
     sink: Sink,
@@ -88,9 +89,7 @@ def apply_sink(
     return result
 
 
-def _swap(
-    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, staging: TableName, rows: int
-) -> SinkResult:
+def _swap(conn: Connection, plan: TablePlan, staging: TableName, rows: int) -> SinkResult:
     temporary_pk = f"{staging.name}_pkey"
     if plan.target_key:
         conn.execute(
@@ -118,7 +117,7 @@ def _swap(
 
 
 def _merge(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     plan: TablePlan,
     staging: TableName,
     insert: sql.Composed,
@@ -219,9 +218,7 @@ _JOIN_METHODS = (
 )
 
 
-def _merge_statement(
-    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, staging: TableName
-) -> SinkResult | None:
+def _merge_statement(conn: Connection, plan: TablePlan, staging: TableName) -> SinkResult | None:
     """``MERGE`` of the staged rows by key, under a savepoint; ``None`` when it cannot be used
     here (the savepoint undid it): a key a concurrent writer inserted meanwhile, a target with
     rules, or counters that do not add up (a trigger writing the target, ``track_counts`` off).
@@ -251,9 +248,7 @@ def _merge_statement(
         return None
 
 
-def _counted_merge(
-    conn: psycopg.Connection[tuple[object, ...]], target: TableName, statement: sql.Composed
-) -> SinkResult:
+def _counted_merge(conn: Connection, target: TableName, statement: sql.Composed) -> SinkResult:
     """Runs ``statement`` with a nested-loop join over the target's key (the planner would hash
     the whole target to join a batch of a few thousand rows); its inserted and updated rows."""
     row = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
@@ -263,16 +258,14 @@ def _counted_merge(
     conn.execute(_JOIN_METHODS, (row[2], row[3]))
     after = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
     assert after is not None
-    inserted = int(after[0]) - int(row[0])  # type: ignore[call-overload]
-    updated = int(after[1]) - int(row[1])  # type: ignore[call-overload]
+    inserted = int(after[0]) - int(row[0])
+    updated = int(after[1]) - int(row[1])
     if inserted + updated != merged or min(inserted, updated) < 0:
         raise _CountsDisagreeError(f"{inserted} + {updated} != {merged}")
     return SinkResult("merge", inserted, updated)
 
 
-def _upsert(
-    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, insert: sql.Composed
-) -> SinkResult:
+def _upsert(conn: Connection, plan: TablePlan, insert: sql.Composed) -> SinkResult:
     """``INSERT ... ON CONFLICT DO UPDATE``: the merge where ``MERGE`` cannot be used.
 
     A row it inserted has no ``xmax``. A partitioned target cannot return that system column,
@@ -300,7 +293,7 @@ def _upsert(
     ).format(insert, keys, action, inserted)
     row = conn.execute(statement).fetchone()
     assert row is not None
-    return SinkResult("merge", int(row[0]), int(row[1]))  # type: ignore[call-overload]
+    return SinkResult("merge", int(row[0]), int(row[1]))
 
 
 def default_pk_name(table: str) -> str:

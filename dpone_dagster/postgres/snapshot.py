@@ -24,7 +24,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, SnapshotEvidence, redact
 
-from .connection import ConnectionOptions, connect, set_transaction_mode
+from .connection import Connection, ConnectionOptions, connect, set_transaction_mode
 from .session import SourceTransaction
 
 POSTGRES_CLOCK = "postgresql.clock_timestamp"
@@ -59,7 +59,7 @@ class SnapshotSession:
 
     def __init__(
         self,
-        conn: psycopg.Connection[tuple[object, ...]],
+        conn: Connection,
         evidence: SnapshotEvidence,
         backend_pid: int,
         *,
@@ -183,9 +183,7 @@ class SnapshotSession:
             self.rollback_and_close()
 
 
-def _read_only_session(
-    dsn: str, options: ConnectionOptions
-) -> psycopg.Connection[tuple[object, ...]]:
+def _read_only_session(dsn: str, options: ConnectionOptions) -> Connection:
     conn = connect(dsn, options, side="source")
     set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
     return conn
@@ -214,9 +212,7 @@ class LazySnapshot:
             return self._session
 
 
-def read_snapshot(
-    conn: psycopg.Connection[tuple[object, ...]], *, export: bool = False
-) -> tuple[SnapshotEvidence, int]:
+def read_snapshot(conn: Connection, *, export: bool = False) -> tuple[SnapshotEvidence, int]:
     """Reads the snapshot evidence of ``conn``'s open ``REPEATABLE READ`` transaction.
 
     Run it as the transaction's first statement: the snapshot that statement runs under becomes
@@ -266,9 +262,7 @@ def check_snapshot_token(token: str) -> str:
     return token
 
 
-def set_transaction_snapshot(
-    conn: psycopg.Connection[tuple[object, ...]], token: str
-) -> SnapshotEvidence:
+def set_transaction_snapshot(conn: Connection, token: str) -> SnapshotEvidence:
     """Imports an exported snapshot into ``conn``'s just-begun transaction.
 
     Call it as the first statement of a ``REPEATABLE READ`` transaction (read only or read
@@ -311,7 +305,7 @@ def _import_failed(exc: psycopg.Error) -> SnapshotError:
     )
 
 
-def server_clock(conn: psycopg.Connection[tuple[object, ...]]) -> datetime:
+def server_clock(conn: Connection) -> datetime:
     """The server's ``clock_timestamp()`` now, read on ``conn``."""
     row = conn.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None

@@ -18,7 +18,7 @@ import psycopg
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 
-from .connection import connect, set_transaction_mode
+from .connection import Connection, connect, set_transaction_mode
 from .identifiers import TableName
 from .load import TargetLoad, settle_load
 from .options import CopyOptions
@@ -27,8 +27,6 @@ from .registry import open_strategy
 from .report import CopyError, CopyReport, TableCopyReport
 from .schema_change import SchemaChanges
 from .strategy import ExtractionStrategy, SourceReads, Strategy
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 _IDENTITY = (
     "SELECT current_database(), pg_postmaster_start_time()::text, "
@@ -159,7 +157,7 @@ class SnapshotCopy:
         self.report: CopyReport | None = None
         self._strategy: ExtractionStrategy | None = None
         self._load: TargetLoad | None = None
-        self._target: Conn | None = None
+        self._target: Connection | None = None
 
     def __enter__(self) -> SnapshotCopy:
         return self
@@ -168,7 +166,7 @@ class SnapshotCopy:
         self.close()
 
     @property
-    def target(self) -> Conn:
+    def target(self) -> Connection:
         """The target session (opened by :meth:`plan`)."""
         if self._target is None:
             raise _not_planned()
@@ -345,7 +343,7 @@ def _not_planned() -> CopyError:
     return CopyError("copy_step_out_of_order", "The copy was not planned.", ["Call plan() first."])
 
 
-def _identity(conn: Conn) -> tuple[object, ...]:
+def _identity(conn: Connection) -> tuple[object, ...]:
     row = conn.execute(_IDENTITY).fetchone()
     assert row is not None
     return tuple(row)

@@ -18,7 +18,7 @@ from psycopg import pq, sql
 from dpone_dagster.lifecycle import DponeError, redact
 
 from .catalog import Column, column_type
-from .connection import ConnectionOptions, SessionError, connect, describe_dsn
+from .connection import Connection, ConnectionOptions, SessionError, connect, describe_dsn
 from .identifiers import TableName
 from .plan import TablePlan
 
@@ -66,7 +66,7 @@ class PostgresStagingTable:
 
     def __init__(
         self,
-        conn: psycopg.Connection[tuple[object, ...]],
+        conn: Connection,
         name: TableName,
         *,
         columns: sql.Composable | None = None,
@@ -182,9 +182,7 @@ def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> 
     return sql.SQL(", ").join(definitions)
 
 
-def staging_table(
-    conn: psycopg.Connection[tuple[object, ...]], plan: TablePlan, *, dsn: str
-) -> PostgresStagingTable:
+def staging_table(conn: Connection, plan: TablePlan, *, dsn: str) -> PostgresStagingTable:
     """The staging table for ``plan``, in the target's schema, not yet created.
 
     A staging table that will become the target carries the target's full definition (the
@@ -212,6 +210,6 @@ def staging_table(
     )
 
 
-def ensure_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+def ensure_schema(conn: Connection, schema: str) -> None:
     """Creates ``schema`` if it does not exist (a target created in a new schema)."""
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))

@@ -20,13 +20,11 @@ from psycopg import pq
 from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome, Vocabulary
 
 from .artifact import TableArtifact
-from .connection import set_transaction_mode
+from .connection import Connection, set_transaction_mode
 from .identifiers import TableName
 from .options import CopyOptions
 from .plan import CopyPlanError, TablePlan
 from .snapshot import SnapshotSession
-
-Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
@@ -109,11 +107,13 @@ class ExtractionStrategy:
         """Acquires the snapshot and reads what must be read before the load (default: nothing:
         the artifacts acquire when the load opens them)."""
 
-    def begin_load(self, target: Conn) -> None:
+    def begin_load(self, target: Connection) -> None:
         """Sets the target transaction the load runs in: ``READ COMMITTED READ WRITE``."""
         set_transaction_mode(target, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
 
-    def fill_stagings(self, target: Conn, target_dsn: str, stagings: Sequence[TableName]) -> None:
+    def fill_stagings(
+        self, target: Connection, target_dsn: str, stagings: Sequence[TableName]
+    ) -> None:
         """Loads the staging tables from other sessions before the load's own writes (only the
         partitioned strategy does: its workers write through sessions of their own)."""
 
@@ -136,7 +136,7 @@ class ExtractionStrategy:
         sessions = self.reads.sessions
         return sessions[0].evidence if sessions else None
 
-    def source_failed(self, target: Conn) -> bool:
+    def source_failed(self, target: Connection) -> bool:
         """True when a failure came from a source session rather than the target."""
         sources = [s.conn for s in self.reads.sessions]
         if any(c.broken for c in sources):

@@ -15,8 +15,9 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
 
-from .artifact import Connection, TableArtifact, open_window
+from .artifact import TableArtifact, open_window
 from .catalog import Column
+from .connection import Connection
 from .copy import copy_in_statement
 from .identifiers import TableName
 from .progress import ProgressMeter
@@ -90,7 +91,7 @@ class StreamRowsArtifact(TableArtifact):
         count = 0
         while batch := self._cursor.fetchmany(self.fetch_rows):
             count += len(batch)
-            yield from batch  # type: ignore[misc]
+            yield from batch
         self.lifecycle.complete(row_count=count, completed_at=self._session.clock_timestamp())
 
     def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
-
 from .catalog import Column, relation_oid, table_columns
-from .connection import ConnectionOptions, connect
+from .connection import Connection, ConnectionOptions, connect
 from .identifiers import TableName
 
 
@@ -71,9 +69,7 @@ ORDER BY c.contype = 'p' DESC, c.conname
 """
 
 
-def describe_table(
-    conn: psycopg.Connection[tuple[object, ...]], table: TableName
-) -> TableDescription:
+def describe_table(conn: Connection, table: TableName) -> TableDescription:
     """The table's columns (in order) and its constraints (the primary key first).
 
     Raises:
@@ -85,7 +81,7 @@ def describe_table(
     constraints = tuple(
         Constraint(
             kind=_CONSTRAINT_KINDS[str(r[0])],
-            columns=tuple(str(c) for c in r[1]),  # type: ignore[attr-defined]
+            columns=tuple(str(c) for c in r[1]),
             definition=str(r[2]),
         )
         for r in rows

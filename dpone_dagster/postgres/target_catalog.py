@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
-
 from .catalog import TableCatalog, catalog_of, columns_query
+from .connection import Connection
 from .identifiers import TableName
 
 # A replace can swap the staging table in (drop the old table, rename the new one) only when
@@ -86,9 +85,7 @@ class TargetCatalog:
     storage: tuple[str, ...] = ()
 
 
-def target_catalog(
-    target: psycopg.Connection[tuple[object, ...]], table: TableName, *, swap: bool
-) -> TargetCatalog | None:
+def target_catalog(target: Connection, table: TableName, *, swap: bool) -> TargetCatalog | None:
     """What the target's catalog says of ``table`` (``None``: no such relation), in one round
     trip; ``swap``: whether a ``replace`` could swap it (a question only ``replace`` asks)."""
     rows = target.execute(_QUERIES[swap], {"schema": table.schema, "name": table.name})
@@ -100,5 +97,5 @@ def target_catalog(
     return TargetCatalog(
         relkind=str(first[0]), persistence=str(first[1]),
         pk_name=None if first[2] is None else str(first[2]), swappable=bool(first[3]),
-        table=catalog_of(columns), storage=tuple(first[4] or ()),  # type: ignore[arg-type]
+        table=catalog_of(columns), storage=tuple(first[4] or ()),
     )  # fmt: skip

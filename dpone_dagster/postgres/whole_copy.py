@@ -17,8 +17,9 @@ from pathlib import Path
 
 from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome
 
-from .artifact import Connection, TableArtifact, open_window
+from .artifact import TableArtifact, open_window
 from .catalog import Column
+from .connection import Connection
 from .copy import CopyFormat, copy_in_statement, copy_out_statement, select_columns
 from .identifiers import TableName
 from .progress import ProgressCallback, ProgressMeter, progress_hook

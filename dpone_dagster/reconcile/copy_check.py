@@ -51,7 +51,7 @@ from dpone_dagster.postgres import (
     TablePlan,
 )
 from dpone_dagster.postgres.catalog import column_list, normal_type, table_catalog
-from dpone_dagster.postgres.connection import connect, set_transaction_mode
+from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay, select_columns
 from dpone_dagster.postgres.snapshot import check_snapshot_token
 from dpone_dagster.postgres.target_catalog import target_catalog
@@ -68,7 +68,6 @@ from .digest import (
 )
 from .row_versions import Horizon, horizon, proven, source_proof, target_proof, usable
 
-Conn = psycopg.Connection[tuple[object, ...]]
 _T = TypeVar("_T")
 _WHOLE: tuple[sql.Composable, list[object]] = (sql.SQL("true"), [])
 
@@ -164,7 +163,7 @@ def _tables(
     ], copied.sink
 
 
-def _open_target(dsn: str, options: ConnectionOptions | None, sink: Sink) -> Conn:
+def _open_target(dsn: str, options: ConnectionOptions | None, sink: Sink) -> Connection:
     conn = connect(dsn, options, side="target")
     # Read write only for the temporary key tables of a "contains" check; nothing else is written.
     isolation = psycopg.IsolationLevel.REPEATABLE_READ
@@ -174,13 +173,13 @@ def _open_target(dsn: str, options: ConnectionOptions | None, sink: Sink) -> Con
 
 
 def _resolve_all(
-    source: Conn, target: Conn, tables: list[CopiedTable], sink: Sink
+    source: Connection, target: Connection, tables: list[CopiedTable], sink: Sink
 ) -> list[CopiedTable]:
     require_row_hash(source, target)
     return [_resolve(source, target, t, sink) for t in tables]
 
 
-def _resolve(source: Conn, target: Conn, table: CopiedTable, sink: Sink) -> CopiedTable:
+def _resolve(source: Connection, target: Connection, table: CopiedTable, sink: Sink) -> CopiedTable:
     """Fills in the columns (from the source catalog), the casts, the key and the guarantee."""
     every = [c for c in table_catalog(source, table.source).columns if not c.generated]
     names = table.names or tuple(c.name for c in every)
@@ -220,7 +219,7 @@ def _provable(table: CopiedTable) -> bool:
 
 
 def _prove(
-    pool: ThreadPoolExecutor, source: Conn, target: Conn, tables: Sequence[CopiedTable]
+    pool: ThreadPoolExecutor, source: Connection, target: Connection, tables: Sequence[CopiedTable]
 ) -> dict[int, int]:
     """The tables row versions prove equal (index -> rows), each side read once, concurrently."""
     tried = [(i, t) for i, t in enumerate(tables) if _provable(t)]
@@ -235,14 +234,14 @@ def _prove(
     return {i: rows for (i, t), rows, ok in found if ok and rows == t.rows_loaded}
 
 
-def _count(conn: Conn, table: TableName) -> int:
+def _count(conn: Connection, table: TableName) -> int:
     query, params = source_proof(table, _WHOLE, [])
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return int(str(row[0]))
 
 
-def _target_versions(conn: Conn, table: CopiedTable) -> bool:
+def _target_versions(conn: Connection, table: CopiedTable) -> bool:
     evidence, expected = table.evidence, table.rows_loaded
     assert evidence is not None
     assert expected is not None
@@ -256,8 +255,8 @@ def _target_versions(conn: Conn, table: CopiedTable) -> bool:
 
 def _digest(
     pool: ThreadPoolExecutor,
-    source: Conn,
-    target: Conn,
+    source: Connection,
+    target: Connection,
     tables: Sequence[CopiedTable],
     open_source: Callable[[], SnapshotSession],
 ) -> list[tuple[Digest, Digest]]:
@@ -284,7 +283,7 @@ def _digest(
 
 
 def _target_side(
-    conn: Conn,
+    conn: Connection,
     tables: Sequence[CopiedTable],
     rows: Sequence[sql.Composed],
     open_source: Callable[[], SnapshotSession],
@@ -307,7 +306,9 @@ def _target_side(
     return found
 
 
-def _copy_keys(source: Conn, target: Conn, table: CopiedTable, index: int) -> sql.Composed:
+def _copy_keys(
+    source: Connection, target: Connection, table: CopiedTable, index: int
+) -> sql.Composed:
     """Copies the snapshot's key values into a temporary table of the target session and
     returns the filter ``(key) IN (SELECT key FROM that table)``."""
     temp = TableName("pg_temp", f"dpone_reconcile_keys_{index}")
@@ -341,7 +342,7 @@ def _guarded(side: str, step: Callable[[], _T]) -> _T:
         ) from None
 
 
-def _wait(future: Future[list[_T]], sessions: Sequence[Conn]) -> list[_T]:
+def _wait(future: Future[list[_T]], sessions: Sequence[Connection]) -> list[_T]:
     """The side's result. A failure or an interruption (Ctrl-C, Dagster) cancels the queries
     still running on either side, so the other thread ends soon too."""
     try:

@@ -29,13 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import Column, TableName
-
-Conn = psycopg.Connection[tuple[object, ...]]
+from dpone_dagster.postgres.connection import Connection
 
 DIGEST_ALGORITHM = "rowhash64-sum"
 """The prefix of every digest's hash: the sum of 64-bit row hashes."""
@@ -89,7 +87,7 @@ EMPTY = Digest(0, f"{DIGEST_ALGORITHM}:0")
 """The digest of no rows."""
 
 
-def pin_settings(conn: Conn, *, local: bool) -> None:
+def pin_settings(conn: Connection, *, local: bool) -> None:
     """Fixes :data:`DIGEST_SETTINGS` on ``conn``, for its session or (``local``) its transaction.
 
     One round trip. Inside a transaction, ``local`` settings end with it.
@@ -103,7 +101,7 @@ def pin_settings(conn: Conn, *, local: bool) -> None:
     conn.execute(sql.SQL("SELECT {}").format(calls))
 
 
-def require_row_hash(*conns: Conn) -> None:
+def require_row_hash(*conns: Connection) -> None:
     """Refuses a server that cannot compute the digest, before anything is read.
 
     Raises:
@@ -135,7 +133,7 @@ def _encoding(column: Column, send: Mapping[int, str], cast: str | None) -> sql.
 
 
 def row_hash(
-    conn: Conn, columns: Sequence[Column], *, casts: Mapping[str, str] | None = None
+    conn: Connection, columns: Sequence[Column], *, casts: Mapping[str, str] | None = None
 ) -> sql.Composed:
     """The 64-bit hash of one row's exact encoding over ``columns`` (the source's catalog).
 
@@ -150,7 +148,7 @@ def row_hash(
     """
     builtin = [c.type_oid for c in columns if not c.user_type]
     rows = conn.execute(_SEND_FUNCTIONS, (builtin,)).fetchall()
-    send = {int(r[0]): str(r[1]) for r in rows}  # type: ignore[call-overload]
+    send = {int(r[0]): str(r[1]) for r in rows}
     casts = casts or {}
     return sql.SQL("hash_record_extended(ROW({}), 0)").format(
         sql.SQL(", ").join(_encoding(c, send, casts.get(c.name)) for c in columns)
@@ -171,8 +169,8 @@ def digest_query(
     return query, list(params)
 
 
-def run_digest(conn: Conn, query: sql.Composed, params: Sequence[object] = ()) -> Digest:
+def run_digest(conn: Connection, query: sql.Composed, params: Sequence[object] = ()) -> Digest:
     """Runs one :func:`digest_query` in ``conn``'s current transaction."""
     found = conn.execute(query, params).fetchone()
     assert found is not None
-    return Digest(int(found[0]), f"{DIGEST_ALGORITHM}:{found[1]}")  # type: ignore[call-overload]
+    return Digest(int(found[0]), f"{DIGEST_ALGORITHM}:{found[1]}")

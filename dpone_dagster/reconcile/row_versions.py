@@ -37,13 +37,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.postgres import Column, TableName
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.evidence import RowVersionEvidence, table_key
 
-Conn = psycopg.Connection[tuple[object, ...]]
 Filter = tuple[sql.Composable, Sequence[object]]
 
 MAX_DISTANCE = 2**30
@@ -58,7 +57,7 @@ class Horizon:
     key: str | None
 
 
-def horizon(conn: Conn, table: TableName, columns: Sequence[Column]) -> Horizon:
+def horizon(conn: Connection, table: TableName, columns: Sequence[Column]) -> Horizon:
     """Reads the side's horizon and table key inside its open reconciliation snapshot."""
     row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
     assert row is not None

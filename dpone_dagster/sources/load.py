@@ -27,7 +27,7 @@ from dpone_dagster.lifecycle import (
     owned_staging_handle,
 )
 from dpone_dagster.postgres import Column, ConnectionOptions, TableName
-from dpone_dagster.postgres.connection import connect, set_transaction_mode
+from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.load import TargetLoad, settle_load
 from dpone_dagster.postgres.plan import Sink, TablePlan, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
@@ -169,7 +169,7 @@ class StagedRows:
 
 
 def stage_rows(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     target: TableName,
     artifact: RowStreamArtifact,
     *,

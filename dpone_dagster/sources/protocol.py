@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import (
@@ -35,6 +34,7 @@ from dpone_dagster.lifecycle import (
     LifecycleError,
 )
 from dpone_dagster.postgres import TableName, check_identifier
+from dpone_dagster.postgres.connection import Connection
 
 Row = tuple[object, ...]
 """One row as the adapter hands it to COPY: values in column order, ``None`` for NULL."""
@@ -153,7 +153,7 @@ class RowStreamArtifact(ExtractionArtifact):
         """None: the load's own transaction writes the rows."""
         return ()
 
-    def load_into(self, conn: psycopg.Connection[tuple[object, ...]], staging: TableName) -> int:
+    def load_into(self, conn: Connection, staging: TableName) -> int:
         """Streams every row into ``staging`` with one text ``COPY ... FROM STDIN``.
 
         Text format because the adapters hand over values PostgreSQL parses exactly in text

@@ -67,7 +67,7 @@ def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
         row = conn.execute(
             sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, live)
         ).fetchone()
-    return int(row[0]) if row else 0  # type: ignore[call-overload]
+    return int(row[0]) if row else 0
 
 
 def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:

@@ -14,12 +14,11 @@ import uuid
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
-import psycopg
 from pydantic import Field, PrivateAttr, field_validator
 
 from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
-from dpone_dagster.postgres.connection import Side, connect
+from dpone_dagster.postgres.connection import Connection, Side, connect
 
 
 @runtime_checkable
@@ -71,7 +70,7 @@ class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     _side: ClassVar[Side] = "source"
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
-    _sessions: list[psycopg.Connection[tuple[object, ...]]] = PrivateAttr(default_factory=list)
+    _sessions: list[Connection] = PrivateAttr(default_factory=list)
     _artifacts: list[ExtractionArtifact | Closeable | SnapshotSession] = PrivateAttr(
         default_factory=list
     )
@@ -91,7 +90,7 @@ class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             statement_timeout_ms=self.statement_timeout_ms,
         )
 
-    def connect(self, *, autocommit: bool = False) -> psycopg.Connection[tuple[object, ...]]:
+    def connect(self, *, autocommit: bool = False) -> Connection:
         """Opens a session that the step's teardown will close if nobody else does."""
         conn = connect(self.dsn, self.options, side=self._side, autocommit=autocommit)
         with self._lock:
