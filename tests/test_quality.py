@@ -75,11 +75,12 @@ def test_every_test_the_readme_names_exists() -> None:
 
 
 def test_the_domain_core_imports_without_loading_dagster() -> None:
-    """lifecycle, postgres, backfill, incremental and sources run without Dagster (not even
-    imported)."""
+    """lifecycle, postgres, reconcile, the core, backfill, incremental and sources run without
+    Dagster (not even imported)."""
     code = (
         "import sys, dpone_dagster.lifecycle, dpone_dagster.postgres, dpone_dagster.reconcile, "
-        "dpone_dagster.backfill, dpone_dagster.incremental, dpone_dagster.sources; "
+        "dpone_dagster.core, dpone_dagster.backfill, dpone_dagster.incremental, "
+        "dpone_dagster.sources; "
         "print(sorted(m for m in sys.modules if "
         "m.split('.')[0] "
         "in ('dagster', 'dagster_postgres')))"
@@ -133,3 +134,21 @@ def test_the_readmes_dagster_example_builds_its_definitions() -> None:
     # Three shop tables, the page views backfill and the incremental stock stream, and the
     # source tables upstream of them (external assets).
     assert result.stdout.split()[:2] == ["10", "extract_shop__orders"], result.stdout
+
+
+def test_the_architecture_table_names_every_module() -> None:
+    """The README's architecture table is the map of the package: every module is in it, and
+    every module it names exists."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- architecture -->", 1)[1].split("<!-- /architecture -->", 1)[0]
+    named = set(re.findall(r"`([\w/]+\.py)`", table))
+    package = ROOT / "dpone_dagster"
+    modules = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "__init__.py" or path.parent == package
+    }
+    assert sorted(modules - named) == [], "modules missing from the README's architecture table"
+    assert sorted(named - modules) == [], "the architecture table names modules that do not exist"
