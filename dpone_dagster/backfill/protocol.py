@@ -20,8 +20,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from dpone_dagster.core.documents import Count, Document, Ordinal
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt, SnapshotLabel
 from dpone_dagster.postgres.evidence import RowVersionEvidence
 
@@ -29,11 +30,7 @@ BACKFILL_PROTOCOL: Final = "dpone.backfill.v1"
 """The protocol tag every run document carries."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TrustworthyCursor(_Frozen):
+class TrustworthyCursor(Document):
     """The source has a cursor whose values grow with commit order, and a high-water mark.
 
     Attributes:
@@ -48,7 +45,7 @@ class TrustworthyCursor(_Frozen):
     source_high_water_mark: str | None
 
 
-class BoundedWritePause(_Frozen):
+class BoundedWritePause(Document):
     """Writers are paused for the run's duration (the operator vouches), with a high-water mark.
 
     Attributes:
@@ -63,7 +60,7 @@ class BoundedWritePause(_Frozen):
     pause_reference: str = Field(min_length=1)
 
 
-class MissingBoundary(_Frozen):
+class MissingBoundary(Document):
     """Neither a trustworthy cursor nor a write pause: refused (``backfill_cursor_missing``)."""
 
     kind: Literal["missing"] = "missing"
@@ -75,7 +72,7 @@ Boundary = Annotated[
 """Where the backfill stops, and why that stop is trustworthy."""
 
 
-class TableRef(_Frozen):
+class TableRef(Document):
     """An exact schema-qualified table name inside a named database."""
 
     database: str = Field(min_length=1)
@@ -83,7 +80,7 @@ class TableRef(_Frozen):
     name: str = Field(min_length=1)
 
 
-class BackfillScope(_Frozen):
+class BackfillScope(Document):
     """What one run copies. The run id is the digest of the scope.
 
     Attributes:
@@ -120,7 +117,7 @@ class BackfillStatus(StrEnum):
     BLOCKED = "blocked"
 
 
-class BackfillProgress(_Frozen):
+class BackfillProgress(Document):
     """The run's position: constant size however many batches were applied.
 
     Attributes:
@@ -134,17 +131,17 @@ class BackfillProgress(_Frozen):
         next_after: The cursor value the next batch starts strictly after.
     """
 
-    batch_count: int = Field(default=0, ge=0)
-    copied_count: int = Field(default=0, ge=0)
-    duplicate_count: int = Field(default=0, ge=0)
+    batch_count: Count = 0
+    copied_count: Count = 0
+    duplicate_count: Count = 0
     source_high_water_mark: str | None
-    rows_at_boundary: int = Field(ge=0)
-    remaining_estimate: int = Field(ge=0)
+    rows_at_boundary: Count
+    remaining_estimate: Count
     checkpoint: str | None = None
     next_after: str | None = None
 
 
-class BackfillEvidence(_Frozen):
+class BackfillEvidence(Document):
     """One piece of evidence; a run keeps at most one per ``kind`` (the newest)."""
 
     kind: str = Field(min_length=1)
@@ -153,7 +150,7 @@ class BackfillEvidence(_Frozen):
     detail: str
 
 
-class BackfillEffects(_Frozen):
+class BackfillEffects(Document):
     """What the run did to the world. Mutating the source or claiming authority is invalid."""
 
     reads_scoped_source_data: bool = False
@@ -163,7 +160,7 @@ class BackfillEffects(_Frozen):
     emits_business_effects: bool = False
 
 
-class BackfillRun(_Frozen):
+class BackfillRun(Document):
     """The durable run document (one ledger row, O(1) in size).
 
     Attributes:
@@ -186,7 +183,7 @@ class BackfillRun(_Frozen):
     protocol: str = BACKFILL_PROTOCOL
     run_id: str
     run_digest: str = ""
-    revision: int = Field(ge=1)
+    revision: Ordinal
     status: BackfillStatus
     scope: BackfillScope
     boundary: Boundary
@@ -199,7 +196,7 @@ class BackfillRun(_Frozen):
     effects: BackfillEffects = BackfillEffects()
 
 
-class BatchRequest(_Frozen):
+class BatchRequest(Document):
     """The slice of the source one batch copies, fixed before any row is read.
 
     Its digest identifies the batch's intent: replaying the same batch id with the same digest
@@ -217,10 +214,10 @@ class BatchRequest(_Frozen):
 
     run_id: str
     batch_id: str = Field(min_length=1)
-    sequence: int = Field(ge=1)
+    sequence: Ordinal
     expected_checkpoint: str | None
     after: str | None
-    batch_size: int = Field(ge=1)
+    batch_size: Ordinal
     source_high_water_mark: str | None
 
 
@@ -234,7 +231,7 @@ class ApplyPath(StrEnum):
     NONE = "no_rows"
 
 
-class BatchObservation(_Frozen):
+class BatchObservation(Document):
     """What the copier saw while moving one batch (input to the pure apply rule).
 
     Attributes:
@@ -259,21 +256,21 @@ class BatchObservation(_Frozen):
     upper: str | None
     first_cursor: str | None
     last_cursor: str | None
-    source_count: int = Field(ge=0)
-    copy_out_count: int = Field(ge=0)
-    copy_in_count: int = Field(ge=0)
-    target_count: int = Field(ge=0)
-    copied_count: int = Field(ge=0)
-    duplicate_count: int = Field(ge=0)
+    source_count: Count
+    copy_out_count: Count
+    copy_in_count: Count
+    target_count: Count
+    copied_count: Count
+    duplicate_count: Count
     content_hash: str
-    byte_count: int = Field(ge=0)
+    byte_count: Count
     final: bool
     apply_path: ApplyPath
     extraction: ExtractionLifecycleReceipt
     row_versions: RowVersionEvidence | None = None
 
 
-class BatchReceipt(_Frozen):
+class BatchReceipt(Document):
     """The durable proof of one committed batch: a link of the checkpoint chain.
 
     Attributes:
@@ -292,7 +289,7 @@ class BatchReceipt(_Frozen):
 
     run_id: str
     batch_id: str
-    sequence: int = Field(ge=1)
+    sequence: Ordinal
     batch_digest: str
     previous_checkpoint: str | None
     checkpoint: str

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from dpone_dagster.core.documents import Count, Document, Ordinal
 from dpone_dagster.core.errors import EngineError
 from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.reconcile import Proof
@@ -33,7 +32,7 @@ class RangeOutcome(StrEnum):
     """Still different after repair; ``code`` says why. Never silently accepted."""
 
 
-class RangeCheck(BaseModel):
+class RangeCheck(Document):
     """Source and target compared over one batch range ``(after, upper]``.
 
     Attributes:
@@ -55,26 +54,24 @@ class RangeCheck(BaseModel):
         detail: What differs, in words.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sequence: int = Field(ge=1)
+    sequence: Ordinal
     after: str | None
     upper: str | None
-    source_count: int = Field(ge=0)
-    target_count: int = Field(ge=0)
+    source_count: Count
+    target_count: Count
     source_hash: str
     target_hash: str
     receipt_hash: str
     proof: Proof = Proof.CONTENT_HASH
-    inserted: int = Field(default=0, ge=0)
-    updated: int = Field(default=0, ge=0)
-    deleted: int = Field(default=0, ge=0)
+    inserted: Count = 0
+    updated: Count = 0
+    deleted: Count = 0
     outcome: RangeOutcome
     code: str | None = None
     detail: str = ""
 
 
-class ReconciliationReport(BaseModel):
+class ReconciliationReport(Document):
     """The final reconciliation of a run at its high-water mark.
 
     Attributes:
@@ -83,8 +80,6 @@ class ReconciliationReport(BaseModel):
         target_snapshot: Digest of the ONE target snapshot the ranges were first read under.
         ranges: One check per batch range, in cursor order.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
     source_snapshot: str

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from dpone_dagster.core.documents import Count, Document, Ordinal
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerStore, as_json
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
@@ -21,18 +20,14 @@ from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres.connection import Connection
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Checkpoint(_Frozen):
+class Checkpoint(Document):
     """The last row a run copied, in ``(cursor, key)`` order (canonical text of each value)."""
 
     cursor: str
     key: tuple[str, ...]
 
 
-class RunInProgress(_Frozen):
+class RunInProgress(Document):
     """A run that has taken its mark and not reached it yet.
 
     Attributes:
@@ -50,7 +45,7 @@ class RunInProgress(_Frozen):
         batches: Batches committed.
     """
 
-    number: int = Field(ge=1)
+    number: Ordinal
     lower: str | None
     mark: str | None
     taken_at: datetime
@@ -64,7 +59,7 @@ class RunInProgress(_Frozen):
     batches: int = 0
 
 
-class StreamState(_Frozen):
+class StreamState(Document):
     """The durable state of one stream (O(1) in size).
 
     Attributes:
@@ -82,7 +77,7 @@ class StreamState(_Frozen):
     """
 
     stream_id: str
-    revision: int = Field(default=1, ge=1)
+    revision: Ordinal = 1
     mark: str | None = None
     mark_taken_at: datetime | None = None
     runs: int = 0
@@ -92,7 +87,7 @@ class StreamState(_Frozen):
     run: RunInProgress | None = None
 
 
-class Verification(_Frozen):
+class Verification(Document):
     """The final batch's comparison of whole rows, both sides, in its source snapshot.
 
     Attributes:
@@ -108,15 +103,15 @@ class Verification(_Frozen):
     """
 
     ok: bool
-    keys_compared: int = Field(ge=0)
-    ranges_differing: int = Field(ge=0)
-    changed_since_mark: int = Field(ge=0)
-    deleted_kept: int = Field(ge=0)
-    unexplained: int = Field(ge=0)
+    keys_compared: Count
+    ranges_differing: Count
+    changed_since_mark: Count
+    deleted_kept: Count
+    unexplained: Count
     examples: tuple[tuple[str, ...], ...] = ()
 
 
-class StreamReceipt(_Frozen):
+class StreamReceipt(Document):
     """What one committed batch did.
 
     Attributes:
@@ -136,15 +131,15 @@ class StreamReceipt(_Frozen):
     """
 
     stream_id: str
-    sequence: int = Field(ge=1)
-    run: int = Field(ge=1)
+    sequence: Ordinal
+    run: Ordinal
     after: Checkpoint | None
     last: Checkpoint | None
-    rows: int = Field(ge=0)
-    inserted: int = Field(ge=0)
-    updated: int = Field(ge=0)
-    deleted: int = Field(default=0, ge=0)
-    keys_compared: int = Field(default=0, ge=0)
+    rows: Count
+    inserted: Count
+    updated: Count
+    deleted: Count = 0
+    keys_compared: Count = 0
     final: bool
     extraction: ExtractionLifecycleReceipt
     verification: Verification | None = None
