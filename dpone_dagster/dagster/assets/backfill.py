@@ -16,6 +16,7 @@ from dpone_dagster.backfill import DEFAULT_BATCH_SIZE, OnChanged, check_on_chang
 from dpone_dagster.core.errors import EngineError
 from dpone_dagster.dagster.events import BackfillEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
 from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -130,7 +131,10 @@ def backfill_asset(
         specs=[
             spec.replace_attributes(
                 partitions_def=partitions_def,
-                metadata={**spec.metadata, "dpone/cursor": cursor, "dpone/on_changed": on_changed},
+                metadata={
+                    **spec.metadata,
+                    **DponeMetadataSet(cursor=cursor, on_changed=on_changed),
+                },
             )
         ],
         check_specs=[check] if reconcile else [],
@@ -138,7 +142,7 @@ def backfill_asset(
         partitions_def=partitions_def,
         backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
         pool=pool,
-        op_tags={**(op_tags or {}), "dpone/source_table": spec_in.source_table.qualified},
+        op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
         group_name=group_name,
     )
     def _backfill(

@@ -15,6 +15,7 @@ import dagster as dg
 
 from dpone_dagster.dagster.events import CopyEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
@@ -136,7 +137,9 @@ def snapshot_copy_assets(
     check_copy_options(strategy, sink, workers, schema_changes)
     check_instance_storage()
     specs = copy_specs(
-        tables, translator or DponeTranslator(), {"dpone/strategy": strategy, "dpone/sink": sink}
+        tables,
+        translator or DponeTranslator(),
+        dict(DponeMetadataSet(strategy=strategy, sink=sink)),
     )
     check_specs = [
         dg.AssetCheckSpec(
