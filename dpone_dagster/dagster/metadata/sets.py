@@ -76,8 +76,9 @@ class DponeMetadataSet(NamespacedMetadataSet):
     copy)."""
     snapshot_label: str | None = None
     """What the rows are a snapshot of: ``single_snapshot``; for a partition also
-    ``several_snapshots``, ``several_snapshots_reconciled``, ``repaired_to_one_snapshot``;
-    ``no_snapshot_claim`` for a generic copy (every materialization)."""
+    ``several_snapshots``, ``several_snapshots_reconciled`` or ``repaired_to_one_snapshot``;
+    for a stream's run ``several_snapshots`` or ``no_rows_copied``; ``no_snapshot_claim`` for a
+    generic copy (every materialization)."""
     rows_loaded: int | None = None
     """Rows the target took (copy)."""
     rows_inserted: int | None = None
@@ -119,8 +120,8 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """Rows over the read window (copy, partition, generic)."""
     lag_seconds: float | None = None
     """Seconds from the start of the read the target now reflects (a partition: its newest
-    batch; a stream with a time cursor: the source clock at the mark) to the report (copy,
-    partition, incremental, generic)."""
+    batch) to the report (copy, partition, generic); for a stream with a time cursor, the source
+    clock at the newest mark minus the newest cursor value copied (incremental)."""
 
     # A backfill partition and its batches.
     run_id: str | None = None
