@@ -20,6 +20,7 @@ import importlib.metadata
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import yaml
@@ -30,10 +31,11 @@ import yaml
 # dagster.yaml with, and ConfigurableClassData is the storage entry it holds.
 from dagster._core.instance.ref import InstanceRef
 from dagster._serdes import ConfigurableClassData
-from dagster_postgres import PostgresEventLogStorage
-from dagster_postgres.utils import create_pg_engine
 
 from dpone_dagster.lifecycle import DponeError
+
+if TYPE_CHECKING:
+    from dagster_postgres import PostgresEventLogStorage
 
 
 def _postgres_event_log(dagster_home: str) -> PostgresEventLogStorage | None:
@@ -41,8 +43,12 @@ def _postgres_event_log(dagster_home: str) -> PostgresEventLogStorage | None:
     connection; None for any other storage (or a configuration Dagster itself refuses)."""
     try:
         data = InstanceRef.from_dir(dagster_home).event_storage_data
-        if data is None:
+        # Only dagster-postgres's storages are imported: another storage's module (SQLite's
+        # included) is not checked, and loading definitions does not pay for importing it.
+        if data is None or data.module_name.partition(".")[0] != "dagster_postgres":
             return None
+        from dagster_postgres import PostgresEventLogStorage
+
         kind = getattr(importlib.import_module(data.module_name), data.class_name, None)
         if not (isinstance(kind, type) and issubclass(kind, PostgresEventLogStorage)):
             return None
@@ -65,6 +71,8 @@ def storage_driver(dagster_home: str) -> str | None:
     storage = _postgres_event_log(dagster_home)
     if storage is None:
         return None
+    from dagster_postgres.utils import create_pg_engine  # imported with the storage
+
     try:
         return str(create_pg_engine(storage.postgres_url).dialect.driver)
     except ImportError:

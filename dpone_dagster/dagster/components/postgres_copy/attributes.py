@@ -22,7 +22,7 @@ as Dagster renders it.
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -168,9 +168,9 @@ def resolve_dsn(context: dg.ResolutionContext, dsn: str) -> str:
 _R = TypeVar("_R", bound=PostgresResource)
 
 
-def _resource_resolver(
-    kind: type[_R],
-) -> Callable[[dg.ResolutionContext, PostgresResourceModel | None], _R | None]:
+def _resource_resolver(kind: type[_R], description: str) -> dg.Resolver:
+    """Resolves a :class:`PostgresResourceModel` (or nothing) into a ``kind`` resource."""
+
     def resolve(context: dg.ResolutionContext, model: PostgresResourceModel | None) -> _R | None:
         if model is None:
             return None
@@ -180,7 +180,9 @@ def _resource_resolver(
             **context.resolve_value(settings),
         )
 
-    return resolve
+    return dg.Resolver(
+        resolve, model_field_type=PostgresResourceModel | None, description=description
+    )
 
 
 # Dagster checks that a resolved field's pydantic type has only fields it could resolve itself,
@@ -189,20 +191,14 @@ def _resource_resolver(
 # type checkers still read the resource's type.
 ResolvedSource = Annotated[
     Annotated[PostgresSourceResource, PostgresResourceModel] | None,
-    dg.Resolver(
-        _resource_resolver(PostgresSourceResource),
-        model_field_type=PostgresResourceModel | None,
-        description="The source database (the `source` resource).",
-    ),
+    _resource_resolver(PostgresSourceResource, "The source database (the `source` resource)."),
 ]
 """The ``source`` resource from YAML."""
 
 ResolvedTarget = Annotated[
     Annotated[PostgresTargetResource, PostgresResourceModel] | None,
-    dg.Resolver(
-        _resource_resolver(PostgresTargetResource),
-        model_field_type=PostgresResourceModel | None,
-        description="The target database (the `target` resource; the ledger lives in it).",
+    _resource_resolver(
+        PostgresTargetResource, "The target database (the `target` resource; the ledger in it)."
     ),
 ]
 """The ``target`` resource from YAML."""
