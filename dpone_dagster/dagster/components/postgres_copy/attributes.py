@@ -17,6 +17,10 @@ the definitions load, and a resource's configuration is shown in the UI: a ``dsn
 exactly ``{{ env.NAME }}`` (or ``{{ env("NAME") }}``) is therefore kept as ``EnvVar("NAME")``,
 read when a run starts and never written into the definitions; any other ``dsn`` is rendered
 as Dagster renders it.
+
+The YAML of earlier versions still loads, with a ``FutureWarning`` naming the new spelling:
+attributes written on an entry itself (:class:`InlineAttributes`) and ``source_dsn_env`` /
+``target_dsn_env`` (:func:`resource_or_env`).
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
@@ -108,6 +112,34 @@ class InlineAttributes(dg.Resolvable):
                 stacklevel=2,
             )
         return inline
+
+
+@dataclass(kw_only=True)
+class TableModel(InlineAttributes):
+    """One table of a snapshot copy, with its own target name and asset attributes.
+
+    Attributes:
+        source: The source table as SQL names it (``'shop."Order Items"'``).
+        target: The target table; the source's name when omitted.
+        attributes: The table's asset attributes (Dagster's: ``key``, ``group_name``,
+            ``description``, ``tags``, ``kinds``, ``owners``...), over the component's.
+        group_name: Deprecated: ``attributes: {group_name: ...}``.
+    """
+
+    source: str
+    target: str | None = None
+    attributes: ResolvedTableAttributes = field(default_factory=dict)
+    group_name: str | None = None
+
+    _inline = (*InlineAttributes._inline, "group_name")
+
+    def spec(self) -> CopyTableSpec:
+        """The table spec this entry names."""
+        return CopyTableSpec(source=self.source, target=self.target)
+
+    def all_attributes(self) -> Mapping[str, Any]:
+        """The entry's attributes: those written inline (deprecated), then ``attributes``."""
+        return {**self.inline_attributes(f"table {self.source}"), **self.attributes}
 
 
 @dataclass(frozen=True)
@@ -202,3 +234,28 @@ ResolvedTarget = Annotated[
     ),
 ]
 """The ``target`` resource from YAML."""
+
+
+_PG = TypeVar("_PG", PostgresSourceResource, PostgresTargetResource)
+
+
+def resource_or_env(
+    resource: _PG | None, kind: type[_PG], name: str, env: str | None
+) -> _PG | None:
+    """The resource from YAML, or one from the deprecated ``<name>_dsn_env`` (with a warning
+    that names the new spelling).
+
+    Raises:
+        ValueError: when both are given.
+    """
+    if env is None:
+        return resource
+    if resource is not None:
+        raise ValueError(f"PostgresCopyComponent: give {name} or {name}_dsn_env, not both.")
+    warnings.warn(
+        f"PostgresCopyComponent: {name}_dsn_env is deprecated; write "
+        f'`{name}: {{dsn: "{{{{ env.{env} }}}}"}}` (the DSN stays an EnvVar, read at run time).',
+        FutureWarning,
+        stacklevel=3,
+    )
+    return kind(dsn=dg.EnvVar(env))

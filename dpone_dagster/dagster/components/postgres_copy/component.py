@@ -45,11 +45,10 @@ itself.
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import dagster as dg
 
@@ -82,35 +81,9 @@ from .attributes import (
     ResolvedSource,
     ResolvedTableAttributes,
     ResolvedTarget,
+    TableModel,
+    resource_or_env,
 )
-
-
-@dataclass(kw_only=True)
-class TableModel(InlineAttributes):
-    """One table of a snapshot copy, with its own target name and asset attributes.
-
-    Attributes:
-        source: The source table as SQL names it (``'shop."Order Items"'``).
-        target: The target table; the source's name when omitted.
-        attributes: The table's asset attributes (Dagster's: ``key``, ``group_name``,
-            ``description``, ``tags``, ``kinds``, ``owners``...), over the component's.
-        group_name: Deprecated: ``attributes: {group_name: ...}``.
-    """
-
-    source: str
-    target: str | None = None
-    attributes: ResolvedTableAttributes = field(default_factory=dict)
-    group_name: str | None = None
-
-    _inline = (*InlineAttributes._inline, "group_name")
-
-    def spec(self) -> CopyTableSpec:
-        """The table spec this entry names."""
-        return CopyTableSpec(source=self.source, target=self.target)
-
-    def all_attributes(self) -> Mapping[str, Any]:
-        """The entry's attributes: those written inline (deprecated), then ``attributes``."""
-        return {**self.inline_attributes(f"table {self.source}"), **self.attributes}
 
 
 def _resolve_tables(context: dg.ResolutionContext, entries: list[Any]) -> list[str | TableModel]:
@@ -458,8 +431,8 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
 
     def _resources(self) -> dict[str, object]:
         """``source``, ``target`` and ``ledger``, for the databases the YAML gives."""
-        source = _one_of(self.source, PostgresSourceResource, "source", self.source_dsn_env)
-        target = _one_of(self.target, PostgresTargetResource, "target", self.target_dsn_env)
+        source = resource_or_env(self.source, PostgresSourceResource, "source", self.source_dsn_env)
+        target = resource_or_env(self.target, PostgresTargetResource, "target", self.target_dsn_env)
         resources: dict[str, object] = {}
         if source is not None:
             resources["source"] = source
@@ -467,26 +440,3 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             resources["target"] = target
             resources["ledger"] = LedgerResource(schema_name=self.ledger_schema)
         return resources
-
-
-_R = TypeVar("_R", PostgresSourceResource, PostgresTargetResource)
-
-
-def _one_of(resource: _R | None, kind: type[_R], name: str, env: str | None) -> _R | None:
-    """The resource from YAML, or one from the deprecated ``<name>_dsn_env`` (with a warning
-    that names the new spelling).
-
-    Raises:
-        ValueError: when both are given.
-    """
-    if env is None:
-        return resource
-    if resource is not None:
-        raise ValueError(f"PostgresCopyComponent: give {name} or {name}_dsn_env, not both.")
-    warnings.warn(
-        f"PostgresCopyComponent: {name}_dsn_env is deprecated; write "
-        f'`{name}: {{dsn: "{{{{ env.{env} }}}}"}}` (the DSN stays an EnvVar, read at run time).',
-        FutureWarning,
-        stacklevel=3,
-    )
-    return kind(dsn=dg.EnvVar(env))
