@@ -8,10 +8,13 @@ from typing import Any
 
 import dagster as dg
 
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, metadata_key
 from dpone_dagster.lifecycle import DponeError
 
-ERROR_CODE_KEY = "dpone/error_code"
-NEXT_ACTIONS_KEY = "dpone/next_actions"
+ERROR_CODE_KEY = metadata_key("error_code")
+"""``dpone/error_code``: the failure's stable code."""
+NEXT_ACTIONS_KEY = metadata_key("next_actions")
+"""``dpone/next_actions``: what the person on call can do next."""
 
 
 class DponeFailure(dg.Failure):
@@ -27,15 +30,11 @@ class DponeFailure(dg.Failure):
 
     def __init__(self, error: DponeError, metadata: Mapping[str, Any] | None = None) -> None:
         self.error = error
+        actions = "\n".join(f"- {action}" for action in error.next_actions) or "-"
+        failure = DponeMetadataSet(error_code=error.code, next_actions=dg.MetadataValue.md(actions))
         super().__init__(
             description=f"[{error.code}] {error.message}",
-            metadata={
-                ERROR_CODE_KEY: dg.MetadataValue.text(error.code),
-                NEXT_ACTIONS_KEY: dg.MetadataValue.md(
-                    "\n".join(f"- {action}" for action in error.next_actions) or "-"
-                ),
-                **(metadata or {}),
-            },
+            metadata={**failure, **(metadata or {})},
         )
 
     @property

@@ -25,6 +25,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     table_metadata,
 )
+from dpone_dagster.dagster.metadata.sets import DponeRunTags
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
@@ -181,7 +182,7 @@ def build_extraction_job(
     @dg.job(
         name=name or f"extract_{key.to_python_identifier()}",
         executor_def=dg.in_process_executor,
-        tags={"dpone/source_table": spec.source_table.qualified},
+        tags=dict(DponeRunTags(source_table=spec.source_table.qualified)),
     )
     def _job() -> None:
         settle(load(extract(acquire())))

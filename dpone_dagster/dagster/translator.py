@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import IdentifierError, TableName
 
@@ -146,7 +147,7 @@ class DponeTranslator:
         return dg.AssetSpec(
             key=self.get_source_asset_key(spec),
             description=f"PostgreSQL source table {spec.source_table}.",
-            metadata={"dpone/table": spec.source_table.qualified},
+            metadata=dict(DponeMetadataSet(table=spec.source_table.qualified)),
             kinds={"postgres"},
         )
 
@@ -161,10 +162,11 @@ class DponeTranslator:
 
     def get_metadata(self, spec: CopyTableSpec) -> dict[str, Any]:
         """The exact names, kept because a key part may have been mapped."""
-        return {
-            "dpone/table": spec.target_table.qualified,
-            "dpone/source_table": spec.source_table.qualified,
-        }
+        return dict(
+            DponeMetadataSet(
+                table=spec.target_table.qualified, source_table=spec.source_table.qualified
+            )
+        )
 
     def get_asset_spec(self, spec: CopyTableSpec) -> dg.AssetSpec:
         """The full asset spec of the target table."""
@@ -198,13 +200,11 @@ def source_asset_specs(
     found: dict[dg.AssetKey, dg.AssetSpec] = {}
     for assets_def in assets:
         for spec in assets_def.specs:
-            source, target = (
-                spec.metadata.get("dpone/source_table"),
-                spec.metadata.get("dpone/table"),
-            )
-            if source is None:
+            names = read_metadata(spec.metadata, "source_table", "table")
+            if names.source_table is None:
                 continue
-            upstream = tr.get_source_asset_spec(CopyTableSpec(source=source, target=target))
+            copied = CopyTableSpec(source=names.source_table, target=names.table)
+            upstream = tr.get_source_asset_spec(copied)
             if upstream is not None:
                 found.setdefault(upstream.key, upstream)
     return list(found.values())

@@ -15,6 +15,7 @@ from dpone_dagster import (
     PostgresTargetResource,
     cursor_range_partitions,
 )
+from dpone_dagster.dagster.metadata import DponeMetadataSet
 
 translator = DponeTranslator()
 orders = translator.get_asset_spec(CopyTableSpec(source="shop.orders"))
@@ -42,7 +43,7 @@ page_views = translator.get_asset_spec(CopyTableSpec(source="events.page_views")
 @dg.multi_asset(
     specs=[
         page_views.replace_attributes(partitions_def=days).merge_attributes(
-            metadata={"dpone/cursor": "id"}
+            metadata=dict(DponeMetadataSet(cursor="id"))
         )
     ],
     partitions_def=days,

@@ -12,9 +12,14 @@ from typing import Any
 import dagster as dg
 import pytest
 import yaml
-from dagster.components.testing import create_defs_folder_sandbox
 
-from dpone_dagster import PostgresCopyComponent
+# What the webserver is sent: no public name (the test reads what the UI would show).
+from dagster._core.remote_representation.external_data import RepositorySnap
+from dagster._serdes import serialize_value
+from dagster.components.testing import create_defs_folder_sandbox
+from psycopg.conninfo import make_conninfo
+
+from dpone_dagster import PostgresCopyComponent, PostgresTargetResource
 from dpone_dagster.dagster.translator import key_part
 from tests.helpers import pg
 
@@ -55,6 +60,12 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
                 "team:events",
             ]
             assert specs[dg.AssetKey(["source", "shop", "orders"])].kinds == {"postgres"}
+            # Dagster's post-processing of the defs.yaml: the events group's assets only.
+            assert specs[dg.AssetKey(["events", "page_views"])].tags["retention"] == "long"
+            assert "retention" not in orders.tags
+            target = defs.resources["target"]
+            assert isinstance(target, PostgresTargetResource)
+            assert target.application_name == "dpone-example"
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
             # A column added to a source between two runs: the next run evolves the target.
@@ -116,38 +127,48 @@ def test_a_backfill_needs_exactly_one_kind_of_partitions() -> None:
 UNUSED_DSN = "postgresql://nobody@127.0.0.1:5432/never_connected"
 
 
+UNUSED = {"dsn": "{{ env.DPONE_UNUSED_DSN }}"}
+
+
 def build(attributes: dict[str, Any]) -> dict[dg.AssetKey, dg.AssetSpec]:
     """The asset specs a defs.yaml with ``attributes`` builds (no database is reached)."""
     os.environ.setdefault("DPONE_UNUSED_DSN", UNUSED_DSN)
-    attributes = {"source_dsn_env": "DPONE_UNUSED_DSN", "target_dsn_env": "DPONE_UNUSED_DSN",
-                  **attributes}  # fmt: skip
+    attributes = {"source": UNUSED, "target": UNUSED, **attributes}
     return {spec.key: spec for spec in load_defs(attributes).resolve_all_asset_specs()}
 
 
-def test_yaml_sets_asset_attributes_per_table_over_the_components() -> None:
-    specs = build(
+ATTRIBUTES = {
+    "asset_attributes": {"group_name": "raw", "owners": ["team:data"],
+                         "tags": {"a": "{{ env.DPONE_T_TAG }}"}},
+    "source_key_prefix": ["pg"],
+    "snapshot_copies": [
         {
-            "asset_attributes": {"group_name": "raw", "owners": ["team:data"], "tags": {"a": "x"}},
-            "source_key_prefix": ["pg"],
-            "snapshot_copies": [
-                {
-                    "tables": [
-                        "shop.customers",
-                        {"source": "shop.orders", "target": "sales.orders",
-                         "key": "warehouse/orders", "group_name": "sales",
-                         "description": "Orders.", "tags": {"b": "two"}, "kinds": ["sales"],
-                         "owners": ["me@example.com"]},
-                    ],
-                    "strategy": "whole_copy",
-                    "sink": "merge",
-                }
+            "tables": [
+                "shop.customers",
+                {"source": "shop.orders", "target": "sales.orders",
+                 "attributes": {"key": "warehouse/orders", "group_name": "sales",
+                                "description": "Orders.", "tags": {"b": "two"},
+                                "kinds": ["sales"], "owners": ["me@example.com"]}},
             ],
-            "backfills": [
-                {"table": "events.views", "cursor": "id", "key": "events/all_views",
-                 "range_partitions": {"start": 0, "stop": 10, "step": 5}, "kinds": ["events"]},
-            ],
+            "strategy": "whole_copy",
+            "sink": "merge",
         }
-    )  # fmt: skip
+    ],
+    "backfills": [
+        {"table": "events.views", "cursor": "id",
+         "range_partitions": {"start": 0, "stop": 10, "step": 5},
+         "attributes": {"key": "events/all_views", "kinds": ["events"]}},
+    ],
+}  # fmt: skip
+"""Asset attributes of the component, of a table and of a backfill (``{{ env.DPONE_T_TAG }}``
+is ``x``)."""
+
+
+def test_yaml_sets_asset_attributes_per_table_over_the_components(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DPONE_T_TAG", "x")
+    specs = build(ATTRIBUTES)
     orders = specs[dg.AssetKey(["warehouse", "orders"])]
     assert orders.group_name == "sales" and orders.description == "Orders."
     assert orders.tags["a"] == "x" and orders.tags["b"] == "two"
@@ -170,6 +191,68 @@ def test_yaml_sets_asset_attributes_per_table_over_the_components() -> None:
     assert len(specs) == 6
 
 
+def test_dagsters_templating_and_key_prefix_reach_a_tables_attributes() -> None:
+    tables = [
+        {
+            "source": "shop.items",
+            "attributes": {
+                "key_prefix": "lake",
+                "automation_condition": "{{ dg.AutomationCondition.eager() }}",
+            },
+        }
+    ]
+    specs = build({"snapshot_copies": [{"tables": tables}]})  # fmt: skip
+    items = specs[dg.AssetKey(["lake", "shop", "items"])]
+    assert items.automation_condition == dg.AutomationCondition.eager()
+    assert items.metadata["dpone/source_table"] == "shop.items"
+
+
+def test_the_yaml_of_earlier_versions_loads_with_a_warning_naming_the_new_spelling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``source_dsn_env``/``target_dsn_env`` and attributes written on an entry itself build
+    the same assets and resources as ``source``/``target`` and ``attributes``."""
+    monkeypatch.setenv("DPONE_T_TAG", "x")
+    os.environ.setdefault("DPONE_UNUSED_DSN", UNUSED_DSN)
+    [copy] = ATTRIBUTES["snapshot_copies"]  # type: ignore[misc]
+    [backfill] = ATTRIBUTES["backfills"]  # type: ignore[misc]
+    [name, orders] = copy["tables"]
+    old = {
+        **ATTRIBUTES,
+        "source_dsn_env": "DPONE_UNUSED_DSN",
+        "target_dsn_env": "DPONE_UNUSED_DSN",
+        "snapshot_copies": [{**copy, "tables": [name, {
+            "source": orders["source"], "target": orders["target"], **orders["attributes"]}]}],
+        "backfills": [{**{k: v for k, v in backfill.items() if k != "attributes"},
+                       **backfill["attributes"]}],
+    }  # fmt: skip
+    with pytest.warns(FutureWarning) as warned:
+        old_defs = load_defs(old)
+    said = " ".join(str(w.message) for w in warned)
+    assert 'source: {dsn: "{{ env.DPONE_UNUSED_DSN }}"}' in said
+    assert 'target: {dsn: "{{ env.DPONE_UNUSED_DSN }}"}' in said
+    assert "key, description, tags, kinds, owners, group_name written on table shop.orders" in said
+    assert "key, kinds written on backfill events.views" in said
+    new = {**ATTRIBUTES, "source": UNUSED, "target": UNUSED}
+    new_defs = load_defs(new)
+
+    def shown(defs: dg.Definitions) -> list[tuple[Any, ...]]:
+        # Not the code references: each load's defs.yaml is another file.
+        return sorted(
+            (s.key, s.group_name, s.description, dict(s.tags), s.kinds, s.owners,
+             {k: v for k, v in s.metadata.items() if k.startswith("dpone/")})
+            for s in defs.resolve_all_asset_specs()
+        )  # fmt: skip
+
+    assert shown(old_defs) == shown(new_defs)
+    assert set(old_defs.resources or {}) == set(new_defs.resources or {}) == {
+        "source", "target", "ledger",
+    }  # fmt: skip
+    with pytest.raises(Exception) as both:  # noqa: PT011 - Dagster wraps the cause
+        load_defs({**new, "source_dsn_env": "DPONE_UNUSED_DSN"})
+    assert "give source or source_dsn_env, not both" in chain(both.value)
+
+
 def test_yaml_can_switch_the_source_assets_off_and_refuses_an_unknown_strategy() -> None:
     specs = build({"source_assets": False, "snapshot_copies": [{"tables": ["shop.orders"]}]})
     assert list(specs) == [dg.AssetKey(["shop", "orders"])]
@@ -177,6 +260,41 @@ def test_yaml_can_switch_the_source_assets_off_and_refuses_an_unknown_strategy()
     with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
         build({"snapshot_copies": [{"tables": ["shop.orders"], "strategy": "bulk"}]})
     assert "whole_copy" in chain(raised.value) and "bulk" in chain(raised.value)
+
+
+def shown_in_the_ui(defs: dg.Definitions) -> str:
+    """The repository snapshot a code location sends the webserver (resources' configuration
+    included)."""
+    return serialize_value(RepositorySnap.from_def(defs.get_repository_def()))
+
+
+def test_a_dsn_from_the_environment_stays_an_env_var_out_of_the_definitions_and_the_ui(
+    source_dsn: str, target_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dsn of exactly ``{{ env.NAME }}`` is ``EnvVar("NAME")``: the UI shows the variable's
+    name, never its value, and a run reads it when it starts. Dagster's templating renders any
+    other template into the definitions: a password templated into a DSN would show."""
+    pg.create_mixed_table(source_dsn, "shop", "orders", rows=100)
+    secret = "never-shown-4711"
+    monkeypatch.setenv("DPONE_T_SOURCE", make_conninfo(source_dsn, password=secret))
+    monkeypatch.setenv("DPONE_T_TARGET", make_conninfo(target_dsn, password=secret))
+    copies = [{"tables": ["shop.orders"]}]
+    defs = load_defs({"source": {"dsn": "{{ env.DPONE_T_SOURCE }}"},
+                      "target": {"dsn": "{{ env('DPONE_T_TARGET') }}"},
+                      "snapshot_copies": copies})  # fmt: skip
+    ui = shown_in_the_ui(defs)
+    assert secret not in ui and "DPONE_T_SOURCE" in ui and "DPONE_T_TARGET" in ui
+    job = dg.define_asset_job("copy", selection=[dg.AssetKey(["shop", "orders"])])
+    runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+    assert runnable.resolve_job_def("copy").execute_in_process().success
+    assert pg.table_fingerprint(source_dsn, "shop", "orders") == pg.table_fingerprint(
+        target_dsn, "shop", "orders"
+    )
+    monkeypatch.setenv("DPONE_T_PASSWORD", secret)
+    parts = make_conninfo(source_dsn, password="{{ env.DPONE_T_PASSWORD }}")
+    rendered = load_defs({"source": {"dsn": parts}, "target": {"dsn": "{{ env.DPONE_T_TARGET }}"},
+                          "snapshot_copies": copies})  # fmt: skip
+    assert secret in shown_in_the_ui(rendered)
 
 
 PROJECT = """
@@ -238,6 +356,8 @@ def test_dg_lists_the_component_and_scaffolds_a_defs_yaml_that_runs(
     assert scaffolded["attributes"]["snapshot_copies"] == [
         {"tables": ["shop.orders"], "strategy": "batched_copy"}
     ]
+    assert scaffolded["attributes"]["source"] == {"dsn": "{{ env.DPONE_SOURCE_DSN }}"}
+    assert scaffolded["attributes"]["target"] == {"dsn": "{{ env.DPONE_TARGET_DSN }}"}
     defs = json.loads(dg_cli(project, env, "list", "defs", "--json"))
     keys = {a["asset_key"] for a in defs["assets"]}
     assert {"shop/orders", "source/shop/orders"} <= keys
@@ -276,8 +396,9 @@ def test_an_incremental_stream_declared_in_yaml_keeps_the_target_current_on_its_
     monkeypatch.setenv("DPONE_SOURCE_DSN", source_dsn)
     monkeypatch.setenv("DPONE_TARGET_DSN", target_dsn)
     stream = {"table": "shop.stock", "cursor": "updated_at", "deletes": "hard", "batch_size": 100,
-              "cron_schedule": "*/5 * * * *", "owners": ["team:stock"]}  # fmt: skip
-    defs = load_defs({"source_dsn_env": "DPONE_SOURCE_DSN", "target_dsn_env": "DPONE_TARGET_DSN",
+              "cron_schedule": "*/5 * * * *", "attributes": {"owners": ["team:stock"]}}  # fmt: skip
+    defs = load_defs({"source": {"dsn": "{{ env.DPONE_SOURCE_DSN }}"},
+                      "target": {"dsn": "{{ env.DPONE_TARGET_DSN }}"},
                       "incremental_streams": [stream]})  # fmt: skip
     key = dg.AssetKey(["shop", "stock"])
     spec = {s.key: s for s in defs.resolve_all_asset_specs()}[key]

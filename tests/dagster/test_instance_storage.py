@@ -117,8 +117,12 @@ def test_a_psycopg3_instance_storage_is_refused_at_load_and_the_named_fix_works(
         ("storage:\n  postgres:\n    postgres_url: postgresql://u@h/db\n", True),
         ("storage:\n  postgres:\n    postgres_url: postgresql+psycopg2://u@h/db\n", False),
         ("storage:\n  postgres:\n    postgres_url: {env: DPONE_T_URL}\n", True),
-        ("storage:\n  postgres:\n    postgres_db: {username: u, db_name: d,"
+        ("storage:\n  postgres:\n    postgres_db: {username: u, hostname: h, db_name: d,"
          " scheme: {env: DPONE_T_SCHEME}}\n", False),
+        ("storage:\n  postgres:\n    postgres_db: {username: u, hostname: h, db_name: d,"
+         " scheme: {env: DPONE_T_PLAIN}}\n", True),
+        # A configuration Dagster itself refuses (no hostname) is left for Dagster to report.
+        ("storage:\n  postgres:\n    postgres_db: {username: u, db_name: d}\n", False),
         ("event_log_storage:\n  module: dagster_postgres.event_log\n"
          "  class: PostgresEventLogStorage\n  config:\n    postgres_url: postgresql://u@h/d\n",
          True),
@@ -131,6 +135,7 @@ def test_every_way_of_naming_the_storage_is_read(
 ) -> None:
     monkeypatch.setenv("DPONE_T_URL", "postgresql://u@h/db")
     monkeypatch.setenv("DPONE_T_SCHEME", "postgresql+psycopg2")
+    monkeypatch.setenv("DPONE_T_PLAIN", "postgresql")
     (tmp_path / "dagster.yaml").write_text(config)
     if not refused:
         check_instance_storage(str(tmp_path))

@@ -15,6 +15,7 @@ import dagster as dg
 from dpone_dagster.backfill import OnChanged
 from dpone_dagster.dagster.events import BackfillEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
 from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -122,8 +123,7 @@ def backfill_asset(
                 partitions_def=partitions_def,
                 metadata={
                     **spec.metadata,
-                    "dpone/cursor": cursor,
-                    "dpone/on_changed": changed.value,
+                    **DponeMetadataSet(cursor=cursor, on_changed=changed.value),
                 },
             )
         ],
@@ -132,7 +132,7 @@ def backfill_asset(
         partitions_def=partitions_def,
         backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
         pool=pool,
-        op_tags={**(op_tags or {}), "dpone/source_table": spec_in.source_table.qualified},
+        op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
         group_name=group_name,
     )
     def _backfill(

@@ -17,6 +17,7 @@ import dagster as dg
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events import IncrementalEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
@@ -124,11 +125,13 @@ def incremental_asset(
 
     @dg.multi_asset(
         name=name or f"incremental_{spec.key.to_python_identifier()}",
-        specs=[spec.replace_attributes(metadata={**spec.metadata, "dpone/cursor": cursor})],
+        specs=[
+            spec.replace_attributes(metadata={**spec.metadata, **DponeMetadataSet(cursor=cursor)})
+        ],
         check_specs=[check] if reconcile else [],
         can_subset=True,  # the check alone verifies the target without running the stream
         pool=pool,
-        op_tags={**(op_tags or {}), "dpone/source_table": spec_in.source_table.qualified},
+        op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
         group_name=group_name,
     )
     def _incremental(

@@ -16,6 +16,7 @@ import dagster as dg
 from dpone_dagster.dagster.events import CopyEvent
 from dpone_dagster.dagster.events.snapshot_copy import CopyHow
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
@@ -113,7 +114,7 @@ def snapshot_copy_assets(
     specs = copy_specs(
         tables,
         translator or DponeTranslator(),
-        {"dpone/strategy": how.strategy.value, "dpone/sink": how.sink.value},
+        dict(DponeMetadataSet(strategy=how.strategy.value, sink=how.sink.value)),
     )
     check_specs = [
         dg.AssetCheckSpec(

@@ -31,6 +31,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     partition_metadata,
 )
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -67,19 +68,21 @@ def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
     """
     # Every spec of the definition, selected or not: a run may select the check alone.
     [(key, spec)] = context.assets_def.specs_by_key.items()
-    metadata = spec.metadata
-    names = [metadata.get(k) for k in ("dpone/source_table", "dpone/table", "dpone/cursor")]
-    if any(n is None for n in names):
+    names = read_metadata(spec.metadata, "source_table", "table", "cursor")
+    if names.source_table is None or names.table is None or names.cursor is None:
         raise DponeError(
             "plan_invalid",
             f"Asset {key.to_user_string()} does not name its table, target and cursor "
             "(dpone/source_table, dpone/table, dpone/cursor).",
             ["Build the asset with backfill_asset(...), or put those keys in its spec."],
         )
-    source, target, cursor = (str(n) for n in names)
     assert spec.partitions_def is not None, "a backfill asset is partitioned"
     return BackfillTarget(
-        key, TableName.parse(source), TableName.parse(target), cursor, spec.partitions_def
+        key,
+        TableName.parse(names.source_table),
+        TableName.parse(names.table),
+        names.cursor,
+        spec.partitions_def,
     )
 
 
@@ -135,7 +138,7 @@ class BackfillEvents:
                 asset_key=what.key,
                 check_name=CHECK_NAME,
                 passed=failed is None and all(c["ok"] for c in checks),
-                metadata={"dpone/partitions": dg.MetadataValue.json(checks)},
+                metadata=dict(DponeMetadataSet(partitions=dg.MetadataValue.json(checks))),
             )
         if failed is not None:
             raise DponeFailure(failed)
@@ -257,9 +260,8 @@ class _PartitionRunner:
         ).records
         if not records or records[0].asset_materialization is None:
             return None
-        value = records[0].asset_materialization.metadata.get("dpone/checkpoint")
-        text = getattr(value, "value", value)
-        return str(text) if text else None
+        recorded = read_metadata(records[0].asset_materialization.metadata, "checkpoint")
+        return recorded.checkpoint or None
 
 
 def _cross_check(backfill: Backfill, recorded: str | None, partition: str) -> None:

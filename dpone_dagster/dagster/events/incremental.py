@@ -29,6 +29,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     verification_check,
 )
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.incremental import BatchOutcome, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -47,8 +48,8 @@ IncrementalEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
 def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
     [(key, spec)] = context.assets_def.specs_by_key.items()
-    names = [spec.metadata.get(k) for k in ("dpone/source_table", "dpone/table", "dpone/cursor")]
-    if any(n is None for n in names):
+    names = read_metadata(spec.metadata, "source_table", "table", "cursor")
+    if names.source_table is None or names.table is None or names.cursor is None:
         raise DponeFailure(
             DponeError(
                 "plan_invalid",
@@ -56,8 +57,7 @@ def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableNa
                 ["Build the asset with incremental_asset(...)."],
             )
         )
-    source, target, cursor = (str(n) for n in names)
-    return key, TableName.parse(source), TableName.parse(target), cursor
+    return key, TableName.parse(names.source_table), TableName.parse(names.table), names.cursor
 
 
 def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
@@ -74,12 +74,14 @@ def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
     receipt = done.receipt
     return dg.AssetObservation(
         asset_key=key,
-        metadata={
-            "dpone/batch": receipt.sequence,
-            "dpone/run": receipt.run,
-            "dpone/rows": receipt.rows,
-            "dpone/checkpoint": receipt.last.cursor if receipt.last else "",
-        },
+        metadata=dict(
+            DponeMetadataSet(
+                batch=receipt.sequence,
+                run=receipt.run,
+                rows=receipt.rows,
+                checkpoint=receipt.last.cursor if receipt.last else "",
+            )
+        ),
     )
 
 

@@ -21,6 +21,7 @@ import dagster as dg
 
 from dpone_dagster.backfill import BatchResult
 from dpone_dagster.dagster.metadata.receipts import batch_observation
+from dpone_dagster.dagster.metadata.sets import DponeRunTags
 
 _Item = tuple[str, BatchResult]
 
@@ -100,11 +101,9 @@ class ProgressReporter:
     def _tag(self, partition: str, batch: BatchResult) -> None:
         self._untagged, self._tagged_at = None, time.monotonic()
         progress = batch.run.progress
-        self.context.instance.add_run_tags(
-            self.context.run.run_id,
-            {
-                "dpone/partition": partition,
-                "dpone/checkpoint": progress.checkpoint or "",
-                "dpone/copied": str(progress.copied_count),
-            },
+        tags = DponeRunTags(
+            partition=partition,
+            checkpoint=progress.checkpoint or "",
+            copied=str(progress.copied_count),
         )
+        self.context.instance.add_run_tags(self.context.run.run_id, dict(tags))

@@ -23,6 +23,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     step_seconds_metadata,
     table_metadata,
 )
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
@@ -61,8 +62,8 @@ def selected_tables(
     else:
         by_key = {}
         for key, spec in context.assets_def.specs_by_key.items():
-            source = spec.metadata.get("dpone/source_table")
-            if source is None:
+            names = read_metadata(spec.metadata, "source_table", "table")
+            if names.source_table is None:
                 raise DponeError(
                     "plan_invalid",
                     f"Asset {key.to_user_string()} names no table (no dpone/source_table).",
@@ -71,7 +72,7 @@ def selected_tables(
                         "tables= to copy_tables.",
                     ],
                 )
-            by_key[key] = CopyTableSpec(source=str(source), target=spec.metadata.get("dpone/table"))
+            by_key[key] = CopyTableSpec(source=names.source_table, target=names.table)
     selected = context.selected_asset_keys
     return {key: spec for key, spec in by_key.items() if key in selected}
 
@@ -80,7 +81,7 @@ def copy_failure(exc: DponeError) -> DponeFailure:
     """A run failure for a copy error, with the terminal outcome when there was one."""
     report = getattr(exc, "report", None)
     if isinstance(report, CopyReport):
-        return DponeFailure(exc, {"dpone/terminal_outcome": report.outcome.value})
+        return DponeFailure(exc, dict(DponeMetadataSet(terminal_outcome=report.outcome.value)))
     return DponeFailure(exc)
 
 

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+# TableMetadataSet has no top-level name in dagster 1.13 (see ..metadata.catalog).
+from dagster._core.definitions.metadata import TableMetadataSet
+
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
@@ -21,6 +24,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     rate_metadata,
     schema_change_metadata,
 )
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
@@ -43,13 +47,15 @@ def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
     )
     return {
         **rates,
-        "dagster/row_count": dg.MetadataValue.int(report.rows_loaded or 0),
-        "dpone/source": dg.MetadataValue.text(report.source_label),
-        "dpone/sink": dg.MetadataValue.text(report.sink.value),
-        "dpone/sink_method": dg.MetadataValue.text(report.sink_method or "-"),
-        "dpone/terminal_outcome": dg.MetadataValue.text(report.outcome.value),
-        "dpone/snapshot_label": dg.MetadataValue.text(report.snapshot_label.value),
-        "dpone/extraction_receipt": dg.MetadataValue.json(json.loads(receipt.model_dump_json())),
+        **TableMetadataSet(row_count=report.rows_loaded or 0),
+        **DponeMetadataSet(
+            source=report.source_label,
+            sink=report.sink.value,
+            sink_method=report.sink_method or "-",
+            terminal_outcome=report.outcome.value,
+            snapshot_label=report.snapshot_label.value,
+            extraction_receipt=dg.MetadataValue.json(json.loads(receipt.model_dump_json())),
+        ),
         **schema_change_metadata(report.schema_changes),
     }
 

@@ -1,10 +1,11 @@
 """Materialization and check metadata: receipts in Dagster's vocabulary.
 
 Standard keys where Dagster has one (``dagster/row_count``, ``dagster/table_name``,
-``dagster/column_schema``, ``dagster/column_lineage``), dpone's own under ``dpone/``; figures
-that vary run over run (rows, bytes, seconds, rows per second, lag, remaining) are numbers, so
-the UI plots them. The standard table set, read from the target's catalog, is
-:mod:`dpone_dagster.dagster.metadata.catalog`'s.
+``dagster/column_schema``, ``dagster/column_lineage``), dpone's own under ``dpone/``, each
+declared once in :class:`~dpone_dagster.dagster.metadata.sets.DponeMetadataSet` and built
+through it; figures that vary run over run (rows, bytes, seconds, rows per second, lag,
+remaining) are numbers, so the UI plots them. The standard table set, read from the target's
+catalog, is :mod:`dpone_dagster.dagster.metadata.catalog`'s.
 """
 
 import json
@@ -13,6 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+
+# TableMetadataSet has no top-level name in dagster 1.13 (see .catalog).
+from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.backfill import (
     BackfillResult,
@@ -26,6 +30,8 @@ from dpone_dagster.postgres import CopyReport, TableCopyReport
 from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
+from .sets import DponeMetadataSet
+
 CHECK_NAME = "dpone_reconciled"
 """The asset check every dpone asset declares: the target holds what the source held."""
 
@@ -35,14 +41,16 @@ def receipt_metadata(receipt: ExtractionLifecycleReceipt | None) -> dict[str, An
     if receipt is None:
         return {}
     started, completed = receipt.extraction_started_at, receipt.extraction_completed_at
-    return {
-        "dpone/extraction_started_at": started.isoformat() if started else "",
-        "dpone/extraction_completed_at": completed.isoformat() if completed else "",
-        "dpone/clock_authority": receipt.clock_authority,
-        "dpone/snapshot_authority": receipt.snapshot_authority or "",
-        "dpone/snapshot_token_digest": receipt.source_token or "",
-        "dpone/extraction_receipt": dg.MetadataValue.json(receipt.model_dump(mode="json")),
-    }
+    return dict(
+        DponeMetadataSet(
+            extraction_started_at=started.isoformat() if started else "",
+            extraction_completed_at=completed.isoformat() if completed else "",
+            clock_authority=receipt.clock_authority,
+            snapshot_authority=receipt.snapshot_authority or "",
+            snapshot_token_digest=receipt.source_token or "",
+            extraction_receipt=dg.MetadataValue.json(receipt.model_dump(mode="json")),
+        )
+    )
 
 
 def rate_metadata(
@@ -53,41 +61,54 @@ def rate_metadata(
     ``dpone/lag_seconds`` is how old the source state the target now holds is: the seconds from
     the start of the source read to this report.
     """
-    metadata: dict[str, Any] = {"dpone/bytes": dg.MetadataValue.int(byte_count or 0)}
     if started is None or completed is None:
-        return metadata
+        return dict(DponeMetadataSet(bytes=byte_count or 0))
     seconds = (completed - started).total_seconds()
-    metadata["dpone/extraction_seconds"] = dg.MetadataValue.float(seconds)
-    metadata["dpone/rows_per_second"] = dg.MetadataValue.float(rows / seconds if seconds else 0.0)
-    lag = (datetime.now(UTC) - started).total_seconds()
-    metadata["dpone/lag_seconds"] = dg.MetadataValue.float(lag)
-    return metadata
+    return dict(
+        DponeMetadataSet(
+            bytes=byte_count or 0,
+            extraction_seconds=seconds,
+            rows_per_second=rows / seconds if seconds else 0.0,
+            lag_seconds=(datetime.now(UTC) - started).total_seconds(),
+        )
+    )
 
 
 def step_seconds_metadata(seconds: dict[str, float]) -> dict[str, Any]:
     """``dpone/seconds_<step>`` for each timed step of a copy (plan, extract, load)."""
-    return {f"dpone/seconds_{step}": dg.MetadataValue.float(s) for step, s in seconds.items()}
+    return dict(
+        DponeMetadataSet(
+            seconds_plan=seconds.get("plan"),
+            seconds_extract=seconds.get("extract"),
+            seconds_load=seconds.get("load"),
+        )
+    )
 
 
 def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]:
     """Everything a copied table's materialization says about how it was copied."""
     sink = table.sink_result
+    terminal = table.terminal_receipt
     metadata: dict[str, Any] = {
-        "dagster/row_count": table.rows_loaded or 0,
-        "dpone/strategy": report.strategy.value,
-        "dpone/sink": report.sink.value,
-        "dpone/terminal_outcome": report.outcome.value,
-        "dpone/snapshot_label": report.snapshot_label.value,
-        "dpone/copy_format": table.copy_format,
-        "dpone/copy_format_reason": table.copy_format_reason or "",
-        "dpone/source_table": table.source.qualified,
-        "dpone/table": table.target.qualified,
-        "dpone/rows_loaded": table.rows_loaded or 0,
+        **TableMetadataSet(row_count=table.rows_loaded or 0),
+        **DponeMetadataSet(
+            strategy=report.strategy.value,
+            sink=report.sink.value,
+            terminal_outcome=report.outcome.value,
+            snapshot_label=report.snapshot_label.value,
+            copy_format=table.copy_format,
+            copy_format_reason=table.copy_format_reason or "",
+            source_table=table.source.qualified,
+            table=table.target.qualified,
+            rows_loaded=table.rows_loaded or 0,
+            sink_method=None if sink is None else sink.method,
+            rows_inserted=None if sink is None else sink.rows_inserted,
+            rows_updated=None if sink is None else sink.rows_updated,
+            terminal_receipt=None
+            if terminal is None
+            else dg.MetadataValue.json(terminal.model_dump(mode="json")),
+        ),
     }
-    if sink is not None:
-        metadata["dpone/sink_method"] = sink.method
-        metadata["dpone/rows_inserted"] = sink.rows_inserted
-        metadata["dpone/rows_updated"] = sink.rows_updated
     metadata.update(receipt_metadata(table.extraction_receipt))
     receipt = table.extraction_receipt
     if receipt is not None:
@@ -100,10 +121,6 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
             )
         )
     metadata.update(schema_change_metadata(table.schema_changes))
-    if table.terminal_receipt is not None:
-        metadata["dpone/terminal_receipt"] = dg.MetadataValue.json(
-            table.terminal_receipt.model_dump(mode="json")
-        )
     return metadata
 
 
@@ -113,20 +130,12 @@ def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
     nothing when the schema was left as it was."""
     if not changes:
         return {}
-    return {
-        "dpone/schema_changes": dg.MetadataValue.json(
-            [
-                {
-                    "column": c.column,
-                    "kind": c.kind,
-                    "before": c.before,
-                    "after": c.after,
-                    "detail": c.detail,
-                }
-                for c in changes
-            ]
-        )
-    }
+    entries = [
+        {"column": c.column, "kind": c.kind, "before": c.before, "after": c.after,
+         "detail": c.detail}
+        for c in changes
+    ]  # fmt: skip
+    return dict(DponeMetadataSet(schema_changes=dg.MetadataValue.json(entries)))
 
 
 def log_schema_changes(
@@ -146,14 +155,16 @@ def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.Asset
         check_name=CHECK_NAME,
         passed=result.passed,
         description=result.detail,
-        metadata={
-            "dpone/guarantee": result.guarantee.value,
-            "dpone/proof": result.proof.value,
-            "dpone/source_rows": result.source.count,
-            "dpone/target_rows": result.target.count,
-            "dpone/source_digest": result.source.hash or "",
-            "dpone/target_digest": result.target.hash or "",
-        },
+        metadata=dict(
+            DponeMetadataSet(
+                guarantee=result.guarantee.value,
+                proof=result.proof.value,
+                source_rows=result.source.count,
+                target_rows=result.target.count,
+                source_digest=result.source.hash or "",
+                target_digest=result.target.hash or "",
+            )
+        ),
     )
 
 
@@ -181,11 +192,18 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     started = first.extraction_started_at if first else None
     completed = last.extraction_completed_at if last else None
     tokens = sorted({r.observation.extraction.source_token or "" for r in receipts} - {""})
-    return {
-        "dpone/extraction_started_at": started.isoformat() if started else "",
-        "dpone/extraction_completed_at": completed.isoformat() if completed else "",
-        "dpone/snapshot_token_digest": tokens[0] if len(tokens) == 1 else json.dumps(tokens),
-    }
+    return dict(
+        DponeMetadataSet(
+            extraction_started_at=started.isoformat() if started else "",
+            extraction_completed_at=completed.isoformat() if completed else "",
+            snapshot_token_digest=_digests(tokens),
+        )
+    )
+
+
+def _digests(tokens: Sequence[str]) -> str:
+    """One snapshot token's digest, or a JSON list of several."""
+    return tokens[0] if len(tokens) == 1 else json.dumps(tokens)
 
 
 def _partition_rates(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
@@ -201,7 +219,7 @@ def _partition_rates(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     newest = receipts[-1].observation.extraction.extraction_started_at
     if newest is not None:
         lag = (datetime.now(UTC) - newest).total_seconds()
-        metadata["dpone/lag_seconds"] = dg.MetadataValue.float(lag)
+        metadata.update(DponeMetadataSet(lag_seconds=lag))
     return metadata
 
 
@@ -209,21 +227,22 @@ def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
     """The reconciliation of a partition: its summary, and the rows its repairs inserted,
     updated and deleted (numbers, so the UI plots them)."""
     repaired = report.repaired_rows()
-    return {
-        "dpone/reconciliation": dg.MetadataValue.json(
-            {
-                "ok": report.ok,
-                "ranges": len(report.ranges),
-                "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
-                "content_hashed": report.proven_by(Proof.CONTENT_HASH),
-                "differing": [r.sequence for r in report.differing],
-            }
-        ),
-        "dpone/reconciliation_snapshot_digest": report.source_snapshot,
-        "dpone/rows_repaired_inserted": repaired["inserted"],
-        "dpone/rows_repaired_updated": repaired["updated"],
-        "dpone/rows_repaired_deleted": repaired["deleted"],
+    summary = {
+        "ok": report.ok,
+        "ranges": len(report.ranges),
+        "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+        "content_hashed": report.proven_by(Proof.CONTENT_HASH),
+        "differing": [r.sequence for r in report.differing],
     }
+    return dict(
+        DponeMetadataSet(
+            reconciliation=dg.MetadataValue.json(summary),
+            reconciliation_snapshot_digest=report.source_snapshot,
+            rows_repaired_inserted=repaired["inserted"],
+            rows_repaired_updated=repaired["updated"],
+            rows_repaired_deleted=repaired["deleted"],
+        )
+    )
 
 
 def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
@@ -238,17 +257,19 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
     if report is not None:
         rows = sum(r.target_count for r in report.ranges)
     metadata: dict[str, Any] = {
-        "dagster/row_count": rows,
-        "dpone/run_id": run.run_id,
-        "dpone/checkpoint": progress.checkpoint or "",
-        "dpone/high_water_mark": progress.source_high_water_mark or "",
-        "dpone/status": run.status.value,
-        "dpone/batches_committed_now": result.committed,
-        "dpone/batches_replayed_now": result.replayed,
-        "dpone/receipts_summary": dg.MetadataValue.json(receipts_summary(receipts)),
-        "dpone/snapshot_label": run.snapshot_label.value,
-        "dpone/remaining_estimate": dg.MetadataValue.int(progress.remaining_estimate),
-        "dpone/batches": dg.MetadataValue.int(progress.batch_count),
+        **TableMetadataSet(row_count=rows),
+        **DponeMetadataSet(
+            run_id=run.run_id,
+            checkpoint=progress.checkpoint or "",
+            high_water_mark=progress.source_high_water_mark or "",
+            status=run.status.value,
+            batches_committed_now=result.committed,
+            batches_replayed_now=result.replayed,
+            receipts_summary=dg.MetadataValue.json(receipts_summary(receipts)),
+            snapshot_label=run.snapshot_label.value,
+            remaining_estimate=progress.remaining_estimate,
+            batches=progress.batch_count,
+        ),
         **_window(receipts),
         **_partition_rates(receipts),
     }
@@ -263,14 +284,16 @@ def batch_observation(key: dg.AssetKey, partition: str, batch: BatchResult) -> d
     return dg.AssetObservation(
         asset_key=key,
         partition=partition,
-        metadata={
-            "dpone/checkpoint": progress.checkpoint or "",
-            "dpone/copied": progress.copied_count,
-            "dpone/high_water_mark": progress.source_high_water_mark or "",
-            "dpone/remaining_estimate": progress.remaining_estimate,
-            "dpone/batch": batch.receipt.sequence,
-            "dpone/replayed": batch.replayed,
-        },
+        metadata=dict(
+            DponeMetadataSet(
+                checkpoint=progress.checkpoint or "",
+                copied=progress.copied_count,
+                high_water_mark=progress.source_high_water_mark or "",
+                remaining_estimate=progress.remaining_estimate,
+                batch=batch.receipt.sequence,
+                replayed=batch.replayed,
+            )
+        ),
     )
 
 
@@ -297,30 +320,29 @@ def _stream_summary(result: IncrementalResult) -> dict[str, Any]:
 def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[str, Any]:
     """Everything an incremental run's materialization says (counts and the lag as numbers)."""
     tokens = sorted({t for t in result.snapshot_tokens if t})
+    notices = [{"code": n.code, "message": n.message} for n in result.notices]
     metadata: dict[str, Any] = {
-        "dagster/row_count": target_rows,
-        "dpone/stream_id": result.stream_id,
-        "dpone/run": result.run or 0,
-        "dpone/rows_read": result.rows,
-        "dpone/rows_inserted": result.inserted,
-        "dpone/rows_updated": result.updated,
-        "dpone/rows_deleted": result.deleted,
-        "dpone/old_mark": result.old_mark or "",
-        "dpone/new_mark": result.new_mark or "",
-        "dpone/batches": result.batches,
-        "dpone/batches_committed_now": result.batches_here,
-        "dpone/resumed": result.resumed,
-        "dpone/keys_compared": result.keys_compared,
-        "dpone/snapshot_label": result.snapshot_label.value,
-        "dpone/snapshot_token_digest": tokens[0] if len(tokens) == 1 else json.dumps(tokens),
-        "dpone/receipts_summary": dg.MetadataValue.json(_stream_summary(result)),
+        **TableMetadataSet(row_count=target_rows),
+        **DponeMetadataSet(
+            stream_id=result.stream_id,
+            run=result.run or 0,
+            rows_read=result.rows,
+            rows_inserted=result.inserted,
+            rows_updated=result.updated,
+            rows_deleted=result.deleted,
+            old_mark=result.old_mark or "",
+            new_mark=result.new_mark or "",
+            batches=result.batches,
+            batches_committed_now=result.batches_here,
+            resumed=result.resumed,
+            keys_compared=result.keys_compared,
+            snapshot_label=result.snapshot_label.value,
+            snapshot_token_digest=_digests(tokens),
+            receipts_summary=dg.MetadataValue.json(_stream_summary(result)),
+            lag_seconds=result.lag_seconds,
+            notices=dg.MetadataValue.json(notices) if notices else None,
+        ),
     }
-    if result.lag_seconds is not None:
-        metadata["dpone/lag_seconds"] = dg.MetadataValue.float(result.lag_seconds)
-    if result.notices:
-        metadata["dpone/notices"] = dg.MetadataValue.json(
-            [{"code": n.code, "message": n.message} for n in result.notices]
-        )
     metadata.update(schema_change_metadata(result.schema_changes))
     return metadata
 
@@ -343,7 +365,7 @@ def verification_check(
     if check is None:
         return dg.AssetCheckResult(
             asset_key=key, check_name=CHECK_NAME, passed=True, description=nothing,
-            metadata={"dpone/verified": False},
+            metadata=dict(DponeMetadataSet(verified=False)),
         )  # fmt: skip
     return dg.AssetCheckResult(
         asset_key=key,
@@ -351,14 +373,16 @@ def verification_check(
         passed=check.ok,
         description="Every source row at or below the mark is in the target, equal"
         + ("." if check.ok else f": {check.unexplained} row(s) are not."),
-        metadata={
-            "dpone/verified": True,
-            "dpone/guarantee": "equal_at_or_below_mark",
-            "dpone/keys_compared": check.keys_compared,
-            "dpone/ranges_differing": check.ranges_differing,
-            "dpone/changed_since_mark": check.changed_since_mark,
-            "dpone/deleted_kept": check.deleted_kept,
-            "dpone/unexplained": check.unexplained,
-            "dpone/examples": dg.MetadataValue.json([list(k) for k in check.examples]),
-        },
+        metadata=dict(
+            DponeMetadataSet(
+                verified=True,
+                guarantee="equal_at_or_below_mark",
+                keys_compared=check.keys_compared,
+                ranges_differing=check.ranges_differing,
+                changed_since_mark=check.changed_since_mark,
+                deleted_kept=check.deleted_kept,
+                unexplained=check.unexplained,
+                examples=dg.MetadataValue.json([list(k) for k in check.examples]),
+            )
+        ),
     )

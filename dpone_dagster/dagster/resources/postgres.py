@@ -180,9 +180,14 @@ class PostgresSourceResource(PostgresResource):
         Examples:
             .. code-block:: python
 
-                @dg.asset(partitions_def=cursor_range_partitions(0, 3000, 1000), metadata={
-                    "dpone/source_table": "events.page_views", "dpone/table": "events.page_views",
-                    "dpone/cursor": "id"})
+                from dpone_dagster.dagster.metadata import DponeMetadataSet
+
+                names = DponeMetadataSet(
+                    source_table="events.page_views", table="events.page_views", cursor="id"
+                )
+
+                @dg.asset(partitions_def=cursor_range_partitions(0, 3000, 1000),
+                          metadata=dict(names))
                 def page_views(context, source: PostgresSourceResource,
                                target: PostgresTargetResource):
                     yield from source.backfill(context, target=target, batch_size=500)
@@ -244,8 +249,13 @@ class PostgresSourceResource(PostgresResource):
         Examples:
             .. code-block:: python
 
-                @dg.asset(metadata={"dpone/source_table": "shop.stock",
-                                    "dpone/table": "shop.stock", "dpone/cursor": "updated_at"})
+                from dpone_dagster.dagster.metadata import DponeMetadataSet
+
+                names = DponeMetadataSet(
+                    source_table="shop.stock", table="shop.stock", cursor="updated_at"
+                )
+
+                @dg.asset(metadata=dict(names))
                 def stock(context, source: PostgresSourceResource, target: PostgresTargetResource):
                     yield from source.incremental(context, target=target, deletes="hard")
         """

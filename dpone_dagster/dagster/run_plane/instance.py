@@ -6,72 +6,88 @@ PostgreSQL refuses a parameter in ``NOTIFY``: every run, the daemon and the webs
 their first event write with a bare ``syntax error at or near "$1"``. dpone's asset factories call
 :func:`check_instance_storage` when the definitions load, so the code location fails at once with
 ``instance_storage_psycopg3`` and the lines to change, before any run is launched.
+
+Dagster reads the instance's ``dagster.yaml`` (either storage form, ``{env: NAME}`` values, a
+custom instance class) and builds its event log storage, as ``DagsterInstance.get()`` does but
+without the table check the storage's constructor makes, so loading definitions opens no
+connection; the driver is the one of the engine dagster-postgres builds for that storage.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import os
-from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import sqlalchemy.engine
+import dagster as dg
 import yaml
+
+# Dagster 1.13 has no public name that reads an instance's configuration without building its
+# storages: DagsterInstance.get() builds them, and dagster-postgres's storages connect (and
+# retry for seconds) to check their tables. InstanceRef is what DagsterInstance.get() reads
+# dagster.yaml with, and ConfigurableClassData is the storage entry it holds.
+from dagster._core.instance.ref import InstanceRef
+from dagster._serdes import ConfigurableClassData
 
 from dpone_dagster.lifecycle import DponeError
 
-_EVENT_LOG_CLASS = "PostgresEventLogStorage"
+if TYPE_CHECKING:
+    from dagster_postgres import PostgresEventLogStorage
 
 
-def _resolve(value: Any) -> str | None:
-    """A config value, reading ``{env: NAME}`` as Dagster does."""
-    if isinstance(value, Mapping) and "env" in value:
-        return os.environ.get(str(value["env"]))
-    return None if value is None else str(value)
+def _postgres_event_log(dagster_home: str) -> PostgresEventLogStorage | None:
+    """The instance's event log storage when dagster-postgres keeps it, built without a
+    connection; None for any other storage (or a configuration Dagster itself refuses)."""
+    try:
+        data = InstanceRef.from_dir(dagster_home).event_storage_data
+        # Only dagster-postgres's storages are imported: another storage's module (SQLite's
+        # included) is not checked, and loading definitions does not pay for importing it.
+        if data is None or data.module_name.partition(".")[0] != "dagster_postgres":
+            return None
+        from dagster_postgres import PostgresEventLogStorage
+
+        kind = getattr(importlib.import_module(data.module_name), data.class_name, None)
+        if not (isinstance(kind, type) and issubclass(kind, PostgresEventLogStorage)):
+            return None
+        # The storage's own config schema resolves {env: NAME}; with should_autocreate_tables
+        # off, its constructor builds the engine without connecting.
+        config = {**data.config_dict, "should_autocreate_tables": False}
+        quiet = ConfigurableClassData(data.module_name, data.class_name, yaml.safe_dump(config))
+        return quiet.rehydrate(as_type=PostgresEventLogStorage)
+    except dg.DagsterInvalidConfigError:
+        return None  # Dagster reports an invalid instance itself, on its own terms
 
 
-def _postgres_config(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The dagster-postgres config of the instance's event log storage, if it has one."""
-    storage = config.get("storage")
-    if isinstance(storage, Mapping) and isinstance(storage.get("postgres"), Mapping):
-        return dict(storage["postgres"])
-    legacy = config.get("event_log_storage")
-    if isinstance(legacy, Mapping) and legacy.get("class") == _EVENT_LOG_CLASS:
-        inner = legacy.get("config")
-        return dict(inner) if isinstance(inner, Mapping) else {}
-    return None
+def storage_driver(dagster_home: str) -> str | None:
+    """The DBAPI driver (``psycopg2``, ``psycopg``...) of the instance's PostgreSQL event log
+    storage, or None when the events are not stored in PostgreSQL.
 
-
-def _scheme(postgres: Mapping[str, Any]) -> str:
-    """The URL scheme dagster-postgres builds its SQLAlchemy engine with."""
-    url = _resolve(postgres.get("postgres_url"))
-    if url:
-        return url.split("://", 1)[0]
-    database = postgres.get("postgres_db")
-    scheme = _resolve(database.get("scheme")) if isinstance(database, Mapping) else None
-    return scheme or "postgresql"
-
-
-def storage_driver(config: Mapping[str, Any]) -> str | None:
-    """The DBAPI driver SQLAlchemy picks for the instance's PostgreSQL event log storage
-    (``psycopg2``, ``psycopg``...), or None when the events are not stored in PostgreSQL."""
-    postgres = _postgres_config(config)
-    if postgres is None:
+    Args:
+        dagster_home: The instance's directory (its ``dagster.yaml``).
+    """
+    storage = _postgres_event_log(dagster_home)
+    if storage is None:
         return None
-    url = sqlalchemy.engine.make_url(f"{_scheme(postgres)}://dpone@localhost/dpone")
-    return str(url.get_dialect().driver)
+    from dagster_postgres.utils import create_pg_engine  # imported with the storage
+
+    try:
+        return str(create_pg_engine(storage.postgres_url).dialect.driver)
+    except ImportError:
+        return None  # a driver that is not installed: Dagster fails on it by itself
 
 
 @lru_cache(maxsize=8)
-def _checked(path: str, mtime: float) -> None:
-    config = yaml.safe_load(Path(path).read_text()) or {}
-    driver = storage_driver(config) if isinstance(config, Mapping) else None
-    if driver in ("psycopg", "psycopg_async"):
+def _checked(home: str, mtime: float) -> None:
+    path = Path(home) / "dagster.yaml"
+    if storage_driver(home) in ("psycopg", "psycopg_async"):
+        version = importlib.metadata.version("sqlalchemy")
         raise DponeError(
             "instance_storage_psycopg3",
             f"The Dagster instance in {path} stores events in PostgreSQL through psycopg 3 "
-            f"(SQLAlchemy {sqlalchemy.__version__} picks it for a plain postgresql:// URL), "
+            f"(SQLAlchemy {version} picks it for a plain postgresql:// URL), "
             "and dagster-postgres's NOTIFY statements fail under it: every run, the daemon and "
             "the webserver would fail on their first event.",
             [
@@ -99,4 +115,4 @@ def check_instance_storage(dagster_home: str | None = None) -> None:
         return
     path = Path(home) / "dagster.yaml"
     if path.is_file():
-        _checked(str(path.resolve()), path.stat().st_mtime)
+        _checked(str(path.parent.resolve()), path.stat().st_mtime)

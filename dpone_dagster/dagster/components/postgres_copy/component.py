@@ -5,16 +5,14 @@ YAML, without Python.
 
     type: dpone_dagster.PostgresCopyComponent
     attributes:
-      source_dsn_env: DPONE_SOURCE_DSN
-      target_dsn_env: DPONE_TARGET_DSN
+      source: {dsn: "{{ env.DPONE_SOURCE_DSN }}"}
+      target: {dsn: "{{ env.DPONE_TARGET_DSN }}", application_name: nightly-copy}
       asset_attributes: {owners: ["team:data"], tags: {layer: raw}}
       snapshot_copies:
         - tables:
             - shop.customers
             - source: shop.orders
-              key: warehouse/orders
-              group_name: sales
-              kinds: [sales]
+              attributes: {key: warehouse/orders, group_name: sales, kinds: [sales]}
             - 'shop."Order Items"'
           strategy: partitioned_copy
           workers: 2
@@ -23,28 +21,40 @@ YAML, without Python.
           cursor: id
           range_partitions: {start: 0, stop: 200000, step: 50000}
           batch_size: 20000
-          owners: ["team:events"]
           on_changed: repair   # rows changed after their batch: rewrite (default: fail)
+          attributes: {owners: ["team:events"]}
       incremental_streams:
         - table: shop.stock
           cursor: updated_at
           deletes: hard
           cron_schedule: "*/5 * * * *"   # a schedule that materializes it
+    post_processing:   # Dagster's own, for any component: here, every asset of a group
+      assets:
+        - target: "group:events"
+          attributes: {tags: {retention: long}}
 
-DSNs are read from environment variables at run time (``EnvVar``), so no secret is written in
-the YAML or shown in the UI. Every name is checked when the definitions load. Asset attributes
-(key, group, description, tags, kinds, owners) come from YAML per table, over the component's
-``asset_attributes``; ``dg scaffold defs dpone_dagster.PostgresCopyComponent <path>`` writes a
-working ``defs.yaml`` to start from.
+The ``source`` and ``target`` are resources resolved from YAML; a ``dsn`` of exactly
+``{{ env.NAME }}`` stays an ``EnvVar``, read at run time, so no secret is written in the YAML,
+the definitions or the UI. Every name is checked when the definitions load. Asset attributes
+are Dagster's (``attributes`` of a table, a backfill or a stream, over the component's
+``asset_attributes``; templated, see :mod:`.attributes`);
+``dg scaffold defs dpone_dagster.PostgresCopyComponent <path>`` writes a working ``defs.yaml``
+to start from. The YAML of earlier versions still loads, with a ``FutureWarning`` naming the
+new spelling: ``source_dsn_env``/``target_dsn_env``, and asset attributes written on an entry
+itself.
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Annotated, Any
 
 import dagster as dg
+
+# Dagster's asset attributes without a key, for every asset: no top-level name in dagster 1.13
+# (dagster-sling's and dagster-dbt's components import from this module too).
+from dagster.components.resolved.core_models import ResolvedAssetAttributes
 from pydantic import BaseModel, Field
 
 from dpone_dagster.backfill import OnChanged
@@ -69,7 +79,15 @@ from dpone_dagster.postgres import (
     Strategy,
 )
 
-from .attributes import AssetAttributes, AttributesTranslator, TableModel
+from .attributes import (
+    AttributesTranslator,
+    InlineAttributes,
+    ResolvedSource,
+    ResolvedTableAttributes,
+    ResolvedTarget,
+    TableModel,
+    resource_or_env,
+)
 
 
 def _resolve_tables(context: dg.ResolutionContext, entries: list[Any]) -> list[str | TableModel]:
@@ -135,8 +153,8 @@ class DailyPartitionsModel(dg.Resolvable):
 
 
 @dataclass(kw_only=True)
-class BackfillModel(AssetAttributes):
-    """One partitioned backfill, with its asset's attributes (key, group, tags, kinds...).
+class BackfillModel(InlineAttributes):
+    """One partitioned backfill, with its asset's attributes.
 
     Attributes:
         table: The source table.
@@ -149,6 +167,8 @@ class BackfillModel(AssetAttributes):
         pool: Concurrency pool.
         on_changed: ``fail`` (default) or ``repair``: what the reconciliation does with rows
             the source changed or deleted after their batch was copied (``backfill_asset``).
+        attributes: The asset's attributes (Dagster's: ``key``, ``description``, ``tags``,
+            ``kinds``, ``owners``...), over the component's.
     """
 
     table: str
@@ -157,12 +177,18 @@ class BackfillModel(AssetAttributes):
     daily_partitions: DailyPartitionsModel | None = None
     batch_size: int = BACKFILL_BATCH_SIZE
     target: str | None = None
+    group_name: str | None = None
     pool: str | None = None
     on_changed: OnChanged = OnChanged.FAIL
+    attributes: ResolvedTableAttributes = field(default_factory=dict)
 
     def spec(self) -> CopyTableSpec:
         """The table spec this backfill names."""
         return CopyTableSpec(source=self.table, target=self.target)
+
+    def all_attributes(self) -> Mapping[str, Any]:
+        """The asset's attributes: those written inline (deprecated), then ``attributes``."""
+        return {**self.inline_attributes(f"backfill {self.table}"), **self.attributes}
 
     def partitions_def(self) -> dg.PartitionsDefinition:
         """The partitions the YAML asked for (exactly one kind)."""
@@ -180,7 +206,7 @@ class BackfillModel(AssetAttributes):
 
 
 @dataclass(kw_only=True)
-class IncrementalStreamModel(AssetAttributes):
+class IncrementalStreamModel(InlineAttributes):
     """One incremental stream (``incremental_asset``), with its asset's attributes.
 
     Attributes:
@@ -197,9 +223,12 @@ class IncrementalStreamModel(AssetAttributes):
         settle_timeout: Seconds a run waits for transactions open at its mark.
         schema_changes: ``evolve`` (default) or ``freeze``.
         fillfactor: The ``fillfactor`` of a target the first run creates (100 packs pages full).
+        group_name: The asset's group.
         pool: Concurrency pool.
         cron_schedule: When set, a schedule named after the asset materializes it (with its
             check) on this cron expression.
+        attributes: The asset's attributes (Dagster's: ``key``, ``description``, ``tags``,
+            ``kinds``, ``owners``...), over the component's.
     """
 
     table: str
@@ -213,12 +242,18 @@ class IncrementalStreamModel(AssetAttributes):
     settle_timeout: float = 30.0
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
+    group_name: str | None = None
     pool: str | None = None
     cron_schedule: str | None = None
+    attributes: ResolvedTableAttributes = field(default_factory=dict)
 
     def spec(self) -> CopyTableSpec:
         """The table spec this stream names."""
         return CopyTableSpec(source=self.table, target=self.target)
+
+    def all_attributes(self) -> Mapping[str, Any]:
+        """The asset's attributes: those written inline (deprecated), then ``attributes``."""
+        return {**self.inline_attributes(f"stream {self.table}"), **self.attributes}
 
 
 class PostgresCopyScaffoldParams(BaseModel):
@@ -247,8 +282,8 @@ class PostgresCopyScaffolder(dg.Scaffolder[PostgresCopyScaffoldParams]):
         """Writes the ``defs.yaml``."""
         params = request.params or PostgresCopyScaffoldParams()
         attributes = {
-            "source_dsn_env": params.source_dsn_env,
-            "target_dsn_env": params.target_dsn_env,
+            "source": {"dsn": f"{{{{ env.{params.source_dsn_env} }}}}"},
+            "target": {"dsn": f"{{{{ env.{params.target_dsn_env} }}}}"},
             "snapshot_copies": [{"tables": list(params.tables), "strategy": "batched_copy"}],
         }
         dg.scaffold_component(request, attributes)
@@ -261,13 +296,16 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
     assets.
 
     Attributes:
-        source_dsn_env: Environment variable holding the source DSN; when set, the component
-            also provides the ``source`` resource.
-        target_dsn_env: Environment variable holding the target DSN (``target`` and ``ledger``).
+        source: The source database, provided as the ``source`` resource: ``dsn`` (a DSN of
+            exactly ``"{{ env.NAME }}"`` stays an ``EnvVar``) and the resource's settings.
+        target: The target database, provided as the ``target`` resource (and ``ledger``).
+        source_dsn_env: Deprecated: ``source: {dsn: "{{ env.NAME }}"}``.
+        target_dsn_env: Deprecated: ``target: {dsn: "{{ env.NAME }}"}``.
         ledger_schema: Schema of the ledger (backfill runs, streams' state) in the target database.
         key_prefix: Parts put before ``[schema, table]`` in every asset key.
-        asset_attributes: Attributes of every asset (group, description, tags, kinds,
-            owners); a copy's ``group_name`` and a table's own attributes override them.
+        asset_attributes: Dagster's asset attributes of every asset (group, description, tags,
+            kinds, owners, automation condition...); a copy's ``group_name`` and a table's own
+            ``attributes`` override them.
         source_assets: Put each source table in the graph as an external asset upstream of
             its copy (on by default).
         source_key_prefix: Parts put before ``[schema, table]`` in source tables' keys.
@@ -277,11 +315,13 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             with an optional schedule).
     """
 
+    source: ResolvedSource = None
+    target: ResolvedTarget = None
     source_dsn_env: str | None = None
     target_dsn_env: str | None = None
     ledger_schema: str = DEFAULT_LEDGER_SCHEMA
     key_prefix: list[str] = field(default_factory=list)
-    asset_attributes: AssetAttributes | None = None
+    asset_attributes: ResolvedAssetAttributes = field(default_factory=dict)
     source_assets: bool = True
     source_key_prefix: list[str] = field(default_factory=lambda: ["source"])
     snapshot_copies: list[SnapshotCopyModel] = field(default_factory=list)
@@ -289,13 +329,13 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
     incremental_streams: list[IncrementalStreamModel] = field(default_factory=list)
 
     def translator(
-        self, group_name: str | None, per_table: dict[CopyTableSpec, AssetAttributes]
+        self, group_name: str | None, per_table: Mapping[CopyTableSpec, Mapping[str, Any]]
     ) -> AttributesTranslator:
-        """The translator of one copy or backfill: the component's attributes, the group of
-        the copy (when set) over them, and each table's own attributes over both."""
-        common = self.asset_attributes or AssetAttributes()
+        """The translator of one copy, backfill or stream: the component's attributes, the
+        group of the copy (when set) over them, and each table's own attributes over both."""
+        common = dict(self.asset_attributes)
         if group_name is not None:
-            common = dataclasses.replace(common, group_name=group_name)
+            common["group_name"] = group_name
         return AttributesTranslator(
             key_prefix=tuple(self.key_prefix),
             source_assets=self.source_assets,
@@ -308,14 +348,14 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         self, index: int, copy: SnapshotCopyModel
     ) -> list[dg.AssetsDefinition | dg.AssetSpec]:
         renames = copy.targets or {}
-        per_table: dict[CopyTableSpec, AssetAttributes] = {}
+        per_table: dict[CopyTableSpec, Mapping[str, Any]] = {}
         specs = []
         for entry in copy.tables:
             if isinstance(entry, str):
                 specs.append(CopyTableSpec(source=entry, target=renames.get(entry)))
             else:
                 specs.append(entry.spec())
-                per_table[entry.spec()] = entry
+                per_table[entry.spec()] = entry.all_attributes()
         translator = self.translator(copy.group_name, per_table)
         assets = snapshot_copy_assets(
             specs,
@@ -330,7 +370,9 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         return [assets, *source_asset_specs([assets], translator)]
 
     def _backfill_assets(self, backfill: BackfillModel) -> list[dg.AssetsDefinition | dg.AssetSpec]:
-        translator = self.translator(None, {backfill.spec(): backfill})
+        translator = self.translator(
+            backfill.group_name, {backfill.spec(): backfill.all_attributes()}
+        )
         asset = backfill_asset(
             backfill.table,
             cursor=backfill.cursor,
@@ -346,7 +388,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
     def _stream_assets(
         self, stream: IncrementalStreamModel
     ) -> tuple[list[dg.AssetsDefinition | dg.AssetSpec], list[dg.ScheduleDefinition]]:
-        translator = self.translator(None, {stream.spec(): stream})
+        translator = self.translator(stream.group_name, {stream.spec(): stream.all_attributes()})
         lookback = stream.lookback_seconds
         asset = incremental_asset(
             stream.table,
@@ -373,8 +415,8 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """Builds the assets, the source tables' external assets (unless ``source_assets`` is
-        off), the incremental streams' schedules and the resources, when DSN variables are
-        named."""
+        off), the incremental streams' schedules and the resources, when the databases are
+        given."""
         assets: dict[dg.AssetKey, dg.AssetsDefinition | dg.AssetSpec] = {}
         built = [a for i, c in enumerate(self.snapshot_copies) for a in self._copy_assets(i, c)]
         built += [a for b in self.backfills for a in self._backfill_assets(b)]
@@ -387,12 +429,18 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             # A source table copied twice has one external asset.
             keys = [item.key] if isinstance(item, dg.AssetSpec) else list(item.keys)
             assets.setdefault(keys[0], item)
-        resources: dict[str, object] = {}
-        if self.source_dsn_env:
-            resources["source"] = PostgresSourceResource(dsn=dg.EnvVar(self.source_dsn_env))
-        if self.target_dsn_env:
-            resources["target"] = PostgresTargetResource(dsn=dg.EnvVar(self.target_dsn_env))
-            resources["ledger"] = LedgerResource(schema_name=self.ledger_schema)
         return dg.Definitions(
-            assets=list(assets.values()), schedules=schedules, resources=resources
+            assets=list(assets.values()), schedules=schedules, resources=self._resources()
         )
+
+    def _resources(self) -> dict[str, object]:
+        """``source``, ``target`` and ``ledger``, for the databases the YAML gives."""
+        source = resource_or_env(self.source, PostgresSourceResource, "source", self.source_dsn_env)
+        target = resource_or_env(self.target, PostgresTargetResource, "target", self.target_dsn_env)
+        resources: dict[str, object] = {}
+        if source is not None:
+            resources["source"] = source
+        if target is not None:
+            resources["target"] = target
+            resources["ledger"] = LedgerResource(schema_name=self.ledger_schema)
+        return resources

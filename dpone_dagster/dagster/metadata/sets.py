@@ -1,0 +1,305 @@
+"""Every ``dpone/`` key, declared once: :class:`DponeMetadataSet` (metadata of asset specs,
+materializations, observations, checks and failures) and :class:`DponeRunTags` (tags of runs and
+ops).
+
+Each field is one key (``rows_loaded`` is ``dpone/rows_loaded``), typed as its value is (numbers
+stay numbers, so the UI plots them; JSON and Markdown as Dagster's metadata values) and
+documented by its docstring, where it says on what it appears: *copy* (a snapshot copy's
+materialization, and the extraction job's), *partition* (a backfill partition's), *batch* (the
+observation of a committed batch), *incremental* (an incremental run's), *generic* (a MySQL or
+REST copy's), *spec* (an asset definition), *check* (a ``dpone_reconciled`` result), *failure*
+(a :class:`~dpone_dagster.DponeFailure`). Metadata is built as ``dict(DponeMetadataSet(...))``
+and read back with :func:`read_metadata`; the README's metadata reference is generated from
+these docstrings (:func:`markdown_reference`).
+
+The standard keys (``dagster/row_count``, ``dagster/table_name``, ``dagster/column_schema``,
+``dagster/column_lineage``) are Dagster's ``TableMetadataSet``.
+"""
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import dagster as dg
+
+# Neither has a top-level name in dagster 1.13 (dagster.NamespacedMetadataSet is absent): these
+# are the modules Dagster's own TableMetadataSet and its integrations' sets come from.
+from dagster._core.definitions.metadata import NamespacedMetadataSet
+from dagster._core.definitions.tags import NamespacedTagSet
+from pydantic import ConfigDict
+
+NAMESPACE = "dpone"
+"""The namespace of every key of dpone's own."""
+
+
+class DponeMetadataSet(NamespacedMetadataSet):
+    """dpone's metadata, one field per ``dpone/`` key (each unset field is left out).
+
+    Examples:
+        >>> dict(DponeMetadataSet(rows_loaded=3, sink="merge"))
+        {'dpone/sink': 'merge', 'dpone/rows_loaded': 3}
+        >>> DponeMetadataSet.extract({"dpone/cursor": "id", "other/key": 1}).cursor
+        'id'
+    """
+
+    # Strict: a value of another type than the declared one (a bool where a count is declared,
+    # a number where text is) fails where the metadata is built instead of changing its type.
+    model_config = ConfigDict(strict=True, use_attribute_docstrings=True)
+
+    # What the asset is.
+    source_table: str | None = None
+    """Exact qualified name of the source table (copy; spec of every PostgreSQL asset)."""
+    table: str | None = None
+    """Exact qualified name of the target table (copy; spec; a source table's external asset
+    names itself)."""
+    cursor: str | None = None
+    """The cursor column of a backfill or an incremental stream (spec)."""
+    on_changed: str | None = None
+    """``fail`` or ``repair``: what a backfill's reconciliation does with rows changed after
+    their batch (spec)."""
+    strategy: str | None = None
+    """The extraction strategy (copy; spec of a snapshot copy)."""
+    sink: str | None = None
+    """``replace``, ``append`` or ``merge`` (copy, generic; spec of a snapshot copy)."""
+    source: str | None = None
+    """What a generic copy read, without secrets (generic)."""
+
+    # How a table was copied.
+    sink_method: str | None = None
+    """What the sink did: ``create``, ``swap``, ``rewrite``, ``append``, ``merge`` (copy,
+    generic)."""
+    copy_format: str | None = None
+    """``binary`` or ``text`` COPY (copy)."""
+    copy_format_reason: str | None = None
+    """Why the rows moved as text, when they did (copy)."""
+    terminal_outcome: str | None = None
+    """``success``, ``abort`` or ``retain_commit_unknown`` (copy, generic, failure of a
+    copy)."""
+    snapshot_label: str | None = None
+    """What the rows are a snapshot of: ``single_snapshot``; for a partition also
+    ``several_snapshots``, ``several_snapshots_reconciled`` or ``repaired_to_one_snapshot``;
+    for a stream's run ``several_snapshots`` or ``no_rows_copied``; ``no_snapshot_claim`` for a
+    generic copy (every materialization)."""
+    rows_loaded: int | None = None
+    """Rows the target took (copy)."""
+    rows_inserted: int | None = None
+    """Rows the target gained (copy, incremental)."""
+    rows_updated: int | None = None
+    """Rows a merge updated because a value changed (copy, incremental)."""
+    schema_changes: dg.JsonMetadataValue | None = None
+    """What the load changed in the target's schema, one entry per column (copy, generic,
+    incremental; only when it changed)."""
+    terminal_receipt: dg.JsonMetadataValue | None = None
+    """The artifact's terminal receipt (copy)."""
+    seconds_plan: float | None = None
+    """Seconds of the copy's plan step, all tables of one snapshot copy together (copy)."""
+    seconds_extract: float | None = None
+    """Seconds of the copy's extract step (copy)."""
+    seconds_load: float | None = None
+    """Seconds of the copy's load step (copy)."""
+
+    # The source read and its receipt.
+    extraction_started_at: str | None = None
+    """Start of the source read, ISO 8601 (copy, partition: its first batch)."""
+    extraction_completed_at: str | None = None
+    """End of the source read, ISO 8601 (copy, partition: its last batch)."""
+    clock_authority: str | None = None
+    """The clock that issued the read window's timestamps (copy)."""
+    snapshot_authority: str | None = None
+    """What issued the snapshot (copy)."""
+    snapshot_token_digest: str | None = None
+    """Digest of the snapshot token, never the token; a JSON list of digests when several
+    snapshots were read (copy, partition, incremental)."""
+    extraction_receipt: dg.JsonMetadataValue | None = None
+    """The extraction's receipt (copy, generic)."""
+    bytes: int | None = None
+    """Bytes read from the source (copy, partition, generic)."""
+    extraction_seconds: float | None = None
+    """Seconds of the source read window: first batch start to last batch end for a partition
+    (copy, partition, generic)."""
+    rows_per_second: float | None = None
+    """Rows over the read window (copy, partition, generic)."""
+    lag_seconds: float | None = None
+    """Seconds from the start of the read the target now reflects (a partition: its newest
+    batch) to the report (copy, partition, generic); for a stream with a time cursor, the source
+    clock at the newest mark minus the newest cursor value copied (incremental)."""
+
+    # A backfill partition and its batches.
+    run_id: str | None = None
+    """The partition's ledger run (partition)."""
+    checkpoint: str | None = None
+    """The last committed batch's checkpoint (partition, batch)."""
+    high_water_mark: str | None = None
+    """The mark the partition copies up to (partition, batch)."""
+    status: str | None = None
+    """The ledger run's status (partition)."""
+    remaining_estimate: int | None = None
+    """Rows of the partition's scope not yet accounted for (partition, batch)."""
+    batches: int | None = None
+    """Batches committed by every run of the partition, or of the stream's run (partition,
+    incremental)."""
+    batches_committed_now: int | None = None
+    """Batches this step committed (partition, incremental)."""
+    batches_replayed_now: int | None = None
+    """Batches this step found committed already, answered by replay (partition)."""
+    receipts_summary: dg.JsonMetadataValue | None = None
+    """What the batch receipts add up to: first/last cursor, bytes, snapshots, apply paths
+    (partition, incremental)."""
+    reconciliation: dg.JsonMetadataValue | None = None
+    """The partition's reconciliation: ranges, how many row versions proved, how many were
+    hashed, which differ (partition, once reconciled)."""
+    reconciliation_snapshot_digest: str | None = None
+    """Digest of the snapshot the reconciliation read the source under (partition)."""
+    rows_repaired_inserted: int | None = None
+    """Rows the reconciliation's repairs inserted (partition, once reconciled)."""
+    rows_repaired_updated: int | None = None
+    """Rows the reconciliation's repairs rewrote (partition, once reconciled)."""
+    rows_repaired_deleted: int | None = None
+    """Rows the reconciliation's repairs deleted (partition, once reconciled)."""
+    copied: int | None = None
+    """Rows the partition's batches copied so far (batch)."""
+    batch: int | None = None
+    """The committed batch's sequence number (batch of a partition or of a stream)."""
+    replayed: bool | None = None
+    """The batch had been committed already and was answered by replay (batch)."""
+
+    # An incremental stream's run.
+    stream_id: str | None = None
+    """The stream: ``incremental:<digest>`` of its source, target, cursor and key
+    (incremental)."""
+    run: int | None = None
+    """The stream's run number, 0 when there was nothing to do (incremental, batch of a
+    stream)."""
+    rows: int | None = None
+    """Rows the stream's batch read (batch of a stream)."""
+    rows_read: int | None = None
+    """Rows the run read from the source (incremental)."""
+    rows_deleted: int | None = None
+    """Rows deleted, or marked deleted (incremental)."""
+    old_mark: str | None = None
+    """The mark the run started from (incremental)."""
+    new_mark: str | None = None
+    """The mark the run copied up to (incremental)."""
+    resumed: bool | None = None
+    """The run continued one begun earlier: a crash, a retry, a concurrent run
+    (incremental)."""
+    notices: dg.JsonMetadataValue | None = None
+    """What the run warned about, each with its code (incremental, when there was any)."""
+
+    # The dpone_reconciled check.
+    guarantee: str | None = None
+    """What the check proves (check)."""
+    proof: str | None = None
+    """Which prover proved it: row versions or a content hash (check of a copy)."""
+    source_rows: int | None = None
+    """Rows the source held in the snapshot (check of a copy)."""
+    target_rows: int | None = None
+    """Rows the target holds (check of a copy)."""
+    source_digest: str | None = None
+    """The source's content digest (check of a copy)."""
+    target_digest: str | None = None
+    """The target's content digest (check of a copy)."""
+    partitions: dg.JsonMetadataValue | None = None
+    """Each partition's reconciliation summary (check of a backfill)."""
+    verified: bool | None = None
+    """Whether anything was verified: false when nothing ran (check of a stream)."""
+    keys_compared: int | None = None
+    """Keys that crossed the wire, both sides (incremental, check of a stream)."""
+    ranges_differing: int | None = None
+    """Key ranges whose digests differed (check of a stream)."""
+    changed_since_mark: int | None = None
+    """Rows that differ because the source changed them after the mark (check of a
+    stream)."""
+    deleted_kept: int | None = None
+    """Target rows whose key the source lost, kept under ``deletes="ignore"`` (check of a
+    stream)."""
+    unexplained: int | None = None
+    """Rows that differ for no reason the stream knows: the check fails (check of a
+    stream)."""
+    examples: dg.JsonMetadataValue | None = None
+    """Keys of some differing rows (check of a stream)."""
+
+    # A run's failure.
+    error_code: str | None = None
+    """The stable error code, for alerting rules (failure)."""
+    next_actions: dg.MarkdownMetadataValue | None = None
+    """What the person on call can do next (failure)."""
+
+    @classmethod
+    def namespace(cls) -> str:
+        """``dpone``."""
+        return NAMESPACE
+
+
+class DponeRunTags(NamespacedTagSet):
+    """dpone's tags of runs and ops, one field per ``dpone/`` tag (tags are text).
+
+    Examples:
+        >>> dict(DponeRunTags(source_table="shop.orders"))
+        {'dpone/source_table': 'shop.orders'}
+    """
+
+    model_config = ConfigDict(strict=True, use_attribute_docstrings=True)
+
+    source_table: str | None = None
+    """The source table a backfill's or a stream's op, or an extraction job, reads (op tag,
+    job tag)."""
+    partition: str | None = None
+    """The partition a backfill run is copying (run tag, while it runs)."""
+    checkpoint: str | None = None
+    """The newest committed batch's checkpoint (run tag, while a backfill runs)."""
+    copied: str | None = None
+    """Rows the partition's batches copied so far (run tag, while a backfill runs)."""
+
+    @classmethod
+    def namespace(cls) -> str:
+        """``dpone``."""
+        return NAMESPACE
+
+
+def metadata_key(field: str) -> str:
+    """The ``dpone/`` key of a declared metadata field or run tag.
+
+    Raises:
+        KeyError: for a field neither set declares.
+
+    Examples:
+        >>> metadata_key("error_code")
+        'dpone/error_code'
+    """
+    if field not in DponeMetadataSet.model_fields and field not in DponeRunTags.model_fields:
+        raise KeyError(f"dpone declares no key {field!r}")
+    return f"{NAMESPACE}/{field}"
+
+
+def read_metadata(metadata: Mapping[str, Any], *fields: str) -> DponeMetadataSet:
+    """The declared ``fields`` of ``metadata`` (a spec's, a recorded materialization's), as
+    their values (a recorded ``TextMetadataValue`` is read as its text); other keys are left
+    alone, so a key an older version wrote with another type does not matter here.
+
+    Examples:
+        >>> read_metadata({"dpone/table": "a.b", "dpone/copied": "x"}, "table").table
+        'a.b'
+    """
+    wanted = {metadata_key(f) for f in fields}
+    return DponeMetadataSet.extract({k: v for k, v in metadata.items() if k in wanted})
+
+
+_KINDS = {
+    str: "text",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    dg.JsonMetadataValue: "JSON",
+    dg.MarkdownMetadataValue: "Markdown",
+}
+
+
+def markdown_reference() -> str:
+    """The README's table of every ``dpone/`` key: its value and its docstring."""
+    rows = ["| Key | Value | What it is (on) |", "| --- | --- | --- |"]
+    for kind, model in (("", DponeMetadataSet), ("run tag: ", DponeRunTags)):
+        for name, field in model.model_fields.items():
+            [value] = [t for t in get_args(field.annotation) if t is not type(None)]
+            doc = " ".join((field.description or "").split()).replace("``", "`")
+            rows.append(f"| `{NAMESPACE}/{name}` | {kind}{_KINDS[value]} | {doc} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,251 @@
+"""Every ``dpone/`` key is declared once, in ``DponeMetadataSet`` or ``DponeRunTags``: no module
+spells one, every key a real run of each asset kind writes is a declared field whose declared
+type its value has, every declared field is written by one of those runs, and the README's
+reference is generated from the sets."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from pydantic import BaseModel
+
+from dpone_dagster import (
+    CopyTableSpec,
+    backfill_asset,
+    build_extraction_job,
+    incremental_asset,
+    mysql_copy_asset,
+    rest_copy_asset,
+    snapshot_copy_assets,
+)
+from dpone_dagster.dagster.metadata.sets import (
+    DponeMetadataSet,
+    DponeRunTags,
+    markdown_reference,
+)
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
+    MySQLSourceResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+    RestSourceResource,
+)
+from dpone_dagster.sources import MySQLSettings
+from tests.helpers import mysql, pg
+from tests.helpers.http_api import ApiServer, Reply, Request
+from tests.incremental.conftest import ORDERS, insert_orders
+
+ROOT = Path(__file__).resolve().parents[2]
+SETS = ROOT / "dpone_dagster" / "dagster" / "metadata" / "sets.py"
+KEY = re.compile(r"^dpone/[a-z_]+$")
+
+METADATA_KEYS = {f"dpone/{name}" for name in DponeMetadataSet.model_fields}
+TAG_KEYS = {f"dpone/{name}" for name in DponeRunTags.model_fields}
+
+ONLY_WHEN = {"dpone/notices": "a transaction open at the stream's mark did not settle"}
+"""Declared keys that the runs below do not write, and when they are written."""
+
+
+def test_no_module_spells_a_dpone_key() -> None:
+    """A key spelled as a literal (or an f-string starting with ``dpone/``) outside the sets
+    would bypass them: every key is built through a set's field."""
+    spelled = []
+    for path in sorted((ROOT / "dpone_dagster").rglob("*.py")):
+        if path == SETS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):
+                first = node.values[0] if node.values else None
+                text = first.value if isinstance(first, ast.Constant) else ""
+                if isinstance(text, str) and text.startswith("dpone/"):
+                    spelled.append(f"{path.relative_to(ROOT)}:{node.lineno} f{text!r}...")
+            elif isinstance(node, ast.Constant) and KEY.match(str(node.value)):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert not spelled, spelled
+
+
+def test_the_readme_metadata_reference_is_the_sets() -> None:
+    """The README's key table is generated from the sets' docstrings (``docs/metadata_reference.py``
+    rewrites it)."""
+    assert markdown_reference() in (ROOT / "README.md").read_text()
+
+
+class Seen:
+    """The ``dpone/`` keys of the events, specs and tags checked so far."""
+
+    def __init__(self) -> None:
+        self.metadata: set[str] = set()
+        self.tags: set[str] = set()
+        self.kinds: set[str] = set()
+
+    def metadata_of(self, kind: str, metadata: Mapping[str, Any]) -> None:
+        """Each ``dpone/`` key is a declared field, and its value has the declared type (the
+        set is strict: ``extract`` fails on a value of another type)."""
+        keys = {k for k in metadata if k.startswith("dpone/")}
+        assert keys <= METADATA_KEYS, (kind, keys - METADATA_KEYS)
+        extracted = DponeMetadataSet.extract(metadata)
+        assert set(extracted.keys()) == keys, kind
+        self.metadata |= keys
+        self.kinds.add(kind)
+
+    def tags_of(self, kind: str, tags: Mapping[str, str]) -> None:
+        """Each ``dpone/`` tag is a declared run tag."""
+        keys = {k for k in tags if k.startswith("dpone/")}
+        assert keys <= TAG_KEYS, (kind, keys - TAG_KEYS)
+        self.tags |= keys
+        self.kinds.add(kind)
+
+    def run(
+        self,
+        result: dg.ExecuteInProcessResult,
+        instance: dg.DagsterInstance,
+        assets: list[dg.AssetsDefinition],
+    ) -> None:
+        """Every event of the run, its ops' and its own tags, and its assets' specs."""
+        for event in result.all_events:
+            data: Any = event.event_specific_data
+            if event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+                self.metadata_of("materialization", data.materialization.metadata)
+            elif event.event_type == dg.DagsterEventType.ASSET_OBSERVATION:
+                self.metadata_of("observation", data.asset_observation.metadata)
+            elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+                self.metadata_of("check", data.metadata)
+            elif event.is_step_failure and data.user_failure_data is not None:
+                self.metadata_of("failure", data.user_failure_data.metadata)
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None
+        self.tags_of("run tags", run.tags)
+        for node in result.job_def.nodes:
+            self.tags_of("op tags", node.definition.tags)
+        for spec in (spec for a in assets for spec in a.specs):
+            self.metadata_of("spec", spec.metadata)
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as test_instance:
+        yield test_instance
+
+
+@pytest.fixture
+def mariadb() -> Iterator[MySQLSettings]:
+    problem = mysql.server_problem()
+    if problem is not None:
+        pytest.exit(problem, returncode=3)
+    settings = mysql.create_database()
+    yield settings
+    mysql.drop_database(settings)
+
+
+def postgres_resources(source_dsn: str, target_dsn: str) -> dict[str, Any]:
+    return {
+        "source": PostgresSourceResource(dsn=source_dsn),
+        "target": PostgresTargetResource(dsn=target_dsn),
+        "ledger": LedgerResource(),
+    }
+
+
+def materialize(
+    seen: Seen, instance: dg.DagsterInstance, assets: list[dg.AssetsDefinition],
+    resources: dict[str, Any], **kwargs: Any,
+) -> dg.ExecuteInProcessResult:  # fmt: skip
+    result = dg.materialize(
+        assets, resources=resources, instance=instance, raise_on_error=False, **kwargs
+    )
+    seen.run(result, instance, assets)
+    return result
+
+
+def snapshot_copies(
+    seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_dsn: str
+) -> None:
+    """A snapshot copy and its check, again after a column was added (schema changes), the
+    extraction job, and a copy that fails."""
+    pg.create_mixed_table(source_dsn, "shop", "customers", rows=50)
+    resources = postgres_resources(source_dsn, target_dsn)
+    copy = snapshot_copy_assets(["shop.customers"])
+    assert materialize(seen, instance, [copy], resources).success
+    pg.execute(source_dsn, "ALTER TABLE shop.customers ADD note text DEFAULT 'new'")
+    assert materialize(seen, instance, [copy], resources).success
+    job = build_extraction_job(CopyTableSpec(source="shop.customers", target="shop.customers_job"))
+    defs = dg.Definitions(jobs=[job], resources=resources)
+    result = defs.resolve_job_def(job.name).execute_in_process(instance=instance)
+    assert result.success
+    seen.run(result, instance, [])
+    missing = snapshot_copy_assets(["shop.missing"])
+    assert not materialize(seen, instance, [missing], resources).success
+
+
+def backfill(seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_dsn: str) -> None:
+    """A backfill partition in two batches (observations, run tags), reconciled, with its
+    check."""
+    pg.create_mixed_table(source_dsn, "events", "views", rows=400)
+    asset = backfill_asset(
+        "events.views", cursor="id", partitions_def=cursor_range_partitions(0, 400, 400),
+        batch_size=200,
+    )  # fmt: skip
+    resources = postgres_resources(source_dsn, target_dsn)
+    assert materialize(seen, instance, [asset], resources, partition_key="0..400").success
+
+
+def incremental(seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_dsn: str) -> None:
+    """An incremental run in two batches (observations) with its check."""
+    pg.execute(source_dsn, ORDERS)
+    insert_orders(source_dsn, 1, 300)
+    asset = incremental_asset("shop.orders", cursor="updated_at", deletes="hard", batch_size=200)
+    assert materialize(seen, instance, [asset], postgres_resources(source_dsn, target_dsn)).success
+
+
+class Item(BaseModel):
+    id: int
+    name: str
+
+
+def generic(
+    seen: Seen, instance: dg.DagsterInstance, settings: MySQLSettings, target_dsn: str
+) -> None:
+    """A MySQL copy and a REST copy."""
+    mysql.execute(
+        settings,
+        "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL)",
+        "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
+    )
+    orders = mysql_copy_asset(key=["my", "orders"], table="orders", target_table="raw.orders")
+    items = rest_copy_asset(key="items", target_table="raw.items", path="/items", model=Item)
+    mysql_source = MySQLSourceResource(
+        host=settings.host, port=settings.port, user=settings.user,
+        password=settings.password, database=settings.database,
+    )  # fmt: skip
+
+    def respond(request: Request) -> Reply:
+        return Reply([{"id": 1, "name": "one"}])
+
+    with ApiServer(respond) as server:
+        resources = {
+            "mysql": mysql_source,
+            "rest": RestSourceResource(base_url=server.url),
+            "target": PostgresTargetResource(dsn=target_dsn),
+        }
+        assert materialize(seen, instance, [orders, items], resources).success
+
+
+def test_every_key_of_every_asset_kind_is_declared_with_its_type_and_every_field_is_written(
+    source_dsn: str, target_dsn: str, mariadb: MySQLSettings, instance: dg.DagsterInstance
+) -> None:
+    seen = Seen()
+    snapshot_copies(seen, instance, source_dsn, target_dsn)
+    backfill(seen, instance, source_dsn, target_dsn)
+    incremental(seen, instance, source_dsn, target_dsn)
+    generic(seen, instance, mariadb, target_dsn)
+    assert seen.kinds == {
+        "materialization", "observation", "check", "failure", "spec", "run tags", "op tags",
+    }  # fmt: skip
+    assert seen.metadata == METADATA_KEYS - set(ONLY_WHEN)
+    assert seen.tags == TAG_KEYS
