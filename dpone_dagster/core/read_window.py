@@ -4,6 +4,18 @@ Every engine batch reads the source inside its own ``REPEATABLE READ READ ONLY``
 :func:`open_read_window` records that transaction's snapshot token and the server's clock in a
 new lifecycle authority (a real vendor snapshot, so the receipt may claim it), and
 :func:`close_read_window` completes the receipt once every row of the read was consumed.
+
+The window also records the oldest transaction of the source database the snapshot may have
+seen in flight (:attr:`ReadWindow.xmin`): every row version of the database's tables written by
+an older transaction was visible to the snapshot, which lets the reconciliation prove rows
+unchanged without hashing them (:mod:`dpone_dagster.reconcile.row_versions`). A snapshot's own
+``xmin`` is cluster-wide: one writer left open in another database holds it back, and every row
+written since would then look too new to prove. A transaction in another database cannot write
+this database's tables, so an in-flight id whose backend is connected to another database is
+left out. Everything else stays in: an id whose backend has already ended (its database can no
+longer be told), a backend without a database, and any id whose ``pg_stat_activity`` row the
+session may not read. A subtransaction of a writer of this database has an id above its
+top-level id, which is kept, so its rows stay too new to prove.
 """
 
 from __future__ import annotations
@@ -24,9 +36,22 @@ SNAPSHOT_AUTHORITY = "postgresql.pg_current_snapshot"
 """The snapshot authority of every engine receipt."""
 
 
+_OPEN = """
+SELECT clock_timestamp(), s::text, clock_timestamp(), coalesce(
+    (SELECT min(x) FROM pg_snapshot_xip(s) AS x
+     WHERE (x::text::bigint % 4294967296)::text NOT IN (
+         SELECT backend_xid::text FROM pg_stat_activity
+         WHERE backend_xid IS NOT NULL AND datname <> current_database())),
+    pg_snapshot_xmax(s))::text
+FROM pg_current_snapshot() AS s
+"""
+
+
 @dataclass(frozen=True)
 class ReadWindow:
-    """A read's lifecycle authority (snapshot and clock acquired) and the snapshot's ``xmin``."""
+    """A read's lifecycle authority (snapshot and clock acquired), and the oldest transaction of
+    the source database the snapshot may have seen in flight (64-bit; see the module's
+    docstring): every older writer of the database's tables had ended."""
 
     authority: ExtractionLifecycleAuthority
     xmin: int
@@ -35,11 +60,9 @@ class ReadWindow:
 def open_read_window(src: Connection) -> ReadWindow:
     """Records the source transaction's snapshot and clock in a new lifecycle authority (the
     session must be inside its ``REPEATABLE READ`` transaction)."""
-    snap = src.execute(
-        "SELECT clock_timestamp(), pg_current_snapshot()::text, clock_timestamp()"
-    ).fetchone()
+    snap = src.execute(_OPEN).fetchone()
     assert snap is not None
-    started, token, acquired = snap
+    started, token, acquired, oldest = snap
     assert isinstance(started, datetime)
     assert isinstance(acquired, datetime)
     authority = ExtractionLifecycleAuthority()
@@ -52,7 +75,7 @@ def open_read_window(src: Connection) -> ReadWindow:
             clock_authority=SERVER_CLOCK,
         )
     )
-    return ReadWindow(authority, int(str(token).split(":", 1)[0]))
+    return ReadWindow(authority, int(str(oldest)))
 
 
 def close_read_window(

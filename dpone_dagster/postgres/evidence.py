@@ -51,9 +51,11 @@ class RowVersionEvidence(BaseModel):
     """What lets the reconciliation prove rows unchanged since a load without hashing them.
 
     Attributes:
-        source_xmin: The reading snapshot's ``xmin`` (64-bit): every older transaction had
-            ended when the rows were read. None when the reconciliation reads the source in
-            that very snapshot (a snapshot copy's check), where the source needs no proof.
+        source_xmin: The oldest transaction of the source database the reading snapshot may have
+            seen in flight (64-bit; at most its ``xmax``, at least its ``xmin``): every older
+            writer of the database's tables had ended when the rows were read. None when the
+            reconciliation reads the source in that very snapshot (a snapshot copy's check),
+            where the source needs no proof.
         source_table: Key of the source table's identity and copied columns; None, like
             ``source_xmin``, when the reconciliation reads the load's own snapshot.
         target_xids: The 32-bit ids of the (sub)transactions that wrote the rows.

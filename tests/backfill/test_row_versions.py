@@ -8,6 +8,8 @@ range falls back to the exact content hash and is reported, while untouched rang
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import psycopg
 import pytest
 
@@ -194,3 +196,56 @@ def test_evidence_older_than_two_to_the_thirty_transactions_is_not_used() -> Non
     assert not usable(evidence, near[0], Horizon(2_000 + MAX_DISTANCE, "t"))
     assert not usable(evidence, Horizon(999, "s"), near[1])  # a horizon behind the evidence
     assert not usable(evidence, near[0], Horizon(5_000, "another table"))
+
+
+def _writer_open_in(dsn: str) -> tuple[psycopg.Connection[tuple[object, ...]], int]:
+    """A session of ``dsn`` holding a transaction with an id (a writer), left open."""
+    conn = psycopg.connect(dsn)
+    row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+    assert row is not None
+    return conn, int(str(row[0]))
+
+
+def _rows_rewritten_after(pair: Pair, xid: int) -> None:
+    """Every source row gets a new version, written after transaction ``xid`` began (and the
+    held writer keeps every snapshot's cluster-wide ``xmin`` at or below it)."""
+    pg.execute(pair.source, "UPDATE mixed SET qty = qty")
+    held = pg.fetch_one(pair.source, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+    assert int(str(held)) <= xid
+    oldest = pg.fetch_one(pair.source, "SELECT min(xmin::text::bigint) FROM mixed")
+    assert int(str(oldest)) > xid % 2**32
+
+
+@pytest.mark.cross_server
+def test_a_writer_open_in_another_database_keeps_the_row_version_proof(
+    pair: Pair, make_database: Callable[..., str]
+) -> None:
+    """A transaction in another database cannot write this one's tables: a writer left open
+    there (a report, a stuck session) no longer forces every range to be hashed."""
+    elsewhere = make_database("dpone_elsewhere", pg.server_admin(pair.source))
+    b = backfill(pair)
+    b.plan()
+    writer, xid = _writer_open_in(elsewhere)
+    try:
+        _rows_rewritten_after(pair, xid)
+        report = b.run().reconciliation
+    finally:
+        writer.close()
+    assert report is not None and report.ok
+    assert proofs(report) == [PROVEN] * 5
+
+
+def test_a_writer_open_in_the_same_database_still_forces_the_hash(pair: Pair) -> None:
+    """A writer of the source database in flight at the batches (it began after the mark, which
+    waits out the writers open then) might have written the rows: the ranges are hashed (and
+    found equal), never proven by row versions."""
+    b = backfill(pair)
+    b.plan()
+    writer, xid = _writer_open_in(pair.source)
+    try:
+        _rows_rewritten_after(pair, xid)
+        report = b.run().reconciliation
+    finally:
+        writer.close()
+    assert report is not None and report.ok
+    assert proofs(report) == [HASHED] * 5
