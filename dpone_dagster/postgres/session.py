@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterable
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from .connection import Connection
 
@@ -27,7 +28,7 @@ class SourceTransaction:
     def __init__(
         self,
         conn: Connection,
-        cursors: Iterable[psycopg.Cursor[tuple[object, ...]]] = (),
+        cursors: Iterable[psycopg.Cursor[TupleRow]] = (),
         *,
         close_connection: bool = True,
     ) -> None:
@@ -47,7 +48,7 @@ class SourceTransaction:
         """``commit`` or ``rollback`` once ended."""
         return self._ended
 
-    def add_cursor(self, cursor: psycopg.Cursor[tuple[object, ...]]) -> None:
+    def add_cursor(self, cursor: psycopg.Cursor[TupleRow]) -> None:
         """Registers a cursor to close before the transaction ends."""
         self.cursors.append(cursor)
 
