@@ -28,7 +28,14 @@ from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.plan import Sink, TableMapping, TablePlan, new_target_plan, plan_target
+from dpone_dagster.postgres.plan import (
+    Sink,
+    TableMapping,
+    TablePlan,
+    TargetRules,
+    new_target_plan,
+    plan_target,
+)
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 
 from .deletes import ensure_soft_column, revive
@@ -195,7 +202,8 @@ def stream_plan(
     packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
     plan = replace(plan, storage=() if packed else (f"fillfactor={fillfactor}",))
-    return plan_target(tgt, plan, Sink.MERGE, schema_changes=mode, keep=own, found=found.target)
+    rules = TargetRules(mode, own)
+    return plan_target(tgt, plan, Sink.MERGE, rules=rules, found=found.target)
 
 
 def _finish(
