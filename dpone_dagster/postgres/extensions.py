@@ -70,14 +70,14 @@ def extension_names(value: Collection[str], *, refusal: str) -> tuple[str, ...]:
 
 _EXTENSIONS = """
 WITH RECURSIVE want(name) AS (
-    SELECT unnest(%(names)s::text[])
+    SELECT unnest(%(names)s::name[])
   UNION
     SELECT r.name FROM want
     JOIN pg_available_extensions a ON a.name = want.name AND a.installed_version IS NULL
     JOIN pg_available_extension_versions v ON v.name = a.name AND v.version = a.default_version
-    CROSS JOIN LATERAL unnest(v.requires::text[]) AS r(name)
+    CROSS JOIN LATERAL unnest(v.requires) AS r(name)
 )
-SELECT w.name, a.default_version, x.extversion,
+SELECT w.name::text, a.default_version, x.extversion,
        (SELECT v.requires::text[] FROM pg_available_extension_versions v
         WHERE v.name = a.name AND v.version = a.default_version)
 FROM want w
@@ -196,8 +196,7 @@ def create_extension(conn: Connection, extension: Extension) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
         statement = sql.SQL("{} WITH SCHEMA {}").format(statement, schema)
     try:
-        with conn.transaction():  # a savepoint, so the refusal below can name the role
-            conn.execute(statement)
+        conn.execute(statement)
     except psycopg.errors.InsufficientPrivilege as exc:
         raise TargetTypeError(
             "target_extension_not_permitted",
