@@ -40,6 +40,8 @@ class Column:
         type_schema: Schema of a user-defined type, for messages.
         type_name: Name of a user-defined type (the element type for arrays).
         generation_sql: The expression of a generated column, else None.
+        virtual: A ``VIRTUAL`` generated column (PostgreSQL 18 and later: computed when read,
+            never stored), else ``STORED`` or not generated.
         base_type_sql: For a domain, its base type as ``format_type`` prints it, else None.
         any_default: The column has a default of any kind (a constant, ``nextval``, an
             expression) or is an identity column: an insert that leaves it out still fills it.
@@ -57,6 +59,7 @@ class Column:
     generation_sql: str | None = None
     base_type_sql: str | None = None
     any_default: bool = False
+    virtual: bool = False
 
     @property
     def ident(self) -> sql.Identifier:
@@ -83,7 +86,8 @@ SELECT a.attname,
         WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum),
        EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid AND x.indkey[0] = a.attnum
                AND x.indisvalid AND x.indpred IS NULL),
-       a.attnum
+       a.attnum,
+       a.attgenerated = 'v'
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -189,6 +193,7 @@ def catalog_of(rows: Sequence[TupleRow]) -> TableCatalog:
             generation_sql=None if r[9] is None else str(r[9]),
             base_type_sql=None if r[10] is None else str(r[10]),
             any_default=bool(r[11]),
+            virtual=bool(r[15]),
         )
         for r in rows
     )

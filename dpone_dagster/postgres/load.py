@@ -47,7 +47,7 @@ from .plan import Sink, TablePlan
 from .schema_change import apply_changes
 from .sinks import SinkResult, apply_sink
 from .staging import ensure_schema, staging_table
-from .target_types import add_enum_labels, create_types
+from .target_types import commit_enum_labels, create_types
 
 R = TypeVar("R")
 
@@ -164,7 +164,7 @@ class TargetLoad:
             psycopg.Error: the target failed or refused the COMMIT (nothing committed).
         """
         types = [table.plan.target_types for table in self.tables]
-        add_enum_labels(self.target_dsn, self.options, [x for t in types for x in t.labels])
+        commit_enum_labels(self.target_dsn, self.options, [x for t in types for x in t.labels])
         begin(self.target)
         with ExitStack() as stack:
             guards, stagings = [], []

@@ -109,6 +109,9 @@ class TablePlan:
             order (:func:`.user_types.source_types`).
         target_types: What the load creates in the target for them (extensions, types, enum
             labels).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns that a target this load
+            creates defines as ``STORED`` (a server before PostgreSQL 18 has no ``VIRTUAL``);
+            their values are the same.
     """
 
     source: TableName
@@ -130,6 +133,7 @@ class TablePlan:
     storage: tuple[str, ...] = ()
     source_types: tuple[UserType, ...] = ()
     target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -214,12 +218,13 @@ def new_target_plan(
     columns = tuple(c for c in source.columns if not c.generated)
     versions = major_versions(source_conn, target_conn)
     copy_format, reason = copy_format_choice(columns, versions)
+    definition, stored = generated_as_target_can(source.columns, versions[1])
     return TablePlan(
         source=mapping.source,
         target=mapping.target,
         columns=columns,
         written=columns,
-        source_columns=source.columns,
+        source_columns=definition,
         key=source.key,
         target_exists=False,
         target_key=source.key,
@@ -229,7 +234,24 @@ def new_target_plan(
         versions=versions,
         copy_format_reason=reason,
         source_types=source_types(source_conn, [c.type_oid for c in source.columns]),
+        virtual_as_stored=stored,
     )
+
+
+VIRTUAL_SINCE = 18
+"""The first major version of PostgreSQL with ``VIRTUAL`` generated columns."""
+
+
+def generated_as_target_can(
+    columns: Sequence[Column], target_major: int
+) -> tuple[tuple[Column, ...], tuple[str, ...]]:
+    """``columns`` as a target of major version ``target_major`` can define them: a ``VIRTUAL``
+    generated column stays ``VIRTUAL`` from PostgreSQL 18 on and becomes ``STORED`` before
+    (same expression, same values); the names of the columns that did."""
+    if target_major >= VIRTUAL_SINCE:
+        return tuple(columns), ()
+    stored = tuple(c.name for c in columns if c.virtual)
+    return tuple(replace(c, virtual=False) for c in columns), stored
 
 
 def plan_target(
@@ -337,6 +359,7 @@ def _onto_existing(
         unlogged_target=persistence == "u",
         partitioned_target=relkind == "p",
         schema_changes=changes,
+        virtual_as_stored=(),
     )
 
 

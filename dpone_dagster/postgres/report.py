@@ -46,6 +46,8 @@ class TableCopyReport:
             extensions and types (committed with the rows, so only when the outcome is
             ``success``) and enum labels added (committed just before the load, whatever its
             outcome: PostgreSQL lets no transaction use a label it added).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns that the target this load
+            created defines as ``STORED`` (a target before PostgreSQL 18); same values.
     """
 
     source: TableName
@@ -60,6 +62,7 @@ class TableCopyReport:
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
     target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
     @property
     def rows_extracted(self) -> int | None:

@@ -347,6 +347,7 @@ class SnapshotCopy:
                     row_versions=table.row_versions if outcome is TerminalOutcome.SUCCESS else None,
                     schema_changes=table.plan.schema_changes,
                     target_types=table.plan.target_types,
+                    virtual_as_stored=table.plan.virtual_as_stored,
                 )
                 for table, artifact in zip(load.tables, strategy.artifacts, strict=True)
             ),

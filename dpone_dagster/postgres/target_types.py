@@ -21,7 +21,7 @@ target's types of the same names, before anything is written, and decides:
   ``target_extension_not_permitted`` when the target's role may not.
 
 PostgreSQL lets no transaction use an enum label it added itself, so added labels commit in a
-transaction of their own just before the load's (:func:`add_enum_labels`): a load that fails
+transaction of their own just before the load's (:func:`commit_enum_labels`): a load that fails
 after it leaves the labels, which no row uses. Everything else is created by
 :func:`create_types`, in the load's transaction, so a failed load leaves nothing.
 """
@@ -75,6 +75,15 @@ class TargetTypes:
 
     def __bool__(self) -> bool:
         return bool(self.extensions or self.types or self.labels)
+
+    @classmethod
+    def merged(cls, parts: Sequence[TargetTypes]) -> TargetTypes:
+        """What several loads created (the batches of one run), each object once, in order."""
+        return cls(
+            tuple(dict.fromkeys(e for p in parts for e in p.extensions)),
+            tuple(dict.fromkeys(t for p in parts for t in p.types)),
+            tuple(dict.fromkeys(label for p in parts for label in p.labels)),
+        )
 
 
 @dataclass
@@ -237,21 +246,26 @@ def _refuse_missing(found: _Findings, mode: SchemaChanges, table: str, db: str) 
     )
 
 
-def add_enum_labels(
+def add_enum_labels(conn: Connection, labels: Sequence[EnumLabel]) -> None:
+    """Adds ``labels`` to the target's enums in ``conn``'s transaction: a transaction that
+    then uses a label must be another one (PostgreSQL's rule)."""
+    for label in labels:
+        statement = sql.SQL("ALTER TYPE {} ADD VALUE IF NOT EXISTS {}").format(
+            sql.Identifier(*label.type), sql.Literal(label.label)
+        )
+        if label.before is not None:
+            statement = sql.SQL("{} BEFORE {}").format(statement, sql.Literal(label.before))
+        conn.execute(statement)
+
+
+def commit_enum_labels(
     dsn: str, options: ConnectionOptions | None, labels: Sequence[EnumLabel]
 ) -> None:
-    """Adds ``labels`` to the target's enums in one transaction of their own, committed before
-    the load's (PostgreSQL lets no transaction use a label it added)."""
-    if not labels:
-        return
-    with connect(dsn, options, side="target") as conn, conn.transaction():
-        for label in labels:
-            statement = sql.SQL("ALTER TYPE {} ADD VALUE IF NOT EXISTS {}").format(
-                sql.Identifier(*label.type), sql.Literal(label.label)
-            )
-            if label.before is not None:
-                statement = sql.SQL("{} BEFORE {}").format(statement, sql.Literal(label.before))
-            conn.execute(statement)
+    """Adds ``labels`` in one transaction of their own, committed before the load's, which uses
+    them (PostgreSQL lets no transaction use a label it added)."""
+    if labels:
+        with connect(dsn, options, side="target") as conn, conn.transaction():
+            add_enum_labels(conn, labels)
 
 
 def create_types(conn: Connection, plans: Sequence[TargetTypes]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from psycopg import conninfo, sql
 
+from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.lifecycle import TerminalOutcome
 from dpone_dagster.postgres import CopyError, TargetTypeError, copy_tables
 from tests.helpers import pg
@@ -87,6 +88,16 @@ def test_create_extensions_lets_the_copy_create_the_named_extensions_with_the_ta
         for name in ("citext", "hstore")
     ]
     assert [t.qualified for t in created.types] == ["public.email", "public.tagged"]
+    metadata = table_metadata(report, report.tables[0])
+    assert [e["extension"] for e in metadata["dpone/extensions_created"].data] == [
+        "citext",
+        "hstore",
+    ]
+    assert metadata["dpone/types_created"].data[1] == {
+        "type": "public.tagged",
+        "kind": "composite",
+        "definition": "composite (tags public.hstore, owner public.email)",
+    }
     same_transaction = (
         "SELECT count(DISTINCT xmin::text) FROM (SELECT xmin FROM pg_extension WHERE extname <> "
         "'plpgsql' UNION ALL SELECT xmin FROM pg_class WHERE oid = 'public.notes'::regclass) x"

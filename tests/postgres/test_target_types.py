@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.lifecycle import TerminalOutcome
 from dpone_dagster.postgres import CopyError, SchemaChangeError, copy_tables
 from dpone_dagster.postgres.user_types import TargetTypeError
@@ -87,14 +88,19 @@ def test_a_created_target_brings_its_types_in_dependency_order_in_the_tables_tra
     assert report.outcome is TerminalOutcome.SUCCESS
     assert _definitions(target_dsn) == _definitions(source_dsn)
     assert _orders(target_dsn) == _orders(source_dsn)
+    created = table_metadata(report, report.tables[0])["dpone/types_created"].data
+    assert [(t["type"], t["kind"]) for t in created] == [
+        ("Type Ops.Mood", "enum"), ("Type Ops.steady", "domain"), ("public.positive", "domain"),
+        ("public.line_item", "composite"), ("public.price_range", "range"),
+    ], "each after what it names"  # fmt: skip
     # One transaction: each created type's catalog row was written by the table's.
-    created = pg.fetch_all(
+    writers = pg.fetch_all(
         target_dsn,
         "SELECT DISTINCT t.xmin::text FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
         " WHERE n.nspname IN ('public', 'Type Ops') UNION SELECT xmin::text FROM pg_class"
         " WHERE oid = '\"Sales Ops\".orders'::regclass",
     )
-    assert len(created) == 1, "the types and the table commit together"
+    assert len(writers) == 1, "the types and the table commit together"
     inserted = 'INSERT INTO "Sales Ops".orders (id, steady) VALUES (3, %s)'
     with pytest.raises(Exception, match="steady_check"):  # the domain's check came along
         pg.execute(target_dsn, inserted, ("sad",))
@@ -191,6 +197,10 @@ def test_evolve_adds_the_enum_labels_the_source_gained_in_their_place(
     assert _orders(target_dsn) == _orders(source_dsn)
     added = [label.describe() for label in report.tables[0].target_types.labels]
     assert added == ["Type Ops.Mood: 'meh' before 'ok'", "Type Ops.Mood: 'great' at the end"]
+    assert table_metadata(report, report.tables[0])["dpone/enum_labels_added"].data == [
+        {"type": "Type Ops.Mood", "label": "meh", "before": "ok"},
+        {"type": "Type Ops.Mood", "label": "great", "before": None},
+    ]
 
 
 @pytest.mark.cross_server
