@@ -21,7 +21,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 
-from .catalog import Column
+from .catalog import Column, TypeRef
 from .connection import Connection
 
 TypeKind = Literal["enum", "domain", "composite", "range", "extension", "other"]
@@ -97,38 +97,6 @@ _BY_NAME = _WALK.format(
 
 class TargetTypeError(DponeError):
     """A type or an extension the copy needs cannot be had in the target as the source has it."""
-
-
-@dataclass(frozen=True)
-class TypeRef:
-    """A type named inside a definition (a domain's base type, an attribute's type, a range's
-    subtype).
-
-    Attributes:
-        spelling: The type as ``format_type`` prints it (its modifiers included).
-        user: The user-defined type (or array element) it is, as ``(schema, name)``; None for a
-            built-in type.
-        array: An array of ``user``.
-    """
-
-    spelling: str
-    user: tuple[str, str] | None = None
-    array: bool = False
-
-    @property
-    def identity(self) -> str:
-        """What the type is, the same in every database: ``schema.name`` (with ``[]``) for a
-        user-defined type, the spelling of a built-in one."""
-        if self.user is None:
-            return self.spelling
-        return f"{self.user[0]}.{self.user[1]}{'[]' if self.array else ''}"
-
-    def composed(self) -> sql.Composable:
-        """The type for DDL: a built-in as the catalog prints it, a user-defined type from its
-        exact schema and name."""
-        if self.user is None:
-            return sql.SQL(self.spelling)  # format_type() output of a built-in type
-        return sql.Composed([sql.Identifier(*self.user), sql.SQL("[]" if self.array else "")])
 
 
 @dataclass(frozen=True)
