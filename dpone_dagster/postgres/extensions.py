@@ -144,7 +144,8 @@ def _refuse_unavailable(
         [
             "Install the extension on the target server (its package, which puts its files "
             "in the server's extension directory), then run again.",
-            "Or copy into a target server that has the extension.",
+            "Or copy into a target server that has the extension, or copy the other tables "
+            "without this one.",
         ],
     )
 

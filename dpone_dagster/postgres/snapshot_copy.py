@@ -2,8 +2,9 @@
 
 The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 
-1. **plan**: both catalogs are read (a bad name, a missing type or key fails here, nothing
-   written);
+1. **plan**: both catalogs are read (a bad name, a type the target has otherwise, an
+   extension it lacks or a missing key fails here, nothing written; the types a created table
+   needs are planned here, :mod:`.target_types`);
 2. **extract**: the strategy acquires the snapshot and reads what it reads ahead of the load;
 3. **load**: the one load path (:mod:`.load`): staging tables, rows, sinks, one COMMIT whose
    answer settles every artifact. A failure raises :class:`~.report.CopyError` carrying the
@@ -82,8 +83,9 @@ def copy_tables(
         CopyError: the copy failed and every artifact was settled; ``.report`` says how
             (``target_commit_unknown`` when the target's COMMIT acknowledgement was lost).
         DponeError: before anything is read: ``copy_options_invalid``, ``table_not_found``,
-            ``source_unreachable``, ``target_login_failed``, ``schema_change_incompatible``
-            and the other plan errors.
+            ``source_unreachable``, ``target_login_failed``, ``schema_change_incompatible``,
+            ``target_type_missing``, ``target_type_differs``, ``target_extension_missing``,
+            ``target_extension_unavailable`` and the other plan errors.
 
     Examples:
         .. code-block:: python
