@@ -36,7 +36,7 @@ from .reconcile_model import (
     ReconciliationReport,
 )
 from .results import BackfillReconciliationError, BackfillResult
-from .target import prepare_target
+from .target import PreparedTarget, prepare_target
 
 __all__ = [
     "BACKFILL_PROTOCOL",
@@ -59,6 +59,7 @@ __all__ = [
     "EngineError",
     "MissingBoundary",
     "OnChanged",
+    "PreparedTarget",
     "RangeCheck",
     "RangeOutcome",
     "ReconciliationReport",

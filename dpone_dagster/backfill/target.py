@@ -2,21 +2,67 @@
 
 The copier refuses a target that does not match the source (``destination_expansion_incomplete``);
 this step makes the common case work without hand-written DDL: a missing target is created with
-the source's columns (types, NOT NULL, constant defaults; generated columns as generated), its
-primary key, and an index on the cursor when the key does not start with it. An existing target
-is never altered: if it differs, the copier's check reports exactly how.
+the source's columns (types, NOT NULL, constant defaults; generated columns as generated, a
+``VIRTUAL`` one as ``STORED`` on a server before PostgreSQL 18), its primary key, and an index on
+the cursor when the key does not start with it, together with the user-defined types its columns
+need (:mod:`dpone_dagster.postgres.target_types`: created in the same transaction, enum labels
+the source gained added; the extensions they come from only when named in
+``create_extensions``). An existing target is never altered: if it differs, the copier's check
+reports exactly how.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.postgres.catalog import column_list, primary_key, relation_oid, table_columns
-from dpone_dagster.postgres.connection import ConnectionOptions, connect, set_transaction_mode
+from dpone_dagster.postgres.catalog import (
+    Column,
+    column_list,
+    primary_key,
+    relation_oid,
+    table_columns,
+)
+from dpone_dagster.postgres.connection import (
+    Connection,
+    ConnectionOptions,
+    connect,
+    set_transaction_mode,
+)
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.plan import generated_as_target_can
+from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.staging import ensure_schema, table_definition
+from dpone_dagster.postgres.target_types import (
+    TargetTypes,
+    add_enum_labels,
+    create_types,
+    plan_types,
+)
+from dpone_dagster.postgres.user_types import source_types
+
+
+@dataclass(frozen=True)
+class PreparedTarget:
+    """What :func:`prepare_target` did (true when it created the table).
+
+    Attributes:
+        created: The table was created.
+        target_types: What was created for its types (extensions, types, enum labels).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns the table defines as
+            ``STORED`` (a target before PostgreSQL 18).
+    """
+
+    created: bool
+    target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.created
 
 
 def prepare_target(
@@ -27,18 +73,22 @@ def prepare_target(
     cursor: str,
     *,
     options: ConnectionOptions | None = None,
-) -> bool:
-    """Creates ``target`` shaped like ``source`` if it does not exist yet.
+    create_extensions: Collection[str] = (),
+) -> PreparedTarget:
+    """Creates ``target`` shaped like ``source`` if it does not exist yet, with the types its
+    columns need.
 
     Two orchestrators racing here are safe: the creation takes a transaction-scoped advisory
     lock on the target's name and re-checks under it.
 
     Returns:
-        True when the table was created, False when it already existed.
+        What was created (true when the table was, false when it already existed).
 
     Raises:
         EngineError: ``plan_invalid`` when the source table does not exist or has no primary
             key (the copier could not match rows without one).
+        TargetTypeError: a type the target defines otherwise, an extension it lacks
+            (:func:`dpone_dagster.postgres.target_types.plan_types`).
     """
     with connect(source_dsn, options, side="source") as src:
         set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
@@ -46,6 +96,7 @@ def prepare_target(
             raise engine_error("plan_invalid", f"Source table {source} does not exist.")
         columns = table_columns(src, source)
         key = primary_key(src, source)
+        needed = source_types(src, [c.type_oid for c in columns])
     if not key:
         raise engine_error(
             "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
@@ -57,15 +108,26 @@ def prepare_target(
             # psycopg has no API for advisory locks: this one ends with the transaction.
             tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
             if relation_oid(tgt, target) is not None:
-                return False
-            ensure_schema(tgt, target.schema)
-            tgt.execute(
-                sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
-                    target.ident, table_definition(columns), column_list(key)
-                )
-            )
-            if key[0] != cursor:
-                tgt.execute(
-                    sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor))
-                )
-    return True
+                return PreparedTarget(False)
+            types = plan_types(
+                tgt, needed, SchemaChanges.EVOLVE, table=str(target),
+                create_extensions=create_extensions,
+            )  # fmt: skip
+            add_enum_labels(tgt, types.labels)  # no row uses them in this transaction
+            create_types(tgt, [types])
+            definition, stored = generated_as_target_can(columns, tgt.info.server_version // 10000)
+            _create_table(tgt, target, definition, key, cursor)
+    return PreparedTarget(True, types, stored)
+
+
+def _create_table(
+    tgt: Connection, target: TableName, columns: Sequence[Column], key: Sequence[str], cursor: str
+) -> None:
+    ensure_schema(tgt, target.schema)
+    tgt.execute(
+        sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
+            target.ident, table_definition(columns), column_list(key)
+        )
+    )
+    if key[0] != cursor:
+        tgt.execute(sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor)))

@@ -148,6 +148,7 @@ def build_extraction_job(
             source.dsn, target.dsn, [mapping], strategy=how.strategy, sink=how.sink,
             workers=how.workers, schema_changes=how.schema_changes,
             options=CopyOptions(source_options=source.options, target_options=target.options),
+            create_extensions=target.create_extensions,
         )  # fmt: skip
         handle = source.hold(copy)
         _guarded(context, copy, copy.plan)

@@ -15,7 +15,7 @@ committed with its receipt and the stream's new state in ONE target transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from psycopg import IsolationLevel
@@ -28,8 +28,16 @@ from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.plan import Sink, TableMapping, TablePlan, new_target_plan, plan_target
+from dpone_dagster.postgres.plan import (
+    Sink,
+    TableMapping,
+    TablePlan,
+    TargetRules,
+    new_target_plan,
+    plan_target,
+)
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
+from dpone_dagster.postgres.target_types import TargetTypes
 
 from .deletes import ensure_soft_column, revive
 from .shape import StreamCatalogs, StreamShape, read_catalogs
@@ -94,12 +102,16 @@ class _Rows:
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    """A committed batch: the state after it, its receipt, and what its load changed in the
-    target's schema (:mod:`dpone_dagster.postgres.schema_change`)."""
+    """A committed batch: the state after it, its receipt, what its load changed in the
+    target's schema (:mod:`dpone_dagster.postgres.schema_change`) and what it created there
+    for the table's types (:mod:`dpone_dagster.postgres.target_types`; the ``VIRTUAL``
+    generated columns a target before PostgreSQL 18 got as ``STORED``)."""
 
     state: StreamState
     receipt: StreamReceipt
     schema_changes: tuple[ColumnChange, ...] = ()
+    target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
 
 def _begin(sessions: Sessions, ledger: StreamLedger, stream_id: str, run: int) -> StreamState:
@@ -129,6 +141,7 @@ def copy_batch(
     on_phase: PhaseHook = lambda _: None,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     fillfactor: int | None = None,
+    create_extensions: Collection[str] = (),
 ) -> BatchOutcome | None:
     """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
 
@@ -136,7 +149,8 @@ def copy_batch(
     staged; the merge follows) and ``"commit"`` (just before the COMMIT). The batch plans its
     load from both catalogs inside its own transactions, so a source whose columns changed
     evolves the target (``schema_changes="evolve"``) with the batch's rows, in the batch's
-    commit. A target the batch creates takes ``fillfactor``.
+    commit. A target the batch creates takes ``fillfactor`` and brings the user-defined types
+    its columns need (the extensions they come from only when named in ``create_extensions``).
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
@@ -153,7 +167,10 @@ def copy_batch(
         assert state.run is not None
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
             window = open_read_window(src)
-            plan = stream_plan(src, tgt, shape, schema_changes, fillfactor=fillfactor)
+            plan = stream_plan(
+                src, tgt, shape, schema_changes, fillfactor=fillfactor,
+                create_extensions=create_extensions,
+            )  # fmt: skip
             rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
             # The initial load's keys are new to the target, bar a late commit's.
             initial = state.run.lower is None and state.mark is None
@@ -182,9 +199,11 @@ def stream_plan(
     found: StreamCatalogs | None = None,
     *,
     fillfactor: int | None = None,
+    create_extensions: Collection[str] = (),
 ) -> TablePlan:
     """The load's plan of the stream's table (the soft-delete column is the stream's own), from
-    both catalogs (``found``, else read now); a target it creates takes ``fillfactor``.
+    both catalogs (``found``, else read now); a target it creates takes ``fillfactor`` and the
+    types its columns need (extensions only when named in ``create_extensions``).
 
     Raises:
         SchemaChangeError: ``schema_change_incompatible`` (see :func:`.schema_change.decide`).
@@ -195,7 +214,8 @@ def stream_plan(
     packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
     plan = replace(plan, storage=() if packed else (f"fillfactor={fillfactor}",))
-    return plan_target(tgt, plan, Sink.MERGE, schema_changes=mode, keep=own, found=found.target)
+    rules = TargetRules(mode, own, create_extensions)
+    return plan_target(tgt, plan, Sink.MERGE, rules=rules, found=found.target)
 
 
 def _finish(
@@ -238,7 +258,10 @@ def _finish(
     if final:
         after = complete_run(after, progressed)
     ledger.record(conn, state, after, receipt)
-    return BatchOutcome(after, receipt, rows.plan.schema_changes)
+    plan = rows.plan
+    return BatchOutcome(
+        after, receipt, plan.schema_changes, plan.target_types, plan.virtual_as_stored
+    )
 
 
 def complete_run(state: StreamState, run: RunInProgress) -> StreamState:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
@@ -27,9 +27,11 @@ from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
+from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_types import TargetTypes
 
 from .batch import BatchOutcome, PhaseHook, copy_batch, stream_plan
 from .mark import check_no_null_cursor, take_mark
@@ -75,7 +77,11 @@ class IncrementalSync:
             runs changes the target in the batch's transaction, with its rows) or ``freeze``
             (any difference is refused with ``schema_change_incompatible`` before the run
             begins). Rows copied before a column was added keep its default (or NULL) until
-            their cursor moves.
+            their cursor moves. A target the stream creates brings the user-defined types its
+            columns need (``freeze``: none).
+        create_extensions: Extensions the stream may create in the target when its table's
+            types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
+            refused with ``target_extension_missing``.
         verify: After the final batch, compare whole rows of both sides in its snapshot
             (:mod:`.verify`) and record the verdict in its receipt.
         ledger_schema: The ledger's schema in the target database.
@@ -118,6 +124,7 @@ class IncrementalSync:
         on_phase: PhaseHook | None = None,
         schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
         fillfactor: int = DEFAULT_FILLFACTOR,
+        create_extensions: Collection[str] = (),
     ) -> None:
         self.deletes = Deletes.parse(deletes)
         self.batch_size = BatchSize.parse(batch_size, refusal="incremental_options_invalid")
@@ -132,6 +139,9 @@ class IncrementalSync:
         self.handoff = handoff
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.verify, self.fillfactor = verify, fillfactor
+        self.create_extensions = extension_names(
+            create_extensions, refusal="incremental_options_invalid"
+        )
         self.ledger = StreamLedger(ledger_schema)
         self.on_batch = on_batch or (lambda _: None)
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
@@ -189,7 +199,8 @@ class IncrementalSync:
         shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
         # Refuses early; each batch plans again from the catalogs inside its own transactions.
         stream_plan(sessions.source, sessions.target, shape, self.schema_changes, found,
-                    fillfactor=self.fillfactor)  # fmt: skip
+                    fillfactor=self.fillfactor,
+                    create_extensions=self.create_extensions)  # fmt: skip
         sessions.target.commit()
         check_no_null_cursor(sessions.source, shape)
         if self.lookback is not None and not shape.cursor_is_time:
@@ -228,7 +239,11 @@ class IncrementalSync:
                 sessions.source, shape, before, after, receipts, mark, len(outcomes)
             )
             changes = {(c.column, c.kind): c for o in outcomes for c in o.schema_changes}
-            return replace(result, schema_changes=tuple(changes.values()))
+            return replace(
+                result, schema_changes=tuple(changes.values()),
+                target_types=TargetTypes.merged([o.target_types for o in outcomes]),
+                virtual_as_stored=tuple(c for o in outcomes for c in o.virtual_as_stored),
+            )  # fmt: skip
         except BaseException:
             sessions.abandon()
             raise
@@ -290,7 +305,7 @@ class IncrementalSync:
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
             batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
             on_phase=self.on_phase, schema_changes=self.schema_changes,
-            fillfactor=self.fillfactor,
+            fillfactor=self.fillfactor, create_extensions=self.create_extensions,
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:

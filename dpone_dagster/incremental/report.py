@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from psycopg import sql
@@ -13,6 +13,7 @@ from dpone_dagster.core.marks import Mark
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.schema_change import ColumnChange
+from dpone_dagster.postgres.target_types import TargetTypes
 
 from .shape import StreamShape
 from .state import StreamReceipt, StreamState, Verification
@@ -56,6 +57,10 @@ class IncrementalResult:
         verification: The final batch's verification, when the run was verified.
         schema_changes: What the run's batches changed in the target's schema (each change
             once): added, widened and kept columns.
+        target_types: What the run's batches created in the target for the table's types
+            (extensions, types, enum labels; each once).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns the target the run
+            created defines as ``STORED`` (a target before PostgreSQL 18).
     """
 
     stream_id: str
@@ -79,6 +84,8 @@ class IncrementalResult:
     receipts: tuple[StreamReceipt, ...]
     verification: Verification | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
+    target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
 
 def _lag(

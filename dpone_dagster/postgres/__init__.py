@@ -33,6 +33,8 @@ from .sinks import SinkResult
 from .snapshot import LazySnapshot, SnapshotError, SnapshotSession
 from .snapshot_copy import SnapshotCopy, copy_tables
 from .strategy import Strategy
+from .target_types import TargetTypes
+from .user_types import TargetTypeError
 
 __all__ = [
     "BACKFILL_BATCH_SIZE",
@@ -64,6 +66,8 @@ __all__ = [
     "TableName",
     "TablePlan",
     "TargetCommitUnknownError",
+    "TargetTypeError",
+    "TargetTypes",
     "check_dsn",
     "check_identifier",
     "copy_tables",

@@ -40,6 +40,8 @@ class Column:
         type_schema: Schema of a user-defined type, for messages.
         type_name: Name of a user-defined type (the element type for arrays).
         generation_sql: The expression of a generated column, else None.
+        virtual: A ``VIRTUAL`` generated column (PostgreSQL 18 and later: computed when read,
+            never stored), else ``STORED`` or not generated.
         base_type_sql: For a domain, its base type as ``format_type`` prints it, else None.
         any_default: The column has a default of any kind (a constant, ``nextval``, an
             expression) or is an identity column: an insert that leaves it out still fills it.
@@ -57,6 +59,7 @@ class Column:
     generation_sql: str | None = None
     base_type_sql: str | None = None
     any_default: bool = False
+    virtual: bool = False
 
     @property
     def ident(self) -> sql.Identifier:
@@ -83,7 +86,8 @@ SELECT a.attname,
         WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum),
        EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = a.attrelid AND x.indkey[0] = a.attnum
                AND x.indisvalid AND x.indpred IS NULL),
-       a.attnum
+       a.attnum,
+       a.attgenerated = 'v'
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 JOIN pg_type base ON base.oid = CASE WHEN t.typelem <> 0 AND t.typcategory = 'A'
@@ -189,6 +193,7 @@ def catalog_of(rows: Sequence[TupleRow]) -> TableCatalog:
             generation_sql=None if r[9] is None else str(r[9]),
             base_type_sql=None if r[10] is None else str(r[10]),
             any_default=bool(r[11]),
+            virtual=bool(r[15]),
         )
         for r in rows
     )
@@ -209,13 +214,43 @@ def column_list(columns: Sequence[Column] | Sequence[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
+@dataclass(frozen=True)
+class TypeRef:
+    """A type named inside a definition (a domain's base type, an attribute's type, a range's
+    subtype).
+
+    Attributes:
+        spelling: The type as ``format_type`` prints it (its modifiers included).
+        user: The user-defined type (or array element) it is, as ``(schema, name)``; None for a
+            built-in type.
+        array: An array of ``user``.
+    """
+
+    spelling: str
+    user: tuple[str, str] | None = None
+    array: bool = False
+
+    @property
+    def identity(self) -> str:
+        """What the type is, the same in every database: ``schema.name`` (with ``[]``) for a
+        user-defined type, the spelling of a built-in one."""
+        if self.user is None:
+            return self.spelling
+        return f"{self.user[0]}.{self.user[1]}{'[]' if self.array else ''}"
+
+    def composed(self) -> sql.Composable:
+        """The type for DDL: a built-in as the catalog prints it, a user-defined type from its
+        exact schema and name."""
+        if self.user is None:
+            return sql.SQL(self.spelling)  # format_type() output of a built-in type
+        return sql.Composed([sql.Identifier(*self.user), sql.SQL("[]" if self.array else "")])
+
+
 def column_type(column: Column) -> sql.Composable:
     """A column's type for DDL: built-in types as the catalog prints them, user-defined types
-    (enums, domains, their arrays) composed from their exact schema and name."""
-    if not column.user_type:
-        return sql.SQL(column.type_sql)  # format_type() output for a built-in type
-    suffix = sql.SQL("[]" if column.type_sql.endswith("[]") else "")
-    return sql.Composed([sql.Identifier(column.type_schema, column.type_name), suffix])
+    (enums, domains, composites, their arrays) composed from their exact schema and name."""
+    user = (column.type_schema, column.type_name) if column.user_type else None
+    return TypeRef(column.type_sql, user, column.type_sql.endswith("[]")).composed()
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 Every load into the PostgreSQL target goes through here, whatever read the rows (a snapshot
 copy's strategy, a generic source):
 
-1. **stage**: in one target transaction, each table gets a staging table under the staging
-   guard (:func:`~dpone_dagster.lifecycle.owned_staging_handle`) and its rows are written into
-   it (a partitioned copy's workers fill theirs first, from sessions of their own); the rows the
+1. **stage**: in one target transaction, the extensions and user-defined types the plans
+   create come first (:mod:`.target_types`; enum labels to add commit just before, on their
+   own, as PostgreSQL requires), then each table gets a staging table under the staging guard
+   (:func:`~dpone_dagster.lifecycle.owned_staging_handle`) and its rows are written into it (a
+   partitioned copy's workers fill theirs first, from sessions of their own); the rows the
    target took must equal the rows the extraction receipt counted;
 2. **schema change**: what the plan decided for an existing target whose columns differ
    (:mod:`.schema_change`: add, widen, keep) is applied in the same transaction: to the staging
@@ -38,13 +40,14 @@ from dpone_dagster.lifecycle import (
     redact,
 )
 
-from .connection import Connection, set_transaction_mode
+from .connection import Connection, ConnectionOptions, set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
 from .plan import Sink, TablePlan
 from .schema_change import apply_changes
 from .sinks import SinkResult, apply_sink
 from .staging import ensure_schema, staging_table
+from .target_types import commit_enum_labels, create_types
 
 R = TypeVar("R")
 
@@ -115,6 +118,7 @@ class TargetLoad:
         sink: How each target takes its rows.
         new_keys_expected: For ``merge``: try a plain ``INSERT`` first (see
             :func:`~dpone_dagster.postgres.sinks.apply_sink`).
+        options: Options of the short session that adds enum labels before the load.
 
     Attributes:
         tables: What the target did with each table, in plan order.
@@ -128,8 +132,10 @@ class TargetLoad:
         sink: Sink,
         *,
         new_keys_expected: bool = False,
+        options: ConnectionOptions | None = None,
     ) -> None:
         self.target = target
+        self.options = options
         self.target_dsn = target_dsn
         self.sink: Sink = sink
         self.new_keys_expected = new_keys_expected
@@ -157,9 +163,12 @@ class TargetLoad:
             DponeError: ``copy_rows_mismatch`` and the errors of the rows' sources.
             psycopg.Error: the target failed or refused the COMMIT (nothing committed).
         """
+        types = [table.plan.target_types for table in self.tables]
+        commit_enum_labels(self.target_dsn, self.options, [x for t in types for x in t.labels])
         begin(self.target)
         with ExitStack() as stack:
             guards, stagings = [], []
+            create_types(self.target, types)
             for table in self.tables:
                 if not table.plan.target_exists:
                     ensure_schema(self.target, table.plan.target.schema)

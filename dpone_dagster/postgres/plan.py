@@ -1,14 +1,15 @@
 """Planning a copy: which columns move, in which COPY format, and how the target takes them.
 
-A plan is read from both catalogs before any row moves, so that a bad table name, a missing
-user-defined type or a target that cannot take the rows fails at once with a clear error and
-nothing written.
+A plan is read from both catalogs before any row moves, so that a bad table name, a
+user-defined type the target has otherwise or a target that cannot take the rows fails at once
+with a clear error and nothing written. A table the load creates (or evolves) brings the
+user-defined types its columns need (:mod:`.target_types`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, TypeAlias
 
 from psycopg import sql
@@ -21,6 +22,8 @@ from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
 from .schema_change import ColumnChange, SchemaChanges, decide
 from .target_catalog import TargetCatalog, target_catalog
+from .target_types import TargetTypes, plan_types
+from .user_types import UserType, needed_by, source_types
 
 
 class CopyPlanError(DponeError):
@@ -102,6 +105,13 @@ class TablePlan:
         storage: The storage parameters (``name=value``, as ``pg_class.reloptions`` spells
             them) of a staging table that becomes the target: those of a target this load
             creates (its caller's), or those of the target a ``replace`` swaps out (kept).
+        source_types: The source's user-defined types the table's columns need, in creation
+            order (:func:`.user_types.source_types`).
+        target_types: What the load creates in the target for them (extensions, types, enum
+            labels).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns that a target this load
+            creates defines as ``STORED`` (a server before PostgreSQL 18 has no ``VIRTUAL``);
+            their values are the same.
     """
 
     source: TableName
@@ -121,6 +131,9 @@ class TablePlan:
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
     storage: tuple[str, ...] = ()
+    source_types: tuple[UserType, ...] = ()
+    target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -130,10 +143,23 @@ class TablePlan:
 
 _HAS_ROWS = sql.SQL("SELECT EXISTS (SELECT 1 FROM {})")
 
-_TYPE_EXISTS = """
-SELECT EXISTS (SELECT 1 FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-               WHERE n.nspname = %s AND t.typname = %s)
-"""
+
+@dataclass(frozen=True)
+class TargetRules:
+    """What a load may do to its target beyond its rows.
+
+    Attributes:
+        schema_changes: ``evolve`` or ``freeze`` (:mod:`.schema_change`): an existing target
+            whose columns differ, and the types a target lacks (``freeze`` creates none).
+        keep: Target columns the copy itself owns (a soft-delete column): never taken for
+            columns the source dropped.
+        create_extensions: Extensions the load may create in the target when a table's types
+            need them (never any other).
+    """
+
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
+    keep: Collection[str] = ()
+    create_extensions: Collection[str] = ()
 
 
 def plan_tables(
@@ -141,9 +167,7 @@ def plan_tables(
     target: Connection,
     mappings: Sequence[TableMapping],
     sink: Sink,
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
-    *,
-    keep: Collection[str] = (),
+    rules: TargetRules = TargetRules(),
 ) -> list[TablePlan]:
     """Plans the copy of every table from both catalogs.
 
@@ -152,14 +176,14 @@ def plan_tables(
         target: A session of the target database.
         mappings: The tables to copy.
         sink: How the target takes the rows.
-        schema_changes: ``evolve`` or ``freeze`` (:mod:`.schema_change`).
-        keep: Target columns the copy itself owns (a soft-delete column): never taken for
-            columns the source dropped.
+        rules: What the load may do to the target beyond its rows (schema changes, the types
+            and extensions it may create).
 
     Raises:
         CatalogError: ``table_not_found`` for a source table that does not exist.
         CopyPlanError: ``copy_options_invalid`` (no tables, one target twice),
-            ``target_not_a_table``, ``target_type_missing``, ``merge_needs_primary_key``.
+            ``target_not_a_table``, ``merge_needs_primary_key``.
+        TargetTypeError: the refusals of :func:`.target_types.plan_types`.
         SchemaChangeError: ``schema_change_incompatible``.
     """
     if not mappings:
@@ -172,18 +196,14 @@ def plan_tables(
             f"Target table {', '.join(twice)} is named more than once.",
             ["Copy each source into its own target table."],
         )
-    return [_plan_one(source, target, m, sink, (schema_changes, keep)) for m in mappings]
+    return [_plan_one(source, target, m, sink, rules) for m in mappings]
 
 
 def _plan_one(
-    source: Connection,
-    target: Connection,
-    mapping: TableMapping,
-    sink: Sink,
-    changes: tuple[SchemaChanges, Collection[str]],
+    source: Connection, target: Connection, mapping: TableMapping, sink: Sink, rules: TargetRules
 ) -> TablePlan:
     plan = new_target_plan(mapping, table_catalog(source, mapping.source), source, target)
-    return plan_target(target, plan, sink, schema_changes=changes[0], keep=changes[1])
+    return plan_target(target, plan, sink, rules=rules)
 
 
 def new_target_plan(
@@ -193,16 +213,18 @@ def new_target_plan(
     target_conn: Connection,
 ) -> TablePlan:
     """The plan of a copy of a source table (as its catalog describes it) into a target that
-    does not exist yet: :func:`plan_target` completes it with the target's catalog."""
+    does not exist yet: :func:`plan_target` completes it with the target's catalog. The
+    user-defined types its columns need are read from the source here."""
     columns = tuple(c for c in source.columns if not c.generated)
     versions = major_versions(source_conn, target_conn)
     copy_format, reason = copy_format_choice(columns, versions)
+    definition, stored = generated_as_target_can(source.columns, versions[1])
     return TablePlan(
         source=mapping.source,
         target=mapping.target,
         columns=columns,
         written=columns,
-        source_columns=source.columns,
+        source_columns=definition,
         key=source.key,
         target_exists=False,
         target_key=source.key,
@@ -211,7 +233,25 @@ def new_target_plan(
         swap=True,
         versions=versions,
         copy_format_reason=reason,
+        source_types=source_types(source_conn, [c.type_oid for c in source.columns]),
+        virtual_as_stored=stored,
     )
+
+
+VIRTUAL_SINCE = 18
+"""The first major version of PostgreSQL with ``VIRTUAL`` generated columns."""
+
+
+def generated_as_target_can(
+    columns: Sequence[Column], target_major: int
+) -> tuple[tuple[Column, ...], tuple[str, ...]]:
+    """``columns`` as a target of major version ``target_major`` can define them: a ``VIRTUAL``
+    generated column stays ``VIRTUAL`` from PostgreSQL 18 on and becomes ``STORED`` before
+    (same expression, same values); the names of the columns that did."""
+    if target_major >= VIRTUAL_SINCE:
+        return tuple(columns), ()
+    stored = tuple(c.name for c in columns if c.virtual)
+    return tuple(replace(c, virtual=False) for c in columns), stored
 
 
 def plan_target(
@@ -220,8 +260,7 @@ def plan_target(
     sink: Sink,
     *,
     source_label: str | None = None,
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
-    keep: Collection[str] = (),
+    rules: TargetRules = TargetRules(),
     found: TargetCatalog | Literal["read"] | None = "read",
 ) -> TablePlan:
     """Completes a plan made for a new target with what the target's catalog says.
@@ -234,23 +273,37 @@ def plan_target(
         plan: The plan as if the target did not exist (created from the source's columns).
         sink: How the target takes the rows.
         source_label: How messages name the source (``plan.source`` by default).
-        schema_changes: ``evolve`` or ``freeze``: what a target whose columns differ gets.
-        keep: Target columns the copy owns (see :func:`plan_tables`).
+        rules: What the load may do to the target beyond its rows (see :class:`TargetRules`).
         found: The target's catalog when the caller read it already (:func:`target_catalog`
             with ``swap`` for a ``replace``; ``None``: no such target); read here by default.
 
     Raises:
-        CopyPlanError: ``target_not_a_table``, ``target_type_missing``,
-            ``merge_needs_primary_key``.
-        SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`).
+        CopyPlanError: ``target_not_a_table``, ``merge_needs_primary_key``.
+        TargetTypeError: ``target_type_missing``, ``target_type_differs``,
+            ``target_extension_missing``, ``target_extension_unavailable``
+            (:func:`.target_types.plan_types`).
+        SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`; enum
+            labels the target lacks under ``freeze``).
     """
     if found == "read":
         found = target_catalog(target, plan.target, swap=sink == "replace")
     if found is None:
-        _check_user_types(target, plan.target, plan.source_columns)
-        return plan
+        return _with_types(target, plan, plan.source_types, rules)
     label = source_label or str(plan.source)
-    return _onto_existing(target, found, plan, sink, (label, schema_changes, keep))
+    return _onto_existing(target, found, plan, sink, (label, rules))
+
+
+def _with_types(
+    target: Connection, plan: TablePlan, needed: Sequence[UserType], rules: TargetRules
+) -> TablePlan:
+    """``plan`` with what the target gets for the types ``needed``."""
+    if not needed:
+        return plan
+    types = plan_types(
+        target, needed, rules.schema_changes, table=str(plan.target),
+        create_extensions=rules.create_extensions,
+    )  # fmt: skip
+    return replace(plan, target_types=types)
 
 
 def _onto_existing(
@@ -258,11 +311,11 @@ def _onto_existing(
     found: TargetCatalog,
     plan: TablePlan,
     sink: Sink,
-    how: tuple[str, SchemaChanges, Collection[str]],
+    how: tuple[str, TargetRules],
 ) -> TablePlan:
     """The plan for a target that exists (``found``: its catalog): its columns, key and shape
     decide."""
-    columns = plan.columns
+    columns, (label, rules) = plan.columns, how
     relkind, persistence, pk_name = found.relkind, found.persistence, found.pk_name
     if relkind not in ("r", "p"):
         raise CopyPlanError(
@@ -272,11 +325,10 @@ def _onto_existing(
         )
     target_columns, target_key = found.table.columns, found.table.key
     changes = decide(
-        columns, target_columns, (plan.key, target_key), how[1],
+        columns, target_columns, (plan.key, target_key), rules.schema_changes,
         target_has_rows=lambda: _fetch_bool(target, _HAS_ROWS.format(plan.target.ident), ()),
-        labels=(how[0], str(plan.target)), keep=how[2],
+        labels=(label, str(plan.target)), keep=rules.keep,
     )  # fmt: skip
-    _check_user_types(target, plan.target, [c.source for c in changes if c.source is not None])
     names = {c.name for c in columns}
     if sink == "merge" and (not target_key or not set(target_key) <= names):
         raise CopyPlanError(
@@ -288,6 +340,8 @@ def _onto_existing(
     evolved = {c.column: c.source for c in changes if c.source is not None}
     by_name = {c.name: c for c in target_columns}
     written = tuple(evolved.get(c.name) or by_name[c.name] for c in columns)
+    typed = [s for s, t in zip(columns, written, strict=True) if _same_user_type(s, t)]
+    plan = _with_types(target, plan, needed_by(plan.source_types, typed), rules)
     same_types = all(s.type_sql == t.type_sql for s, t in zip(columns, written, strict=True))
     copy_format, reason = copy_format_choice([*columns, *written], plan.versions)
     if not same_types:
@@ -305,28 +359,18 @@ def _onto_existing(
         unlogged_target=persistence == "u",
         partitioned_target=relkind == "p",
         schema_changes=changes,
+        virtual_as_stored=(),
     )
 
 
-def _check_user_types(target: Connection, table: TableName, columns: Sequence[Column]) -> None:
-    """A target created from the source needs every user-defined type the source uses."""
-    missing = sorted(
-        {
-            f"{c.type_schema}.{c.type_name}"
-            for c in columns
-            if c.user_type and not _fetch_bool(target, _TYPE_EXISTS, (c.type_schema, c.type_name))
-        }
+def _same_user_type(source: Column, written: Column) -> bool:
+    """The target column takes the source's own user-defined type (one it has, or one an
+    evolved column brings)."""
+    return (
+        source.user_type
+        and written.user_type
+        and ((source.type_schema, source.type_name) == (written.type_schema, written.type_name))
     )
-    if missing:
-        raise CopyPlanError(
-            "target_type_missing",
-            f"Target table {table} would need user-defined type(s) {', '.join(missing)}, "
-            f"which database {target.info.dbname!r} does not have.",
-            [
-                "Create the type(s) in the target database first (same schema and name).",
-                "Or create the target table yourself with types the target has.",
-            ],
-        )
 
 
 def _fetch_bool(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dpone_dagster.lifecycle import (
     ArtifactTerminalReceipt,
@@ -18,6 +18,7 @@ from .plan import Sink
 from .schema_change import ColumnChange
 from .sinks import SinkResult
 from .strategy import Strategy
+from .target_types import TargetTypes
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class TableCopyReport:
             a type whose binary form is not certified between the servers' major versions).
         schema_changes: What the load changed in the existing target's schema (applied only
             when the outcome is ``success``).
+        target_types: What the load created in the target for the table's user-defined types:
+            extensions and types (committed with the rows, so only when the outcome is
+            ``success``) and enum labels added (committed just before the load, whatever its
+            outcome: PostgreSQL lets no transaction use a label it added).
+        virtual_as_stored: The source's ``VIRTUAL`` generated columns that the target this load
+            created defines as ``STORED`` (a target before PostgreSQL 18); same values.
     """
 
     source: TableName
@@ -54,6 +61,8 @@ class TableCopyReport:
     row_versions: RowVersionEvidence | None = None
     copy_format_reason: str | None = None
     schema_changes: tuple[ColumnChange, ...] = ()
+    target_types: TargetTypes = field(default_factory=TargetTypes)
+    virtual_as_stored: tuple[str, ...] = ()
 
     @property
     def rows_extracted(self) -> int | None:

@@ -2,8 +2,9 @@
 
 The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 
-1. **plan**: both catalogs are read (a bad name, a missing type or key fails here, nothing
-   written);
+1. **plan**: both catalogs are read (a bad name, a type the target has otherwise, an
+   extension it lacks or a missing key fails here, nothing written; the types a created table
+   needs are planned here, :mod:`.target_types`);
 2. **extract**: the strategy acquires the snapshot and reads what it reads ahead of the load;
 3. **load**: the one load path (:mod:`.load`): staging tables, rows, sinks, one COMMIT whose
    answer settles every artifact. A failure raises :class:`~.report.CopyError` carrying the
@@ -12,17 +13,26 @@ The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import psycopg
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 
 from .connection import Connection, connect, set_transaction_mode
+from .extensions import extension_names
 from .identifiers import TableName
 from .load import TargetLoad, settle_load
 from .options import CopyOptions
-from .plan import CopyPlanError, Sink, TableMapping, TablePlan, TableSpec, plan_tables
+from .plan import (
+    CopyPlanError,
+    Sink,
+    TableMapping,
+    TablePlan,
+    TableSpec,
+    TargetRules,
+    plan_tables,
+)
 from .registry import open_strategy
 from .report import CopyError, CopyReport, TableCopyReport
 from .schema_change import SchemaChanges
@@ -45,6 +55,7 @@ def copy_tables(
     workers: int = 2,
     options: CopyOptions | None = None,
     schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    create_extensions: Collection[str] = (),
 ) -> CopyReport:
     """Copies ``tables``, read under one source snapshot, into the target.
 
@@ -60,7 +71,10 @@ def copy_tables(
         options: Tuning and hooks.
         schema_changes: ``evolve`` (an existing target takes added columns, widened types and
             keeps dropped columns, in the load's transaction) or ``freeze`` (any difference is
-            refused with ``schema_change_incompatible``).
+            refused with ``schema_change_incompatible``); ``freeze`` also creates no type.
+        create_extensions: Extensions the copy may create in the target (``CREATE
+            EXTENSION``, in the load's transaction) when a table's types need them and the
+            target lacks them; any other is refused with ``target_extension_missing``.
 
     Returns:
         The report: per-table receipts, row counts, the ``success`` outcome, the snapshot label.
@@ -69,8 +83,9 @@ def copy_tables(
         CopyError: the copy failed and every artifact was settled; ``.report`` says how
             (``target_commit_unknown`` when the target's COMMIT acknowledgement was lost).
         DponeError: before anything is read: ``copy_options_invalid``, ``table_not_found``,
-            ``source_unreachable``, ``target_login_failed``, ``schema_change_incompatible``
-            and the other plan errors.
+            ``source_unreachable``, ``target_login_failed``, ``schema_change_incompatible``,
+            ``target_type_missing``, ``target_type_differs``, ``target_extension_missing``,
+            ``target_extension_unavailable`` and the other plan errors.
 
     Examples:
         .. code-block:: python
@@ -80,7 +95,7 @@ def copy_tables(
     """
     copy = SnapshotCopy(
         source_dsn, target_dsn, tables, strategy=strategy, sink=sink, workers=workers,
-        options=options, schema_changes=schema_changes,
+        options=options, schema_changes=schema_changes, create_extensions=create_extensions,
     )  # fmt: skip
     with copy:
         copy.plan()
@@ -122,11 +137,12 @@ class SnapshotCopy:
         workers: Worker sessions of a partitioned copy.
         options: Tuning and hooks.
         schema_changes: ``evolve`` or ``freeze`` (see :func:`copy_tables`).
+        create_extensions: Extensions the copy may create (see :func:`copy_tables`).
 
     Raises:
-        DponeError: ``copy_options_invalid`` for an unknown strategy, sink or
-            ``schema_changes`` (each parsed here, where a caller's text enters; a member passes
-            unchanged), or no worker.
+        DponeError: ``copy_options_invalid`` for an unknown strategy, sink,
+            ``schema_changes`` or ``create_extensions`` (each parsed here, where a caller's
+            text enters; a member passes unchanged), or no worker.
         IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
     """
 
@@ -141,10 +157,14 @@ class SnapshotCopy:
         workers: int = 2,
         options: CopyOptions | None = None,
         schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        create_extensions: Collection[str] = (),
     ) -> None:
         self.strategy = Strategy.parse(strategy)
         self.sink = Sink.parse(sink)
-        self.schema_changes = SchemaChanges.parse(schema_changes)
+        self.rules = TargetRules(
+            SchemaChanges.parse(schema_changes),
+            create_extensions=extension_names(create_extensions, refusal="copy_options_invalid"),
+        )
         check_workers(workers)
         if isinstance(tables, str | TableName | TableMapping):
             tables = [tables]  # one table named on its own
@@ -200,7 +220,9 @@ class SnapshotCopy:
             raise
         reads = SourceReads(self.source_dsn, self.plans, options=self.options, workers=self.workers)
         self._strategy = open_strategy(self.strategy, reads)
-        self._load = TargetLoad(self.target, self.target_dsn, self.plans, self.sink)
+        self._load = TargetLoad(
+            self.target, self.target_dsn, self.plans, self.sink, options=self.options.target_options
+        )
         return self.plans
 
     def extract(self) -> None:
@@ -265,9 +287,7 @@ class SnapshotCopy:
                         "source and target DSNs reach different databases.",
                         ["Use another strategy, or point both DSNs at the same database."],
                     )
-                return plan_tables(
-                    source, self.target, self.mappings, self.sink, self.schema_changes
-                )
+                return plan_tables(source, self.target, self.mappings, self.sink, self.rules)
             finally:
                 self.target.rollback()  # read only: nothing to keep
 
@@ -328,6 +348,8 @@ class SnapshotCopy:
                     columns=table.plan.column_names,
                     row_versions=table.row_versions if outcome is TerminalOutcome.SUCCESS else None,
                     schema_changes=table.plan.schema_changes,
+                    target_types=table.plan.target_types,
+                    virtual_as_stored=table.plan.virtual_as_stored,
                 )
                 for table, artifact in zip(load.tables, strategy.artifacts, strict=True)
             ),

@@ -165,14 +165,15 @@ def storage_clause(storage: Sequence[str]) -> sql.Composed:
 
 
 def table_definition(columns: Sequence[Column], *, constraints: bool = True) -> sql.Composed:
-    """Column definitions: name and type, plus (with ``constraints``) generation expression,
-    constant default and NOT NULL, as the catalog describes them."""
+    """Column definitions: name and type, plus (with ``constraints``) generation expression
+    (``VIRTUAL`` or ``STORED``), constant default and NOT NULL, as the catalog describes them."""
     definitions = []
     for column in columns:
         parts: list[sql.Composable] = [column.ident, column_type(column)]
         if constraints and column.generation_sql is not None:
+            kind = sql.SQL("VIRTUAL" if column.virtual else "STORED")
             parts.append(
-                sql.SQL("GENERATED ALWAYS AS ({}) STORED").format(sql.SQL(column.generation_sql))
+                sql.SQL("GENERATED ALWAYS AS ({}) {}").format(sql.SQL(column.generation_sql), kind)
             )
         elif constraints and column.default_sql is not None:
             parts.append(sql.SQL("DEFAULT {}").format(sql.SQL(column.default_sql)))

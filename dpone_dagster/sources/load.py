@@ -29,7 +29,7 @@ from dpone_dagster.lifecycle import (
 from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.load import TargetLoad, settle_load
-from dpone_dagster.postgres.plan import Sink, TablePlan, plan_target
+from dpone_dagster.postgres.plan import Sink, TablePlan, TargetRules, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.sinks import SinkResult
 from dpone_dagster.postgres.staging import (
@@ -249,7 +249,7 @@ class _SourceLoad:
                 self.new_target_plan(),
                 self.sink,
                 source_label=label,
-                schema_changes=self.schema_changes,
+                rules=TargetRules(self.schema_changes),
             )
             conn.rollback()  # read only: nothing to keep
             self.load = TargetLoad(conn, target_dsn, [plan], self.sink)

@@ -299,3 +299,31 @@ def test_the_check_alone_reconciles_what_the_ledger_holds_and_copies_nothing(
         passed, partitions = check()
         assert not passed and partitions[0]["differing"] == [1]
         assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 1000, "nothing repaired"
+
+
+@pytest.mark.cross_server
+def test_a_partition_into_an_empty_database_lists_the_types_and_extensions_it_created(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, "CREATE EXTENSION hstore")
+    pg.execute(source_dsn, "CREATE TYPE public.mood AS ENUM ('sad', 'ok')")
+    pg.execute(source_dsn, "CREATE TABLE public.moods (id int PRIMARY KEY, m mood, h hstore)")
+    pg.execute(
+        source_dsn, "INSERT INTO public.moods SELECT g, 'ok', 'a=>1' FROM generate_series(1, 10) g"
+    )
+    asset = backfill_asset(
+        "public.moods", cursor="id", partitions_def=cursor_range_partitions(0, 10, 10)
+    )
+    allowed = {
+        **resources(source_dsn, target_dsn),
+        "target": PostgresTargetResource(dsn=target_dsn, create_extensions=["hstore"]),
+    }
+    result = dg.materialize([asset], resources=allowed, partition_key="0..10")
+    assert result.success
+    [event] = result.get_asset_materialization_events()
+    metadata = event.materialization.metadata
+    assert [t["type"] for t in metadata["dpone/types_created"].value] == ["public.mood"]  # type: ignore[union-attr]
+    assert [e["extension"] for e in metadata["dpone/extensions_created"].value] == ["hstore"]  # type: ignore[union-attr]
+    assert pg.table_fingerprint(target_dsn, "public", "moods") == pg.table_fingerprint(
+        source_dsn, "public", "moods"
+    )

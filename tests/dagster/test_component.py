@@ -297,6 +297,29 @@ def test_a_dsn_from_the_environment_stays_an_env_var_out_of_the_definitions_and_
     assert secret in shown_in_the_ui(rendered)
 
 
+def test_the_yaml_target_names_the_extensions_a_copy_may_create(
+    source_dsn: str, target_dsn: str
+) -> None:
+    pg.execute(source_dsn, "CREATE EXTENSION hstore; CREATE SCHEMA shop")
+    pg.execute(source_dsn, "CREATE TABLE shop.tags (id int PRIMARY KEY, h hstore)")
+    pg.execute(source_dsn, "INSERT INTO shop.tags VALUES (1, 'a=>1')")
+    defs = load_defs({"source": {"dsn": source_dsn},
+                      "target": {"dsn": target_dsn, "create_extensions": ["hstore"]},
+                      "snapshot_copies": [{"tables": ["shop.tags"]}]})  # fmt: skip
+    job = dg.define_asset_job("copy", selection=[dg.AssetKey(["shop", "tags"])])
+    runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+    assert runnable.resolve_job_def("copy").execute_in_process().success
+    installed = "SELECT count(*) FROM pg_extension WHERE extname = 'hstore'"
+    assert pg.fetch_one(target_dsn, installed) == 1
+    assert pg.table_fingerprint(source_dsn, "shop", "tags") == pg.table_fingerprint(
+        target_dsn, "shop", "tags"
+    )
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - Dagster wraps the cause
+        load_defs({"source": {"dsn": source_dsn, "create_extensions": ["hstore"]},
+                   "snapshot_copies": [{"tables": ["shop.tags"]}]})  # fmt: skip
+    assert "create_extensions" in chain(raised.value), "a source creates nothing"
+
+
 PROJECT = """
 [project]
 name = "copies"

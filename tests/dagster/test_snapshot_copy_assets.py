@@ -13,6 +13,8 @@ from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTarg
 from dpone_dagster.dagster.translator import CopyTableSpec, key_part
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
+from tests.postgres.test_target_extensions import NOTES
+from tests.postgres.test_target_types import ORDERS, TYPES
 
 APP = "dpone-test-assets"
 
@@ -234,3 +236,40 @@ def test_freeze_fails_the_run_with_the_changed_columns_and_writes_nothing(
         target_dsn, "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
         " WHERE attrelid = 'shop.orders'::regclass AND attname = 'small'"
     ) == "smallint"  # fmt: skip
+
+
+@pytest.mark.cross_server
+def test_one_multi_asset_into_an_empty_database_creates_the_types_it_was_allowed_to(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """Sixteen tables in one snapshot are no more blocked by one table's enum: the types come
+    with the tables, the extensions the target resource names too, and the materializations
+    list them; without the extension named, the run fails with its code and writes nothing."""
+    for statement in (TYPES, ORDERS, NOTES):
+        pg.execute(source_dsn, statement)
+    assets = snapshot_copy_assets(['"Sales Ops".orders', "public.notes"])
+    refused = dg.materialize(
+        [assets], resources=resources(source_dsn, target_dsn), raise_on_error=False
+    )
+    failure = refused.failure_data_for_node("snapshot_copy")
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "target_extension_missing"
+    assert not pg.table_exists(target_dsn, "Sales Ops", "orders"), "all tables or none"
+
+    allowed = {
+        **resources(source_dsn, target_dsn),
+        "target": PostgresTargetResource(
+            dsn=target_dsn, application_name=APP, create_extensions=["hstore", "citext"]
+        ),
+    }
+    result = dg.materialize([assets], resources=allowed)
+    assert result.success
+    md = {m["dpone/source_table"]: m for m in metadata_by_key(result).values()}
+    orders, notes = md['"Sales Ops".orders'], md["public.notes"]
+    assert [t["type"] for t in orders["dpone/types_created"]] == [
+        "Type Ops.Mood", "Type Ops.steady", "public.positive", "public.line_item",
+        "public.price_range",
+    ]  # fmt: skip
+    assert [e["extension"] for e in notes["dpone/extensions_created"]] == ["citext", "hstore"]
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 2 and all(c.passed for c in checks)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import psycopg
@@ -43,9 +44,42 @@ def _address(dsn: str) -> tuple[str, str]:
 
 
 def server_admin(dsn: str) -> str:
-    """The admin DSN of the server ``dsn`` points at (the target server's or the main one)."""
-    target = target_admin_dsn()
-    return target if _address(dsn) == _address(target) else admin_dsn()
+    """The admin DSN of the server ``dsn`` points at (the target server's, the main one, or
+    another the test chose: its ``postgres`` database)."""
+    for server in (target_admin_dsn(), admin_dsn()):
+        if _address(dsn) == _address(server):
+            return server
+    return with_db(dsn, "postgres")
+
+
+def embedded_admin() -> str:
+    """The admin DSN of the embedded PostgreSQL 18 of ``.dpone_pg/`` (started, or reused while
+    it runs), for a test that needs a server of that version whatever the run's servers are."""
+    from dpone_dagster import embedded
+
+    root = Path(__file__).resolve().parents[2]
+    return embedded.start(root / ".dpone_pg").dsn()
+
+
+def server_where(predicate: Callable[[str], bool], what: str, *, avoid: str | None = None) -> str:
+    """The admin DSN of the first server where ``predicate`` holds, among the run's main server,
+    its target server and the embedded PostgreSQL 18 (started if needed), other than the server
+    of ``avoid``.
+
+    Raises:
+        AssertionError: naming ``what`` when none qualifies (and how to get such a server).
+    """
+    candidates = [admin_dsn(), target_admin_dsn()]
+    for server in [*candidates, None]:
+        server = server or embedded_admin()
+        if avoid is not None and _address(server) == _address(avoid):
+            continue
+        if predicate(server):
+            return server
+    raise AssertionError(
+        f"No server of this run is {what}. {START_HINT} The embedded server is PostgreSQL 18; "
+        "the machine's PostgreSQL 15 (127.0.0.1:5432) is the other."
+    )
 
 
 def with_db(dsn: str, dbname: str) -> str:

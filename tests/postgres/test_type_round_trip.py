@@ -8,8 +8,9 @@ import pytest
 from psycopg import sql
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
-from dpone_dagster.postgres import CopyOptions, CopyPlanError, TableName, copy_tables
+from dpone_dagster.postgres import CopyOptions, TableName, copy_tables
 from dpone_dagster.postgres.catalog import CatalogError, primary_key, table_columns
+from dpone_dagster.postgres.user_types import TargetTypeError
 from tests.helpers import pg
 
 BUILT_IN = TableName("Sales Ops", 'Order "Items"')
@@ -109,16 +110,36 @@ def test_every_type_round_trips_exactly_into_a_created_target(
     assert pg.fetch_one(target_dsn, doubled) == 6, "generated: computed by the target, not written"
 
 
-def test_a_target_without_the_user_defined_type_gets_a_clear_error(
+@pytest.mark.cross_server
+def test_under_freeze_a_target_without_the_user_defined_types_is_refused_and_gets_none(
     source_dsn: str, target_dsn: str
 ) -> None:
     pg.execute(source_dsn, _USER_TYPES)
     pg.execute(source_dsn, _USER_TABLE)
-    with pytest.raises(CopyPlanError) as err:
-        copy_tables(source_dsn, target_dsn, ['public."Moods"'])
+    with pytest.raises(TargetTypeError) as err:
+        copy_tables(source_dsn, target_dsn, ['public."Moods"'], schema_changes="freeze")
     assert err.value.code == "target_type_missing"
-    assert "public.Mood" in err.value.message and "public.positive" in err.value.message
+    assert "public.Mood, public.positive" in err.value.message
+    assert "schema_changes='freeze' creates nothing" in err.value.message
+    assert any("schema_changes='evolve'" in action for action in err.value.next_actions)
     assert not pg.table_exists(target_dsn, "public", "Moods")
+    types = "SELECT count(*) FROM pg_type WHERE typname IN ('Mood', 'positive')"
+    assert pg.fetch_one(target_dsn, types) == 0
+
+
+def test_a_user_type_the_package_does_not_create_is_named_with_why(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """A table's row type as a column type: the package creates no table for it."""
+    pg.execute(source_dsn, "CREATE TABLE public.points (x int, y int)")
+    pg.execute(source_dsn, "CREATE TABLE public.shapes (id int PRIMARY KEY, p public.points)")
+    with pytest.raises(TargetTypeError) as err:
+        copy_tables(source_dsn, target_dsn, ["public.shapes"])
+    assert err.value.code == "target_type_missing"
+    assert "public.points (a base type with functions of its own, or a table's row type)" in (
+        err.value.message
+    )
+    assert not pg.table_exists(target_dsn, "public", "shapes")
 
 
 def test_an_unknown_source_table_is_table_not_found_and_nothing_is_written(

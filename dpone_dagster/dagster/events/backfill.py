@@ -29,6 +29,7 @@ from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
+    created_metadata,
     partition_metadata,
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
@@ -207,10 +208,11 @@ class _PartitionRunner:
         what = self.what
         if what.key not in self.context.selected_asset_keys:
             return self._check_only(partition, rng)
-        if prepare_target(
+        prepared = prepare_target(
             self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
-            options=self.source.options,
-        ):  # fmt: skip
+            options=self.source.options, create_extensions=self.target.create_extensions,
+        )  # fmt: skip
+        if prepared:
             self.context.log.info(f"dpone: created target table {what.target}")
         with self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
@@ -220,7 +222,10 @@ class _PartitionRunner:
             )
             receipts = backfill.receipts()
         self.progress.flush()  # the batches' observations precede the partition's metadata
-        metadata = {**partition_metadata(result, receipts), **self._catalog_metadata()}
+        metadata = {
+            **partition_metadata(result, receipts), **self._catalog_metadata(),
+            **created_metadata(prepared.target_types, prepared.virtual_as_stored),
+        }  # fmt: skip
         self.context.add_asset_metadata(metadata, asset_key=what.key, partition_key=partition)
         return _check_summary(partition, result)
 

@@ -170,4 +170,5 @@ class IncrementalEvents:
             ledger_schema=self.ledger.schema_name, options=self.source.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),
             schema_changes=self.schema_changes, fillfactor=self.fillfactor,
+            create_extensions=self.target.create_extensions,
         )  # fmt: skip

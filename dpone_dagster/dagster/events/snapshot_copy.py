@@ -191,6 +191,7 @@ def _copy(
     with SnapshotCopy(
         source.dsn, target.dsn, mappings, strategy=how.strategy, sink=how.sink,
         workers=how.workers, options=options, schema_changes=how.schema_changes,
+        create_extensions=target.create_extensions,
     ) as copy:  # fmt: skip
         source.track(copy)
         steps = (("plan", copy.plan), ("extract", copy.extract))

@@ -26,7 +26,7 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.incremental import IncrementalResult, Verification
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres import CopyReport, TableCopyReport
+from dpone_dagster.postgres import CopyReport, TableCopyReport, TargetTypes
 from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.reconcile import Proof, TableReconciliation
 
@@ -121,7 +121,39 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
             )
         )
     metadata.update(schema_change_metadata(table.schema_changes))
+    metadata.update(created_metadata(table.target_types, table.virtual_as_stored))
     return metadata
+
+
+def created_metadata(created: TargetTypes, virtual_as_stored: Sequence[str]) -> dict[str, Any]:
+    """What a load created in its target for a table beyond its rows: ``dpone/types_created``,
+    ``dpone/enum_labels_added``, ``dpone/extensions_created`` and ``dpone/virtual_as_stored``,
+    each only when there is something to list."""
+    types = [
+        {"type": t.qualified, "kind": t.kind, "definition": t.describe()} for t in created.types
+    ]
+    labels = [
+        {"type": ".".join(label.type), "label": label.label, "before": label.before}
+        for label in created.labels
+    ]
+    extensions = [
+        {"extension": e.name, "version": e.version, "schema": e.schema,
+         "source_version": e.source_version}
+        for e in created.extensions
+    ]  # fmt: skip
+    stored = [{"column": c, "source": "VIRTUAL", "target": "STORED"} for c in virtual_as_stored]
+
+    def listed(entries: list[dict[str, Any]]) -> dg.JsonMetadataValue | None:
+        return dg.MetadataValue.json(entries) if entries else None
+
+    return dict(
+        DponeMetadataSet(
+            types_created=listed(types),
+            enum_labels_added=listed(labels),
+            extensions_created=listed(extensions),
+            virtual_as_stored=listed(stored),
+        )
+    )
 
 
 def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
@@ -344,6 +376,7 @@ def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[st
         ),
     }
     metadata.update(schema_change_metadata(result.schema_changes))
+    metadata.update(created_metadata(result.target_types, result.virtual_as_stored))
     return metadata
 
 

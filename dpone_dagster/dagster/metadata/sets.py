@@ -88,6 +88,22 @@ class DponeMetadataSet(NamespacedMetadataSet):
     schema_changes: dg.JsonMetadataValue | None = None
     """What the load changed in the target's schema, one entry per column (copy, generic,
     incremental; only when it changed)."""
+    types_created: dg.JsonMetadataValue | None = None
+    """The user-defined types the load created in the target for the table, in creation order:
+    ``type``, ``kind`` (enum, domain, composite, range), ``definition`` (copy, incremental,
+    partition; only when it created any)."""
+    enum_labels_added: dg.JsonMetadataValue | None = None
+    """The labels the load added to the target's enums (the source gained them): ``type``,
+    ``label``, ``before`` (the label it went before; null at the end) (copy, incremental,
+    partition; only when it added any)."""
+    extensions_created: dg.JsonMetadataValue | None = None
+    """The extensions the load created in the target (named in ``create_extensions``):
+    ``extension``, ``version``, ``schema``, ``source_version`` (copy, incremental, partition;
+    only when it created any)."""
+    virtual_as_stored: dg.JsonMetadataValue | None = None
+    """The source's ``VIRTUAL`` generated columns that the created target (a server before
+    PostgreSQL 18) defines as ``STORED``, same values: ``column``, ``source``, ``target`` (copy,
+    incremental, partition; only then)."""
     terminal_receipt: dg.JsonMetadataValue | None = None
     """The artifact's terminal receipt (copy)."""
     seconds_plan: float | None = None

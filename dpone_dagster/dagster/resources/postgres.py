@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import dagster as dg
+from pydantic import Field
 
 from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core.deletes import Deletes
@@ -43,7 +44,21 @@ from .sessions import PostgresResource
 
 
 class PostgresTargetResource(PostgresResource):
-    """The PostgreSQL database dpone writes to."""
+    """The PostgreSQL database dpone writes to.
+
+    A table a copy creates here brings the user-defined types its columns need; the extensions
+    their types come from are created only when named in ``create_extensions``.
+    """
+
+    create_extensions: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Extensions dpone may create in this database (CREATE EXTENSION, in the load's "
+            "transaction) when a copied table's types need them and the database lacks them; "
+            "any other is refused with target_extension_missing. This resource's role must be "
+            "allowed to create them."
+        ),
+    )
 
     _side: ClassVar[Side] = "target"
 

@@ -186,6 +186,16 @@ class PostgresResourceModel(dg.Model):
     statement_timeout_ms: int | None = _described("statement_timeout_ms")
 
 
+class PostgresTargetModel(PostgresResourceModel):
+    """The target database in YAML: a PostgreSQL resource and the extensions dpone may create
+    in it."""
+
+    create_extensions: list[str] | None = Field(
+        default=None,
+        description=PostgresTargetResource.model_fields["create_extensions"].description,
+    )
+
+
 _ENV = re.compile(r"""^\s*\{\{\s*env(?:\.(\w+)|\(\s*['"](\w+)['"]\s*\))\s*\}\}\s*$""")
 
 
@@ -200,8 +210,10 @@ def resolve_dsn(context: dg.ResolutionContext, dsn: str) -> str:
 _R = TypeVar("_R", bound=PostgresResource)
 
 
-def _resource_resolver(kind: type[_R], description: str) -> dg.Resolver:
-    """Resolves a :class:`PostgresResourceModel` (or nothing) into a ``kind`` resource."""
+def _resource_resolver(
+    kind: type[_R], description: str, model_type: type[PostgresResourceModel]
+) -> dg.Resolver:
+    """Resolves a ``model_type`` model (or nothing) into a ``kind`` resource."""
 
     def resolve(context: dg.ResolutionContext, model: PostgresResourceModel | None) -> _R | None:
         if model is None:
@@ -212,9 +224,7 @@ def _resource_resolver(kind: type[_R], description: str) -> dg.Resolver:
             **context.resolve_value(settings),
         )
 
-    return dg.Resolver(
-        resolve, model_field_type=PostgresResourceModel | None, description=description
-    )
+    return dg.Resolver(resolve, model_field_type=model_type | None, description=description)
 
 
 # Dagster checks that a resolved field's pydantic type has only fields it could resolve itself,
@@ -223,14 +233,20 @@ def _resource_resolver(kind: type[_R], description: str) -> dg.Resolver:
 # type checkers still read the resource's type.
 ResolvedSource = Annotated[
     Annotated[PostgresSourceResource, PostgresResourceModel] | None,
-    _resource_resolver(PostgresSourceResource, "The source database (the `source` resource)."),
+    _resource_resolver(
+        PostgresSourceResource,
+        "The source database (the `source` resource).",
+        PostgresResourceModel,
+    ),
 ]
 """The ``source`` resource from YAML."""
 
 ResolvedTarget = Annotated[
-    Annotated[PostgresTargetResource, PostgresResourceModel] | None,
+    Annotated[PostgresTargetResource, PostgresTargetModel] | None,
     _resource_resolver(
-        PostgresTargetResource, "The target database (the `target` resource; the ledger in it)."
+        PostgresTargetResource,
+        "The target database (the `target` resource; the ledger in it).",
+        PostgresTargetModel,
     ),
 ]
 """The ``target`` resource from YAML."""
