@@ -86,7 +86,9 @@ class IncrementalSync:
             (:mod:`.verify`) and record the verdict in its receipt.
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
-        options: Session options.
+        options: Session options (of both sides, unless ``target_options`` is given).
+        target_options: Options of the target's sessions, e.g. its ``lock_wait``
+            (:class:`~dpone_dagster.postgres.ConnectionOptions`).
         on_batch: Called after each committed batch.
         on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
 
@@ -120,6 +122,7 @@ class IncrementalSync:
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
+        target_options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_phase: PhaseHook | None = None,
         schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
@@ -138,6 +141,7 @@ class IncrementalSync:
         self.lookback = lookback
         self.handoff = handoff
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
+        self.target_options = target_options or options
         self.verify, self.fillfactor = verify, fillfactor
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
@@ -165,7 +169,8 @@ class IncrementalSync:
 
     def _session(self, dsn: str, side: Literal["source", "target"]) -> Connection:
         """A prepared session: the source's in autocommit, the target's idle in no transaction."""
-        conn = connect(dsn, self.options, side=side, autocommit=side == "source")
+        options = self.target_options if side == "target" else self.options
+        conn = connect(dsn, options, side=side, autocommit=side == "source")
         try:
             prepare_session(conn)
             if side == "target":

@@ -168,6 +168,7 @@ class IncrementalEvents:
             handoff=backfill_handoff if self.continue_from_backfill else None,
             settle_timeout=self.settle_timeout, verify=self.reconcile,
             ledger_schema=self.ledger.schema_name, options=self.source.options,
+            target_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),
             schema_changes=self.schema_changes, fillfactor=self.fillfactor,
             create_extensions=self.target.create_extensions,
