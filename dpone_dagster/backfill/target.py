@@ -23,6 +23,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import (
     Column,
     column_list,
+    ensure_schema,
     primary_key,
     relation_oid,
     table_columns,
@@ -36,7 +37,7 @@ from dpone_dagster.postgres.connection import (
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import generated_as_target_can
 from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.postgres.staging import ensure_schema, table_definition
+from dpone_dagster.postgres.staging import table_definition
 from dpone_dagster.postgres.target_types import (
     TargetTypes,
     add_enum_labels,

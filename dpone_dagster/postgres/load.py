@@ -41,6 +41,7 @@ from dpone_dagster.lifecycle import (
     redact,
 )
 
+from .catalog import ensure_schema
 from .connection import Connection, ConnectionOptions, set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
@@ -48,7 +49,7 @@ from .lock_wait import under_lock_wait
 from .plan import Sink, TablePlan
 from .schema_change import ColumnChange, alter_statement, apply_changes
 from .sinks import SinkResult, apply_sink
-from .staging import ensure_schema, staging_table
+from .staging import staging_table
 from .target_types import commit_enum_labels, create_types
 
 R = TypeVar("R")
