@@ -22,8 +22,9 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
-from dpone_dagster.lifecycle import redact
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side, connect
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
 
@@ -196,14 +197,25 @@ class Backfill:
 
     def _guard(self, step: Callable[[Sessions], _T]) -> _T:
         """Runs ``step`` on open sessions; a database failure closes them and is translated."""
+        sessions: Sessions | None = None
         try:
-            return step(self._open())
+            sessions = self._open()
+            return step(sessions)
         except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
             self.close()
-            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise error from exc
         except BaseException:
             self.close()
             raise
+
+    def _database_failure(self, exc: psycopg.Error, sessions: Sessions | None) -> DponeError:
+        """The stable error of a database failure: ``<side>_permission_denied`` and the other
+        kinds of the database-failure catalog, else ``backfill_persistence_failed``."""
+        outage = engine_error("backfill_persistence_failed", redact(str(exc)).strip())
+        if sessions is None:  # opening them failed: the target's (or the ledger's) set-up
+            return database_error(exc, "target", outage=outage, known=[self.target])
+        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
 
     def plan(self) -> BackfillRun:
         """Loads the run of this scope, or takes the high-water mark and stores a new run.
@@ -299,11 +311,12 @@ class Backfill:
                 on_changed=self.on_changed,
             )  # fmt: skip
         except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
             self.close()
             resolved = self._lost_response(request, ledger_pid)
             if resolved is not None:
                 return resolved
-            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise error from exc
         except BaseException:
             self.close()
             raise

@@ -26,6 +26,7 @@ from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
@@ -223,8 +224,9 @@ class IncrementalSync:
         Raises:
             EngineError: a bad stream (nothing written), ``incremental_cursor_null``,
                 ``incremental_backfill_incomplete``, ``incremental_stream_stale``.
-            DponeError, psycopg.Error: a session or the load failed; the committed batches stay
-                and the next run continues after them.
+            DponeError: a session or the load failed (a database failure has its code from
+                the database-failure catalog, else ``incremental_failed``); the committed
+                batches stay and the next run continues after them.
         """
         sessions = self._open()
         try:
@@ -249,11 +251,21 @@ class IncrementalSync:
                 target_types=TargetTypes.merged([o.target_types for o in outcomes]),
                 virtual_as_stored=tuple(c for o in outcomes for c in o.virtual_as_stored),
             )  # fmt: skip
+        except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
+            sessions.abandon()
+            raise error from exc
         except BaseException:
             sessions.abandon()
             raise
         finally:
             sessions.close()
+
+    def _database_failure(self, exc: psycopg.Error, sessions: Sessions) -> DponeError:
+        """``<side>_permission_denied`` and the other kinds of the database-failure catalog,
+        else ``incremental_failed`` (read before the sessions are abandoned)."""
+        outage = engine_error("incremental_failed", redact(str(exc)).strip())
+        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
 
     def _ended(
         self, tgt: Connection, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]

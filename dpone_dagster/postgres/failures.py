@@ -25,7 +25,8 @@ No message repeats a password (:func:`~dpone_dagster.lifecycle.redact`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Final, Literal
 
 import psycopg
@@ -185,6 +186,22 @@ def database_error(
     )
 
 
+@contextmanager
+def coded_failures(
+    side: FailureSide,
+    *,
+    outage: Callable[[psycopg.Error], DponeError] | None = None,
+    known: Sequence[TableName] = (),
+) -> Iterator[None]:
+    """Raises a ``psycopg.Error`` of the block as :func:`database_error` of ``side`` (the
+    block's statements run on that side only); ``outage`` builds the caller's own code."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        fallback = None if outage is None else outage(exc)
+        raise database_error(exc, side, outage=fallback, known=known) from exc
+
+
 def permission_denied(
     exc: psycopg.Error,
     side: FailureSide,
@@ -221,6 +238,15 @@ def permission_denied(
         "and the ledger."
     )
     return DatabaseError.from_catalog(DATABASE_ERRORS, f"{side}_permission_denied", detail, actions)
+
+
+def denied_object(exc: psycopg.Error) -> str | None:
+    """The name of the object a privilege error names (unquoted), or None."""
+    if failure_kind(exc) != "permission_denied":
+        return None
+    primary = (exc.diag.message_primary or str(exc)).strip()
+    match = _DENIED.search(primary) or _OWNER.search(primary)
+    return None if match is None else match["name"].strip().strip('"')
 
 
 def _qualified(name: str, known: Sequence[TableName]) -> str:

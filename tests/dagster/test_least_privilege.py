@@ -71,7 +71,9 @@ def roles(source_dsn: str, target_dsn: str) -> Iterator[Roles]:
         role_with({source_dsn: SOURCE_GRANTS}) as reader,
         role_with({target_dsn: (*TARGET_GRANTS, *LEDGER_GRANTS)}) as writer,
     ):
-        yield Roles(as_role(source_dsn, reader), as_role(target_dsn, writer), source_dsn, target_dsn)
+        yield Roles(
+            as_role(source_dsn, reader), as_role(target_dsn, writer), source_dsn, target_dsn
+        )
 
 
 def materialize(assets: list[Any], roles: Roles, **kwargs: Any) -> dg.ExecuteInProcessResult:
@@ -122,10 +124,7 @@ def test_an_incremental_stream_runs_twice_with_the_least_privileges(roles: Roles
     pg.execute(roles.source_admin, "DELETE FROM shop.orders WHERE id <= 10")
     materialize([asset], roles)
     live = "_dpone_deleted_at IS NULL"
-    assert (
-        pg.fetch_all(
-            roles.target_admin,
-            f"SELECT id, note, amount FROM analytics.orders WHERE {live} ORDER BY 1",
-        )
-        == source_rows(roles)
-    )
+    assert pg.fetch_all(
+        roles.target_admin,
+        f"SELECT id, note, amount FROM analytics.orders WHERE {live} ORDER BY 1",
+    ) == source_rows(roles)

@@ -17,7 +17,9 @@ from tests.helpers import pg
 def _strip_public(dsn: str) -> None:
     dbname = str(conninfo.conninfo_to_dict(dsn)["dbname"])
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(sql.Identifier(dbname)))
+        conn.execute(
+            sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(sql.Identifier(dbname))
+        )
         conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
 
 
@@ -36,9 +38,7 @@ def role_with(grants: dict[str, Sequence[str]]) -> Iterator[str]:
             for statement in statements:
                 pg.execute(
                     dsn,
-                    sql.SQL(statement).format(
-                        role=sql.Identifier(role), db=sql.Identifier(dbname)
-                    ),
+                    sql.SQL(statement).format(role=sql.Identifier(role), db=sql.Identifier(dbname)),
                 )
         yield role
     finally:
