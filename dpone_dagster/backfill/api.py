@@ -66,7 +66,9 @@ class Backfill:
             not grow with commit order; the plan then does not wait for in-flight writers.
         label: Distinguishes runs whose databases and tables share names on different servers.
         settle_timeout: Seconds the plan waits for transactions in flight at the mark.
-        options: Session options (application name, timeouts).
+        options: Session options (application name, timeouts), of both sides unless
+            ``target_options`` is given.
+        target_options: Options of the target's (and the ledger's) sessions.
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
         on_changed: What the final reconciliation does with rows the source updated or deleted
             after their batch was copied: ``"fail"`` (default) keeps the copied history and
@@ -106,6 +108,7 @@ class Backfill:
         label: str = "",
         settle_timeout: float = 60.0,
         options: ConnectionOptions | None = None,
+        target_options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
         on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> None:
@@ -124,6 +127,7 @@ class Backfill:
         self.write_pause, self.label = write_pause, label
         self.settle_timeout = settle_timeout
         self.options = options or ConnectionOptions(application_name="dpone-backfill")
+        self.target_options = target_options or self.options
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
         self._sessions: Sessions | None = None
         self._shape: TableShape | None = None
@@ -132,7 +136,8 @@ class Backfill:
     # -- sessions ---------------------------------------------------------------------------
 
     def _connect(self, dsn: str, side: Side) -> Connection:
-        conn = connect(dsn, self.options, side=side, autocommit=True)
+        options = self.options if side == "source" else self.target_options
+        conn = connect(dsn, options, side=side, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
         # own BEGIN, COMMIT, ROLLBACK and savepoints as plain statements, never prepared.)

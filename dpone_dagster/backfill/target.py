@@ -78,6 +78,7 @@ def prepare_target(
     cursor: str,
     *,
     options: ConnectionOptions | None = None,
+    target_options: ConnectionOptions | None = None,
     create_extensions: Collection[str] = (),
 ) -> PreparedTarget:
     """Creates ``target`` shaped like ``source`` if it does not exist yet, with the types its
@@ -112,7 +113,8 @@ def prepare_target(
         raise engine_error(
             "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
         )
-    with connect(target_dsn, options, side="target") as tgt, _coded("target", target):
+    target_options = target_options or options
+    with connect(target_dsn, target_options, side="target") as tgt, _coded("target", target):
         set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
         with tgt.transaction():
             lock = f"dpone:{target.qualified}"

@@ -7,7 +7,8 @@ feature needs but the table forgot fails here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,18 +63,31 @@ class Roles:
         }
 
 
-@pytest.fixture
-def roles(source_dsn: str, target_dsn: str) -> Iterator[Roles]:
+@contextmanager
+def roles_with(
+    source_dsn: str,
+    target_dsn: str,
+    source_grants: Sequence[str] = SOURCE_GRANTS,
+    target_grants: Sequence[str] = (*TARGET_GRANTS, *LEDGER_GRANTS),
+) -> Iterator[Roles]:
+    """``shop.orders`` (500 rows) in the source, schemas ``analytics`` and ``dpone_ledger`` in
+    the target, and a role on each side holding exactly the grants given."""
     pg.execute(source_dsn, ORDERS)
     insert_orders(source_dsn, 1, 500)
     pg.execute(target_dsn, "CREATE SCHEMA analytics; CREATE SCHEMA dpone_ledger")
     with (
-        role_with({source_dsn: SOURCE_GRANTS}) as reader,
-        role_with({target_dsn: (*TARGET_GRANTS, *LEDGER_GRANTS)}) as writer,
+        role_with({source_dsn: source_grants}) as reader,
+        role_with({target_dsn: target_grants}) as writer,
     ):
         yield Roles(
             as_role(source_dsn, reader), as_role(target_dsn, writer), source_dsn, target_dsn
         )
+
+
+@pytest.fixture
+def roles(source_dsn: str, target_dsn: str) -> Iterator[Roles]:
+    with roles_with(source_dsn, target_dsn) as made:
+        yield made
 
 
 def materialize(assets: list[Any], roles: Roles, **kwargs: Any) -> dg.ExecuteInProcessResult:

@@ -197,6 +197,7 @@ class _PartitionRunner:
             lower=rng.lower,
             upper=rng.upper,
             options=self.source.options,
+            target_options=self.target.options,
             on_changed=self.on_changed,
         )
 
@@ -210,7 +211,8 @@ class _PartitionRunner:
             return self._check_only(partition, rng)
         prepared = prepare_target(
             self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
-            options=self.source.options, create_extensions=self.target.create_extensions,
+            options=self.source.options, target_options=self.target.options,
+            create_extensions=self.target.create_extensions,
         )  # fmt: skip
         if prepared:
             self.context.log.info(f"dpone: created target table {what.target}")
