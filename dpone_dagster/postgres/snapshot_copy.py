@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 import psycopg
+from psycopg import pq
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 
@@ -289,6 +290,15 @@ class SnapshotCopy:
                         ["Use another strategy, or point both DSNs at the same database."],
                     )
                 return plan_tables(source, self.target, self.mappings, self.sink, self.rules)
+            except psycopg.Error as exc:
+                target = self.target
+                failed = (
+                    target.broken or target.info.transaction_status is pq.TransactionStatus.INERROR
+                )
+                side: FailureSide = "target" if failed else "source"
+                known = [t for m in self.mappings for t in (m.source, m.target)]
+                conn = target if failed else source
+                raise database_error(exc, side, conn=conn, known=known) from exc
             finally:
                 self.target.rollback()  # read only: nothing to keep
 
