@@ -197,6 +197,8 @@ class IncrementalSync:
         sessions = self._open()
         try:
             return self._resolve(sessions)
+        except psycopg.Error as exc:
+            raise self._database_failure(exc, sessions) from exc
         finally:
             sessions.close()
 
@@ -312,6 +314,8 @@ class IncrementalSync:
                 with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
                     lower = next_lower(src, shape, state, self.lookback)
                     return check_target(src, tgt, shape, lower)
+        except psycopg.Error as exc:
+            raise self._database_failure(exc, sessions) from exc
         finally:
             sessions.close()
 

@@ -40,6 +40,7 @@ from tests.dagster.test_least_privilege import (
     roles_with,
 )
 from tests.helpers import pg
+from tests.incremental.conftest import insert_orders
 
 CATALOG = {**ENGINE_ERRORS, **DATABASE_ERRORS}
 ORDERS = TableName("shop", "orders")
@@ -238,3 +239,41 @@ def test_the_domain_entry_points_raise_coded_errors_too(source_dsn: str, target_
             with pytest.raises(DponeError) as caught:
                 call()
             assert caught.value.code == "source_permission_denied", caught.value
+
+
+LOCKING_ENTRY_POINTS = {
+    "snapshot_copy_assets": "replace",  # the swap's DROP and RENAME
+    "incremental_asset": "evolve",  # the ALTER TABLE of a column the source gained
+}
+
+
+@pytest.mark.parametrize("entry", LOCKING_ENTRY_POINTS)
+def test_a_reader_holding_the_target_gives_target_lock_timeout_at_the_resources_lock_wait(
+    source_dsn: str, target_dsn: str, entry: str
+) -> None:
+    with roles_with(source_dsn, target_dsn) as roles:
+        resources = roles.resources()
+        if entry == "snapshot_copy_assets":
+            assets = [
+                snapshot_copy_assets([{"source": "shop.orders", "target": "analytics.orders"}])
+            ]
+        else:
+            assets = [incremental_asset("shop.orders", cursor="updated_at",
+                                        target_table="analytics.orders")]  # fmt: skip
+        assert dg.materialize(assets, resources=resources).success
+        pg.execute(roles.source_admin, "ALTER TABLE shop.orders ADD COLUMN channel text")
+        insert_orders(roles.source_admin, 501, 10)
+        resources["target"] = PostgresTargetResource(dsn=roles.target, lock_wait=2)
+        with psycopg.connect(roles.target_admin, application_name="dpone-test-holder") as holder:
+            holder.execute("SELECT count(*) FROM analytics.orders").fetchone()
+            result = dg.materialize(assets, resources=resources, raise_on_error=False)
+        [failure] = [e.step_failure_data for e in result.all_events if e.is_step_failure]
+        assert failure.user_failure_data is not None, failure.error
+        metadata = failure.user_failure_data.metadata
+        assert metadata[ERROR_CODE_KEY].value == "target_lock_timeout"
+        assert failure.error is not None and "dpone-test-holder" in failure.error.message
+        assert pg.fetch_one(target_dsn, "SELECT count(*) FROM analytics.orders") == 500
+        assert not pg.fetch_one(
+            target_dsn, "SELECT count(*) FROM pg_attribute WHERE attname = 'channel'"
+            " AND attrelid = 'analytics.orders'::regclass"
+        )  # fmt: skip
