@@ -123,6 +123,9 @@ _KIND_BY_CLASS: Final[dict[str, str]] = {"53": "out_of_resources"}
 
 _DENIED = re.compile(r"permission denied for (?P<kind>[a-z ]+?) (?P<name>.+)$")
 _OWNER = re.compile(r"must be owner of (?P<kind>[a-z ]+?) (?P<name>.+)$")
+_TEMPORARY = re.compile(
+    r'permission denied to create temporary tables in database "?(?P<name>[^"]+)"?'
+)
 
 # What each side needs of an object of a kind (README, "Privileges"): the source only reads.
 _SOURCE_NEEDS: Final[dict[str, str]] = {
@@ -218,9 +221,16 @@ def permission_denied(
     where = f" in database {database!r}" if database else ""
     found = _DENIED.search(primary)
     owner = _OWNER.search(primary)
+    temporary = _TEMPORARY.search(primary)
     detail = f"PostgreSQL said: {redact(primary)}."
     actions: list[str] = []
-    if found or owner:
+    if temporary:  # a reconciliation's or a backfill's temporary table
+        name = quote_identifier(temporary["name"])
+        detail = f"Role {role or '?'!r} lacks TEMPORARY on database {name} ({redact(primary)})."
+        actions.append(
+            f"Run, as the database's owner: GRANT TEMPORARY ON DATABASE {name} TO {grantee};"
+        )
+    elif found or owner:
         match = found or owner
         assert match is not None
         kind, name = match["kind"], _qualified(match["name"], known)

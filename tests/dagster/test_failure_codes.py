@@ -277,3 +277,16 @@ def test_a_reader_holding_the_target_gives_target_lock_timeout_at_the_resources_
             target_dsn, "SELECT count(*) FROM pg_attribute WHERE attname = 'channel'"
             " AND attrelid = 'analytics.orders'::regclass"
         )  # fmt: skip
+
+
+def test_a_privilege_postgresql_refuses_mid_run_is_coded_too(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """No plan-time check covers the reconciliation's temporary table: PostgreSQL's refusal,
+    raised after the copy committed, is still ``target_permission_denied`` with its GRANT."""
+    no_temporary = [g.replace("CONNECT, TEMPORARY", "CONNECT") for g in TARGET_GRANTS]
+    with roles_with(source_dsn, target_dsn, target_grants=[*no_temporary, *LEDGER_GRANTS]) as roles:
+        code, message, actions = failure_of(roles, "snapshot_copy_assets")
+        assert code == "target_permission_denied", message
+        assert "TEMPORARY on database" in message, message
+        assert any("GRANT TEMPORARY ON DATABASE" in a for a in actions), actions
