@@ -37,9 +37,13 @@ from tests.dagster.test_least_privilege import (
     SOURCE_GRANTS,
     TARGET_GRANTS,
     Roles,
+    respond,
+    rest_asset,
+    rest_resources,
     roles_with,
 )
 from tests.helpers import pg
+from tests.helpers.http_api import ApiServer
 from tests.incremental.conftest import insert_orders
 
 CATALOG = {**ENGINE_ERRORS, **DATABASE_ERRORS}
@@ -290,3 +294,21 @@ def test_a_privilege_postgresql_refuses_mid_run_is_coded_too(
         assert code == "target_permission_denied", message
         assert "TEMPORARY on database" in message, message
         assert any("GRANT TEMPORARY ON DATABASE" in a for a in actions), actions
+
+
+def test_a_generic_sources_load_into_a_schema_that_takes_no_tables_is_coded(
+    source_dsn: str, target_dsn: str
+) -> None:
+    usage_only = [g.replace("USAGE, CREATE ON SCHEMA analytics", "USAGE ON SCHEMA analytics")
+                  for g in TARGET_GRANTS]  # fmt: skip
+    with (
+        roles_with(source_dsn, target_dsn, target_grants=usage_only) as roles,
+        ApiServer(respond) as server,
+    ):
+        result = dg.materialize(
+            [rest_asset()], resources=rest_resources(roles, server), raise_on_error=False
+        )
+    [failure] = [e.step_failure_data for e in result.all_events if e.is_step_failure]
+    assert failure.user_failure_data is not None, failure.error
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "target_permission_denied"
+    assert not pg.table_exists(target_dsn, "analytics", "items")

@@ -1,6 +1,7 @@
 """Every entry point runs with roles holding exactly the grants the README's privileges table
 lists, and nothing more (the databases' default grants to PUBLIC revoked): a snapshot copy
-(created, then swapped, then merged with a new column), a backfill and an incremental stream.
+(created, then swapped, then merged with a new column), a backfill, an incremental stream and a
+generic source's load (REST) into the target.
 
 The grants below ARE the README's table (``Running in production``, ``Privileges``): a grant a
 feature needs but the table forgot fails here."""
@@ -14,6 +15,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from pydantic import BaseModel
 
 from dpone_dagster import (
     LedgerResource,
@@ -22,9 +24,13 @@ from dpone_dagster import (
     backfill_asset,
     cursor_range_partitions,
     incremental_asset,
+    rest_copy_asset,
     snapshot_copy_assets,
 )
+from dpone_dagster.dagster.resources import RestSourceResource
+from dpone_dagster.sources import PageNumberPagination
 from tests.helpers import pg
+from tests.helpers.http_api import ApiServer, Reply, Request
 from tests.helpers.roles import as_role, role_with
 from tests.incremental.conftest import ORDERS, insert_orders
 
@@ -142,3 +148,36 @@ def test_an_incremental_stream_runs_twice_with_the_least_privileges(roles: Roles
         roles.target_admin,
         f"SELECT id, note, amount FROM analytics.orders WHERE {live} ORDER BY 1",
     ) == source_rows(roles)
+
+
+class Item(BaseModel):
+    id: int
+    name: str
+
+
+def rest_asset() -> dg.AssetsDefinition:
+    """A REST source's asset into ``analytics.items`` (the generic sources' target side)."""
+    return rest_copy_asset(
+        key="items", target_table="analytics.items", path="/items", model=Item,
+        records_path="data", pagination=PageNumberPagination(), primary_key=["id"],
+    )  # fmt: skip
+
+
+def respond(request: Request) -> Reply:
+    page = int(request.query["page"])
+    return Reply({"data": [{"id": page, "name": f"p{page}"}] if page <= 3 else []})
+
+
+def rest_resources(roles: Roles, server: ApiServer) -> dict[str, Any]:
+    return {
+        "rest": RestSourceResource(base_url=server.url),
+        "target": PostgresTargetResource(dsn=roles.target),
+    }
+
+
+def test_a_generic_sources_load_runs_with_the_least_privileges(roles: Roles) -> None:
+    with ApiServer(respond) as server:
+        for _ in range(2):  # created, then swapped
+            assert dg.materialize([rest_asset()], resources=rest_resources(roles, server)).success
+    rows = pg.fetch_all(roles.target_admin, "SELECT id, name FROM analytics.items ORDER BY id")
+    assert rows == [(1, "p1"), (2, "p2"), (3, "p3")]
