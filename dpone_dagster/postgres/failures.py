@@ -235,13 +235,16 @@ def permission_denied(
         assert match is not None
         kind, name = match["kind"], _qualified(match["name"], known)
         if owner:
-            what = f"ownership of {kind} {name}"
+            what = f"lacks ownership of {kind} {name}"
             command = f"ALTER {kind.upper()} {name} OWNER TO {grantee};"
         else:
             needs = (_SOURCE_NEEDS if side == "source" else _TARGET_NEEDS).get(kind, "USAGE")
-            what = f"{needs} on {kind} {name}"
+            # One privilege is exact; several are what the side may need there, one of them
+            # missing (PostgreSQL does not say which).
+            lacks = "lacks" if "," not in needs else "lacks one of"
+            what = f"{lacks} {needs} on {kind} {name}"
             command = f"GRANT {needs} ON {kind.upper()} {name} TO {grantee};"
-        detail = f"Role {role or '?'!r} lacks {what}{where} ({redact(primary)})."
+        detail = f"Role {role or '?'!r} {what}{where} ({redact(primary)})."
         actions.append(f"Run on the {side} database{where}, as its owner: {command}")
     actions.append(
         "The README's privileges table lists what each feature needs on the source, the target "
