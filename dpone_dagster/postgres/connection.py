@@ -2,13 +2,18 @@
 
 Every dpone session is opened here, by :func:`connect`, which names the side it serves
 (``source``, ``target``, ``ledger``) so that a failure to open it is one stable code whatever
-the entry point: ``<side>_unreachable`` when no server answered, ``<side>_login_failed`` when the
-server answered and refused the session (a wrong password, an unknown user or database, no
-``pg_hba.conf`` entry). Every message names the server, never the password.
+the entry point (:func:`session_error` classifies it, once): ``<side>_tls_failed`` when TLS
+could not be set up (a certificate that does not verify against ``sslrootcert``, an absent CA
+file, a host name the server's certificate is not issued for, a server that requires TLS the
+DSN does not ask for, or the reverse), ``<side>_unreachable`` when no server answered,
+``<side>_login_failed`` when the server answered and refused the session (a wrong password, an
+unknown user or database, no ``pg_hba.conf`` entry). Every message names the server, never the
+password.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -31,7 +36,8 @@ class ConnectionSettingsError(DponeError):
 
 
 class SessionError(DponeError):
-    """A session could not be opened (``<side>_unreachable`` or ``<side>_login_failed``)."""
+    """A session could not be opened (``<side>_tls_failed``, ``<side>_unreachable`` or
+    ``<side>_login_failed``)."""
 
 
 def check_dsn(dsn: str) -> dict[str, str]:
@@ -161,7 +167,8 @@ def connect(
 
     Raises:
         ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
-        SessionError: ``<side>_unreachable`` or ``<side>_login_failed`` (message redacted).
+        SessionError: ``<side>_tls_failed``, ``<side>_unreachable`` or ``<side>_login_failed``
+            (message redacted).
     """
     params = check_dsn(dsn)
     options = options or ConnectionOptions()
@@ -186,14 +193,39 @@ def connect(
         raise session_error(side, dsn, exc) from None
 
 
-def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
-    """The stable error of a session that could not be opened.
+# What libpq says when TLS could not be set up: the certificate did not verify (wrong CA), the CA
+# file is missing or unreadable, the certificate is not issued for the host name, a client
+# certificate or key is unusable, the server has no TLS (sslmode=require or stronger), or the
+# server's pg_hba.conf has only hostssl lines and the client did not use TLS ("no encryption").
+_TLS_FAILURE = re.compile(
+    r"SSL error|root certificate file|server certificate for|certificate revocation list"
+    r"|certificate file|private key file|does not support SSL|SSL was required"
+    r"|no encryption|SSL connection is required",
+    re.IGNORECASE,
+)
+_CERTIFICATE_NAMES = re.compile(
+    r'server certificate for "(?P<names>[^"]*)"(?P<more> \(and \d+ other names?\))?'
+    r' does not match host name "(?P<host>[^"]*)"'
+)
 
-    libpq gives no SQLSTATE for a failed connection; a server that answered and refused the
-    session says so with a ``FATAL`` message (or asked for a password that was not given).
+
+def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
+    """The stable error of a session that could not be opened: the one place that classifies it.
+
+    libpq gives no SQLSTATE for a failed connection. A TLS failure is recognised by libpq's
+    own words (see ``_TLS_FAILURE``) and checked first, because a server that refuses a
+    session without TLS answers with a ``FATAL`` too; a server that answered and refused the
+    session says so with a ``FATAL`` message (or asked for a password that was not given);
+    anything else is a server that could not be reached.
     """
     reason = redact(str(exc)).strip()
     where = describe_dsn(dsn)
+    if _TLS_FAILURE.search(reason):
+        return SessionError(
+            f"{side}_tls_failed",
+            f"The {side} server at {where} and this client could not set up TLS: {reason}",
+            _tls_next_actions(side, dsn, reason),
+        )
     refused = "FATAL" in reason or "password" in reason
     if refused:
         return SessionError(
@@ -214,6 +246,33 @@ def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
             "Then run again: nothing was read or written.",
         ],
     )
+
+
+def _tls_next_actions(side: Side, dsn: str, reason: str) -> list[str]:
+    """The next actions of ``<side>_tls_failed``: the CA file (``sslrootcert``), the host names
+    the server's certificate is issued for, and ``sslmode``."""
+    params = conninfo.conninfo_to_dict(dsn)
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or "5432")
+    rootcert = params.get("sslrootcert")
+    names = _CERTIFICATE_NAMES.search(reason)
+    if names:
+        issued = f'libpq read "{names["names"]}"{names["more"] or ""}, not "{names["host"]}"'
+    else:
+        issued = f"it must name the DSN's host, {host!r}"
+    address = str(params.get("hostaddr") or host)
+    return [
+        f"Set sslrootcert in the {side} DSN to the certificate file of the CA that signed the "
+        f"server's certificate (now {rootcert or 'unset: ~/.postgresql/root.crt'!s}); the file "
+        "must exist and be readable, or sslrootcert=system trusts the system's CAs.",
+        f"Connect with a host name the server's certificate is issued for (its subjectAltName: "
+        f"{issued}); list them with `openssl s_client -starttls postgres -connect {address}:{port} "
+        "</dev/null | openssl x509 -noout -ext subjectAltName`.",
+        f"Check sslmode in the {side} DSN: verify-full checks the CA and the host name, require "
+        "encrypts without checking them; a server whose pg_hba.conf has only hostssl lines "
+        "refuses sslmode=disable.",
+        "Then run again: nothing was read or written.",
+    ]
 
 
 def set_transaction_mode(
