@@ -23,6 +23,8 @@ from psycopg.rows import TupleRow
 
 from dpone_dagster.lifecycle import DponeError, redact
 
+from .tls import server_certificate
+
 Connection: TypeAlias = psycopg.Connection[TupleRow]
 """A session as every dpone module types it: psycopg's default connection, whose rows are
 tuples (:data:`psycopg.rows.TupleRow`)."""
@@ -250,24 +252,31 @@ def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
 
 def _tls_next_actions(side: Side, dsn: str, reason: str) -> list[str]:
     """The next actions of ``<side>_tls_failed``: the CA file (``sslrootcert``), the host names
-    the server's certificate is issued for, and ``sslmode``."""
+    the server's certificate is issued for (read from the server, :func:`.tls.server_certificate`;
+    else as libpq quoted them), and ``sslmode``."""
     params = conninfo.conninfo_to_dict(dsn)
-    host = str(params.get("host") or "localhost")
-    port = str(params.get("port") or "5432")
-    rootcert = params.get("sslrootcert")
-    names = _CERTIFICATE_NAMES.search(reason)
-    if names:
-        issued = f'libpq read "{names["names"]}"{names["more"] or ""}, not "{names["host"]}"'
+    host = str(params.get("host") or "localhost").split(",")[0]
+    port = str(params.get("port") or "5432").split(",")[0]
+    address = str(params.get("hostaddr") or host).split(",")[0]
+    rootcert = params.get("sslrootcert") or "unset: ~/.postgresql/root.crt"
+    timeout = float(str(params.get("connect_timeout") or 5))
+    certificate = (
+        None if address.startswith("/") else server_certificate(address, int(port), timeout)
+    )
+    quoted = _CERTIFICATE_NAMES.search(reason)
+    if certificate is not None:
+        names = ", ".join(certificate.host_names) or "no host name"
+        issued = f"{names} (issued by {certificate.issuer})"
+    elif quoted:
+        issued = f'"{quoted["names"]}"{quoted["more"] or ""}, as libpq read it'
     else:
-        issued = f"it must name the DSN's host, {host!r}"
-    address = str(params.get("hostaddr") or host)
+        issued = "unknown: the server presented none"
     return [
-        f"Set sslrootcert in the {side} DSN to the certificate file of the CA that signed the "
-        f"server's certificate (now {rootcert or 'unset: ~/.postgresql/root.crt'!s}); the file "
-        "must exist and be readable, or sslrootcert=system trusts the system's CAs.",
-        f"Connect with a host name the server's certificate is issued for (its subjectAltName: "
-        f"{issued}); list them with `openssl s_client -starttls postgres -connect {address}:{port} "
-        "</dev/null | openssl x509 -noout -ext subjectAltName`.",
+        f"Set sslrootcert in the {side} DSN to the certificate file of the CA that issued the "
+        f"server's certificate (now {rootcert}); the file must exist and be readable, or "
+        "sslrootcert=system trusts the system's CAs.",
+        f"With sslmode=verify-full the DSN's host ({host!r}) must be one of the host names the "
+        f"server's certificate is issued for: {issued}.",
         f"Check sslmode in the {side} DSN: verify-full checks the CA and the host name, require "
         "encrypts without checking them; a server whose pg_hba.conf has only hostssl lines "
         "refuses sslmode=disable.",
