@@ -181,3 +181,26 @@ def test_the_server_certificate_is_read_without_logging_in(tls_server: TlsServer
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         assert server_certificate("127.0.0.1", closed.getsockname()[1], 2) is None
+
+
+def test_a_ledger_elsewhere_that_fails_tls_is_ledger_tls_failed(
+    tls_server: TlsServer, pair: Pair
+) -> None:
+    good = MODES["verify-full"](tls_server)
+    asset, partition = _assets()["backfill"]
+    ledger = tls_server.dsn("postgres", **FAULTS["wrong_ca"](tls_server))
+    result = dg.materialize(
+        [asset],
+        partition_key=partition,
+        resources={
+            "source": PostgresSourceResource(dsn=_with(pair.source, tls_server, **good)),
+            "target": PostgresTargetResource(dsn=_with(pair.target, tls_server, **good)),
+            "ledger": LedgerResource(dsn=ledger),
+        },
+        raise_on_error=False,
+    )
+    code, actions = _failure(result)
+    assert code == "ledger_tls_failed"
+    assert "sslrootcert" in actions and "CN=dpone test ca" in actions
+    if pg.table_exists(pair.target, "shop", "orders"):
+        assert pg.fetch_one(pair.target, "SELECT count(*) FROM shop.orders") == 0
