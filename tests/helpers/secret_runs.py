@@ -9,7 +9,9 @@ line printed is a JSON list of ``[run, success, error code]``.
 Variables: ``DPONE_SECRET_SOURCE_DSN``, ``DPONE_SECRET_TARGET_DSN`` (good DSNs that hold the
 password), ``DPONE_SECRET_DOWN_DSN`` (nothing listens), ``DPONE_SECRET_REFUSED_DSN`` (a role
 the server refuses), ``DPONE_SECRET_MYSQL_{HOST,PORT,USER,DATABASE}``,
-``DPONE_SECRET_MYSQL_PASSWORD``, ``DPONE_SECRET_MYSQL_WRONG_PASSWORD``, ``DPONE_SECRET_API_URL``
+``DPONE_SECRET_MYSQL_PASSWORD``, ``DPONE_SECRET_MYSQL_WRONG_PASSWORD``,
+``DPONE_SECRET_LATE_DSN`` (a DSN with the password and a port that is not one, set only once
+the resources are defined), ``DPONE_SECRET_API_URL``
 and ``DPONE_SECRET_API_TOKEN``.
 """
 
@@ -81,6 +83,8 @@ def _runs() -> list[tuple[str, list[Any], Mapping[str, Any], str | None]]:
     good = _postgres("DPONE_SECRET_SOURCE_DSN", "DPONE_SECRET_TARGET_DSN")
     target_down = _postgres("DPONE_SECRET_SOURCE_DSN", "DPONE_SECRET_DOWN_DSN")
     source_refused = _postgres("DPONE_SECRET_REFUSED_DSN", "DPONE_SECRET_TARGET_DSN")
+    # Unset when the resource is defined, so its DSN is first checked when a run starts.
+    late = _postgres("DPONE_SECRET_SOURCE_DSN", "DPONE_SECRET_LATE_DSN")
     copy = snapshot_copy_assets(["shop.orders"])
     missing = snapshot_copy_assets(["shop.missing"], name="missing")
     backfill = backfill_asset(
@@ -98,6 +102,7 @@ def _runs() -> list[tuple[str, list[Any], Mapping[str, Any], str | None]]:
         ("copy", [copy], good, None),
         ("copy_target_down", [copy], target_down, None),
         ("copy_table_missing", [missing], good, None),
+        ("copy_dsn_refused_at_run_time", [copy], late, None),
         ("backfill", [backfill], good, partition),
         ("backfill_source_refused", [backfill], source_refused, partition),
         ("stream", [stream], good, None),
@@ -132,8 +137,11 @@ def _code(result: dg.ExecuteInProcessResult) -> str | None:
 def main() -> None:
     """Runs every run of :func:`_runs` in the instance of ``DAGSTER_HOME``."""
     outcomes = []
+    late = os.environ.pop("DPONE_SECRET_LATE_DSN")
+    runs = _runs()
+    os.environ["DPONE_SECRET_LATE_DSN"] = late
     with dg.DagsterInstance.get() as instance:
-        for name, assets, resources, partition in _runs():
+        for name, assets, resources, partition in runs:
             result = dg.materialize(
                 assets,
                 resources=resources,
