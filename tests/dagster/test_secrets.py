@@ -258,6 +258,7 @@ def test_a_literal_secret_warns_at_definition_time_and_dagster_stores_it(
     with pytest.warns(LiteralSecretWarning) as caught:
         PostgresSourceResource(dsn=with_password(shop))
     assert "passfile" in str(caught[0].message) and "PGPASSWORD" in str(caught[0].message)
+    assert caught[0].filename == __file__  # the line that defined the resource
     # Why it warns: Dagster keeps the literal in the job snapshot of its run storage.
     home = tmp_path / "home"
     home.mkdir()

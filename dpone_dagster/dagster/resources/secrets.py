@@ -15,6 +15,7 @@ base):
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -64,8 +65,22 @@ def warn_if_literal(
         "configuration in its run storage (the job snapshot in runs.db, shown in the UI), so "
         f"anyone who can read that storage reads the secret. Instead, {ways_out}.",
         LiteralSecretWarning,
-        stacklevel=2,
+        stacklevel=_user_level(),
     )
+
+
+_FRAMEWORKS = frozenset({"dpone_dagster", "dagster", "pydantic", "pydantic_core"})
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the first caller outside dpone, Dagster and pydantic: the warning
+    then names the user's line that defined the resource (``definitions.py:12``)."""
+    frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").split(".")[0] in (
+        _FRAMEWORKS
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @contextmanager
