@@ -6,7 +6,8 @@ the server's certificate, and a wrong one), a server certificate for ``localhost
 user (the tests run as root; PostgreSQL refuses to run as root), turns ``ssl`` on and writes a
 ``pg_hba.conf`` of ``hostssl`` lines only, so that no session without TLS gets in, then starts
 the server on a free port of 127.0.0.1. The :func:`tls_server` fixture does that once per test
-session and stops the server and removes the folder at the end.
+session and stops the server and removes the folder at the end; :func:`plain_server` is the
+same server without TLS.
 """
 
 from __future__ import annotations
@@ -113,8 +114,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_tls_server() -> TlsServer:
+def start_tls_server(*, tls: bool = True) -> TlsServer:
     """Makes the certificates and starts a TLS-only server (see the module).
+
+    Args:
+        tls: False starts the same server without TLS (``ssl = off``, a ``host`` line), for a
+            DSN that requires TLS from a server that has none.
 
     Raises:
         AssertionError: naming the step that failed and what the tests need.
@@ -137,12 +142,14 @@ def start_tls_server() -> TlsServer:
     with (data / "postgresql.conf").open("a") as conf:
         conf.write(
             f"port = {port}\nlisten_addresses = '127.0.0.1'\n"
-            f"unix_socket_directories = '{folder}'\nssl = on\n"
+            f"unix_socket_directories = '{folder}'\nssl = {'on' if tls else 'off'}\n"
             f"ssl_cert_file = '{server_cert}'\nssl_key_file = '{server_key}'\n"
             "fsync = off\nmax_connections = 40\nshared_buffers = 16MB\n"
         )
     # hostssl lines only: a session without TLS finds no entry and is refused.
-    (data / "pg_hba.conf").write_text("hostssl all all 127.0.0.1/32 trust\n")
+    (data / "pg_hba.conf").write_text(
+        f"{'hostssl' if tls else 'host'} all all 127.0.0.1/32 trust\n"
+    )
     _as_postgres(PG_BIN / "pg_ctl", "-D", data, "-l", folder / "server.log", "-w", "start")
     return TlsServer(port=port, ca_file=ca_cert, wrong_ca_file=wrong_ca, folder=folder)
 
@@ -159,6 +166,16 @@ def stop_tls_server(server: TlsServer) -> None:
 def tls_server() -> Iterator[TlsServer]:
     """The TLS-only server of this test session (started once, stopped at the end)."""
     server = start_tls_server()
+    try:
+        yield server
+    finally:
+        stop_tls_server(server)
+
+
+@pytest.fixture(scope="session")
+def plain_server() -> Iterator[TlsServer]:
+    """A server of this test session without TLS (started once, stopped at the end)."""
+    server = start_tls_server(tls=False)
     try:
         yield server
     finally:

@@ -204,3 +204,16 @@ def test_a_ledger_elsewhere_that_fails_tls_is_ledger_tls_failed(
     assert "sslrootcert" in actions and "CN=dpone test ca" in actions
     if pg.table_exists(pair.target, "shop", "orders"):
         assert pg.fetch_one(pair.target, "SELECT count(*) FROM shop.orders") == 0
+
+
+def test_a_dsn_that_requires_tls_of_a_server_without_it_is_side_tls_failed(
+    tls_server: TlsServer, plain_server: TlsServer, pair: Pair
+) -> None:
+    target = plain_server.dsn("postgres", sslmode="require")
+    result = _run(
+        "copy", _with(pair.source, tls_server, **MODES["verify-full"](tls_server)), target
+    )
+    code, actions = _failure(result)
+    assert code == "target_tls_failed"
+    assert "sslmode" in actions and "the server presented none" in actions
+    assert not pg.table_exists(plain_server.dsn("postgres"), "shop", "orders")
