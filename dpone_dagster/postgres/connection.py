@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import psycopg
 from psycopg import conninfo
@@ -211,6 +211,47 @@ _CERTIFICATE_NAMES = re.compile(
 )
 
 
+SESSION_SIDES: Final[tuple[Side, ...]] = ("source", "target", "ledger")
+"""Every side a session serves: each has the three session codes of :data:`SESSION_ERRORS`."""
+
+
+def _session_codes() -> dict[str, tuple[str, tuple[str, ...]]]:
+    codes: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for side in SESSION_SIDES:
+        codes[f"{side}_tls_failed"] = (
+            f"No TLS session could be set up with the {side} server.",
+            (
+                f"Set sslrootcert in the {side} DSN to the certificate file of the CA that "
+                "issued the server's certificate.",
+                "With sslmode=verify-full the DSN's host must be one of the host names the "
+                "server's certificate is issued for.",
+                "Then run again: nothing was read or written.",
+            ),
+        )
+        codes[f"{side}_login_failed"] = (
+            f"The {side} server refused the session.",
+            (
+                f"Check the user, password and database name of the {side} DSN "
+                "(pass secrets with EnvVar).",
+                "Check that the server's pg_hba.conf lets this user in from this host.",
+            ),
+        )
+        codes[f"{side}_unreachable"] = (
+            f"The {side} database could not be reached.",
+            (
+                f"Check that the {side} server is running and that the host and port of the "
+                f"{side} DSN reach it.",
+                "Then run again: nothing was read or written.",
+            ),
+        )
+    return codes
+
+
+SESSION_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = _session_codes()
+"""Every code of a session that could not be opened, per side, with its default message and
+next actions: ``<side>_tls_failed``, ``<side>_login_failed``, ``<side>_unreachable``."""
+
+
 def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
     """The stable error of a session that could not be opened: the one place that classifies it.
 
@@ -218,36 +259,17 @@ def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
     own words (see ``_TLS_FAILURE``) and checked first, because a server that refuses a
     session without TLS answers with a ``FATAL`` too; a server that answered and refused the
     session says so with a ``FATAL`` message (or asked for a password that was not given);
-    anything else is a server that could not be reached.
+    anything else is a server that could not be reached. The message names the server
+    (``host:port/dbname``) and quotes libpq, redacted.
     """
     reason = redact(str(exc)).strip()
-    where = describe_dsn(dsn)
+    detail = f"Server {describe_dsn(dsn)}: {reason}"
     if _TLS_FAILURE.search(reason):
-        return SessionError(
-            f"{side}_tls_failed",
-            f"The {side} server at {where} and this client could not set up TLS: {reason}",
-            _tls_next_actions(side, dsn, reason),
-        )
+        actions = _tls_next_actions(side, dsn, reason)
+        return SessionError.from_catalog(SESSION_ERRORS, f"{side}_tls_failed", detail, actions)
     refused = "FATAL" in reason or "password" in reason
-    if refused:
-        return SessionError(
-            f"{side}_login_failed",
-            f"The {side} server at {where} refused the session: {reason}",
-            [
-                f"Check the user, password and database name of the {side} DSN "
-                "(pass secrets with EnvVar).",
-                "Check that the server's pg_hba.conf lets this user in from this host.",
-            ],
-        )
-    return SessionError(
-        f"{side}_unreachable",
-        f"The {side} database at {where} could not be reached: {reason}",
-        [
-            f"Check that the {side} server is running and that the host and port of the {side} "
-            "DSN reach it.",
-            "Then run again: nothing was read or written.",
-        ],
-    )
+    kind = "login_failed" if refused else "unreachable"
+    return SessionError.from_catalog(SESSION_ERRORS, f"{side}_{kind}", detail)
 
 
 def _tls_next_actions(side: Side, dsn: str, reason: str) -> list[str]:
@@ -270,18 +292,22 @@ def _tls_next_actions(side: Side, dsn: str, reason: str) -> list[str]:
     elif quoted:
         issued = f'"{quoted["names"]}"{quoted["more"] or ""}, as libpq read it'
     else:
-        issued = "unknown: the server presented none"
-    return [
+        issued = "unknown: the server presented none (it has no TLS, or refused this session)"
+    actions = [
         f"Set sslrootcert in the {side} DSN to the certificate file of the CA that issued the "
         f"server's certificate (now {rootcert}); the file must exist and be readable, or "
         "sslrootcert=system trusts the system's CAs.",
         f"With sslmode=verify-full the DSN's host ({host!r}) must be one of the host names the "
         f"server's certificate is issued for: {issued}.",
-        f"Check sslmode in the {side} DSN: verify-full checks the CA and the host name, require "
-        "encrypts without checking them; a server whose pg_hba.conf has only hostssl lines "
-        "refuses sslmode=disable.",
-        "Then run again: nothing was read or written.",
     ]
+    sslmode = (
+        f"Check sslmode in the {side} DSN: verify-full checks the CA and the host name, require "
+        "encrypts without checking them, and both fail on a server without TLS; a server "
+        "whose pg_hba.conf has only hostssl lines refuses sslmode=disable."
+    )
+    # Without a certificate, TLS itself is what the two sides disagree on: sslmode comes first.
+    actions.insert(0 if certificate is None and not quoted else len(actions), sslmode)
+    return [*actions, "Then run again: nothing was read or written."]
 
 
 def set_transaction_mode(
