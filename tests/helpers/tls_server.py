@@ -3,7 +3,8 @@
 :func:`start_tls_server` makes two certificate authorities with ``openssl`` (the one that signs
 the server's certificate, and a wrong one), a server certificate for ``localhost`` and
 ``127.0.0.1`` (its subjectAltName), runs ``initdb`` into a temporary folder as the ``postgres``
-user (the tests run as root; PostgreSQL refuses to run as root), turns ``ssl`` on and writes a
+user when the tests run as root (``runuser``: PostgreSQL refuses to run as root; as another user,
+as that user), turns ``ssl`` on and writes a
 ``pg_hba.conf`` of ``hostssl`` lines only, so that no session without TLS gets in, then starts
 the server on a free port of 127.0.0.1. The :func:`tls_server` fixture does that once per test
 session and stops the server and removes the folder at the end; :func:`plain_server` is the
@@ -76,7 +77,19 @@ def _run(*args: str | Path, cwd: Path | None = None) -> None:
 
 
 def _as_postgres(*args: str | Path) -> None:
-    _run("runuser", "-u", "postgres", "--", *args)
+    """Runs a PostgreSQL program as ``postgres`` when the tests run as root (PostgreSQL refuses
+    root), else as the tests' own user."""
+    if os.geteuid() == 0:
+        _run("runuser", "-u", "postgres", "--", *args)
+    else:
+        _run(*args)
+
+
+def _own(*paths: Path) -> None:
+    """Gives ``paths`` to the user the server runs as (``postgres`` under root)."""
+    if os.geteuid() == 0:
+        for path in paths:
+            shutil.chown(path, "postgres")
 
 
 def _make_ca(folder: Path, name: str) -> tuple[Path, Path]:
@@ -127,15 +140,24 @@ def start_tls_server(*, tls: bool = True) -> TlsServer:
     if not (PG_BIN / "initdb").exists() or shutil.which("openssl") is None:
         raise AssertionError(START_HINT)
     folder = Path(tempfile.mkdtemp(prefix="dpone_tls_"))
+    try:
+        return _start(folder, tls=tls)
+    except BaseException as exc:
+        log = folder / "server.log"
+        if log.exists():  # why the server did not start, before its folder goes
+            exc.add_note(f"server log:\n{log.read_text()[-2000:]}")
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _start(folder: Path, *, tls: bool) -> TlsServer:
     certs, data = folder / "certs", folder / "data"
     certs.mkdir()
     ca_key, ca_cert = _make_ca(certs, "ca")
     _, wrong_ca = _make_ca(certs, "wrong_ca")
     server_key, server_cert = _make_server_certificate(certs, ca_key, ca_cert)
-    shutil.chown(folder, "postgres")
+    _own(folder, server_key, server_cert)
     folder.chmod(0o755)
-    for path in (server_key, server_cert):
-        shutil.chown(path, "postgres")
     server_key.chmod(0o600)  # PostgreSQL refuses a key others can read
     _as_postgres(PG_BIN / "initdb", "-D", data, "-U", "postgres", "-A", "trust", "--no-sync")
     port = _free_port()
