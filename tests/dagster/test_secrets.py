@@ -1,7 +1,7 @@
 """No password in an error, event, tag, metadata value, log line or Dagster's storage.
 
 Every entry point that takes a secret (snapshot-copy assets, backfill asset, incremental asset,
-MySQL/MariaDB and REST copy assets) runs to success and to failure in a persistent
+the component, MySQL/MariaDB and REST copy assets) runs to success and to failure in a persistent
 ``DAGSTER_HOME`` (sqlite storage), with every secret given through ``dg.EnvVar``
 (``tests/helpers/secret_runs.py``, in a subprocess whose stdout and stderr are captured). Then
 the password is searched in that output, in every file under ``DAGSTER_HOME`` (every sqlite
@@ -177,6 +177,8 @@ EXPECTED = {
     "mysql_wrong_password": "source_login_failed",
     "rest": None,
     "rest_failing": "*",
+    "component": None,
+    "component_target_down": "target_unreachable",
 }
 """Each run of secret_runs.py: None for a success, else its failure's code (``*``: any code;
 ``failed``: a failure, coded or not: a resource refused when the run starts fails in Dagster)."""

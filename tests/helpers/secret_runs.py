@@ -23,11 +23,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
+from dagster.components.testing import create_defs_folder_sandbox
 from pydantic import BaseModel
 
 from dpone_dagster import (
     LedgerResource,
     MySQLSourceResource,
+    PostgresCopyComponent,
     PostgresSourceResource,
     PostgresTargetResource,
     RestSourceResource,
@@ -134,8 +136,33 @@ def _code(result: dg.ExecuteInProcessResult) -> str | None:
     return None
 
 
+def _component_run(instance: dg.DagsterInstance, name: str, target_env: str) -> list[Any]:
+    """Runs a :class:`~dpone_dagster.PostgresCopyComponent` whose YAML names the DSNs as
+    ``{{ env.NAME }}``, the way the example ``defs.yaml`` does."""
+    contents = {
+        "type": "dpone_dagster.PostgresCopyComponent",
+        "attributes": {
+            "source": {"dsn": "{{ env.DPONE_SECRET_SOURCE_DSN }}"},
+            "target": {"dsn": "{{ env." + target_env + " }}"},
+            "snapshot_copies": [{"tables": ["shop.orders"], "group_name": "shop"}],
+        },
+    }
+    with create_defs_folder_sandbox() as sandbox:
+        path = sandbox.scaffold_component(
+            component_cls=PostgresCopyComponent, defs_yaml_contents=contents
+        )
+        with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+            job = dg.define_asset_job("copy", selection=dg.AssetSelection.groups("shop"))
+            runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+            result = runnable.resolve_job_def("copy").execute_in_process(
+                instance=instance, raise_on_error=False, tags={"dpone/test_run": name}
+            )
+    return [name, result.success, _code(result)]
+
+
 def main() -> None:
-    """Runs every run of :func:`_runs` in the instance of ``DAGSTER_HOME``."""
+    """Runs every run of :func:`_runs`, then the component's, in the instance of
+    ``DAGSTER_HOME``."""
     outcomes = []
     late = os.environ.pop("DPONE_SECRET_LATE_DSN")
     runs = _runs()
@@ -151,6 +178,8 @@ def main() -> None:
                 tags={"dpone/test_run": name},
             )
             outcomes.append([name, result.success, _code(result)])
+        outcomes.append(_component_run(instance, "component", "DPONE_SECRET_TARGET_DSN"))
+        outcomes.append(_component_run(instance, "component_target_down", "DPONE_SECRET_DOWN_DSN"))
     print(json.dumps(outcomes))
 
 
