@@ -33,6 +33,7 @@ import psycopg
 
 from dpone_dagster.lifecycle import DponeError, redact
 
+from .connection import SESSION_ERRORS
 from .identifiers import TableName, quote_identifier
 
 FailureSide = Literal["source", "target"]
@@ -44,6 +45,7 @@ class DatabaseError(DponeError):
 
 
 DATABASE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    **SESSION_ERRORS,  # a session that could not be opened (:func:`.connection.session_error`)
     "source_permission_denied": (
         "The source role lacks a privilege the copy needs.",
         ("Run the GRANT named in the message on the source, then run again.",),
@@ -110,7 +112,8 @@ DATABASE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ("Fix the cause named in the message, then run the copy again.",),
     ),
 }
-"""Every database-failure code with its default message and next actions."""
+"""Every database-failure code with its default message and next actions: the sessions' own
+(``<side>_unreachable``, ``<side>_login_failed``, ``<side>_tls_failed``) and those of a statement."""
 
 _KIND_BY_SQLSTATE: Final[dict[str, str]] = {
     "42501": "permission_denied",

@@ -3,10 +3,12 @@ sources; the sources' methods are the event iterators the asset factories are th
 
 from .ledger import LedgerResource
 from .postgres import PostgresSourceResource, PostgresTargetResource
+from .secrets import LiteralSecretWarning
 from .sources import MySQLSourceResource, RestSourceResource
 
 __all__ = [
     "LedgerResource",
+    "LiteralSecretWarning",
     "MySQLSourceResource",
     "PostgresSourceResource",
     "PostgresTargetResource",
