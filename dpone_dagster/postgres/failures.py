@@ -113,7 +113,7 @@ DATABASE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     ),
 }
 """Every database-failure code with its default message and next actions: the sessions' own
-(``<side>_unreachable``, ``<side>_login_failed``, ``<side>_tls_failed``) and those of a statement."""
+(``<side>_unreachable``, ``<side>_login_failed``, ``<side>_tls_failed``) and a statement's."""
 
 _KIND_BY_SQLSTATE: Final[dict[str, str]] = {
     "42501": "permission_denied",
