@@ -247,31 +247,34 @@ def test_the_domain_entry_points_raise_coded_errors_too(source_dsn: str, target_
             assert caught.value.code == "source_permission_denied", caught.value
 
 
-LOCKING_ENTRY_POINTS = {
-    "snapshot_copy_assets": "replace",  # the swap's DROP and RENAME
-    "incremental_asset": "evolve",  # the ALTER TABLE of a column the source gained
-}
+def locking_assets(entry: str, *, second: bool) -> list[Any]:
+    """The assets of ``entry``; with ``second``, as the run that needs a strong lock builds them."""
+    if entry == "snapshot_copy_assets":  # the swap's DROP and RENAME
+        return [snapshot_copy_assets([{"source": "shop.orders", "target": "analytics.orders"}])]
+    # incremental_asset: the ALTER of a column the source gained; incremental_soft_deletes: the
+    # ALTER adding the soft-delete column to a target streamed without it so far.
+    deletes = "soft" if entry == "incremental_soft_deletes" and second else "ignore"
+    return [incremental_asset("shop.orders", cursor="updated_at", deletes=deletes,
+                              target_table="analytics.orders")]  # fmt: skip
 
 
-@pytest.mark.parametrize("entry", LOCKING_ENTRY_POINTS)
+@pytest.mark.parametrize(
+    "entry", ["snapshot_copy_assets", "incremental_asset", "incremental_soft_deletes"]
+)
 def test_a_reader_holding_the_target_gives_target_lock_timeout_at_the_resources_lock_wait(
     source_dsn: str, target_dsn: str, entry: str
 ) -> None:
     with roles_with(source_dsn, target_dsn) as roles:
         resources = roles.resources()
-        if entry == "snapshot_copy_assets":
-            assets = [
-                snapshot_copy_assets([{"source": "shop.orders", "target": "analytics.orders"}])
-            ]
-        else:
-            assets = [incremental_asset("shop.orders", cursor="updated_at",
-                                        target_table="analytics.orders")]  # fmt: skip
-        assert dg.materialize(assets, resources=resources).success
-        pg.execute(roles.source_admin, "ALTER TABLE shop.orders ADD COLUMN channel text")
+        assert dg.materialize(locking_assets(entry, second=False), resources=resources).success
+        added = "_dpone_deleted_at" if entry == "incremental_soft_deletes" else "channel"
+        if added == "channel":
+            pg.execute(roles.source_admin, "ALTER TABLE shop.orders ADD COLUMN channel text")
         insert_orders(roles.source_admin, 501, 10)
         resources["target"] = PostgresTargetResource(dsn=roles.target, lock_wait=2)
         with psycopg.connect(roles.target_admin, application_name="dpone-test-holder") as holder:
             holder.execute("SELECT count(*) FROM analytics.orders").fetchone()
+            assets = locking_assets(entry, second=True)
             result = dg.materialize(assets, resources=resources, raise_on_error=False)
         [failure] = [e.step_failure_data for e in result.all_events if e.is_step_failure]
         assert failure.user_failure_data is not None, failure.error
@@ -280,8 +283,8 @@ def test_a_reader_holding_the_target_gives_target_lock_timeout_at_the_resources_
         assert failure.error is not None and "dpone-test-holder" in failure.error.message
         assert pg.fetch_one(target_dsn, "SELECT count(*) FROM analytics.orders") == 500
         assert not pg.fetch_one(
-            target_dsn, "SELECT count(*) FROM pg_attribute WHERE attname = 'channel'"
-            " AND attrelid = 'analytics.orders'::regclass"
+            target_dsn, "SELECT count(*) FROM pg_attribute WHERE attname = %s"
+            " AND attrelid = 'analytics.orders'::regclass", (added,),
         )  # fmt: skip
 
 
