@@ -85,9 +85,11 @@ def require_schema(conn: Connection, side: FailureSide, schema: str) -> None:
     if not exists and not create_schema:
         database = quote_identifier(str(conn.info.dbname))
         lacks = [f"CREATE on database {database} (schema {name} does not exist)"]
-        commands = [f"CREATE SCHEMA {name}; GRANT USAGE, CREATE ON SCHEMA {name} TO {role};"]
-        raise _refused(conn, side, lacks, [*commands, f"or GRANT CREATE ON DATABASE {database}"
-                                           f" TO {role};"])  # fmt: skip
+        commands = [
+            f"CREATE SCHEMA {name}; GRANT USAGE, CREATE ON SCHEMA {name} TO {role};",
+            f"(or GRANT CREATE ON DATABASE {database} TO {role};)",
+        ]
+        raise _refused(conn, side, lacks, commands)
     missing = [p for p, held in (("USAGE", usage), ("CREATE", create)) if exists and not held]
     if missing:
         privileges = ", ".join(missing)

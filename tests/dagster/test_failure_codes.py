@@ -317,3 +317,19 @@ def test_a_generic_sources_load_into_a_schema_that_takes_no_tables_is_coded(
     assert failure.user_failure_data is not None, failure.error
     assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "target_permission_denied"
     assert not pg.table_exists(target_dsn, "analytics", "items")
+
+
+def test_a_target_schema_to_create_without_database_create_is_target_permission_denied(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """Only a schema that does not exist needs the database's CREATE; its GRANT is named."""
+    connect_only = [g for g in TARGET_GRANTS if "DATABASE" in g]
+    with (
+        roles_with(source_dsn, target_dsn, target_grants=connect_only) as roles,
+        pytest.raises(DponeError) as caught,
+    ):
+        copy_tables(roles.source, roles.target, [(ORDERS, TableName("fresh", "orders"))])
+    assert caught.value.code == "target_permission_denied"
+    assert "CREATE on database" in caught.value.message, caught.value.message
+    assert any("CREATE SCHEMA fresh;" in a for a in caught.value.next_actions)
+    assert not pg.fetch_one(target_dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'fresh'")
