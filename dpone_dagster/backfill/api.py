@@ -22,8 +22,9 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
-from dpone_dagster.lifecycle import redact
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side, connect
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
 
@@ -65,7 +66,9 @@ class Backfill:
             not grow with commit order; the plan then does not wait for in-flight writers.
         label: Distinguishes runs whose databases and tables share names on different servers.
         settle_timeout: Seconds the plan waits for transactions in flight at the mark.
-        options: Session options (application name, timeouts).
+        options: Session options (application name, timeouts), of both sides unless
+            ``target_options`` is given.
+        target_options: Options of the target's (and the ledger's) sessions.
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
         on_changed: What the final reconciliation does with rows the source updated or deleted
             after their batch was copied: ``"fail"`` (default) keeps the copied history and
@@ -105,6 +108,7 @@ class Backfill:
         label: str = "",
         settle_timeout: float = 60.0,
         options: ConnectionOptions | None = None,
+        target_options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
         on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> None:
@@ -123,6 +127,7 @@ class Backfill:
         self.write_pause, self.label = write_pause, label
         self.settle_timeout = settle_timeout
         self.options = options or ConnectionOptions(application_name="dpone-backfill")
+        self.target_options = target_options or self.options
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
         self._sessions: Sessions | None = None
         self._shape: TableShape | None = None
@@ -131,7 +136,8 @@ class Backfill:
     # -- sessions ---------------------------------------------------------------------------
 
     def _connect(self, dsn: str, side: Side) -> Connection:
-        conn = connect(dsn, self.options, side=side, autocommit=True)
+        options = self.options if side == "source" else self.target_options
+        conn = connect(dsn, options, side=side, autocommit=True)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
         # own BEGIN, COMMIT, ROLLBACK and savepoints as plain statements, never prepared.)
@@ -196,14 +202,25 @@ class Backfill:
 
     def _guard(self, step: Callable[[Sessions], _T]) -> _T:
         """Runs ``step`` on open sessions; a database failure closes them and is translated."""
+        sessions: Sessions | None = None
         try:
-            return step(self._open())
+            sessions = self._open()
+            return step(sessions)
         except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
             self.close()
-            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise error from exc
         except BaseException:
             self.close()
             raise
+
+    def _database_failure(self, exc: psycopg.Error, sessions: Sessions | None) -> DponeError:
+        """The stable error of a database failure: ``<side>_permission_denied`` and the other
+        kinds of the database-failure catalog, else ``backfill_persistence_failed``."""
+        outage = engine_error("backfill_persistence_failed", redact(str(exc)).strip())
+        if sessions is None:  # opening them failed: the target's (or the ledger's) set-up
+            return database_error(exc, "target", outage=outage, known=[self.target])
+        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
 
     def plan(self) -> BackfillRun:
         """Loads the run of this scope, or takes the high-water mark and stores a new run.
@@ -299,11 +316,12 @@ class Backfill:
                 on_changed=self.on_changed,
             )  # fmt: skip
         except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
             self.close()
             resolved = self._lost_response(request, ledger_pid)
             if resolved is not None:
                 return resolved
-            raise engine_error("backfill_persistence_failed", redact(str(exc)).strip()) from exc
+            raise error from exc
         except BaseException:
             self.close()
             raise

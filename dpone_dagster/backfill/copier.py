@@ -286,8 +286,8 @@ def copy_batch(
                 run, receipt = apply_batch(durable, request, seen)
                 on_phase("commit")
             ledger.record_batch(lc, durable, run, receipt)
-    except BaseException:
-        sessions.abandon()
+    except BaseException as exc:
+        sessions.abandon(exc)
         raise
     on_phase("committed")
     return BatchResult(run, receipt, replayed=False)

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.cursors import is_cursor_type
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import cursor_not_found, engine_error
 from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres.catalog import (
     CatalogError,
@@ -32,6 +32,7 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.schema_change import column_differences
 
 from .protocol import BackfillScope, TableRef
@@ -148,15 +149,16 @@ def resolve_shape(
 
     Raises:
         EngineError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
-            type, no index on the source cursor), ``backfill_cursor_missing`` (no such cursor
+            type, no index on the source cursor), ``cursor_not_found`` (no such cursor
             column), ``destination_expansion_incomplete`` (no target table, a missing or
             differently typed column, another primary key, no index on the target cursor).
     """
     found = _catalog(src, source, "plan_invalid")
+    require_table(src, "source", source, ["SELECT"])
     columns = [c for c in found.columns if not c.generated]
     by_name = {c.name: c for c in columns}
     if cursor not in by_name:
-        raise engine_error("backfill_cursor_missing", f"Table {source} has no column {cursor!r}.")
+        raise cursor_not_found(source, cursor, columns)
     cur = by_name[cursor]
     if not is_cursor_type(cur):
         raise engine_error(
@@ -185,6 +187,7 @@ def _check_target(
     tgt: Connection, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
 ) -> None:
     found = _catalog(tgt, target, "destination_expansion_incomplete")
+    require_table(tgt, "target", target, ["SELECT", "INSERT"])
     have = {c.name: c for c in found.columns}
     problems = [
         f"{c.name!r} {c.type_sql}"

@@ -14,15 +14,18 @@ reports exactly how.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import cursor_not_found, engine_error
+from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.catalog import (
     Column,
     column_list,
+    ensure_schema,
     primary_key,
     relation_oid,
     table_columns,
@@ -33,10 +36,12 @@ from dpone_dagster.postgres.connection import (
     connect,
     set_transaction_mode,
 )
+from dpone_dagster.postgres.failures import FailureSide, coded_failures
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import generated_as_target_can
+from dpone_dagster.postgres.privileges import require_schema, require_table
 from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.postgres.staging import ensure_schema, table_definition
+from dpone_dagster.postgres.staging import table_definition
 from dpone_dagster.postgres.target_types import (
     TargetTypes,
     add_enum_labels,
@@ -73,6 +78,7 @@ def prepare_target(
     cursor: str,
     *,
     options: ConnectionOptions | None = None,
+    target_options: ConnectionOptions | None = None,
     create_extensions: Collection[str] = (),
 ) -> PreparedTarget:
     """Creates ``target`` shaped like ``source`` if it does not exist yet, with the types its
@@ -86,22 +92,29 @@ def prepare_target(
 
     Raises:
         EngineError: ``plan_invalid`` when the source table does not exist or has no primary
-            key (the copier could not match rows without one).
+            key (the copier could not match rows without one); ``cursor_not_found`` when the
+            cursor is not one of its columns (nothing is created).
+        DatabaseError: ``source_permission_denied`` (no ``SELECT`` on the source table),
+            ``target_permission_denied`` (the target's schema does not take new tables).
         TargetTypeError: a type the target defines otherwise, an extension it lacks
             (:func:`dpone_dagster.postgres.target_types.plan_types`).
     """
-    with connect(source_dsn, options, side="source") as src:
+    with connect(source_dsn, options, side="source") as src, _coded("source", source):
         set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
         if relation_oid(src, source) is None:
             raise engine_error("plan_invalid", f"Source table {source} does not exist.")
+        require_table(src, "source", source, ["SELECT"])
         columns = table_columns(src, source)
         key = primary_key(src, source)
         needed = source_types(src, [c.type_oid for c in columns])
+    if cursor not in {c.name for c in columns if not c.generated}:
+        raise cursor_not_found(source, cursor, [c for c in columns if not c.generated])
     if not key:
         raise engine_error(
             "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
         )
-    with connect(target_dsn, options, side="target") as tgt:
+    target_options = target_options or options
+    with connect(target_dsn, target_options, side="target") as tgt, _coded("target", target):
         set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
         with tgt.transaction():
             lock = f"dpone:{target.qualified}"
@@ -109,6 +122,7 @@ def prepare_target(
             tgt.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
             if relation_oid(tgt, target) is not None:
                 return PreparedTarget(False)
+            require_schema(tgt, "target", target.schema)
             types = plan_types(
                 tgt, needed, SchemaChanges.EVOLVE, table=str(target),
                 create_extensions=create_extensions,
@@ -118,6 +132,15 @@ def prepare_target(
             definition, stored = generated_as_target_can(columns, tgt.info.server_version // 10000)
             _create_table(tgt, target, definition, key, cursor)
     return PreparedTarget(True, types, stored)
+
+
+def _coded(side: FailureSide, table: TableName) -> AbstractContextManager[None]:
+    """A database failure of ``side``: its catalogued code, else ``backfill_persistence_failed``."""
+    return coded_failures(
+        side,
+        outage=lambda exc: engine_error("backfill_persistence_failed", redact(str(exc)).strip()),
+        known=[table],
+    )
 
 
 def _create_table(

@@ -10,6 +10,7 @@ taken did not finish in time). The stream's codes start with ``incremental_``: a
 (``incremental_primary_key_missing``, ``incremental_cursor_invalid``,
 ``incremental_cursor_unindexed``, ``incremental_cursor_null``, ``incremental_target_key_differs``,
 ``incremental_options_invalid``) is refused when the run is planned, before anything is written;
+so is a cursor that is not a column of the table, in both engines (``cursor_not_found``);
 ``incremental_mark_unsettled`` is not raised but names, in a run's notices, transactions that
 were still open when the run's settle timeout ran out.
 """
@@ -57,6 +58,10 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "bounded write pause.",
         ),
     ),
+    "cursor_not_found": (
+        "The cursor column is not a column of the source table; nothing was created or written.",
+        ("Name one of the table's columns as the cursor (the message lists them).",),
+    ),
     "backfill_high_water_mark_unsettled": (
         "Transactions that were in flight when the high-water mark was taken did not finish.",
         (
@@ -101,6 +106,10 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "Restore PostgreSQL availability and run again: it resumes after the last durable "
             "checkpoint.",
         ),
+    ),
+    "incremental_failed": (
+        "PostgreSQL failed during the stream's run; its committed batches are intact.",
+        ("Run again: the stream resumes after its last committed batch.",),
     ),
     "incremental_options_invalid": (
         "The incremental stream's options are invalid.",
@@ -159,6 +168,13 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     ),
 }
 """Every engine code with its default message and next actions."""
+
+
+def cursor_not_found(table: object, cursor: str, columns: Sequence[object]) -> EngineError:
+    """``cursor_not_found``: ``cursor`` is none of ``columns`` (each with a ``name``) of
+    ``table``, the backfill's and the stream's refusal at plan time."""
+    names = ", ".join(repr(getattr(c, "name", c)) for c in columns)
+    return engine_error("cursor_not_found", f"Table {table} has no column {cursor!r}: {names}.")
 
 
 def engine_error(

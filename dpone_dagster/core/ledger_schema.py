@@ -24,6 +24,7 @@ import psycopg
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.postgres import check_identifier
+from dpone_dagster.postgres.catalog import ensure_schema
 from dpone_dagster.postgres.connection import Connection
 
 from .sessions import advisory_xact_lock, transaction
@@ -184,11 +185,7 @@ def ensure_ledger(conn: Connection, tables: LedgerTables) -> None:
         return
     with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=False):
         advisory_xact_lock(conn, "dpone_ledger_ddl:" + tables.schema)
-        found = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)", (tables.schema,)
-        ).fetchone()
-        if not (found and found[0]):
-            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(tables.schema)))
+        ensure_schema(conn, tables.schema)
         applied = _applied(conn, tables)
         for number, statements in enumerate(MIGRATIONS, start=1):
             if number in applied:

@@ -13,14 +13,17 @@ outlives a failed step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import IsolationLevel, pq
 
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
+from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
+from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
 
 
@@ -47,7 +50,23 @@ def transaction(
     """
     set_transaction_mode(conn, isolation, read_only=read_only)
     with conn.transaction():
-        yield conn
+        try:
+            yield conn
+        except psycopg.Error as exc:
+            note_failed_session(exc, conn)
+            raise
+
+
+_FAILED_ON = "_dpone_failed_session"
+
+
+def note_failed_session(exc: psycopg.Error, conn: Connection) -> None:
+    """Records on ``exc`` that ``conn`` raised it, while that can still be told (its transaction
+    is aborted or its connection broken; the ``with`` block's rollback ends both), unless a
+    session nearer the failure did already: :meth:`Sessions.database_failure` reads it."""
+    failed = conn.broken or conn.info.transaction_status is pq.TransactionStatus.INERROR
+    if failed and getattr(exc, _FAILED_ON, None) is None:
+        setattr(exc, _FAILED_ON, conn)
 
 
 def advisory_xact_lock(conn: Connection, key: str) -> None:
@@ -73,8 +92,16 @@ class Sessions:
     def _distinct(self) -> list[Connection]:
         return list({id(c): c for c in (self.source, self.target, self.ledger)}.values())
 
-    def abandon(self) -> None:
-        """Ends any open transaction; a session that cannot answer is closed (server rolls back)."""
+    def abandon(self, failure: BaseException | None = None) -> None:
+        """Ends any open transaction; a session that cannot answer is closed (server rolls back).
+
+        Args:
+            failure: What ended the run: a database error is first noted with the session that
+                raised it (:func:`note_failed_session`), which the rollbacks would hide.
+        """
+        if isinstance(failure, psycopg.Error):
+            for conn in self._distinct():
+                note_failed_session(failure, conn)
         for conn in self._distinct():
             if conn.closed:
                 continue
@@ -87,6 +114,36 @@ class Sessions:
                 conn.rollback()
             except psycopg.Error:
                 conn.close()
+
+    def failed_side(self, exc: psycopg.Error, sources: Sequence[TableName] = ()) -> FailureSide:
+        """Which side raised ``exc``: the session :func:`note_failed_session` recorded, else a
+        broken or aborted session, else (a privilege error) the side whose table it names;
+        the target when nothing tells (read before :meth:`abandon` ends the transactions)."""
+        noted = getattr(exc, _FAILED_ON, None)
+        if noted is not None:
+            return "source" if noted is self.source else "target"
+        for conn in (self.source, self.target, self.ledger):
+            if conn.broken or conn.info.transaction_status is pq.TransactionStatus.INERROR:
+                return "source" if conn is self.source else "target"
+        named = denied_object(exc)
+        if named is not None and named in {t.name for t in sources}:
+            return "source"
+        return "target"
+
+    def database_failure(
+        self,
+        exc: psycopg.Error,
+        outage: DponeError,
+        *,
+        sources: Sequence[TableName] = (),
+        targets: Sequence[TableName] = (),
+    ) -> DponeError:
+        """The stable error of a database failure of an engine run: ``<side>_permission_denied``
+        and the other kinds of :func:`~dpone_dagster.postgres.failures.database_error`, else
+        the engine's ``outage`` (``backfill_persistence_failed``, ``incremental_failed``)."""
+        side = self.failed_side(exc, sources)
+        conn = self.source if side == "source" else self.target
+        return database_error(exc, side, outage=outage, conn=conn, known=[*sources, *targets])
 
     def close(self) -> None:
         """Closes every session (the server rolls back any transaction still open)."""

@@ -186,8 +186,8 @@ def copy_batch(
     except RunOverError:
         sessions.abandon()
         return None
-    except BaseException:
-        sessions.abandon()
+    except BaseException as exc:
+        sessions.abandon(exc)
         raise
 
 

@@ -16,6 +16,7 @@ from psycopg import sql
 from dpone_dagster.postgres.catalog import table_columns
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.lock_wait import under_lock_wait
 
 from .compare import Key
 from .shape import StreamShape
@@ -52,15 +53,17 @@ def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: 
 
 def ensure_soft_column(tgt: Connection, shape: StreamShape) -> None:
     """Adds the soft-delete column (``timestamptz``, NULL for live rows) to the target if
-    missing (the catalog is read first: an ``ALTER`` would lock the target until the commit)."""
+    missing (the catalog is read first: an ``ALTER`` would lock the target until the commit; it
+    takes its lock in short attempts, :mod:`dpone_dagster.postgres.lock_wait`)."""
     if shape.soft_column is None:
         return
     names = {c.name for c in table_columns(tgt, shape.target)}
     if shape.soft_column not in names:
-        tgt.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
-                shape.target.ident, sql.Identifier(shape.soft_column)
-            )
+        statement = sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
+            shape.target.ident, sql.Identifier(shape.soft_column)
+        )
+        under_lock_wait(
+            tgt, [shape.target], lambda: tgt.execute(statement), doing="add its soft-delete column"
         )
 
 

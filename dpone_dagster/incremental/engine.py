@@ -26,6 +26,7 @@ from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
@@ -86,7 +87,9 @@ class IncrementalSync:
             (:mod:`.verify`) and record the verdict in its receipt.
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
-        options: Session options.
+        options: Session options (of both sides, unless ``target_options`` is given).
+        target_options: Options of the target's sessions, e.g. its ``lock_wait``
+            (:class:`~dpone_dagster.postgres.ConnectionOptions`).
         on_batch: Called after each committed batch.
         on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
 
@@ -120,6 +123,7 @@ class IncrementalSync:
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
+        target_options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_phase: PhaseHook | None = None,
         schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
@@ -138,6 +142,7 @@ class IncrementalSync:
         self.lookback = lookback
         self.handoff = handoff
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
+        self.target_options = target_options or options
         self.verify, self.fillfactor = verify, fillfactor
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
@@ -165,7 +170,8 @@ class IncrementalSync:
 
     def _session(self, dsn: str, side: Literal["source", "target"]) -> Connection:
         """A prepared session: the source's in autocommit, the target's idle in no transaction."""
-        conn = connect(dsn, self.options, side=side, autocommit=side == "source")
+        options = self.target_options if side == "target" else self.options
+        conn = connect(dsn, options, side=side, autocommit=side == "source")
         try:
             prepare_session(conn)
             if side == "target":
@@ -191,6 +197,8 @@ class IncrementalSync:
         sessions = self._open()
         try:
             return self._resolve(sessions)
+        except psycopg.Error as exc:
+            raise self._database_failure(exc, sessions) from exc
         finally:
             sessions.close()
 
@@ -218,8 +226,9 @@ class IncrementalSync:
         Raises:
             EngineError: a bad stream (nothing written), ``incremental_cursor_null``,
                 ``incremental_backfill_incomplete``, ``incremental_stream_stale``.
-            DponeError, psycopg.Error: a session or the load failed; the committed batches stay
-                and the next run continues after them.
+            DponeError: a session or the load failed (a database failure has its code from
+                the database-failure catalog, else ``incremental_failed``); the committed
+                batches stay and the next run continues after them.
         """
         sessions = self._open()
         try:
@@ -244,11 +253,21 @@ class IncrementalSync:
                 target_types=TargetTypes.merged([o.target_types for o in outcomes]),
                 virtual_as_stored=tuple(c for o in outcomes for c in o.virtual_as_stored),
             )  # fmt: skip
+        except psycopg.Error as exc:
+            error = self._database_failure(exc, sessions)
+            sessions.abandon()
+            raise error from exc
         except BaseException:
             sessions.abandon()
             raise
         finally:
             sessions.close()
+
+    def _database_failure(self, exc: psycopg.Error, sessions: Sessions) -> DponeError:
+        """``<side>_permission_denied`` and the other kinds of the database-failure catalog,
+        else ``incremental_failed`` (read before the sessions are abandoned)."""
+        outage = engine_error("incremental_failed", redact(str(exc)).strip())
+        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
 
     def _ended(
         self, tgt: Connection, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]
@@ -295,6 +314,8 @@ class IncrementalSync:
                 with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
                     lower = next_lower(src, shape, state, self.lookback)
                     return check_target(src, tgt, shape, lower)
+        except psycopg.Error as exc:
+            raise self._database_failure(exc, sessions) from exc
         finally:
             sessions.close()
 

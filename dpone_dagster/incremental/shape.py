@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from dpone_dagster.core.cursors import is_cursor_type
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import cursor_not_found, engine_error
 from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 
 from .state import Checkpoint
@@ -139,6 +140,7 @@ def read_catalogs(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
         target_side = pool.submit(target_catalog, tgt, target, swap=False)
         found = table_catalog(src, source)
+        require_table(src, "source", source, ["SELECT"])
     return StreamCatalogs(found, target_side.result())
 
 
@@ -156,9 +158,10 @@ def resolve_stream(
     by_name = {c.name: c for c in columns}
     key = found.source.key
     cur = by_name.get(cursor)
-    if cur is None or not is_cursor_type(cur):
-        kind = "no such column" if cur is None else f"a {cur.type_sql}"
-        raise engine_error("incremental_cursor_invalid", f"{source}.{cursor!r}: {kind}.")
+    if cur is None:
+        raise cursor_not_found(source, cursor, columns)
+    if not is_cursor_type(cur):
+        raise engine_error("incremental_cursor_invalid", f"{source}.{cursor!r}: a {cur.type_sql}.")
     if not key:
         raise engine_error("incremental_primary_key_missing", f"Table {source}.")
     if cursor not in found.source.index_leads:

@@ -24,6 +24,23 @@ class CatalogError(DponeError):
     """A table or column the catalog does not know."""
 
 
+def ensure_schema(conn: Connection, schema: str) -> bool:
+    """Creates ``schema`` if it does not exist; True when it was created.
+
+    The catalog is read first: ``CREATE SCHEMA IF NOT EXISTS`` needs the database's ``CREATE``
+    privilege even when the schema exists, and a role with ``USAGE, CREATE`` on the schema
+    alone is all a load into an existing schema needs (least privilege).
+    """
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)", (schema,)
+    ).fetchone()
+    if row is not None and row[0]:
+        return False
+    # IF NOT EXISTS: another session may create it between the look-up and here.
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    return True
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of a table, as the catalog describes it.

@@ -143,13 +143,36 @@ class ConnectionOptions:
         application_name: Shown in ``pg_stat_activity``; makes dpone sessions easy to find.
         connect_timeout: Seconds to wait for the server to answer.
         statement_timeout_ms: Server-side statement timeout; 0 disables it.
+        lock_wait: Seconds a statement that needs a strong lock on a table users read (the
+            ``replace`` swap, schema evolution) keeps trying for it, in short attempts, before
+            ``target_lock_timeout`` (:mod:`.lock_wait`); the session carries it as the setting
+            ``dpone.lock_wait``.
         extra: Further libpq parameters.
+
+    Raises:
+        ConnectionSettingsError: ``connection_options_invalid`` for a ``lock_wait`` that is not
+            a positive number of seconds.
     """
 
     application_name: str = "dpone-dagster"
     connect_timeout: int = 10
     statement_timeout_ms: int = 0
+    lock_wait: float = 300.0
     extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        wait = self.lock_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait < 1e9:
+            raise ConnectionSettingsError(
+                "connection_options_invalid",
+                f"lock_wait must be a positive number of seconds, not {wait!r}.",
+                ["Leave lock_wait unset for its default (300 seconds), or use e.g. 60."],
+            )
+
+
+LOCK_WAIT_SETTING = "dpone.lock_wait"
+"""The session setting that carries :attr:`ConnectionOptions.lock_wait` (a custom option: the
+server keeps it for the session and ignores it otherwise)."""
 
 
 def connect(
@@ -186,6 +209,7 @@ def connect(
         settings.append(params["options"])
     if options.statement_timeout_ms:
         settings.append(f"-c statement_timeout={int(options.statement_timeout_ms)}")
+    settings.append(f"-c {LOCK_WAIT_SETTING}={float(options.lock_wait):g}")
     if "options" in options.extra:
         settings.append(options.extra["options"])
     kwargs["options"] = " ".join(settings)

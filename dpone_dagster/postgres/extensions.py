@@ -25,6 +25,7 @@ from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError
 
+from .catalog import ensure_schema
 from .connection import Connection
 from .schema_change import SchemaChanges
 from .user_types import TargetTypeError
@@ -194,7 +195,7 @@ def create_extension(conn: Connection, extension: Extension) -> None:
     statement = sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension.name))
     if extension.schema is not None:
         schema = sql.Identifier(extension.schema)
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+        ensure_schema(conn, extension.schema)
         statement = sql.SQL("{} WITH SCHEMA {}").format(statement, schema)
     try:
         conn.execute(statement)

@@ -12,8 +12,9 @@ copy's strategy, a generic source):
 2. **schema change**: what the plan decided for an existing target whose columns differ
    (:mod:`.schema_change`: add, widen, keep) is applied in the same transaction: to the staging
    table that will be swapped in as the target, or to the target itself just before its sink
-   (its ``ALTER TABLE`` lock is held from there to the commit, so a reader waits, then sees the
-   new columns with their data; a failure leaves the old schema and rows);
+   (its ``ALTER TABLE`` is taken in short attempts, :mod:`.lock_wait`; once granted, the lock
+   is held from there to the commit, so a reader waits, then sees the new columns with their
+   data; a failure leaves the old schema and rows);
 3. **sink**: each staging table is applied to its target (:mod:`.sinks`), same transaction;
 4. **commit**: the target's answer to COMMIT is the evidence of the outcome;
 5. **settle**: :func:`settle_load` is the one place that turns how a load ended into the
@@ -40,13 +41,15 @@ from dpone_dagster.lifecycle import (
     redact,
 )
 
+from .catalog import ensure_schema
 from .connection import Connection, ConnectionOptions, set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
+from .lock_wait import under_lock_wait
 from .plan import Sink, TablePlan
-from .schema_change import apply_changes
+from .schema_change import ColumnChange, alter_statement, apply_changes
 from .sinks import SinkResult, apply_sink
-from .staging import ensure_schema, staging_table
+from .staging import staging_table
 from .target_types import commit_enum_labels, create_types
 
 R = TypeVar("R")
@@ -199,7 +202,7 @@ class TargetLoad:
                 ["Report this with both counts: nothing was committed."],
             )
         if not table.plan.swap:
-            apply_changes(self.target, table.plan.target, table.plan.schema_changes)
+            evolve_target(self.target, table.plan.target, table.plan.schema_changes)
         table.sink_result = apply_sink(
             self.target, table.plan, staging, self.sink, loaded,
             new_keys_expected=self.new_keys_expected,
@@ -208,6 +211,19 @@ class TargetLoad:
             table.row_versions = load_writers(
                 self.target, table.plan.target, table.plan.columns, others=source.writers
             )
+
+
+def evolve_target(conn: Connection, target: TableName, changes: Sequence[ColumnChange]) -> None:
+    """Runs the ``ALTER TABLE`` of ``changes`` on an existing target, under the lock wait
+    (:func:`~.lock_wait.under_lock_wait`): its readers never queue behind it for longer than one
+    attempt; nothing runs when no change needs DDL.
+
+    Raises:
+        LockTimeoutError: ``target_lock_timeout`` at the session's ``lock_wait`` deadline.
+    """
+    statement = alter_statement(target, changes)
+    if statement is not None:
+        under_lock_wait(conn, [target], lambda: conn.execute(statement), doing="evolve its columns")
 
 
 def commit_target(conn: Connection) -> None:

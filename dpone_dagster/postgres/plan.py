@@ -20,7 +20,8 @@ from .catalog import Column, TableCatalog, table_catalog
 from .connection import Connection
 from .copy import CopyFormat, copy_format_choice, major_versions
 from .identifiers import TableName
-from .schema_change import ColumnChange, SchemaChanges, decide
+from .privileges import require_schema, require_table
+from .schema_change import ColumnChange, SchemaChanges, alter_statement, decide
 from .target_catalog import TargetCatalog, target_catalog
 from .target_types import TargetTypes, plan_types
 from .user_types import UserType, needed_by, source_types
@@ -202,8 +203,9 @@ def plan_tables(
 def _plan_one(
     source: Connection, target: Connection, mapping: TableMapping, sink: Sink, rules: TargetRules
 ) -> TablePlan:
-    plan = new_target_plan(mapping, table_catalog(source, mapping.source), source, target)
-    return plan_target(target, plan, sink, rules=rules)
+    found = table_catalog(source, mapping.source)
+    require_table(source, "source", mapping.source, ["SELECT"])
+    return plan_target(target, new_target_plan(mapping, found, source, target), sink, rules=rules)
 
 
 def new_target_plan(
@@ -284,13 +286,39 @@ def plan_target(
             (:func:`.target_types.plan_types`).
         SchemaChangeError: ``schema_change_incompatible`` (:func:`.schema_change.decide`; enum
             labels the target lacks under ``freeze``).
+        DatabaseError: ``target_permission_denied`` for a role that could not carry the plan
+            out (:mod:`.privileges`).
     """
     if found == "read":
         found = target_catalog(target, plan.target, swap=sink == "replace")
     if found is None:
-        return _with_types(target, plan, plan.source_types, rules)
-    label = source_label or str(plan.source)
-    return _onto_existing(target, found, plan, sink, (label, rules))
+        planned = _with_types(target, plan, plan.source_types, rules)
+    else:
+        label = source_label or str(plan.source)
+        planned = _onto_existing(target, found, plan, sink, (label, rules))
+    _require_target_rights(target, planned, sink)
+    return planned
+
+
+def _require_target_rights(target: Connection, plan: TablePlan, sink: Sink) -> None:
+    """Refuses a target role that could not carry the plan out: ``USAGE, CREATE`` on the
+    target's schema (staging tables live there), and on an existing target the sink's
+    privileges, or its ownership where the load drops or alters it.
+
+    Raises:
+        DatabaseError: ``target_permission_denied``.
+    """
+    require_schema(target, "target", plan.target.schema)
+    if not plan.target_exists:
+        return
+    if plan.swap:
+        require_table(target, "target", plan.target, ["SELECT"], owner=True)
+        return
+    privileges = ["SELECT", "INSERT"]
+    privileges += ["UPDATE"] if sink is Sink.MERGE else []
+    privileges += ["DELETE"] if sink is Sink.REPLACE else []
+    ddl = alter_statement(plan.target, plan.schema_changes) is not None
+    require_table(target, "target", plan.target, privileges, owner=ddl)
 
 
 def _with_types(

@@ -246,6 +246,13 @@ def apply_changes(
 ) -> None:
     """Runs the DDL of ``changes`` on ``table`` in ``conn``'s current transaction (one
     ``ALTER TABLE``; nothing when no change needs DDL)."""
+    statement = alter_statement(table, changes)
+    if statement is not None:
+        conn.execute(statement)
+
+
+def alter_statement(table: TableName, changes: Sequence[ColumnChange]) -> sql.Composed | None:
+    """The one ``ALTER TABLE`` of ``changes`` on ``table``; None when no change needs DDL."""
     actions: list[sql.Composable] = []
     for change in changes:
         ident = sql.Identifier(change.column)
@@ -262,8 +269,9 @@ def apply_changes(
             actions.append(sql.SQL("ALTER COLUMN {} TYPE {}").format(ident, column_type(column)))
         elif change.drop_not_null:
             actions.append(sql.SQL("ALTER COLUMN {} DROP NOT NULL").format(ident))
-    if actions:
-        conn.execute(sql.SQL("ALTER TABLE {} {}").format(table.ident, sql.SQL(", ").join(actions)))
+    if not actions:
+        return None
+    return sql.SQL("ALTER TABLE {} {}").format(table.ident, sql.SQL(", ").join(actions))
 
 
 def column_differences(before: Sequence[Column], after: Sequence[Column]) -> list[str]:

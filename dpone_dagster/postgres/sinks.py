@@ -7,7 +7,8 @@ A sink applies a loaded staging table to the target inside the target's transact
   target's full definition and no index; the sink builds the primary key on it, drops the old
   table and renames the staging table into its place (as pgcopydb does). Otherwise it deletes
   the old rows and inserts the new ones. Either way it happens in one transaction: readers see
-  the old table until the commit, then the new one, never an empty or half-filled table.
+  the old table until the commit, then the new one, never an empty or half-filled table. The
+  swap's ``DROP`` and ``RENAME`` take their lock in short attempts (:mod:`.lock_wait`).
 - ``append`` inserts the staged rows.
 - ``merge`` inserts new keys and updates rows whose values changed, by primary key: one
   ``MERGE`` on PostgreSQL 15 and later, ``INSERT ... ON CONFLICT DO UPDATE`` where ``MERGE``
@@ -26,6 +27,7 @@ from psycopg import sql
 from .catalog import column_list, relation_oid
 from .connection import Connection
 from .identifiers import MAX_IDENTIFIER_BYTES, TableName
+from .lock_wait import under_lock_wait
 from .plan import Sink, TablePlan
 
 
@@ -98,7 +100,20 @@ def _swap(conn: Connection, plan: TablePlan, staging: TableName, rows: int) -> S
             )
         )
     if plan.target_exists:
-        # From here to the commit the target is locked: readers wait, then see the new table.
+        # In short attempts (readers never queue behind it for long); once granted, the target
+        # is locked to the commit: readers wait, then see the new table.
+        under_lock_wait(
+            conn, [plan.target], lambda: _swap_in(conn, plan, staging, temporary_pk),
+            doing="swap in the new rows",
+        )  # fmt: skip
+        return SinkResult("swap", rows)
+    _swap_in(conn, plan, staging, temporary_pk)
+    return SinkResult("create", rows)
+
+
+def _swap_in(conn: Connection, plan: TablePlan, staging: TableName, temporary_pk: str) -> None:
+    """Drops the old target (if any) and renames the staging table and its key into place."""
+    if plan.target_exists:
         conn.execute(sql.SQL("DROP TABLE {}").format(plan.target.ident))
     conn.execute(
         sql.SQL("ALTER TABLE {} RENAME TO {}").format(
@@ -113,7 +128,6 @@ def _swap(conn: Connection, plan: TablePlan, staging: TableName, rows: int) -> S
                     plan.target.ident, sql.Identifier(temporary_pk), sql.Identifier(final)
                 )
             )
-    return SinkResult("swap" if plan.target_exists else "create", rows)
 
 
 def _merge(

@@ -16,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 import psycopg
+from psycopg import pq
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 
 from .connection import Connection, connect, set_transaction_mode
 from .extensions import extension_names
+from .failures import DATABASE_ERRORS, DatabaseError, FailureSide, database_error
 from .identifiers import TableName
 from .load import TargetLoad, settle_load
 from .options import CopyOptions
@@ -288,6 +290,15 @@ class SnapshotCopy:
                         ["Use another strategy, or point both DSNs at the same database."],
                     )
                 return plan_tables(source, self.target, self.mappings, self.sink, self.rules)
+            except psycopg.Error as exc:
+                target = self.target
+                failed = (
+                    target.broken or target.info.transaction_status is pq.TransactionStatus.INERROR
+                )
+                side: FailureSide = "target" if failed else "source"
+                known = [t for m in self.mappings for t in (m.source, m.target)]
+                conn = target if failed else source
+                raise database_error(exc, side, conn=conn, known=known) from exc
             finally:
                 self.target.rollback()  # read only: nothing to keep
 
@@ -308,17 +319,14 @@ class SnapshotCopy:
             return exc
         unchanged = "The target was left unchanged and the staging tables were dropped."
         cause = redact(str(exc)).strip().rstrip(".")
-        if self.extraction.source_failed(self.target):
-            return DponeError(
-                "source_read_failed",
-                f"Reading the source failed: {cause}. {unchanged}",
-                ["Check the source server and its sessions, then run the copy again."],
-            )
-        return DponeError(
-            "target_load_failed",
-            f"Loading the target failed: {cause}. {unchanged}",
-            ["Fix the cause named in the message, then run the copy again."],
-        )
+        side: FailureSide = "source" if self.extraction.source_failed(self.target) else "target"
+        code = "source_read_failed" if side == "source" else "target_load_failed"
+        outage = DatabaseError.from_catalog(DATABASE_ERRORS, code, f"{cause}. {unchanged}")
+        if not isinstance(exc, psycopg.Error):
+            return outage
+        known = [t for p in self.plans for t in (p.source, p.target)]
+        conn = None if side == "source" else self._target
+        return database_error(exc, side, outage=outage, conn=conn, known=known)
 
     def _settle(self, outcome: TerminalOutcome) -> CopyReport:
         if self.report is not None:  # the first decision wins

@@ -209,8 +209,3 @@ def staging_table(conn: Connection, plan: TablePlan, *, dsn: str) -> PostgresSta
     return PostgresStagingTable(
         conn, name, columns=table_definition(plan.written, constraints=False), dsn=dsn
     )
-
-
-def ensure_schema(conn: Connection, schema: str) -> None:
-    """Creates ``schema`` if it does not exist (a target created in a new schema)."""
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from psycopg import sql
 
+from .catalog import ensure_schema
 from .connection import Connection, ConnectionOptions, connect
 from .extensions import Extension, create_extension, plan_extensions
 from .schema_change import SchemaChangeError, SchemaChanges
@@ -284,5 +285,6 @@ def create_types(conn: Connection, plans: Sequence[TargetTypes]) -> None:
         for user_type in plan.types:
             if user_type.qualified not in done:
                 done.add(user_type.qualified)
+                ensure_schema(conn, user_type.schema)
                 for statement in create_statements(user_type):
                     conn.execute(statement)

@@ -199,22 +199,22 @@ def types_named(conn: Connection, names: Collection[tuple[str, str]]) -> dict[st
 
 
 def create_statements(user_type: UserType) -> list[sql.Composed]:
-    """The statements that create ``user_type`` (and its schema, if missing): an enum, a
-    composite, a range or a domain (its checks added one by one, as the catalog prints them)."""
+    """The statements that create ``user_type`` (its schema exists: :func:`.catalog.ensure_schema`
+    first): an enum, a composite, a range or a domain (its checks added one by one, as the
+    catalog prints them)."""
     name = sql.Identifier(user_type.schema, user_type.name)
-    schema = sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(user_type.schema))
     if user_type.kind == "enum":
         labels = sql.SQL(", ").join(sql.Literal(label) for label in user_type.labels)
-        return [schema, sql.SQL("CREATE TYPE {} AS ENUM ({})").format(name, labels)]
+        return [sql.SQL("CREATE TYPE {} AS ENUM ({})").format(name, labels)]
     if user_type.kind == "composite":
         attributes = sql.SQL(", ").join(
             sql.SQL("{} {}").format(sql.Identifier(a), t.composed())
             for a, t in user_type.attributes
         )
-        return [schema, sql.SQL("CREATE TYPE {} AS ({})").format(name, attributes)]
+        return [sql.SQL("CREATE TYPE {} AS ({})").format(name, attributes)]
     assert user_type.base is not None
     if user_type.kind == "range":
-        return [schema, sql.SQL("CREATE TYPE {} AS RANGE ({})").format(name, _range(user_type))]
+        return [sql.SQL("CREATE TYPE {} AS RANGE ({})").format(name, _range(user_type))]
     parts: list[sql.Composable] = [
         sql.SQL("CREATE DOMAIN {} AS {}").format(name, user_type.base.composed())
     ]
@@ -228,7 +228,7 @@ def create_statements(user_type: UserType) -> list[sql.Composed]:
         )
         for check, definition in user_type.checks
     ]
-    return [schema, sql.SQL(" ").join(parts), *checks]
+    return [sql.SQL(" ").join(parts), *checks]
 
 
 def _range(user_type: UserType) -> sql.Composed:

@@ -53,6 +53,7 @@ from dpone_dagster.postgres import (
 from dpone_dagster.postgres.catalog import column_list, normal_type, table_catalog
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay, select_columns
+from dpone_dagster.postgres.failures import FailureSide, database_error
 from dpone_dagster.postgres.snapshot import check_snapshot_token
 from dpone_dagster.postgres.target_catalog import target_catalog
 
@@ -330,16 +331,18 @@ def _copy_keys(
     return sql.SQL("({}) IN (SELECT {} FROM {})").format(keys, keys, temp.ident)
 
 
-def _guarded(side: str, step: Callable[[], _T]) -> _T:
-    """Runs a step of one side; a server error becomes ``reconcile_<side>_failed``."""
+def _guarded(side: FailureSide, step: Callable[[], _T]) -> _T:
+    """Runs a step of one side; a server error becomes its code of the database-failure catalog
+    (``<side>_permission_denied``...), else ``reconcile_<side>_failed``."""
     try:
         return step()
     except psycopg.Error as exc:
-        raise ReconcileError(
+        outage = ReconcileError(
             f"reconcile_{side}_failed",
             f"Reconciling failed on the {side}: {redact(str(exc)).strip()}",
             [f"Check the {side} server and the tables named, then reconcile again."],
-        ) from None
+        )
+        raise database_error(exc, side, outage=outage) from None
 
 
 def _wait(future: Future[list[_T]], sessions: Sequence[Connection]) -> list[_T]:

@@ -28,6 +28,7 @@ from dpone_dagster.lifecycle import (
 )
 from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.load import TargetLoad, settle_load
 from dpone_dagster.postgres.plan import Sink, TablePlan, TargetRules, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
@@ -259,12 +260,16 @@ class _SourceLoad:
         """The stable error of a failed load."""
         if isinstance(exc, DponeError):
             return exc
-        return DponeError(
+        outage = DponeError(
             "target_load_failed",
             f"Loading {self.artifact.source_label} into the target failed: {exc}. The target "
             "was left unchanged and the staging table was dropped.",
             ["Fix the cause named in the message, then run the load again."],
         )
+        if isinstance(exc, psycopg.Error):  # the source is no PostgreSQL: the target failed
+            conn = self.load.target if self.load is not None else None
+            return database_error(exc, "target", outage=outage, conn=conn)
+        return outage
 
     def settle(self, outcome: TerminalOutcome) -> SourceLoadReport:
         """Settles the artifact (the first decision wins) and reports."""

@@ -31,7 +31,7 @@ def backfill(pair: Pair, **kw: object) -> Backfill:
 
 def test_a_missing_cursor_is_refused(pair: Pair) -> None:
     assert code_of(lambda: backfill(pair, cursor=None)) == "backfill_cursor_missing"
-    assert code_of(lambda: backfill(pair, cursor="nope").plan()) == "backfill_cursor_missing"
+    assert code_of(lambda: backfill(pair, cursor="nope").plan()) == "cursor_not_found"
 
 
 def test_plans_that_cannot_work_are_plan_invalid(pair: Pair) -> None:

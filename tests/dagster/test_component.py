@@ -66,6 +66,7 @@ def test_the_example_defs_yaml_declares_copies_and_backfills_that_run(
             target = defs.resources["target"]
             assert isinstance(target, PostgresTargetResource)
             assert target.application_name == "dpone-example"
+            assert target.lock_wait == 120 and target.options.lock_wait == 120
             runnable = dg.Definitions.merge(defs, dg.Definitions(jobs=[copy_job, events_job]))
             assert runnable.resolve_job_def("copy").execute_in_process().success
             # A column added to a source between two runs: the next run evolves the target.

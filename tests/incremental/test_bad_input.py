@@ -62,7 +62,7 @@ def test_a_target_whose_key_differs_is_refused(stream: Stream) -> None:
 
 
 def test_a_missing_or_unorderable_cursor_and_bad_options_are_refused(stream: Stream) -> None:
-    _refused(stream, "incremental_cursor_invalid", cursor="nope")
+    _refused(stream, "cursor_not_found", cursor="nope")
     _refused(stream, "incremental_cursor_invalid", cursor="note")
     with pytest.raises(EngineError) as info:
         IncrementalSync(stream.source, stream.target, "shop.orders", cursor="id", deletes="all")  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+import psycopg
 
 from dpone_dagster.backfill import (
     Backfill,
@@ -36,6 +37,7 @@ from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.reconcile import Proof
 
 from .progress import ProgressReporter
@@ -186,6 +188,8 @@ class _PartitionRunner:
                 return checks, exc
             except DponeError as exc:
                 raise DponeFailure(exc) from exc
+            except psycopg.Error as exc:  # the step's own reads (metadata): the run's are coded
+                raise DponeFailure(database_error(exc, "target")) from exc
         return checks, None
 
     def _backfill(self, rng: CursorRange) -> Backfill:
@@ -200,6 +204,7 @@ class _PartitionRunner:
             lower=rng.lower,
             upper=rng.upper,
             options=self.source.options,
+            target_options=self.target.options,
             on_changed=self.on_changed,
         )
 
@@ -213,7 +218,8 @@ class _PartitionRunner:
             return self._check_only(partition, rng)
         prepared = prepare_target(
             self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
-            options=self.source.options, create_extensions=self.target.create_extensions,
+            options=self.source.options, target_options=self.target.options,
+            create_extensions=self.target.create_extensions,
         )  # fmt: skip
         if prepared:
             self.context.log.info(f"dpone: created target table {what.target}")

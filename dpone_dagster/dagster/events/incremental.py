@@ -31,9 +31,10 @@ from dpone_dagster.dagster.metadata.receipts import (
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.incremental import BatchOutcome, IncrementalSync
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
 
 if TYPE_CHECKING:
@@ -126,10 +127,15 @@ class IncrementalEvents:
             result = sync.run()
             rows = _target_rows(target.dsn, target_table, soft)
         except (DponeError, psycopg.Error) as exc:
-            error = exc if isinstance(exc, DponeError) else DponeError(
-                "incremental_failed", str(exc),
-                ["Run again: the stream resumes after its last batch."],
-            )  # fmt: skip
+            error = (
+                exc
+                if isinstance(exc, DponeError)
+                else database_error(
+                    exc,
+                    "target",
+                    outage=engine_error("incremental_failed", redact(str(exc)).strip()),
+                )
+            )  # the target's catalog read for the metadata: the run's own are coded already
             raise DponeFailure(error) from exc
         for notice in result.notices:
             context.log.warning(f"dpone: [{notice.code}] {notice.message}")
@@ -168,6 +174,7 @@ class IncrementalEvents:
             handoff=backfill_handoff if self.continue_from_backfill else None,
             settle_timeout=self.settle_timeout, verify=self.reconcile,
             ledger_schema=self.ledger.schema_name, options=self.source.options,
+            target_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),
             schema_changes=self.schema_changes, fillfactor=self.fillfactor,
             create_extensions=self.target.create_extensions,

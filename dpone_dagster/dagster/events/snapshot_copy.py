@@ -13,6 +13,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
+import psycopg
 
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
@@ -37,6 +38,7 @@ from dpone_dagster.postgres import (
     SnapshotSession,
     Strategy,
 )
+from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.snapshot_copy import check_workers
 from dpone_dagster.reconcile import reconcile_copy
 
@@ -133,6 +135,8 @@ class CopyEvents:
                     yield from _checks(source, target, held, report, list(chosen), checked)
         except DponeError as exc:
             raise copy_failure(exc) from exc
+        except psycopg.Error as exc:  # the step's own reads (metadata): the copy's are coded
+            raise copy_failure(database_error(exc, "target")) from exc
 
 
 @dataclass(frozen=True)

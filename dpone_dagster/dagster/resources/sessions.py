@@ -79,6 +79,15 @@ class PostgresResource(SecretResource):
     statement_timeout_ms: int = Field(
         default=0, ge=0, description="Server-side statement timeout in milliseconds; 0 = none."
     )
+    lock_wait: float = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "Seconds a statement needing a strong lock on a target table users read (the "
+            "replace swap, schema evolution) keeps trying, in attempts of 1 s that never queue "
+            "readers for longer, before target_lock_timeout."
+        ),
+    )
 
     _side: ClassVar[Side] = "source"
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -100,6 +109,7 @@ class PostgresResource(SecretResource):
             application_name=self.application_name,
             connect_timeout=self.connect_timeout,
             statement_timeout_ms=self.statement_timeout_ms,
+            lock_wait=self.lock_wait,
         )
 
     def connect(self, *, autocommit: bool = False) -> Connection:

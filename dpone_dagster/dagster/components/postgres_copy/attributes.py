@@ -187,6 +187,7 @@ class PostgresResourceModel(dg.Model):
     application_name: str | None = _described("application_name")
     connect_timeout: int | None = _described("connect_timeout")
     statement_timeout_ms: int | None = _described("statement_timeout_ms")
+    lock_wait: float | None = _described("lock_wait")
 
 
 class PostgresTargetModel(PostgresResourceModel):
