@@ -11,6 +11,7 @@ from .kafka import (
     LostOffsets,
     PartitionRead,
     copy_topic,
+    kafka_sink,
     kafka_source_for,
     stream_id_of,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "ValueFormat",
     "copy_topic",
     "extract_stream",
+    "kafka_sink",
     "kafka_source_for",
     "load_source",
     "model_columns",

@@ -85,8 +85,10 @@ class PartitionRead:
         first_offset: The first offset read (None: nothing read).
         last_offset: The last offset read.
         messages: Messages read (rows and dead letters).
-        lost: ``(from, to)``: offsets ``from <= o < to`` the broker no longer held (restarted
-            with ``on_lost_offsets="earliest"``), else None.
+        lost: ``(ledger offset, restart offset)`` when the broker no longer held the ledger's
+            offset and ``on_lost_offsets="earliest"`` restarted the partition at its earliest:
+            below the restart, messages from the ledger offset on were lost (retention); a
+            restart below the ledger offset means the topic was recreated. Else None.
         new: The ledger did not know the partition (a new stream, or a partition added).
     """
 
@@ -164,7 +166,8 @@ class KafkaCopyReport:
 
     @property
     def lost(self) -> dict[int, tuple[int, int]]:
-        """The offsets given up per partition (``on_lost_offsets="earliest"``)."""
+        """Per partition restarted by ``on_lost_offsets="earliest"``: ``(ledger offset, restart
+        offset)``."""
         return {p.partition: p.lost for p in self.partitions if p.lost is not None}
 
 
@@ -299,13 +302,12 @@ class KafkaSource:
             start = run.ledger.get(p)
             read = PartitionRead(p, low if start is None else start, high, new=start is None)
             if start is not None and not low <= start <= high:
-                gap = (start, low) if start < low else (start, high)
                 lost.append(
                     f"partition {p}: the ledger resumes at {start}, the broker holds "
                     f"{low}..{high - 1 if high else '(none)'}"
                 )
                 if run.on_lost is LostOffsets.EARLIEST:
-                    read = PartitionRead(p, low, high, lost=gap)
+                    read = PartitionRead(p, low, high, lost=(start, low))
             run.reads[p] = read
         if lost and run.on_lost is LostOffsets.FAIL:
             raise kafka_error(
@@ -414,6 +416,22 @@ _SKIP: Row = ()
 """The row of a message that went to the dead-letter table (not staged)."""
 
 
+def kafka_sink(sink: Sink | str) -> Sink:
+    """``sink`` parsed: ``append`` or ``merge``.
+
+    Raises:
+        CopyPlanError: ``copy_options_invalid`` for an unknown sink.
+        SourceError: ``kafka_options_invalid`` for ``replace`` (a topic is a log).
+    """
+    chosen = Sink.parse(sink)
+    if chosen is Sink.REPLACE:
+        raise kafka_error(
+            "kafka_options_invalid",
+            "A topic is a log: its table takes sink='append' or sink='merge', not replace.",
+        )
+    return chosen
+
+
 def stream_id_of(topic: str, target: TableName) -> str:
     """The ledger id of the stream ``topic -> target``."""
     return f"{topic} -> {target.qualified}"
@@ -452,12 +470,7 @@ def copy_topic(
             ``kafka_key_missing``, ``kafka_offsets_lost``, ``kafka_read_failed``, or the target's
             errors; ``.report`` says what became of the artifact.
     """
-    chosen = Sink.parse(sink)
-    if chosen is Sink.REPLACE:
-        raise kafka_error(
-            "kafka_options_invalid",
-            "A topic is a log: its table takes sink='append' or sink='merge', not replace.",
-        )
+    chosen = kafka_sink(sink)
     if (chosen is Sink.MERGE) != source.keyed:
         raise kafka_error("kafka_options_invalid", "merge reads keyed messages (keyed=True).")
     store = LedgerStore() if ledger_schema is None else LedgerStore(ledger_schema)
@@ -542,7 +555,7 @@ def kafka_source_for(
     )
     return KafkaSource(
         settings, topic, value_format=value_format, model=model,
-        keyed=Sink.parse(sink) is Sink.MERGE, consumer_group=group,
+        keyed=kafka_sink(sink) is Sink.MERGE, consumer_group=group,
         max_messages_per_run=max_messages_per_run, dead_letter_table=dead_letter_table,
         on_lost_offsets=on_lost_offsets,
     )  # fmt: skip
