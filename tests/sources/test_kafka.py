@@ -379,3 +379,20 @@ def test_two_runs_of_one_stream_at_once_load_each_message_once(
     _copy(kafka_broker, topic, target_dsn)
     assert _loaded(target_dsn) == [(p, o) for p in (0, 1) for o in range(100)]
     assert _ledger(target_dsn, topic) == {0: 100, 1: 100}
+
+
+def test_json_that_jsonb_cannot_store_is_a_dead_letter_not_a_failed_copy(
+    kafka_broker: KafkaBroker, topic: str, target_dsn: str
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    kafka.create_topic(bootstrap, topic, 1)
+    kafka.produce(
+        bootstrap, topic,
+        [(None, b'{"a": 1}'), (None, b'{"a": NaN}'), (None, b'{"a": "\\u0000"}'), (None, b"[]")],
+    )  # fmt: skip
+    dead = TableName("events", "dead")
+    report = _copy(kafka_broker, topic, target_dsn, dead_letter_table=dead)
+    assert report.load.rows_loaded == 2 and report.dead_letters == 2
+    reasons = fetch_all(target_dsn, "SELECT kafka_offset, reason FROM events.dead ORDER BY 1")
+    assert [o for o, _ in reasons] == [1, 2]
+    assert "not JSON" in reasons[0][1] and "u0000" in reasons[1][1]
