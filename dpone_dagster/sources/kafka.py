@@ -334,59 +334,67 @@ class KafkaSource:
                     )
                 continue
             idle_since = time.monotonic()
-            for message in batch:
-                if budget is not None and budget <= 0:
-                    return
-                row = self._message(session, run, pending, message, meter, to_row)
-                if row is not None:
-                    if budget is not None:
-                        budget -= 1
-                    if row is not _SKIP:
-                        yield row
+            if budget is not None:
+                batch = batch[:budget]  # librdkafka returns at most what was asked
+            size, taken, rows = self._batch(session, run, pending, batch, to_row)
+            meter.add(size)
+            if budget is not None:
+                budget -= taken
+            yield from rows
 
-    def _message(
+    def _batch(
         self,
         session: KafkaConsumerSession,
         run: _Run,
         pending: dict[int, int],
-        message: Message,
-        meter: ByteMeter,
+        batch: list[Message],
         to_row: Any,
-    ) -> Row | None:
-        """The row of one message; ``_SKIP`` for a dead letter; None for no message."""
-        p, offset, error = message.partition(), message.offset(), message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                if p is not None:
-                    self._done(session, pending, p)
-                return None
+    ) -> tuple[int, int, list[Row]]:
+        """One consumed batch: (bytes, messages taken, rows). The hot path: one pass, locals."""
+        rows: list[Row] = []
+        size = taken = 0
+        reads, keyed = run.reads, self.keyed
+        for message in batch:
+            p, offset = message.partition(), message.offset()
+            end = pending.get(p) if p is not None else None
+            if message.error() is not None or end is None or offset is None or offset >= end:
+                self._edge(session, pending, message)
+                continue
+            read = reads[p]  # type: ignore[index]
+            if read.first_offset is None:
+                read.first_offset = offset
+            read.last_offset = offset
+            read.messages += 1
+            taken += 1
+            if offset + 1 >= end:
+                self._done(session, pending, p)  # type: ignore[arg-type]
+            key, value = message.key(), message.value()
+            size += len(key or b"") + len(value or b"")
+            envelope = Envelope(p, offset, message.timestamp(), key, message.headers())  # type: ignore[arg-type]
+            try:
+                row: Row = to_row(envelope, value)
+            except MessageRefused as refused:
+                self._refused(run, envelope, value, refused)
+                continue
+            if value is None and keyed and row[3] is not None:
+                run.tombstones.append((str(row[3]), envelope.partition, offset))
+            rows.append(row)
+        return size, taken, rows
+
+    def _edge(
+        self, session: KafkaConsumerSession, pending: dict[int, int], message: Message
+    ) -> None:
+        """A message that is not a row: the end of a partition, one past the run's end (the
+        next run's), or an error (raised with its code)."""
+        p, error = message.partition(), message.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
             raise session.failure(error, f"reading partition {p}")
-        if p is None or offset is None:
-            return None
-        if p not in pending or offset >= pending[p]:
-            self._done(session, pending, p)  # past the run's end: the next run's
-            return None
-        read = run.reads[p]
-        read.first_offset = offset if read.first_offset is None else read.first_offset
-        read.last_offset = offset
-        read.messages += 1
-        if offset + 1 >= pending[p]:
+        if p is not None:
             self._done(session, pending, p)
-        key, value = message.key(), message.value()
-        meter.add(len(key or b"") + len(value or b""))
-        headers = message.headers()
-        envelope = Envelope(p, offset, message.timestamp(), key, _header_list(headers))
-        try:
-            row: Row = to_row(envelope, value)
-        except MessageRefused as refused:
-            return self._refused(run, envelope, value, refused)
-        if value is None and self.keyed and row[3] is not None:
-            run.tombstones.append((str(row[3]), p, offset))
-        return row
 
     def _refused(
         self, run: _Run, envelope: Envelope, value: bytes | None, refused: MessageRefused
-    ) -> Row:
+    ) -> None:
         where = f"topic {self.topic!r}, partition {envelope.partition}, offset {envelope.offset}"
         if self.dead_letter_table is None:
             raise kafka_error(refused.code, f"The message at {where}: {refused.reason}.")
@@ -397,23 +405,10 @@ class KafkaSource:
                 headers_json(envelope.headers), refused.code, refused.reason,
             )
         )  # fmt: skip
-        return _SKIP
 
     def _done(self, session: KafkaConsumerSession, pending: dict[int, int], p: int) -> None:
         if pending.pop(p, None) is not None:
             session.consumer.pause([TopicPartition(self.topic, p)])
-
-
-def _header_list(headers: Any) -> list[tuple[str, bytes | None]] | None:
-    """A message's headers as ``(name, value)`` pairs (librdkafka gives a list of pairs)."""
-    if not headers:
-        return None
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return [(str(k), v.encode() if isinstance(v, str) else v) for k, v in pairs]
-
-
-_SKIP: Row = ()
-"""The row of a message that went to the dead-letter table (not staged)."""
 
 
 def kafka_sink(sink: Sink | str) -> Sink:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import from_json
@@ -108,12 +108,14 @@ def message_timestamp(kind: int, millis: int) -> datetime | None:
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
 
 
-def headers_json(headers: list[tuple[str, bytes | None]] | None) -> str | None:
-    """The headers as the ``jsonb`` text of ``kafka_headers`` (``None`` without headers)."""
+def headers_json(headers: Any) -> str | None:
+    """The headers (pairs, or a mapping) as the ``jsonb`` text of ``kafka_headers`` (``None``
+    without headers)."""
     if not headers:
         return None
     items: list[dict[str, str | None]] = []
-    for name, value in headers:
+    for name, raw in headers.items() if isinstance(headers, dict) else headers:
+        value = raw.encode() if isinstance(raw, str) else raw
         if value is None:
             items.append({"key": name, "value": None})
             continue
@@ -124,15 +126,16 @@ def headers_json(headers: list[tuple[str, bytes | None]] | None) -> str | None:
     return json.dumps(items)
 
 
-@dataclass(frozen=True)
-class Envelope:
-    """What a message carries besides its value (as :meth:`confluent_kafka.Message` gives it)."""
+class Envelope(NamedTuple):
+    """What a message carries besides its value, as :class:`confluent_kafka.Message` gives it
+    (a tuple: one is built per message)."""
 
     partition: int
     offset: int
     timestamp: tuple[int, int]
     key: bytes | None
-    headers: list[tuple[str, bytes | None]] | None
+    headers: Any
+    """``[(name, value), ...]`` (librdkafka's list of pairs), or None."""
 
 
 def message_rows(
@@ -149,7 +152,7 @@ def message_rows(
     key (``kafka_key_missing``), a key that is not UTF-8, a value that is not JSON or does not
     fit the model (``kafka_message_invalid``).
     """
-    width = len(value_columns(value_format, model))
+    nulls = (None,) * len(value_columns(value_format, model))
     build = row_builder(model) if model is not None else None
 
     def value_row(value: bytes) -> tuple[Any, ...]:
@@ -180,22 +183,18 @@ def message_rows(
             ) from None
 
     def row(message: Envelope, value: bytes | None) -> Row:
+        partition, offset, (kind, millis), raw_key, headers = message
         key: str | None = None
-        if message.key is not None:
+        if raw_key is not None:
             try:
-                key = message.key.decode()
+                key = raw_key.decode()
             except UnicodeDecodeError:
                 raise MessageRefused("kafka_message_invalid", "the key is not UTF-8") from None
         elif keyed:
             raise MessageRefused("kafka_key_missing", "the message has no key")
-        values = (None,) * width if value is None else value_row(value)
-        return (
-            message.partition,
-            message.offset,
-            message_timestamp(*message.timestamp),
-            key,
-            headers_json(message.headers),
-            *values,
-        )
+        values = nulls if value is None else value_row(value)
+        # confluent_kafka.TIMESTAMP_NOT_AVAILABLE is 0; a broker without timestamps sends it.
+        stamp = None if kind == 0 or millis < 0 else datetime.fromtimestamp(millis / 1000, UTC)
+        return (partition, offset, stamp, key, headers and headers_json(headers), *values)
 
     return row
