@@ -138,6 +138,49 @@ class Envelope(NamedTuple):
     """``[(name, value), ...]`` (librdkafka's list of pairs), or None."""
 
 
+def _bytes_value(value: bytes) -> tuple[Any, ...]:
+    return (value,)
+
+
+def _json_value(value: bytes) -> tuple[Any, ...]:
+    # pydantic-core's parser (4x the standard library's), without NaN and Infinity, which jsonb
+    # refuses, as it refuses the NUL character.
+    try:
+        from_json(value, allow_inf_nan=False, cache_strings=False)
+    except ValueError as exc:
+        reason = f"the value is not JSON: {exc}"
+        raise MessageRefused("kafka_message_invalid", reason) from None
+    if b"\\u0000" in value:
+        reason = "the value holds \\u0000, which jsonb cannot store"
+        raise MessageRefused("kafka_message_invalid", reason)
+    return (value.decode(),)
+
+
+def _value_row(
+    value_format: ValueFormat, model: type[BaseModel] | None
+) -> Callable[[bytes], tuple[Any, ...]]:
+    """The value's columns from its bytes (chosen once per run: it runs per message)."""
+    if value_format is ValueFormat.BYTES:
+        return _bytes_value
+    if model is None:
+        return _json_value
+    build, validate, name = row_builder(model), model.model_validate_json, model.__name__
+
+    def modelled(value: bytes) -> tuple[Any, ...]:
+        try:
+            return build(validate(value))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '<value>'}: {e['msg']}"
+                for e in exc.errors(include_input=False)[:3]
+            )
+            raise MessageRefused(
+                "kafka_message_invalid", f"the value does not match {name}: {problems}"
+            ) from None
+
+    return modelled
+
+
 def message_rows(
     value_format: ValueFormat, model: type[BaseModel] | None, *, keyed: bool
 ) -> Callable[[Envelope, bytes | None], Row]:
@@ -153,34 +196,7 @@ def message_rows(
     fit the model (``kafka_message_invalid``).
     """
     nulls = (None,) * len(value_columns(value_format, model))
-    build = row_builder(model) if model is not None else None
-
-    def value_row(value: bytes) -> tuple[Any, ...]:
-        if value_format is ValueFormat.BYTES:
-            return (value,)
-        if build is None:
-            # pydantic-core's parser (4x the standard library's), without NaN and Infinity,
-            # which jsonb refuses, as it refuses the NUL character.
-            try:
-                from_json(value, allow_inf_nan=False, cache_strings=False)
-            except ValueError as exc:
-                reason = f"the value is not JSON: {exc}"
-                raise MessageRefused("kafka_message_invalid", reason) from None
-            if b"\\u0000" in value:
-                reason = "the value holds \\u0000, which jsonb cannot store"
-                raise MessageRefused("kafka_message_invalid", reason)
-            return (value.decode(),)
-        assert model is not None
-        try:
-            return build(model.model_validate_json(value))
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '<value>'}: {e['msg']}"
-                for e in exc.errors(include_input=False)[:3]
-            )
-            raise MessageRefused(
-                "kafka_message_invalid", f"the value does not match {model.__name__}: {problems}"
-            ) from None
+    value_row = _value_row(value_format, model)
 
     def row(message: Envelope, value: bytes | None) -> Row:
         partition, offset, (kind, millis), raw_key, headers = message
