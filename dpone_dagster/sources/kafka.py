@@ -196,7 +196,8 @@ class KafkaSource:
         keyed: Every message must have a key (the ``merge`` sink).
         consumer_group: The group the committed offsets are published to (monitoring).
         max_messages_per_run: Read at most this many messages per run (all partitions).
-        dead_letter_table: Write messages that cannot be loaded here instead of stopping.
+        dead_letter_table: Write messages that cannot be loaded here instead of stopping (one
+            table per stream: its key is the message's topic, partition and offset).
         on_lost_offsets: ``fail`` or ``earliest`` (see :class:`LostOffsets`).
     """
 
@@ -263,7 +264,8 @@ class KafkaSource:
             session.rollback_and_close()
 
     def extract(self, stream_id: str = "") -> ExtractResult[RowStreamArtifact]:
-        """A pending read of the topic, from the offsets :meth:`begin` reads, to the end."""
+        """A pending read of the topic: its partitions now (from the broker's metadata), its
+        offsets from the ledger when the load's transaction begins (:func:`copy_topic`)."""
         self.run = _Run(stream_id, self.topic, self.partitions(), self.on_lost)
         result: ExtractResult[RowStreamArtifact] = ExtractResult(
             _KafkaArtifact(self.columns, self._opener, source_label=self.label)
@@ -302,9 +304,15 @@ class KafkaSource:
             start = run.ledger.get(p)
             read = PartitionRead(p, low if start is None else start, high, new=start is None)
             if start is not None and not low <= start <= high:
+                held = f"offsets {low}..{high - 1}" if high > low else "no message"
+                gone = (
+                    f"restarting at the earliest offset skips offsets {start}..{low - 1}"
+                    if start < low
+                    else f"the topic was recreated: restarting reads its offsets from {low}"
+                )
                 lost.append(
-                    f"partition {p}: the ledger resumes at {start}, the broker holds "
-                    f"{low}..{high - 1 if high else '(none)'}"
+                    f"partition {p}: the ledger resumes at {start}, the broker holds {held} "
+                    f"({gone})"
                 )
                 if run.on_lost is LostOffsets.EARLIEST:
                     read = PartitionRead(p, low, high, lost=(start, low))
