@@ -50,6 +50,16 @@ def _ledger(dsn: str, topic: str) -> dict[int, int]:
     return {int(str(p)): int(str(o)) for p, o in rows}
 
 
+def _group_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """The offsets the consumer group ``dpone-events.clicks`` holds (monitoring)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dpone-events.clicks"})
+    try:
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(wanted, 10)}
+    finally:
+        consumer.close()
+
+
 def _loaded(dsn: str) -> list[tuple[int, int]]:
     rows = fetch_all(dsn, "SELECT kafka_partition, kafka_offset FROM events.clicks ORDER BY 1, 2")
     return [(int(str(p)), int(str(o))) for p, o in rows]
@@ -94,10 +104,7 @@ def test_a_run_loads_every_message_once_with_an_honest_receipt_and_the_next_resu
     assert third.messages == 0 and len(_loaded(target_dsn)) == 50
     # The consumer group holds the ledger's offsets, written after the commit (monitoring).
     assert second.group_commit_error is None
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dpone-events.clicks"})
-    committed = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], 10)
-    consumer.close()
-    assert {tp.partition: tp.offset for tp in committed} == {0: 25, 1: 25}
+    assert _group_offsets(bootstrap, topic, 2) == {0: 25, 1: 25}
     assert staging_tables(target_dsn) == []
 
 
@@ -192,8 +199,10 @@ def test_a_message_that_does_not_fit_the_model_stops_the_run_naming_it_nothing_c
             # Without a model, partition 1's message is JSON: partition 0's is not.
             assert f"topic {topic!r}, partition 0, offset 5" in caught.value.message
             assert "not JSON" in caught.value.message
-        # Nothing of the run: not the two good messages before it, not the offsets.
+        # Nothing of the run: not the two good messages before it, not the offsets, and the
+        # consumer group (written only after a commit) still where the last commit left it.
         assert _ledger(target_dsn, topic) == {0: 5, 1: 5}
+        assert _group_offsets(bootstrap, topic, 2) == {0: 5, 1: 5}
         assert fetch_one(target_dsn, "SELECT count(*) FROM events.clicks") == 10
         assert staging_tables(target_dsn) == []
 
