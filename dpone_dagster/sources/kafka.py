@@ -38,7 +38,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from pydantic import BaseModel
 
 from dpone_dagster.core import LedgerStore
-from dpone_dagster.lifecycle import ExtractResult, Vocabulary
+from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome, Vocabulary
 from dpone_dagster.postgres import ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect
 from dpone_dagster.postgres.load import begin_read_write
@@ -477,9 +477,13 @@ def copy_topic(
     if (chosen is Sink.MERGE) != source.keyed:
         raise kafka_error("kafka_options_invalid", "merge reads keyed messages (keyed=True).")
     store = LedgerStore() if ledger_schema is None else LedgerStore(ledger_schema)
-    _ensure_ledger(target_dsn, options, store)
     stream_id = stream_id_of(source.topic, target)
-    artifact = source.extract(stream_id).artifact
+    artifact = source.extract(stream_id).artifact  # the broker's errors before the target's
+    try:
+        _ensure_ledger(target_dsn, options, store)
+    except BaseException:
+        artifact.settle(TerminalOutcome.ABORT)
+        raise
     run = source.run
     assert run is not None
     assert isinstance(artifact, _KafkaArtifact)

@@ -258,8 +258,9 @@ def test_an_unknown_topic_an_unreachable_broker_and_a_refused_login_each_have_a_
         copy_topic(kafka_source_for(sasl, topic, sink="append"), target_dsn, TABLE)
     assert caught.value.code == "kafka_authentication_failed"
     assert password not in str(caught.value) and password not in repr(sasl)
-    # Nothing was written: the target table does not exist.
+    # Nothing was written: not the table, not even the ledger.
     assert fetch_one(target_dsn, "SELECT to_regclass('events.clicks')::text") is None
+    assert fetch_one(target_dsn, "SELECT to_regnamespace('dpone_ledger')::text") is None
 
 
 def test_a_broker_that_reports_its_end_behind_loses_nothing_and_the_next_run_reads_the_rest(
