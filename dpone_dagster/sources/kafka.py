@@ -60,7 +60,14 @@ from .kafka_messages import (
 )
 from .kafka_offsets import DeadLetter, read_offsets, settle_keys, write_dead_letters, write_offsets
 from .load import SourceLoadReport, load_source
-from .protocol import ByteMeter, Row, RowStreamArtifact, SourceColumn, SourceError
+from .protocol import (
+    ByteMeter,
+    ProgressHook,
+    Row,
+    RowStreamArtifact,
+    SourceColumn,
+    SourceError,
+)
 
 
 class LostOffsets(
@@ -449,6 +456,7 @@ def copy_topic(
     ledger_schema: str | None = None,
     options: ConnectionOptions | None = None,
     schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    on_progress: ProgressHook | None = None,
 ) -> KafkaCopyReport:
     """Runs the stream ``source.topic -> target`` once (see the module).
 
@@ -462,6 +470,7 @@ def copy_topic(
         ledger_schema: The ledger's schema (``dpone_ledger`` when None).
         options: Options of the target session.
         schema_changes: ``evolve`` or ``freeze`` (a model that gained a field).
+        on_progress: Called with the rows staged so far, every 10,000 rows.
 
     Returns:
         The run's report.
@@ -503,6 +512,7 @@ def copy_topic(
         _Prepared(source, artifact), target_dsn, target, sink=chosen,
         primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY, options=options,
         schema_changes=schema_changes, begin=begin, before_commit=before_commit,
+        on_progress=on_progress,
     )  # fmt: skip
     return KafkaCopyReport(
         load=report,

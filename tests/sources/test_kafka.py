@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pydantic import BaseModel
 
-from dpone_dagster.embedded_kafka import KafkaBroker
+from dpone_dagster.embedded_kafka import KafkaBroker, start_broker
 from dpone_dagster.lifecycle import ORCHESTRATOR_UTC, TerminalOutcome
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import (
@@ -406,3 +406,38 @@ def test_json_that_jsonb_cannot_store_is_a_dead_letter_not_a_failed_copy(
     reasons = fetch_all(target_dsn, "SELECT kafka_offset, reason FROM events.dead ORDER BY 1")
     assert [o for o, _ in reasons] == [1, 2]
     assert "not JSON" in reasons[0][1] and "u0000" in reasons[1][1]
+
+
+def test_a_broker_lost_mid_run_is_a_code_and_nothing_of_the_run_is_committed(
+    target_dsn: str,
+) -> None:
+    """A broker of the test's own, stopped after 10,000 rows were staged: the run waits for the
+    rest up to its timeout, fails with a code, and commits neither rows nor offsets."""
+    broker = start_broker()
+    try:
+        bootstrap = broker.bootstrap_servers
+        topic = "lost_mid_run"
+        kafka.create_topic(bootstrap, topic, 2)
+        # More than the consumer prefetches (16 MB): the rest must come from the broker.
+        big = [(f"k{i}".encode(), b'{"pad": "' + b"x" * 400 + b'"}') for i in range(100_000)]
+        kafka.produce(bootstrap, topic, big, one_batch=True)
+        kafka.spread(bootstrap, topic, kafka.json_messages(0, 2), 2)  # exact reported ends
+        settings = KafkaSettings(bootstrap, timeout=3.0)
+        source = kafka_source_for(settings, topic, sink="append")
+        stopped: list[int] = []
+
+        def stop_broker(rows: int) -> None:
+            if not stopped:
+                stopped.append(rows)
+                broker.stop()
+
+        with pytest.raises(SourceLoadError) as caught:
+            copy_topic(source, target_dsn, TABLE, on_progress=stop_broker)
+    finally:
+        broker.stop()
+    assert stopped == [10_000]
+    assert caught.value.code == "kafka_unreachable", caught.value
+    assert caught.value.report.outcome is TerminalOutcome.ABORT
+    assert fetch_one(target_dsn, "SELECT to_regclass('events.clicks')::text") is None
+    assert fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.kafka_offsets") == 0
+    assert staging_tables(target_dsn) == []
