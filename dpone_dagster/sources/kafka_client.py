@@ -159,13 +159,15 @@ class KafkaConsumerSession:
                 "kafka_authentication_failed",
                 f"{label} refused the login while {doing}: {self.settings.scrub(refused.str())}",
             )
-        if isinstance(error, KafkaError) and error.code() in _UNREACHABLE:
-            return kafka_error(
-                "kafka_unreachable", f"{label} while {doing}: {self.settings.scrub(error.str())}"
-            )
-        return kafka_error(
-            "kafka_read_failed", f"{label} while {doing}: {self.settings.scrub(str(error))}"
-        )
+        code = error.code() if isinstance(error, KafkaError) else None
+        text = self.settings.scrub(error.str() if isinstance(error, KafkaError) else str(error))
+        if code in _UNREACHABLE:
+            return kafka_error("kafka_unreachable", f"{label} while {doing}: {text}")
+        if code in _OUT_OF_RANGE:  # retention deleted the offset while the run read toward it
+            return kafka_error("kafka_offsets_lost", f"{label} while {doing}: {text}")
+        if code == KafkaError.UNKNOWN_TOPIC_OR_PART:  # the topic was deleted mid-run
+            return kafka_error("kafka_topic_unknown", f"{label} while {doing}: {text}")
+        return kafka_error("kafka_read_failed", f"{label} while {doing}: {text}")
 
     def commit_and_close(self) -> None:
         """Publishes the run's offsets to the consumer group (monitoring), then closes."""
@@ -186,6 +188,8 @@ class KafkaConsumerSession:
         self._closed = True
         self.consumer.close()
 
+
+_OUT_OF_RANGE = frozenset({KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET})
 
 _UNREACHABLE = frozenset(
     {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT,
