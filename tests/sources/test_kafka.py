@@ -441,4 +441,3 @@ def test_a_broker_lost_mid_run_is_a_code_and_nothing_of_the_run_is_committed(
     assert fetch_one(target_dsn, "SELECT to_regclass('events.clicks')::text") is None
     assert fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.kafka_offsets") == 0
     assert staging_tables(target_dsn) == []
-
