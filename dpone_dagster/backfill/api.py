@@ -359,6 +359,7 @@ class Backfill:
         *,
         max_batches: int | None = None,
         reconcile: bool = True,
+        reverify: bool = False,
     ) -> BackfillResult:
         """Runs the backfill to its mark (or ``max_batches``), then reconciles.
 
@@ -367,6 +368,11 @@ class Backfill:
                 checkpoint, counts, mark and remaining estimate are in ``result.run.progress``).
             max_batches: Stop after this many batches.
             reconcile: Reconcile once the run reaches its mark (again while it is blocked).
+            reverify: Reconcile again a run that already succeeded (a refresh): the target is
+                verified against the source as it is now; a range the source changed since is
+                rewritten with ``on_changed="repair"``, or blocks the run with
+                ``backfill_record_changed`` (the default). Without it a succeeded run is left
+                as it is.
 
         Raises:
             BackfillReconciliationError: a range still differs after repair (run is blocked).
@@ -382,7 +388,8 @@ class Backfill:
                 on_batch(result)
         run = run or self.plan()
         report = None
-        if reconcile and needs_reconciliation(run):
+        refresh = reverify and run.status is BackfillStatus.SUCCEEDED
+        if reconcile and (refresh or needs_reconciliation(run)):
             report = self.reconcile()
             run = self.load() or run
             if not report.ok:

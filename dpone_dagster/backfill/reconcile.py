@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 from psycopg import IsolationLevel, sql
 
@@ -138,11 +139,12 @@ def _prove(
     }
 
 
-def _snapshot_digest(conn: Connection) -> str:
-    """The digest of the snapshot of ``conn``'s open transaction."""
-    row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+def _snapshot(conn: Connection) -> tuple[str, datetime]:
+    """The digest of the snapshot of ``conn``'s open transaction, and when it was taken (the
+    snapshot of a ``REPEATABLE READ`` transaction is taken by its first statement: this one)."""
+    row = conn.execute("SELECT pg_current_snapshot()::text, statement_timestamp()").fetchone()
     assert row is not None
-    return token_digest(str(row[0]))
+    return token_digest(str(row[0])), row[1]
 
 
 def _check(
@@ -337,9 +339,9 @@ def reconcile_ranges(
     ranges = [r for r in receipts if r.observation.upper is not None]
     try:
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-            source_snapshot = _snapshot_digest(src)
+            source_snapshot, proved_at = _snapshot(src)
             with transaction(reader, IsolationLevel.REPEATABLE_READ, read_only=True):
-                target_snapshot = _snapshot_digest(reader)
+                target_snapshot, _ = _snapshot(reader)
                 measured = _measure(src, reader, shape, ranges, row_versions)
             needed = repair and any(s != t for s, t in measured.digests.values())
             together = settle is not None and needed and sessions.ledger_in_target
@@ -347,7 +349,7 @@ def reconcile_ranges(
                 checks = _check_ranges(sessions, shape, ranges, measured, repair, on_changed)
                 report = ReconciliationReport(
                     run_id=run_id, source_snapshot=source_snapshot,
-                    target_snapshot=target_snapshot, ranges=tuple(checks),
+                    target_snapshot=target_snapshot, proved_at=proved_at, ranges=tuple(checks),
                 )  # fmt: skip
                 if together and settle is not None:
                     settle(sessions.target, report)

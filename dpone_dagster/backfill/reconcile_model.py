@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from dpone_dagster.core.documents import Count, Document, Ordinal
@@ -78,12 +79,15 @@ class ReconciliationReport(Document):
         run_id: The run.
         source_snapshot: Digest of the ONE source snapshot every range was read under.
         target_snapshot: Digest of the ONE target snapshot the ranges were first read under.
+        proved_at: When that source snapshot was taken (the source server's clock): the point
+            in time at which an ``ok`` report proves the target equal to the source.
         ranges: One check per batch range, in cursor order.
     """
 
     run_id: str
     source_snapshot: str
     target_snapshot: str
+    proved_at: datetime
     ranges: tuple[RangeCheck, ...]
 
     @property

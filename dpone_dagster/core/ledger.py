@@ -15,7 +15,7 @@ so two orchestrators of one run serialize batch by batch; the revision compare-a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import sql
@@ -42,7 +42,7 @@ class LedgerConfig:
         schema: The ledger's schema (any legal identifier).
     """
 
-    dsn: str | None = None
+    dsn: str | None = field(default=None, repr=False)  # may hold a password
     schema: str = DEFAULT_LEDGER_SCHEMA
 
     def __post_init__(self) -> None:

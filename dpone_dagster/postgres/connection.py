@@ -2,21 +2,28 @@
 
 Every dpone session is opened here, by :func:`connect`, which names the side it serves
 (``source``, ``target``, ``ledger``) so that a failure to open it is one stable code whatever
-the entry point: ``<side>_unreachable`` when no server answered, ``<side>_login_failed`` when the
-server answered and refused the session (a wrong password, an unknown user or database, no
-``pg_hba.conf`` entry). Every message names the server, never the password.
+the entry point (:func:`session_error` classifies it, once): ``<side>_tls_failed`` when TLS
+could not be set up (a certificate that does not verify against ``sslrootcert``, an absent CA
+file, a host name the server's certificate is not issued for, a server that requires TLS the
+DSN does not ask for, or the reverse), ``<side>_unreachable`` when no server answered,
+``<side>_login_failed`` when the server answered and refused the session (a wrong password, an
+unknown user or database, no ``pg_hba.conf`` entry). Every message names the server, never the
+password.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import psycopg
 from psycopg import conninfo
 from psycopg.rows import TupleRow
 
 from dpone_dagster.lifecycle import DponeError, redact
+
+from .tls import server_certificate
 
 Connection: TypeAlias = psycopg.Connection[TupleRow]
 """A session as every dpone module types it: psycopg's default connection, whose rows are
@@ -31,7 +38,8 @@ class ConnectionSettingsError(DponeError):
 
 
 class SessionError(DponeError):
-    """A session could not be opened (``<side>_unreachable`` or ``<side>_login_failed``)."""
+    """A session could not be opened (``<side>_tls_failed``, ``<side>_unreachable`` or
+    ``<side>_login_failed``)."""
 
 
 def check_dsn(dsn: str) -> dict[str, str]:
@@ -161,7 +169,8 @@ def connect(
 
     Raises:
         ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
-        SessionError: ``<side>_unreachable`` or ``<side>_login_failed`` (message redacted).
+        SessionError: ``<side>_tls_failed``, ``<side>_unreachable`` or ``<side>_login_failed``
+            (message redacted).
     """
     params = check_dsn(dsn)
     options = options or ConnectionOptions()
@@ -186,34 +195,119 @@ def connect(
         raise session_error(side, dsn, exc) from None
 
 
-def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
-    """The stable error of a session that could not be opened.
+# What libpq says when TLS could not be set up: the certificate did not verify (wrong CA), the CA
+# file is missing or unreadable, the certificate is not issued for the host name, a client
+# certificate or key is unusable, the server has no TLS (sslmode=require or stronger), or the
+# server's pg_hba.conf has only hostssl lines and the client did not use TLS ("no encryption").
+_TLS_FAILURE = re.compile(
+    r"SSL error|root certificate file|server certificate for|certificate revocation list"
+    r"|certificate file|private key file|does not support SSL|SSL was required"
+    r"|no encryption|SSL connection is required",
+    re.IGNORECASE,
+)
+_CERTIFICATE_NAMES = re.compile(
+    r'server certificate for "(?P<names>[^"]*)"(?P<more> \(and \d+ other names?\))?'
+    r' does not match host name "(?P<host>[^"]*)"'
+)
 
-    libpq gives no SQLSTATE for a failed connection; a server that answered and refused the
-    session says so with a ``FATAL`` message (or asked for a password that was not given).
-    """
-    reason = redact(str(exc)).strip()
-    where = describe_dsn(dsn)
-    refused = "FATAL" in reason or "password" in reason
-    if refused:
-        return SessionError(
-            f"{side}_login_failed",
-            f"The {side} server at {where} refused the session: {reason}",
-            [
+
+SESSION_SIDES: Final[tuple[Side, ...]] = ("source", "target", "ledger")
+"""Every side a session serves: each has the three session codes of :data:`SESSION_ERRORS`."""
+
+
+def _session_codes() -> dict[str, tuple[str, tuple[str, ...]]]:
+    codes: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for side in SESSION_SIDES:
+        codes[f"{side}_tls_failed"] = (
+            f"No TLS session could be set up with the {side} server.",
+            (
+                f"Set sslrootcert in the {side} DSN to the certificate file of the CA that "
+                "issued the server's certificate.",
+                "With sslmode=verify-full the DSN's host must be one of the host names the "
+                "server's certificate is issued for.",
+                "Then run again: nothing was read or written.",
+            ),
+        )
+        codes[f"{side}_login_failed"] = (
+            f"The {side} server refused the session.",
+            (
                 f"Check the user, password and database name of the {side} DSN "
                 "(pass secrets with EnvVar).",
                 "Check that the server's pg_hba.conf lets this user in from this host.",
-            ],
+            ),
         )
-    return SessionError(
-        f"{side}_unreachable",
-        f"The {side} database at {where} could not be reached: {reason}",
-        [
-            f"Check that the {side} server is running and that the host and port of the {side} "
-            "DSN reach it.",
-            "Then run again: nothing was read or written.",
-        ],
+        codes[f"{side}_unreachable"] = (
+            f"The {side} database could not be reached.",
+            (
+                f"Check that the {side} server is running and that the host and port of the "
+                f"{side} DSN reach it.",
+                "Then run again: nothing was read or written.",
+            ),
+        )
+    return codes
+
+
+SESSION_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = _session_codes()
+"""Every code of a session that could not be opened, per side, with its default message and
+next actions: ``<side>_tls_failed``, ``<side>_login_failed``, ``<side>_unreachable``."""
+
+
+def session_error(side: Side, dsn: str, exc: psycopg.Error) -> SessionError:
+    """The stable error of a session that could not be opened: the one place that classifies it.
+
+    libpq gives no SQLSTATE for a failed connection. A TLS failure is recognised by libpq's
+    own words (see ``_TLS_FAILURE``) and checked first, because a server that refuses a
+    session without TLS answers with a ``FATAL`` too; a server that answered and refused the
+    session says so with a ``FATAL`` message (or asked for a password that was not given);
+    anything else is a server that could not be reached. The message names the server
+    (``host:port/dbname``) and quotes libpq, redacted.
+    """
+    reason = redact(str(exc)).strip()
+    detail = f"Server {describe_dsn(dsn)}: {reason}"
+    if _TLS_FAILURE.search(reason):
+        actions = _tls_next_actions(side, dsn, reason)
+        return SessionError.from_catalog(SESSION_ERRORS, f"{side}_tls_failed", detail, actions)
+    refused = "FATAL" in reason or "password" in reason
+    kind = "login_failed" if refused else "unreachable"
+    return SessionError.from_catalog(SESSION_ERRORS, f"{side}_{kind}", detail)
+
+
+def _tls_next_actions(side: Side, dsn: str, reason: str) -> list[str]:
+    """The next actions of ``<side>_tls_failed``: the CA file (``sslrootcert``), the host names
+    the server's certificate is issued for (read from the server, :func:`.tls.server_certificate`;
+    else as libpq quoted them), and ``sslmode``."""
+    params = conninfo.conninfo_to_dict(dsn)
+    host = str(params.get("host") or "localhost").split(",")[0]
+    port = str(params.get("port") or "5432").split(",")[0]
+    address = str(params.get("hostaddr") or host).split(",")[0]
+    rootcert = params.get("sslrootcert") or "unset: ~/.postgresql/root.crt"
+    timeout = float(str(params.get("connect_timeout") or 5))
+    certificate = (
+        None if address.startswith("/") else server_certificate(address, int(port), timeout)
     )
+    quoted = _CERTIFICATE_NAMES.search(reason)
+    if certificate is not None:
+        names = ", ".join(certificate.host_names) or "no host name"
+        issued = f"{names} (issued by {certificate.issuer})"
+    elif quoted:
+        issued = f'"{quoted["names"]}"{quoted["more"] or ""}, as libpq read it'
+    else:
+        issued = "unknown: the server presented none (it has no TLS, or refused this session)"
+    actions = [
+        f"Set sslrootcert in the {side} DSN to the certificate file of the CA that issued the "
+        f"server's certificate (now {rootcert}); the file must exist and be readable, or "
+        "sslrootcert=system trusts the system's CAs.",
+        f"With sslmode=verify-full the DSN's host ({host!r}) must be one of the host names the "
+        f"server's certificate is issued for: {issued}.",
+    ]
+    sslmode = (
+        f"Check sslmode in the {side} DSN: verify-full checks the CA and the host name, require "
+        "encrypts without checking them, and both fail on a server without TLS; a server "
+        "whose pg_hba.conf has only hostssl lines refuses sslmode=disable."
+    )
+    # Without a certificate, TLS itself is what the two sides disagree on: sslmode comes first.
+    actions.insert(0 if certificate is None and not quoted else len(actions), sslmode)
+    return [*actions, "Then run again: nothing was read or written."]
 
 
 def set_transaction_mode(

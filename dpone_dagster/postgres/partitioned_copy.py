@@ -294,7 +294,7 @@ class _Shared:
     """What the workers of one run share."""
 
     jobs: queue.SimpleQueue[_Job]
-    target_dsn: str
+    target_dsn: str = field(repr=False)  # may hold a password
     target_options: ConnectionOptions | None
     ready: threading.Barrier
     failed: threading.Event = field(default_factory=threading.Event)

@@ -29,7 +29,7 @@ from dpone_dagster.core import EngineError
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.catalog import table_columns
-from dpone_dagster.reconcile import Digest
+from dpone_dagster.reconcile import Digest, Proof
 from dpone_dagster.reconcile.digest import digest_query, pin_settings, row_hash, run_digest
 from tests.backfill.conftest import Pair, make_pair
 from tests.helpers import pg
@@ -212,6 +212,44 @@ def test_repair_ends_equal_to_the_source_at_the_reconciliation_snapshot_deletes_
     again = b.run()  # reconciled already: nothing to copy, nothing to repair
     assert again.committed == 0 and again.reconciliation is None
     assert again.snapshot_label is SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT
+
+
+@pytest.mark.parametrize("on_changed", ["fail", "repair"])
+def test_reverify_checks_a_succeeded_run_against_the_source_as_it_is_now(
+    pair: Pair, on_changed: OnChanged
+) -> None:
+    def backfill() -> Backfill:
+        return Backfill(
+            pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000,
+            on_changed=on_changed,
+        )  # fmt: skip
+
+    done = backfill().run()
+    assert done.run.status is BackfillStatus.SUCCEEDED and done.reconciliation is not None
+    unchanged = backfill().run(reverify=True)  # nothing changed: proven again, cheaply
+    assert unchanged.committed == 0 and unchanged.reconciliation is not None
+    assert unchanged.reconciliation.ok
+    assert unchanged.reconciliation.proven_by(Proof.ROW_VERSIONS) == 5
+    assert unchanged.reconciliation.proved_at > done.reconciliation.proved_at
+
+    # The source moves on after the run succeeded: a row of batch 2 changes, one of batch 4 goes.
+    pg.execute(pair.source, "UPDATE mixed SET qty = qty + 1 WHERE id = 1500")
+    pg.execute(pair.source, "DELETE FROM mixed WHERE id = 3500")
+    assert backfill().run().reconciliation is None  # without reverify: left as it is
+    if on_changed == "fail":
+        with pytest.raises(BackfillReconciliationError) as err:
+            backfill().run(reverify=True)
+        assert err.value.code == "backfill_record_changed"
+        assert [r.sequence for r in err.value.report.differing] == [2, 4]
+        assert backfill().load().status is BackfillStatus.BLOCKED  # type: ignore[union-attr]
+        assert digest(pair.source, "mixed") != digest(pair.target, "mixed")  # history kept
+    else:
+        refreshed = backfill().run(reverify=True)
+        report = refreshed.reconciliation
+        assert report is not None and report.ok
+        assert report.repaired_rows() == {"inserted": 0, "updated": 1, "deleted": 1}
+        assert refreshed.snapshot_label is SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT
+        assert digest(pair.source, "mixed") == digest(pair.target, "mixed")
 
 
 def test_an_unknown_on_changed_is_refused_before_anything_is_read(pair: Pair) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import dagster as dg
@@ -105,11 +106,15 @@ def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
         assert md["dpone/checkpoint"] == last_receipt_checkpoint == run_checkpoint, partition
         assert md["dpone/snapshot_label"] == "several_snapshots_reconciled"
         assert md["dpone/receipts_summary"]["batches"] == 4
-        assert md["dpone/reconciliation"] == {
+        reconciliation = dict(md["dpone/reconciliation"])
+        proved_at = datetime.fromisoformat(reconciliation.pop("proved_at"))
+        assert reconciliation == {
             "ok": True, "ranges": 4, "proven_by_row_versions": 4, "content_hashed": 0,
             "differing": [],
         }  # fmt: skip
         assert md["dpone/extraction_started_at"] <= md["dpone/extraction_completed_at"]
+        # Equality is proved as of the reconciliation's source snapshot, after the last batch.
+        assert proved_at >= datetime.fromisoformat(md["dpone/extraction_completed_at"])
     assert run_tags["dpone/partition"] == "2000..3000"
     assert run_tags["dpone/checkpoint"] == mats["2000..3000"]["dpone/checkpoint"]
     assert run_tags["dpone/copied"] == "1000"
@@ -327,3 +332,48 @@ def test_a_partition_into_an_empty_database_lists_the_types_and_extensions_it_cr
     assert pg.table_fingerprint(target_dsn, "public", "moods") == pg.table_fingerprint(
         source_dsn, "public", "moods"
     )
+
+
+@pytest.mark.parametrize("on_changed", ["fail", "repair"])
+def test_a_completed_partition_materialized_again_is_verified_against_the_source_now(
+    tables: tuple[str, str], tmp_path: Any, on_changed: str
+) -> None:
+    source_dsn, target_dsn = tables
+    asset = backfill_asset(
+        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=250, on_changed=on_changed
+    )
+
+    def materialize() -> tuple[dg.ExecuteInProcessResult, dict[str, Any]]:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            partition_key="1000..2000", raise_on_error=False,
+        )  # fmt: skip
+        [evaluation] = result.get_asset_check_evaluations()
+        [check] = evaluation.metadata["dpone/partitions"].value  # type: ignore[attr-defined]
+        assert evaluation.passed is check["ok"]
+        return result, check
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        first, check = materialize()
+        assert first.success and check["ok"] and check["proved_at"]
+        # The partition's writer goes on after its backfill completed: batch 2 changes a row,
+        # batch 3 loses one.
+        pg.execute(source_dsn, "UPDATE mixed SET qty = qty + 1 WHERE id = 1300")
+        pg.execute(source_dsn, "DELETE FROM mixed WHERE id = 1600")
+        again, check = materialize()
+        before = materializations(first)["1000..2000"]["dpone/reconciliation"]["proved_at"]
+        assert check["proved_at"] > before
+        if on_changed == "fail":  # strict: the check fails naming the changed ranges
+            assert not again.success and not check["ok"]
+            assert check["code"] == "backfill_record_changed" and check["differing"] == [2, 3]
+            assert check["differing_ranges"] == [["1250", "1500"], ["1500", "1750"]]
+            assert again.get_asset_materialization_events() == []
+            assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 1000  # untouched
+        else:  # repair: the re-run rewrites those ranges from the source, and says so
+            assert again.success and check["ok"]
+            md = materializations(again)["1000..2000"]
+            assert md["dpone/rows_repaired_updated"] == 1 and md["dpone/rows_repaired_deleted"] == 1
+            assert md["dpone/snapshot_label"] == "repaired_to_one_snapshot"
+            rows = "SELECT id, qty FROM mixed WHERE id > 1000 AND id <= 2000 ORDER BY id"
+            assert pg.fetch_all(target_dsn, rows) == pg.fetch_all(source_dsn, rows)
+            assert pg.fetch_one(target_dsn, "SELECT count(*) FROM mixed") == 999

@@ -176,10 +176,13 @@ class _PartitionRunner:
             except BackfillReconciliationError as exc:
                 # Report the failed check, then fail the step: a partition whose target
                 # differs from its source at the mark is never reported as materialized.
-                differing = [r.sequence for r in exc.report.differing]
-                checks.append(
-                    {"partition": partition, "ok": False, "code": exc.code, "differing": differing}
-                )
+                report = exc.report
+                checks.append({
+                    "partition": partition, "ok": False, "code": exc.code,
+                    "differing": [r.sequence for r in report.differing],
+                    "differing_ranges": [[r.after, r.upper] for r in report.differing],
+                    "proved_at": report.proved_at.isoformat(),
+                })  # fmt: skip
                 return checks, exc
             except DponeError as exc:
                 raise DponeFailure(exc) from exc
@@ -216,9 +219,12 @@ class _PartitionRunner:
             self.context.log.info(f"dpone: created target table {what.target}")
         with self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
+            # A partition materialized again is a refresh in Dagster's eyes: a run already at
+            # its mark is verified against the source as it is now (reverify), never assumed.
             result = backfill.run(
                 on_batch=lambda batch: self.progress.report(partition, batch),
                 reconcile=self.reconcile,
+                reverify=True,
             )
             receipts = backfill.receipts()
         self.progress.flush()  # the batches' observations precede the partition's metadata
@@ -256,6 +262,7 @@ class _PartitionRunner:
             "ok": True,
             "ranges": len(report.ranges),
             "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
+            "proved_at": report.proved_at.isoformat(),
         }
 
     def _recorded_checkpoint(self, partition: str) -> str | None:
@@ -296,4 +303,5 @@ def _check_summary(partition: str, result: BackfillResult) -> dict[str, Any]:
         "ranges": 0 if report is None else len(report.ranges),
         "proven_by_row_versions": 0 if report is None else report.proven_by(Proof.ROW_VERSIONS),
         "snapshot_label": result.run.snapshot_label.value,
+        "proved_at": None if report is None else report.proved_at.isoformat(),
     }

@@ -265,6 +265,7 @@ def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
         "proven_by_row_versions": report.proven_by(Proof.ROW_VERSIONS),
         "content_hashed": report.proven_by(Proof.CONTENT_HASH),
         "differing": [r.sequence for r in report.differing],
+        "proved_at": report.proved_at.isoformat(),
     }
     return dict(
         DponeMetadataSet(

@@ -4,11 +4,13 @@ Kafka sources; the sources' methods are the event iterators the asset factories 
 from .kafka import KafkaSourceResource
 from .ledger import LedgerResource
 from .postgres import PostgresSourceResource, PostgresTargetResource
+from .secrets import LiteralSecretWarning
 from .sources import MySQLSourceResource, RestSourceResource
 
 __all__ = [
     "KafkaSourceResource",
     "LedgerResource",
+    "LiteralSecretWarning",
     "MySQLSourceResource",
     "PostgresSourceResource",
     "PostgresTargetResource",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import dagster as dg
 from pydantic import Field, field_validator
 
 from dpone_dagster.core import DEFAULT_LEDGER_SCHEMA, LedgerConfig
@@ -12,10 +11,11 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import same_database
 from dpone_dagster.postgres.identifiers import check_identifier
 
+from .secrets import SecretResource
 from .sessions import PostgresResource, checked_dsn
 
 
-class LedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class LedgerResource(SecretResource):
     """Where backfill runs and their batch receipts, and incremental streams' state, are kept.
 
     By default the ledger lives in the target database (``dsn`` unset), in schema
@@ -35,7 +35,7 @@ class LedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """
 
     dsn: str | None = Field(
-        default=None, description="Ledger database; the target's database when unset."
+        default=None, description="Ledger database; the target's database when unset.", repr=False
     )
     schema_name: str = Field(
         default=DEFAULT_LEDGER_SCHEMA, description="Schema of the ledger tables."
@@ -44,7 +44,7 @@ class LedgerResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     @field_validator("dsn", mode="before")
     @classmethod
     def _dsn_shape(cls, value: Any) -> Any:
-        return None if value is None else checked_dsn(value)
+        return None if value is None else checked_dsn(value, cls.__name__)
 
     @field_validator("schema_name")
     @classmethod

@@ -20,6 +20,8 @@ from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Connection, Side, connect
 
+from .secrets import SecretResource, warn_if_literal
+
 
 @runtime_checkable
 class Closeable(Protocol):
@@ -33,8 +35,15 @@ _T = TypeVar("_T", bound="ExtractionArtifact | Closeable | SnapshotSession")
 _H = TypeVar("_H")
 
 
-def checked_dsn(value: Any) -> Any:
+def checked_dsn(value: Any, owner: str) -> Any:
     """Checks a DSN's shape now, or an EnvVar's value when it is set at load time.
+
+    A literal DSN that holds a password warns (:class:`~.secrets.LiteralSecretWarning`):
+    Dagster would store it in its run storage.
+
+    Args:
+        value: The ``dsn`` given to the resource: a string or an ``EnvVar``.
+        owner: The resource class, for the messages.
 
     Raises:
         ValueError: ``dsn_invalid``, naming the field or the variable, never the password.
@@ -45,21 +54,24 @@ def checked_dsn(value: Any) -> Any:
             _check_shape(resolved, f"environment variable {value.env_var_name}")
         return value
     if isinstance(value, str):
-        _check_shape(value, "dsn")
+        params = _check_shape(value, "dsn")
+        warn_if_literal(owner, "dsn", value, holds_secret=bool(params.get("password")))
     return value
 
 
-def _check_shape(dsn: str, where: str) -> None:
+def _check_shape(dsn: str, where: str) -> dict[str, str]:
     try:
-        check_dsn(dsn)
+        return check_dsn(dsn)
     except DponeError as exc:
         raise ValueError(f"{where}: {exc}") from None
 
 
-class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class PostgresResource(SecretResource):
     """Connection settings and session tracking shared by the source and the target."""
 
-    dsn: str = Field(description="libpq DSN, e.g. postgresql://user@host:5432/db (use EnvVar).")
+    dsn: str = Field(
+        description="libpq DSN, e.g. postgresql://user@host:5432/db (use EnvVar).", repr=False
+    )
     application_name: str = Field(
         default="dpone-dagster", description="Shown in pg_stat_activity for every dpone session."
     )
@@ -79,7 +91,7 @@ class PostgresResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     @field_validator("dsn", mode="before")
     @classmethod
     def _dsn_shape(cls, value: Any) -> Any:
-        return checked_dsn(value)
+        return checked_dsn(value, cls.__name__)
 
     @property
     def options(self) -> ConnectionOptions:

@@ -10,9 +10,10 @@ over. A generic source makes no snapshot claim (label ``no_snapshot_claim``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
@@ -22,9 +23,10 @@ from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, RestSettings, RestSource
 
 from .postgres import PostgresTargetResource
+from .secrets import SecretResource, warn_if_literal
 
 
-class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class MySQLSourceResource(SecretResource):
     """A MySQL or MariaDB server to read from.
 
     Examples:
@@ -36,13 +38,24 @@ class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     host: str = Field(default="127.0.0.1", description="Server host.")
     port: int = Field(default=3306, ge=1, le=65535, description="Server port.")
     user: str = Field(description="User name.")
-    password: str = Field(default="", description="Password; pass EnvVar('MYSQL_PASSWORD').")
+    password: str = Field(
+        default="", description="Password; pass EnvVar('MYSQL_PASSWORD').", repr=False
+    )
     database: str = Field(description="Database of the tables (and default of queries).")
     connect_timeout: float = Field(default=10.0, gt=0, description="Seconds to connect.")
     read_timeout: float | None = Field(
         default=300.0, description="Seconds to wait for each read from the server; None: forever."
     )
     fetch_size: int = Field(default=5000, ge=1, description="Rows read per fetch.")
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _literal_password(cls, value: Any) -> Any:
+        warn_if_literal(
+            cls.__name__, "password", value, holds_secret=bool(value),
+            ways_out="pass it with dg.EnvVar('MYSQL_PASSWORD')",
+        )  # fmt: skip
+        return value
 
     def settings(self) -> MySQLSettings:
         """The domain settings these fields describe."""
@@ -108,7 +121,7 @@ class MySQLSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         )  # fmt: skip
 
 
-class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class RestSourceResource(SecretResource):
     """An HTTP JSON API to read from.
 
     Examples:
@@ -117,9 +130,13 @@ class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """
 
     base_url: str = Field(description="The API's root URL.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Headers for every request.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Headers for every request.", repr=False
+    )
     bearer_token: str | None = Field(
-        default=None, description="Sent as 'Authorization: Bearer ...'; pass EnvVar('API_TOKEN')."
+        default=None,
+        description="Sent as 'Authorization: Bearer ...'; pass EnvVar('API_TOKEN').",
+        repr=False,
     )
     timeout: float = Field(default=30.0, gt=0, description="Seconds per connect/read/write.")
     max_retries: int = Field(default=5, ge=0, description="Retries after a 429, 5xx or error.")
@@ -127,6 +144,15 @@ class RestSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     max_backoff_seconds: float = Field(
         default=30.0, ge=0, description="Longest wait between attempts (caps Retry-After)."
     )
+
+    @field_validator("bearer_token", mode="before")
+    @classmethod
+    def _literal_token(cls, value: Any) -> Any:
+        warn_if_literal(
+            cls.__name__, "bearer_token", value, holds_secret=bool(value),
+            ways_out="pass it with dg.EnvVar('API_TOKEN')",
+        )  # fmt: skip
+        return value
 
     def settings(self) -> RestSettings:
         """The domain settings these fields describe."""

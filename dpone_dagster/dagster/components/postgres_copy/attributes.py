@@ -35,7 +35,7 @@ import dagster as dg
 # Dagster's resolution of AssetAttributesModel (the attributes with a key) has no top-level
 # name in dagster 1.13; dagster-sling's and dagster-dbt's components import from this module.
 from dagster.components.resolved.core_models import resolve_asset_spec_update_kwargs_to_mapping
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from dpone_dagster.dagster.resources import (
     PostgresSourceResource,
@@ -177,6 +177,9 @@ class PostgresResourceModel(dg.Model):
     Attributes:
         dsn: ``"{{ env.DPONE_SOURCE_DSN }}"`` (kept as an ``EnvVar``: never shown), or a DSN.
     """
+
+    # A DSN this model refuses is never quoted in the error (it may hold a password).
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     dsn: str = Field(
         description='libpq DSN; "{{ env.NAME }}" stays an EnvVar, read when a run starts.'
