@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from dpone_dagster import KafkaSourceResource, kafka_copy_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
+from dpone_dagster.dagster.resources.secrets import LiteralSecretWarning
 from dpone_dagster.embedded_kafka import KafkaBroker
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import kafka, pg
@@ -69,7 +70,7 @@ def test_a_kafka_asset_materializes_each_message_once_with_its_offsets_in_the_me
 
 
 def test_a_failed_kafka_run_is_a_failure_with_its_code_and_no_password(
-    kafka_broker: KafkaBroker, topic: str, target_dsn: str
+    kafka_broker: KafkaBroker, topic: str, target_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     kafka.create_topic(bootstrap, topic, 1)
@@ -84,9 +85,14 @@ def test_a_failed_kafka_run_is_a_failure_with_its_code_and_no_password(
     assert data.user_failure_data is not None
     assert data.user_failure_data.metadata[ERROR_CODE_KEY].value == "kafka_message_invalid"
     password = "kafka-secret-never-shown"
+    with pytest.warns(LiteralSecretWarning) as warned:  # a literal: EnvVar is the way
+        _resources(kafka_broker, target_dsn, sasl_password=password)
+    assert "dg.EnvVar" in str(warned[0].message) and password not in str(warned[0].message)
+    monkeypatch.setenv("DPONE_TEST_KAFKA_PASSWORD", password)
     sasl = _resources(
         kafka_broker, target_dsn, security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism="SCRAM-SHA-512", sasl_username="u", sasl_password=password,
+        sasl_mechanism="SCRAM-SHA-512", sasl_username="u",
+        sasl_password=dg.EnvVar("DPONE_TEST_KAFKA_PASSWORD"),
     )  # fmt: skip
     refused = dg.materialize([asset], resources=sasl, raise_on_error=False)
     [failure] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]

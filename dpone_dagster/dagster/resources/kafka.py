@@ -8,8 +8,10 @@ SASL password) come from ``EnvVar``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dagster as dg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from dpone_dagster.dagster.events.kafka_copy import KafkaCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
@@ -20,10 +22,12 @@ from dpone_dagster.sources import KafkaSettings, LostOffsets, ValueFormat, kafka
 
 from .ledger import LedgerResource
 from .postgres import PostgresTargetResource
+from .secrets import SecretResource, warn_if_literal
 
 
-class KafkaSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
-    """A Kafka cluster to read topics from.
+class KafkaSourceResource(SecretResource):
+    """A Kafka cluster to read topics from (a literal ``sasl_password`` warns: pass it with
+    ``dg.EnvVar``).
 
     Examples:
         >>> kafka = KafkaSourceResource(bootstrap_servers="broker:9092")
@@ -42,7 +46,7 @@ class KafkaSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     )
     sasl_username: str | None = Field(default=None, description="The SASL user.")
     sasl_password: str | None = Field(
-        default=None, description="The SASL password; pass EnvVar('KAFKA_PASSWORD')."
+        default=None, description="The SASL password; pass EnvVar('KAFKA_PASSWORD').", repr=False
     )
     ssl_ca_location: str | None = Field(
         default=None, description="CA bundle verifying the brokers' certificates (TLS)."
@@ -50,6 +54,15 @@ class KafkaSourceResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     timeout: float = Field(
         default=30.0, gt=0, description="Seconds to wait for metadata, offsets and messages."
     )
+
+    @field_validator("sasl_password", mode="before")
+    @classmethod
+    def _literal_password(cls, value: Any) -> Any:
+        warn_if_literal(
+            cls.__name__, "sasl_password", value, holds_secret=bool(value),
+            ways_out="pass it with dg.EnvVar('KAFKA_PASSWORD')",
+        )  # fmt: skip
+        return value
 
     def settings(self) -> KafkaSettings:
         """The domain settings these fields describe."""
