@@ -64,7 +64,9 @@ def tansu_binary() -> Path:
 
 def _die_with_parent() -> None:
     """In the broker's process before it runs: on Linux, ask for SIGTERM when the process that
-    started it dies, so a test run or demo killed with ``kill -9`` leaves no broker behind."""
+    started it dies, so a test run or demo killed with ``kill -9`` leaves no broker behind.
+    (Linux sends it when the starting *thread* ends: start the broker from a thread that lives
+    as long as it should, such as the main thread.)"""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
