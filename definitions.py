@@ -9,6 +9,9 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
 * ``shop/stock``: an incremental stream of a mutable stock table by its ``updated_at``, with hard
   deletes and a schedule every five minutes (``python -m demo.stream`` shows one change, one late
   commit and one delete arriving).
+* ``events/clicks``: a Kafka topic copied exactly once into ``events.clicks`` (``python -m
+  demo.kafka`` starts a broker of its own and names it in ``DPONE_KAFKA_BOOTSTRAP``; unset, the
+  broker is expected at 127.0.0.1:9092), bad messages kept in ``events.clicks_dead``.
 * ``source/...``: the source tables, external assets upstream of their copies.
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
@@ -21,13 +24,16 @@ import os
 from pathlib import Path
 
 import dagster as dg
+from pydantic import BaseModel
 
 from dpone_dagster import (
+    KafkaSourceResource,
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
     backfill_asset,
     incremental_asset,
+    kafka_copy_asset,
     snapshot_copy_assets,
     source_asset_specs,
 )
@@ -78,12 +84,37 @@ stock_every_five_minutes = dg.ScheduleDefinition(
     name="stock_every_five_minutes", target=stock, cron_schedule="*/5 * * * *"
 )
 
+
+class Click(BaseModel):
+    """A click on the demo's topic ``clicks``: its fields become the table's columns."""
+
+    user_id: int
+    page: str
+
+
+clicks = kafka_copy_asset(
+    key=["events", "clicks"],
+    topic="clicks",
+    target_table="events.clicks",
+    model=Click,
+    dead_letter_table="events.clicks_dead",
+    group_name="kafka",
+)
+
+
+def _bootstrap() -> str:
+    if os.environ.get("DPONE_KAFKA_BOOTSTRAP"):
+        return dg.EnvVar("DPONE_KAFKA_BOOTSTRAP")
+    return "127.0.0.1:9092"
+
+
 defs = dg.Definitions(
     # The source tables, upstream of their copies in the asset graph.
     assets=[
         shop,
         page_views,
         stock,
+        clicks,
         *(
             s.replace_attributes(group_name="sources")
             for s in source_asset_specs([shop, page_views, stock])
@@ -98,5 +129,6 @@ defs = dg.Definitions(
         "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "dpone_demo_source")),
         "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "dpone_demo_target")),
         "ledger": LedgerResource(),
+        "kafka": KafkaSourceResource(bootstrap_servers=_bootstrap()),
     },
 )

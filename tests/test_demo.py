@@ -60,6 +60,10 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     assert "delete: id 13 is gone from the target" in done.stdout
     assert "late commit: id 21 committed now" in done.stdout and "below the mark" in done.stdout
     assert "late:   id 21 has qty 555 in the target" in done.stdout
+    # The Kafka topic: 20 clicks, then 5 more, each message once; the bad one a dead letter.
+    assert "events.clicks: 20 rows, 20 distinct messages; dead letters 1" in done.stdout
+    assert "events.clicks: 25 rows, 25 distinct messages; dead letters 1" in done.stdout
+    assert "ledger offsets: partition 0 -> 13, partition 1 -> 13" in done.stdout
     assert_the_printed_command_shows_the_runs(done.stdout, port, tmp_path)
 
 
@@ -79,10 +83,11 @@ def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: 
     finally:
         server.stop()
     # The shop copy, the customers' copy after the evolution, the backfill's range in one run,
-    # and three runs of the incremental stock stream.
-    assert len(runs) == 6, runs
+    # three runs of the incremental stock stream and two of the Kafka topic.
+    assert len(runs) == 8, runs
     assert {r["status"] for r in runs} == {"SUCCESS"}
     selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
     assert ("shop", "orders") in selected[0]
     assert selected[1:3] == [{("shop", "customers")}, {("events", "page_views")}]
-    assert selected[3:] == [{("shop", "stock")}] * 3
+    assert selected[3:6] == [{("shop", "stock")}] * 3
+    assert selected[6:] == [{("events", "clicks")}] * 2

@@ -12,7 +12,8 @@ taken did not finish in time). The stream's codes start with ``incremental_``: a
 ``incremental_options_invalid``) is refused when the run is planned, before anything is written;
 so is a cursor that is not a column of the table, in both engines (``cursor_not_found``);
 ``incremental_mark_unsettled`` is not raised but names, in a run's notices, transactions that
-were still open when the run's settle timeout ran out.
+were still open when the run's settle timeout ran out. The Kafka source's codes start with
+``kafka_`` (raised as :class:`~dpone_dagster.sources.SourceError` from this catalog).
 """
 
 from __future__ import annotations
@@ -165,6 +166,58 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "end, each run reads again from the mark before they began, so none of their rows "
             "is lost, at the cost of re-reading that range.",
         ),
+    ),
+    # The Kafka source (dpone_dagster/sources/kafka.py): a topic into a PostgreSQL table.
+    "kafka_options_invalid": (
+        "The Kafka copy's options are invalid.",
+        ("Fix the option named in the message.",),
+    ),
+    "kafka_unreachable": (
+        "The Kafka broker did not answer.",
+        (
+            "Check that the broker runs and that bootstrap_servers reaches it (host, port, "
+            "security_protocol); nothing was written to the target.",
+        ),
+    ),
+    "kafka_authentication_failed": (
+        "The Kafka broker refused the login.",
+        (
+            "Check sasl_mechanism, sasl_username and the password (pass it with "
+            "EnvVar('KAFKA_PASSWORD')); nothing was written to the target.",
+        ),
+    ),
+    "kafka_topic_unknown": (
+        "The Kafka topic does not exist on the broker.",
+        ("Check the topic's name, or create the topic first; nothing was written.",),
+    ),
+    "kafka_message_invalid": (
+        "A Kafka message could not be loaded; nothing of the run's messages was committed and "
+        "the ledger's offsets did not move.",
+        (
+            "Fix or skip the message at the source, loosen the model (a field | None), or set "
+            "dead_letter_table= so bad messages are kept there with their reason.",
+        ),
+    ),
+    "kafka_key_missing": (
+        "A Kafka message has no key, and the merge sink keeps one row per key; nothing of the "
+        "run's messages was committed.",
+        (
+            "Produce keyed messages to the topic, use sink='append', or set dead_letter_table= "
+            "to keep unkeyed messages there.",
+        ),
+    ),
+    "kafka_offsets_lost": (
+        "The broker no longer holds the messages at the offset the ledger resumes from "
+        "(deleted by retention, or the topic was recreated); nothing was written.",
+        (
+            "Run once with on_lost_offsets='earliest' to restart those partitions from the "
+            "earliest offset the broker holds: the messages named in the message are lost for "
+            "the target (re-produce them, or accept the gap).",
+        ),
+    ),
+    "kafka_read_failed": (
+        "Reading the Kafka topic failed mid-run; nothing of the run's messages was committed.",
+        ("Check the broker and the network, then run again: the run resumes from the ledger.",),
     ),
 }
 """Every engine code with its default message and next actions."""

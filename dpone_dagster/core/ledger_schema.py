@@ -76,18 +76,24 @@ class LedgerTables:
         return self.table("incremental_batch_receipts")
 
     @property
+    def kafka_offsets(self) -> sql.Identifier:
+        """Kafka streams' positions: the next offset to read, per stream and partition."""
+        return self.table("kafka_offsets")
+
+    @property
     def version(self) -> sql.Identifier:
         """The migrations applied to this ledger."""
         return self.table("ledger_version")
 
     def sql(self, text: str) -> sql.Composed:
         """``text`` with ``{runs}``, ``{batch_receipts}``, ``{range_checks}``, ``{streams}``,
-        ``{stream_receipts}`` and ``{version}`` replaced by the tables' names."""
+        ``{stream_receipts}``, ``{kafka_offsets}`` and ``{version}`` replaced by the tables'
+        names."""
         return sql.SQL(text).format(
             **{
                 name: getattr(self, name)
                 for name in ("runs", "batch_receipts", "range_checks", "streams",
-                             "stream_receipts", "version")
+                             "stream_receipts", "kafka_offsets", "version")
                 if "{" + name + "}" in text
             }
         )  # fmt: skip
@@ -150,7 +156,21 @@ _MIGRATION_1: Final = (
 )
 """Every table of the first release of the ledger."""
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1,)
+_MIGRATION_2: Final = (
+    """CREATE TABLE IF NOT EXISTS {kafka_offsets} (
+    stream_id text NOT NULL,
+    topic text NOT NULL,
+    partition integer NOT NULL CHECK (partition >= 0),
+    next_offset bigint NOT NULL CHECK (next_offset >= 0),
+    run bigint NOT NULL CHECK (run >= 1),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (stream_id, partition)
+)""",
+)
+"""The Kafka source's positions (``sources/kafka_offsets.py``): the offset after the last message
+a committed run loaded, per partition; written in the transaction that loaded those messages."""
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1, _MIGRATION_2)
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""
 LEDGER_VERSION: Final = len(MIGRATIONS)

@@ -1,10 +1,22 @@
-"""Generic source adapters (MySQL/MariaDB, REST): honest receipts, no snapshot claims.
+"""Generic source adapters (MySQL/MariaDB, REST, Kafka): honest receipts, no snapshot claims.
 
 Imports no Dagster. Every adapter implements :class:`SourceAdapter`: ``describe()`` maps its types
 before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` whose receipt opens
 at the first read and completes only when the source is exhausted.
 """
 
+from .kafka import (
+    KafkaCopyReport,
+    KafkaSource,
+    LostOffsets,
+    PartitionRead,
+    copy_topic,
+    kafka_sink,
+    kafka_source_for,
+    stream_id_of,
+)
+from .kafka_client import KafkaSettings
+from .kafka_messages import ValueFormat
 from .load import SourceLoadError, SourceLoadReport, StagedRows, load_source, stage_rows
 from .mysql import MySQLSettings, MySQLSource, MySQLStream
 from .mysql_catalog import quote_mysql_identifier
@@ -31,6 +43,10 @@ __all__ = [
     "ByteMeter",
     "CursorPagination",
     "HttpSession",
+    "KafkaCopyReport",
+    "KafkaSettings",
+    "KafkaSource",
+    "LostOffsets",
     "MySQLSettings",
     "MySQLSource",
     "MySQLStream",
@@ -38,6 +54,7 @@ __all__ = [
     "PageNumberPagination",
     "PageRequest",
     "Pagination",
+    "PartitionRead",
     "RestSettings",
     "RestSource",
     "Row",
@@ -48,9 +65,14 @@ __all__ = [
     "SourceLoadError",
     "SourceLoadReport",
     "StagedRows",
+    "ValueFormat",
+    "copy_topic",
     "extract_stream",
+    "kafka_sink",
+    "kafka_source_for",
     "load_source",
     "model_columns",
     "quote_mysql_identifier",
     "stage_rows",
+    "stream_id_of",
 ]

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -29,7 +29,7 @@ from dpone_dagster.lifecycle import (
 from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.failures import database_error
-from dpone_dagster.postgres.load import TargetLoad, settle_load
+from dpone_dagster.postgres.load import TargetLoad, begin_read_write, settle_load
 from dpone_dagster.postgres.plan import Sink, TablePlan, TargetRules, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.sinks import SinkResult
@@ -116,6 +116,8 @@ def load_source(
     options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
     schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    begin: Callable[[Connection], None] = begin_read_write,
+    before_commit: Callable[[Connection], None] | None = None,
 ) -> SourceLoadReport:
     """Copies a generic source into ``target`` through a staging table and a sink.
 
@@ -130,6 +132,10 @@ def load_source(
         schema_changes: ``evolve`` (an existing target takes added columns and widened types
             and keeps dropped columns, in the load's transaction) or ``freeze`` (any difference
             is refused with ``schema_change_incompatible``).
+        begin: Begins the load's target transaction, before any row is read (a source whose
+            position lives in the ledger takes its lock and reads it here).
+        before_commit: Writes what must commit with the rows (a source's position in the
+            ledger), in the load's transaction after the sink.
 
     Returns:
         The report of a committed load (outcome ``success``).
@@ -148,7 +154,7 @@ def load_source(
     artifact.on_progress = on_progress
     load = _SourceLoad(artifact, target, how[0], primary_key, how[1])
     settle_load(
-        lambda: load.run(target_dsn, options),
+        lambda: load.run(target_dsn, options, begin, before_commit),
         settle=load.settle,
         failure=load.failure,
         error=SourceLoadError,
@@ -240,7 +246,13 @@ class _SourceLoad:
             swap=True,
         )
 
-    def run(self, target_dsn: str, options: ConnectionOptions | None) -> None:
+    def run(
+        self,
+        target_dsn: str,
+        options: ConnectionOptions | None,
+        begin: Callable[[Connection], None] = begin_read_write,
+        before_commit: Callable[[Connection], None] | None = None,
+    ) -> None:
         """Plans the target from its catalog, then loads through the one load path."""
         with connect(target_dsn, options, side="target") as conn:
             set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
@@ -254,7 +266,7 @@ class _SourceLoad:
             )
             conn.rollback()  # read only: nothing to keep
             self.load = TargetLoad(conn, target_dsn, [plan], self.sink)
-            self.load.run(lambda _: self.artifact)
+            self.load.run(lambda _: self.artifact, begin=begin, before_commit=before_commit)
 
     def failure(self, exc: Exception) -> DponeError:
         """The stable error of a failed load."""

@@ -241,7 +241,8 @@ def test_hostile_names_reach_only_the_intended_table(source_dsn: str, target_dsn
         (ledger.schema, n)
         for n in (
             "backfill_runs", "backfill_batch_receipts", "backfill_range_checks",
-            "incremental_streams", "incremental_batch_receipts", "ledger_version",
+            "incremental_streams", "incremental_batch_receipts", "kafka_offsets",
+            "ledger_version",
         )
     }  # fmt: skip
     for dsn in (source_dsn, target_dsn):

@@ -17,9 +17,11 @@ from pydantic import BaseModel
 
 from dpone_dagster import (
     CopyTableSpec,
+    KafkaSourceResource,
     backfill_asset,
     build_extraction_job,
     incremental_asset,
+    kafka_copy_asset,
     mysql_copy_asset,
     rest_copy_asset,
     snapshot_copy_assets,
@@ -37,8 +39,9 @@ from dpone_dagster.dagster.resources import (
     PostgresTargetResource,
     RestSourceResource,
 )
+from dpone_dagster.embedded_kafka import KafkaBroker
 from dpone_dagster.sources import MySQLSettings
-from tests.helpers import mysql, pg
+from tests.helpers import kafka, mysql, pg
 from tests.helpers.http_api import ApiServer, Reply, Request
 from tests.incremental.conftest import ORDERS, insert_orders
 
@@ -53,6 +56,8 @@ ONLY_WHEN = {
     "dpone/notices": "a transaction open at the stream's mark did not settle",
     "dpone/virtual_as_stored": "a PostgreSQL 18 VIRTUAL column went into an older target "
     "(tests/postgres/test_generated_columns.py)",
+    "dpone/group_commit_error": "publishing a Kafka run's offsets to the consumer group failed "
+    "after the target's commit (monitoring only)",
 }
 """Declared keys that the runs below do not write, and when they are written."""
 
@@ -252,14 +257,43 @@ def generic(
         assert materialize(seen, instance, [orders, items], resources).success
 
 
-def test_every_key_of_every_asset_kind_is_declared_with_its_type_and_every_field_is_written(
-    source_dsn: str, target_dsn: str, mariadb: MySQLSettings, instance: dg.DagsterInstance
+def kafka_copies(
+    seen: Seen, instance: dg.DagsterInstance, broker: KafkaBroker, topic: str, target_dsn: str
 ) -> None:
+    """A Kafka copy with a dead letter, and one whose ledger offset the broker lost (restarted
+    at the earliest offset)."""
+    bootstrap = broker.bootstrap_servers
+    kafka.create_topic(bootstrap, topic, 1)
+    kafka.produce(bootstrap, topic, [*kafka.json_messages(0, 3), (b"bad", b"{oops")])
+    clicks = kafka_copy_asset(
+        key="clicks", topic=topic, target_table="raw.clicks", dead_letter_table="raw.dead"
+    )
+    keyed = kafka_copy_asset(
+        key="keyed", topic=topic, target_table="raw.keyed", sink="merge",
+        value_format="bytes", on_lost_offsets="earliest",
+    )  # fmt: skip
+    resources = {
+        "kafka": KafkaSourceResource(bootstrap_servers=bootstrap, timeout=10.0),
+        "target": PostgresTargetResource(dsn=target_dsn),
+        "ledger": LedgerResource(),
+    }
+    assert materialize(seen, instance, [clicks, keyed], resources).success
+    kafka.delete_topic(bootstrap, topic)
+    kafka.create_topic(bootstrap, topic, 1)
+    kafka.produce(bootstrap, topic, [(b"k0", None)])
+    assert materialize(seen, instance, [keyed], resources).success
+
+
+def test_every_key_of_every_asset_kind_is_declared_with_its_type_and_every_field_is_written(
+    source_dsn: str, target_dsn: str, mariadb: MySQLSettings, instance: dg.DagsterInstance,
+    kafka_broker: KafkaBroker, topic: str,
+) -> None:  # fmt: skip
     seen = Seen()
     snapshot_copies(seen, instance, source_dsn, target_dsn)
     backfill(seen, instance, source_dsn, target_dsn)
     incremental(seen, instance, source_dsn, target_dsn)
     generic(seen, instance, mariadb, target_dsn)
+    kafka_copies(seen, instance, kafka_broker, topic, target_dsn)
     assert seen.kinds == {
         "materialization", "observation", "check", "failure", "spec", "run tags", "op tags",
     }  # fmt: skip

@@ -33,6 +33,7 @@ from dagster.components.testing import create_defs_folder_sandbox
 from psycopg import conninfo
 
 from dpone_dagster import (
+    KafkaSourceResource,
     LedgerResource,
     MySQLSourceResource,
     PostgresCopyComponent,
@@ -251,6 +252,7 @@ def test_a_literal_secret_warns_at_definition_time_and_dagster_stores_it(
         lambda: LedgerResource(dsn=literal),
         lambda: MySQLSourceResource(user="u", password=PASSWORD, database="d"),
         lambda: RestSourceResource(base_url="http://127.0.0.1:1", bearer_token=PASSWORD),
+        lambda: KafkaSourceResource(bootstrap_servers="127.0.0.1:1", sasl_password=PASSWORD),
     ]
     for make in makers:
         with pytest.warns(LiteralSecretWarning) as caught:
@@ -310,8 +312,19 @@ BAD_PORT = f"postgresql://app:{PASSWORD}@db:99999/shop"
         lambda: MySQLSourceResource(user="u", password=[PASSWORD], database="d"),
         lambda: RestSourceResource(base_url="http://a", bearer_token=[PASSWORD]),
         lambda: PostgresResourceModel(dsn=BAD_PORT, connect_timeout=[PASSWORD]),
+        lambda: KafkaSourceResource(bootstrap_servers="b", sasl_password=[PASSWORD]),
     ],
-    ids=["source", "target", "ledger", "other_field", "mysql", "mysql_type", "rest", "yaml_model"],
+    ids=[
+        "source",
+        "target",
+        "ledger",
+        "other_field",
+        "mysql",
+        "mysql_type",
+        "rest",
+        "yaml_model",
+        "kafka",
+    ],
 )
 def test_a_value_refused_at_definition_time_is_never_echoed(build: Callable[[], object]) -> None:
     with warnings.catch_warnings():

@@ -2,7 +2,9 @@
 
 ``python -m tests.helpers.crash_child ENGINE SOURCE_DSN TARGET_DSN BATCH_SIZE`` runs one engine's
 job to the end: ``backfill`` backfills ``public.mixed`` (cursor ``id``), ``incremental`` runs the
-stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once. It prints one line per
+stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once, ``kafka`` (SOURCE is
+``BOOTSTRAP/TOPIC``) runs the stream ``TOPIC -> events.clicks`` (append) in runs of at most
+BATCH_SIZE messages until one reads nothing. It prints one line per
 phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
 (``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
 read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from dpone_dagster.backfill import Backfill, BatchResult
 from dpone_dagster.incremental import BatchOutcome, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import TableName
+from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for
 
 
 class Phases:
@@ -64,9 +68,26 @@ def incremental(source: str, target: str, batch_size: int, phases: Phases) -> in
     return sync.run().rows
 
 
+def kafka(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Copies the topic into ``events.clicks`` run after run; the messages read."""
+    bootstrap, topic = source.split("/", 1)
+    settings = KafkaSettings(bootstrap, timeout=20.0)
+    table = TableName("events", "clicks")
+    read = 0
+    while True:
+        phases.on_phase("copy")
+        source_ = kafka_source_for(settings, topic, sink="append", max_messages_per_run=batch_size)
+        report = copy_topic(source_, target, table)
+        phases.committed(report.run)
+        read += report.messages
+        if report.messages == 0:
+            return read
+
+
 ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
     "backfill": backfill,
     "incremental": incremental,
+    "kafka": kafka,
 }
 
 

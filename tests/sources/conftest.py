@@ -1,4 +1,5 @@
-"""Fixtures for the generic sources: fresh MariaDB databases (a real server, never a mock)."""
+"""Fixtures for the generic sources: fresh MariaDB databases (a real server, never a mock); the
+Kafka broker's fixtures are in ``tests/conftest.py`` (the metadata test uses them too)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,16 @@
 """Asset factories: snapshot copies (one multi-asset per snapshot), partitioned backfills,
-incremental streams, and the generic sources' copies (MySQL/MariaDB, REST)."""
+incremental streams, and the generic sources' copies (MySQL/MariaDB, REST, Kafka)."""
 
 from .backfill import backfill_asset
 from .incremental import incremental_asset
+from .kafka import kafka_copy_asset
 from .snapshot_copy import snapshot_copy_assets
 from .sources import mysql_copy_asset, rest_copy_asset
 
 __all__ = [
     "backfill_asset",
     "incremental_asset",
+    "kafka_copy_asset",
     "mysql_copy_asset",
     "rest_copy_asset",
     "snapshot_copy_assets",

@@ -3,6 +3,7 @@ yields its materializations and checks (``yield from source.copy_tables(context,
 
 from .backfill import BackfillEvent, BackfillEvents
 from .incremental import IncrementalEvent, IncrementalEvents
+from .kafka_copy import KafkaCopyEvent, KafkaCopyEvents
 from .snapshot_copy import CopyEvent, CopyEvents
 from .source_copy import SourceCopyEvent, SourceCopyEvents
 
@@ -13,6 +14,8 @@ __all__ = [
     "CopyEvents",
     "IncrementalEvent",
     "IncrementalEvents",
+    "KafkaCopyEvent",
+    "KafkaCopyEvents",
     "SourceCopyEvent",
     "SourceCopyEvents",
 ]

@@ -8,9 +8,9 @@ documented by its docstring, where it says on what it appears: *copy* (a snapsho
 materialization, and the extraction job's), *partition* (a backfill partition's), *batch* (the
 observation of a committed batch), *incremental* (an incremental run's), *generic* (a MySQL or
 REST copy's), *spec* (an asset definition), *check* (a ``dpone_reconciled`` result), *failure*
-(a :class:`~dpone_dagster.DponeFailure`). Metadata is built as ``dict(DponeMetadataSet(...))``
-and read back with :func:`read_metadata`; the README's metadata reference is generated from
-these docstrings (:func:`markdown_reference`).
+(a :class:`~dpone_dagster.DponeFailure`), *kafka* (a Kafka topic's copy). Metadata is built as
+``dict(DponeMetadataSet(...))`` and read back with :func:`read_metadata`; the README's
+metadata reference is generated from these docstrings (:func:`markdown_reference`).
 
 The standard keys (``dagster/row_count``, ``dagster/table_name``, ``dagster/column_schema``,
 ``dagster/column_lineage``) are Dagster's ``TableMetadataSet``.
@@ -181,16 +181,16 @@ class DponeMetadataSet(NamespacedMetadataSet):
     # An incremental stream's run.
     stream_id: str | None = None
     """The stream: ``incremental:<digest>`` of its source, target, cursor and key
-    (incremental)."""
+    (incremental); ``topic -> schema.table`` (kafka)."""
     run: int | None = None
     """The stream's run number, 0 when there was nothing to do (incremental, batch of a
-    stream)."""
+    stream, kafka)."""
     rows: int | None = None
     """Rows the stream's batch read (batch of a stream)."""
     rows_read: int | None = None
     """Rows the run read from the source (incremental)."""
     rows_deleted: int | None = None
-    """Rows deleted, or marked deleted (incremental)."""
+    """Rows deleted, or marked deleted (incremental); deleted by a tombstone (kafka)."""
     old_mark: str | None = None
     """The mark the run started from (incremental)."""
     new_mark: str | None = None
@@ -200,6 +200,25 @@ class DponeMetadataSet(NamespacedMetadataSet):
     (incremental)."""
     notices: dg.JsonMetadataValue | None = None
     """What the run warned about, each with its code (incremental, when there was any)."""
+
+    # A Kafka stream's run.
+    topic: str | None = None
+    """The Kafka topic copied (kafka; spec of a Kafka copy)."""
+    messages: int | None = None
+    """Messages the run read: rows and dead letters (kafka)."""
+    kafka_partitions: dg.JsonMetadataValue | None = None
+    """Per partition: the offset the run started at, the end the broker reported, the first and
+    last offset read, the next offset, the messages, whether it was new (kafka)."""
+    dead_letters: int | None = None
+    """Messages written to the dead-letter table instead of the target (kafka)."""
+    dead_letter_table: str | None = None
+    """Where messages that cannot be loaded go (kafka; spec of a Kafka copy, when set)."""
+    offsets_lost: dg.JsonMetadataValue | None = None
+    """Per partition restarted by ``on_lost_offsets="earliest"``: ``[ledger offset, restart
+    offset]``, the broker no longer holding the first (kafka, only then)."""
+    group_commit_error: str | None = None
+    """Why publishing the offsets to the consumer group failed; monitoring only, the ledger
+    holds them (kafka, only then)."""
 
     # The dpone_reconciled check.
     guarantee: str | None = None

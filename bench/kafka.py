@@ -1,0 +1,164 @@
+"""Kafka source benchmark: a topic into ``append``, against the raw consume rate of the same client.
+
+    .venv/bin/python bench/kafka.py                       # 1,000,000 messages, RSS at 1M and 3M
+    .venv/bin/python bench/kafka.py --messages 200000 --rss-messages 0   # a quick look
+
+It starts the embedded broker (Tansu, ``dpone_dagster/embedded_kafka.py``), creates its own
+target database on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops it. The topic has
+4 partitions of JSON messages of about 200 bytes (``{"id": ..., "user": ..., "page": ...,
+"ts": ..., "payload": ...}``), keyed, produced in large batches; one last single-record batch per
+partition makes the broker's reported end exact (Tansu reports a batch's base offset plus one).
+
+In one run, and in this order: the raw consume rate (confluent-kafka's ``Consumer`` assigned to
+the 4 partitions, reading every message to the end into nothing), then ``copy_topic`` of the
+whole topic into a fresh ``append`` table (value ``jsonb``: the messages are parsed, staged with
+``COPY``, inserted, the offsets committed with them), then the raw rate again. The ratio is the
+copy's messages per second over the mean of the two raw rates. Peak RSS is that of a child
+process running ``copy_topic`` of the first ``--messages`` (and then of ``--rss-messages``, the
+topic grown to that many) into a fresh table, from ``wait4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from dpone_dagster.embedded_kafka import start_broker  # noqa: E402
+from dpone_dagster.postgres import TableName  # noqa: E402
+from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for  # noqa: E402
+from tests.helpers import pg  # noqa: E402
+
+TOPIC = "bench"
+PARTITIONS = 4
+
+
+def produce(bootstrap: str, start: int, stop: int) -> None:
+    """Messages ``start..stop-1``, about 200 bytes each, round-robin over the partitions."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10_000,
+         "queue.buffering.max.messages": 500_000, "compression.type": "none"}
+    )  # fmt: skip
+    pad = "x" * 96
+    for i in range(start, stop):
+        value = json.dumps(
+            {"id": i, "user": f"u{i % 9973}", "page": f"/p/{i % 311}", "ts": 1_700_000_000 + i,
+             "payload": pad}
+        ).encode()  # fmt: skip
+        while True:
+            try:
+                producer.produce(TOPIC, key=str(i).encode(), value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    for p in range(PARTITIONS):  # one single-record batch each: the reported end is exact
+        producer.produce(TOPIC, key=b"end", value=b'{"id": -1}', partition=p)
+        assert producer.flush(30) == 0
+
+
+def raw_consume(bootstrap: str) -> tuple[int, float]:
+    """Every message of the topic read into nothing: (messages, seconds)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-raw", "enable.auto.commit": False,
+         "enable.partition.eof": True, "queued.max.messages.kbytes": 16384}
+    )  # fmt: skip
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=30)[1]
+        for p in range(PARTITIONS)
+    }
+    started = time.perf_counter()
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    pending, count, size = set(ends), 0, 0
+    while pending:
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error() is not None:
+                pending.discard(message.partition())
+                continue
+            count += 1
+            size += len(message.value() or b"")
+            if (message.offset() or 0) + 1 >= ends[message.partition() or 0]:
+                pending.discard(message.partition())
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return count, seconds
+
+
+def copy(bootstrap: str, target: str, table: str) -> tuple[int, float]:
+    """``copy_topic`` of the whole topic into a fresh append table: (messages, seconds)."""
+    settings = KafkaSettings(bootstrap, timeout=60.0)
+    name = TableName("bench", table)
+    source = kafka_source_for(settings, TOPIC, sink="append", target=name)
+    started = time.perf_counter()
+    report = copy_topic(source, target, name)
+    return report.messages, time.perf_counter() - started
+
+
+def rss_child(bootstrap: str, target: str, table: str) -> tuple[int, float]:
+    """``copy`` in a child process: (messages, its peak RSS in MB)."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", bootstrap, target, table],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise SystemExit(f"child failed: {output}")
+    return int(output.split()[0]), usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--rss-messages", type=int, default=3_000_000, help="0: skip")
+    parser.add_argument("--child", nargs=3, metavar=("BOOTSTRAP", "TARGET", "TABLE"))
+    args = parser.parse_args()
+    if args.child:
+        messages, _ = copy(*args.child)
+        print(messages)
+        return
+    broker = start_broker()
+    target = pg.create_database("dpone_bench_kafka")
+    try:
+        bootstrap = broker.bootstrap_servers
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+            future.result(30)
+        started = time.perf_counter()
+        produce(bootstrap, 0, args.messages)
+        print(f"produced {args.messages:,} messages in {time.perf_counter() - started:.1f} s")
+        raw1 = raw_consume(bootstrap)
+        copied = copy(bootstrap, target, "copy_1")
+        raw2 = raw_consume(bootstrap)
+        raw_rate = (raw1[0] / raw1[1] + raw2[0] / raw2[1]) / 2
+        copy_rate = copied[0] / copied[1]
+        print(f"raw consume       {raw1[0]:>10,} msgs  {raw1[0] / raw1[1]:>10,.0f} msg/s, "
+              f"again {raw2[0] / raw2[1]:,.0f} msg/s")  # fmt: skip
+        print(f"copy_topic append {copied[0]:>10,} msgs  {copy_rate:>10,.0f} msg/s "
+              f"({copied[1]:.1f} s)")  # fmt: skip
+        print(f"ratio copy / raw  {copy_rate / raw_rate:.2f}  (goal >= 0.5)")
+        messages, rss = rss_child(bootstrap, target, "rss_1")
+        print(f"peak RSS copy_topic of {messages:>10,} msgs  {rss:.0f} MB")
+        if args.rss_messages > args.messages:
+            produce(bootstrap, args.messages, args.rss_messages)
+            messages, rss = rss_child(bootstrap, target, "rss_3")
+            print(f"peak RSS copy_topic of {messages:>10,} msgs  {rss:.0f} MB")
+    finally:
+        broker.stop()
+        pg.drop_database(target)
+
+
+if __name__ == "__main__":
+    main()

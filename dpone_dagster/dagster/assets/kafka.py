@@ -1,0 +1,142 @@
+"""``kafka_copy_asset``: an asset whose materialization is one run of a Kafka stream.
+
+The asset copies a topic into a PostgreSQL table: each materialization reads, per partition,
+from the offset the ledger holds up to the end the broker reported when it began (or
+``max_messages_per_run``), and commits the rows and the new offsets in one target transaction.
+A thin factory over :meth:`~dpone_dagster.KafkaSourceResource.copy_topic`: names and options are
+checked when the definitions load, and the body is ``yield from kafka.copy_topic(context, ...)``.
+Schedule it (or a sensor) to keep the table current; a run with nothing new commits nothing new.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the asset's parameter annotations.
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from pydantic import BaseModel
+
+from dpone_dagster.dagster.events import KafkaCopyEvent
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.postgres import SchemaChanges, Sink, TableName
+from dpone_dagster.sources import (
+    KafkaSettings,
+    LostOffsets,
+    ValueFormat,
+    kafka_sink,
+    kafka_source_for,
+)
+
+
+def _table(name: str | TableName) -> TableName:
+    return name if isinstance(name, TableName) else TableName.parse(name)
+
+
+def kafka_copy_asset(
+    *,
+    key: str | Sequence[str] | dg.AssetKey,
+    topic: str,
+    target_table: str | TableName,
+    value_format: ValueFormat | str = ValueFormat.JSON,
+    sink: Sink | str = Sink.APPEND,
+    model: type[BaseModel] | None = None,
+    consumer_group: str | None = None,
+    max_messages_per_run: int | None = None,
+    dead_letter_table: str | TableName | None = None,
+    on_lost_offsets: LostOffsets | str = LostOffsets.FAIL,
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    source_resource_key: str = "kafka",
+    target_resource_key: str = "target",
+    ledger_resource_key: str = "ledger",
+    group_name: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+    source_key: str | Sequence[str] | dg.AssetKey | None = None,
+) -> dg.AssetsDefinition:
+    """An asset that copies a Kafka topic into a PostgreSQL table, exactly once.
+
+    Args:
+        key: The asset key.
+        topic: The topic.
+        target_table: The PostgreSQL table (``schema.table``); created on the first run with the
+            envelope columns (``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``,
+            ``kafka_key``, ``kafka_headers`` jsonb) and the value's.
+        value_format: ``json`` (one ``value jsonb`` column, or ``model``'s fields) or ``bytes``
+            (one ``value bytea`` column).
+        sink: ``append`` (every message a row; key ``(kafka_partition, kafka_offset)``) or
+            ``merge`` (one row per ``kafka_key``, the latest; a tombstone deletes it).
+        model: A pydantic model every JSON value must fit; its fields become columns.
+        consumer_group: Where the committed offsets are published for monitoring
+            (``dpone-<schema.table>`` by default); the ledger is the authority.
+        max_messages_per_run: At most this many messages per run (all partitions together).
+        dead_letter_table: Messages that cannot be loaded go there with their reason, instead
+            of stopping the run with ``kafka_message_invalid`` / ``kafka_key_missing``.
+        on_lost_offsets: ``fail`` (``kafka_offsets_lost``) or ``earliest`` (restart a partition
+            whose ledger offset the broker no longer holds at its earliest offset).
+        schema_changes: ``evolve`` or ``freeze`` (a model that gained a field).
+        source_resource_key: The :class:`~dpone_dagster.KafkaSourceResource`'s key.
+        target_resource_key: The :class:`~dpone_dagster.PostgresTargetResource`'s key.
+        ledger_resource_key: The :class:`~dpone_dagster.LedgerResource`'s key.
+        group_name: The asset's group.
+        op_tags: Tags of the asset's op.
+        source_key: The asset key of the topic (an external asset you define), upstream.
+
+    Raises:
+        DponeError: at definition time, for a bad table name, sink, value format, model or
+            option (``kafka_options_invalid``, ``copy_options_invalid``,
+            ``rest_type_unmappable``).
+
+    Examples:
+        >>> clicks = kafka_copy_asset(key="clicks", topic="clicks", target_table="events.clicks")
+        >>> clicks.key.to_user_string()
+        'clicks'
+    """
+    table = _table(target_table)
+    dead = None if dead_letter_table is None else _table(dead_letter_table)
+    chosen = kafka_sink(sink)
+    # Every option is checked now (no broker is asked): a bad one fails when definitions load.
+    checked = kafka_source_for(
+        KafkaSettings("definitions"), topic, sink=chosen, value_format=value_format, model=model,
+        max_messages_per_run=max_messages_per_run, dead_letter_table=dead,
+        on_lost_offsets=on_lost_offsets,
+    )  # fmt: skip
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn(
+                c.name, c.pg_type, constraints=dg.TableColumnConstraints(nullable=c.nullable)
+            )
+            for c in checked.describe()
+        ]
+    )
+    options: dict[str, Any] = {
+        "topic": topic, "target_table": table, "value_format": checked.value_format,
+        "model": model, "sink": chosen, "consumer_group": consumer_group,
+        "max_messages_per_run": max_messages_per_run, "dead_letter_table": dead,
+        "on_lost_offsets": checked.on_lost, "schema_changes": SchemaChanges.parse(schema_changes),
+    }  # fmt: skip
+    check_instance_storage()
+    upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
+    metadata = {
+        "dagster/column_schema": schema,
+        **DponeMetadataSet(
+            topic=topic, table=table.qualified, sink=chosen.value,
+            dead_letter_table=None if dead is None else dead.qualified,
+        ),
+    }  # fmt: skip
+
+    @dg.asset(
+        key=dg.AssetKey.from_coercible(key),
+        required_resource_keys={source_resource_key, target_resource_key, ledger_resource_key},
+        description=f"Kafka topic {topic} copied to {table} ({chosen}), exactly once.",
+        group_name=group_name,
+        op_tags=op_tags,
+        kinds={"kafka", "postgres"},
+        metadata=metadata,
+        deps=[] if upstream is None else [upstream],
+    )
+    def _asset(context: dg.AssetExecutionContext) -> Iterator[KafkaCopyEvent]:
+        kafka = getattr(context.resources, source_resource_key)
+        target = getattr(context.resources, target_resource_key)
+        ledger = getattr(context.resources, ledger_resource_key)
+        yield from kafka.copy_topic(context, target=target, ledger=ledger, **options)
+
+    return _asset

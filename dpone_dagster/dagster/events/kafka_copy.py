@@ -1,0 +1,116 @@
+"""A Kafka topic's copy as events: ``kafka.copy_topic(context, target=target, ledger=ledger, ...)``.
+
+One run of the stream ``topic -> table`` (:func:`~dpone_dagster.sources.copy_topic`): from the
+offsets the ledger holds to the end the broker reported when the run began (or the run's budget),
+the rows and the new offsets committed in one target transaction. The materialization carries
+``dagster/row_count``, the receipt (no snapshot claim: ``no_snapshot_claim``), and under
+``dpone/`` the topic, the stream, the run, the messages, each partition's first and last offset
+read, the dead letters and any offsets given up.
+"""
+
+import json
+from collections.abc import Iterator
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.dagster.events.source_copy import report_metadata
+from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import log_schema_changes
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
+
+if TYPE_CHECKING:
+    from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
+
+KafkaCopyEvent = dg.MaterializeResult[Any]
+
+
+def kafka_metadata(report: KafkaCopyReport) -> dict[str, Any]:
+    """The materialization metadata of a Kafka run (figures as numbers)."""
+    lost = {str(p): list(gap) for p, gap in report.lost.items()}
+    return {
+        **report_metadata(report.load),
+        **DponeMetadataSet(
+            topic=report.topic,
+            stream_id=report.stream_id,
+            run=report.run,
+            messages=report.messages,
+            dead_letters=report.dead_letters,
+            rows_deleted=report.tombstoned,
+            kafka_partitions=dg.MetadataValue.json([p.as_json() for p in report.partitions]),
+            offsets_lost=dg.MetadataValue.json(lost) if lost else None,
+            group_commit_error=report.group_commit_error,
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class KafkaCopyEvents:
+    """The events of one run of a Kafka stream: iterating them runs it.
+
+    :meth:`~dpone_dagster.KafkaSourceResource.copy_topic` returns one; ``source`` is the
+    adapter it built, the other attributes its arguments.
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: KafkaSource
+    target: "PostgresTargetResource"
+    ledger: "LedgerResource"
+    target_table: TableName
+    sink: Sink
+    schema_changes: SchemaChanges
+
+    def __iter__(self) -> Iterator[KafkaCopyEvent]:
+        """Runs the stream once; yields the asset's materialization.
+
+        Raises:
+            DponeFailure: any error, with its code and next actions (``kafka_options_invalid``
+                for a ledger outside the target's database: the offsets commit with the rows).
+        """
+        context, target, table = self.context, self.target, self.target_table
+        if not self.ledger.in_target(target):
+            raise DponeFailure(
+                engine_error(
+                    "kafka_options_invalid",
+                    "A Kafka stream's offsets commit with its rows: the ledger resource names "
+                    "another database than the target's.",
+                    ["Leave LedgerResource.dsn unset, or give it the target's database."],
+                )
+            )
+        with dagster_failures():
+            report = copy_topic(
+                self.source, target.dsn, table, sink=self.sink,
+                ledger_schema=self.ledger.schema_name, options=target.options,
+                schema_changes=self.schema_changes,
+            )  # fmt: skip
+        log_schema_changes(context.log, table.qualified, report.load.schema_changes)
+        lines = json.dumps([p.as_json() for p in report.partitions])
+        context.log.info(
+            f"dpone: {report.messages} messages of {report.topic} into {table} (run "
+            f"{report.run}, {report.load.rows_loaded} rows, {report.dead_letters} dead letters); "
+            f"partitions {lines}"
+        )
+        for partition, (resume, restart) in report.lost.items():
+            what = (
+                f"offsets {resume}..{restart - 1} were deleted by retention and are not in {table}"
+                if restart > resume
+                else "the topic was recreated: messages of the old topic after that offset are "
+                f"not in {table}"
+            )
+            context.log.warning(
+                f"dpone: partition {partition} of {report.topic}: the ledger's offset {resume} "
+                f"was no longer on the broker; restarted at {restart} ({what})."
+            )
+        upstream = source_key_of(context.assets_def.specs_by_key[context.asset_key])
+        [standard] = table_catalog_metadata(
+            target.dsn, target.options, [(table, upstream, None)], context.log
+        )
+        yield dg.MaterializeResult(metadata={**kafka_metadata(report), **standard})
