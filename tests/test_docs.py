@@ -184,6 +184,12 @@ REWRITTEN = {
     "- Benchmark: `.venv/bin/python bench/backfill.py --repeat 7` (1M mixed rows, 50,000-row",
 }
 
+# Words that pointed inside the one README and now point at a page.
+REWORDED = {
+    "(see the benchmarks below)": "(see the benchmarks)",
+    "the README's architecture table": "the architecture table (docs/architecture.md)",
+}
+
 
 def _plain(line: str) -> str:
     """A line without its link targets, heading marks and indentation."""
@@ -202,9 +208,12 @@ def test_every_line_of_the_old_readme_lives_in_a_page() -> None:
     texts = [page.read_text() for page in sorted(DOCS.glob("*.md"))]
     now = "\n".join(_plain(line) for text in texts for line in text.splitlines())
     now += "\n" + "\n".join(_plain(line) for line in (ROOT / "README.md").read_text().splitlines())
+    lines = old.stdout.splitlines()
+    for before, after in REWORDED.items():
+        lines = [line.replace(before, after) for line in lines]
     lost = [
         line
-        for line in old.stdout.splitlines()
+        for line in lines
         if _plain(line) and _plain(line) not in now and line.strip() not in REWRITTEN
     ]
     assert not lost, lost[:20]
