@@ -90,6 +90,20 @@ def test_the_readme_is_a_five_minute_read_with_the_two_commands_first() -> None:
     assert not [page for page in linked if not (DOCS / page).is_file()], linked
 
 
+def test_every_benchmark_names_its_command_its_date_and_its_machine() -> None:
+    """docs/benchmarks.md: each section's figures come with the ``bench/`` script that measured
+    them (and it exists), the day and the machine."""
+    page = (DOCS / "benchmarks.md").read_text()
+    sections = page.split("\n## ")[1:]
+    assert len(sections) >= 6
+    for section in sections:
+        title = section.splitlines()[0]
+        scripts = re.findall(r"\.venv/bin/python (bench/\w+\.py)", section)
+        assert scripts and all((ROOT / s).is_file() for s in scripts), title
+        assert re.search(r"\b20\d\d-\d\d-\d\d\b", section), f"{title}: no date"
+        assert "2-core" in section, f"{title}: no machine"
+
+
 @dataclass(frozen=True)
 class Block:
     """A Python block of a page, with the ``docs-test`` marker on the line before it."""
