@@ -85,6 +85,14 @@ def test_the_readme_is_a_five_minute_read_with_the_two_commands_first() -> None:
     assert len(readme.encode()) < README_LIMIT, f"README.md is {len(readme.encode())} bytes"
     head = readme[: readme.index("\n## ")]
     assert head.index("<!-- demo-command -->") < head.index("<!-- test-command -->")
+    # What moved to the site stays there: the architecture table, the guarantees, the changelog.
+    for moved in (
+        "<!-- architecture -->",
+        "<!-- metadata-reference",
+        "## Changelog",
+        "| Guarantee |",
+    ):
+        assert moved not in readme, f"{moved!r} lives in docs/, not in the README"
     linked = set(re.findall(r"\]\(docs/([\w-]+\.md)", readme))
     assert {"getting-started.md", "guarantees.md", "api.md"} <= linked
     assert not [page for page in linked if not (DOCS / page).is_file()], linked
