@@ -1,8 +1,8 @@
-"""Rewrites the README's table of every ``dpone/`` key from the metadata sets' docstrings.
+"""Rewrites the table of every ``dpone/`` key in docs/metadata.md from the metadata sets.
 
 Run ``.venv/bin/python docs/metadata_reference.py`` after changing a field of
 ``DponeMetadataSet`` or ``DponeRunTags`` (dpone_dagster/dagster/metadata/sets.py);
-``tests/dagster/test_metadata_sets.py`` fails while the README's table is not the generated one.
+``tests/dagster/test_metadata_sets.py`` fails while the page's table is not the generated one.
 """
 
 import re
@@ -10,16 +10,16 @@ from pathlib import Path
 
 from dpone_dagster.dagster.metadata.sets import markdown_reference
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parent / "metadata.md"
 START, END = "<!-- metadata-reference: start -->", "<!-- metadata-reference: end -->"
 
 
 def main() -> None:
-    text = README.read_text()
+    text = PAGE.read_text()
     block = re.compile(re.escape(START) + r".*?" + re.escape(END), re.DOTALL)
-    assert block.search(text), f"README.md has no {START} ... {END} block"
+    assert block.search(text), f"docs/metadata.md has no {START} ... {END} block"
     generated = f"{START}\n{markdown_reference()}{END}"
-    README.write_text(block.sub(lambda _: generated, text))
+    PAGE.write_text(block.sub(lambda _: generated, text))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Regenerates the README's pictures of the Dagster UI from the demo, with headless Chromium.
+"""Regenerates the pictures of docs/metadata.md: the Dagster UI on the demo, headless Chromium.
 
 Run from the repository root after ``bash demo/run`` (or let this script run it)::
 

@@ -50,28 +50,14 @@ def test_the_readme_opens_with_the_two_commands_that_ci_runs() -> None:
     assert "test-command" in ci, ".ci/run must run the README's test command, extracted verbatim"
 
 
-def test_every_test_the_readme_names_exists() -> None:
-    """Each guarantee in the README names its tests; a renamed or deleted test fails here."""
-    import re
+def test_every_test_the_docs_name_exists() -> None:
+    """Each guarantee in the docs (docs/guarantees.md, and the tables of the job pages) names its
+    tests; a renamed or deleted test fails here (tests/test_docs.py writes the page's index)."""
+    from tests.test_docs import missing_tests, named_tests
 
-    readme = (ROOT / "README.md").read_text()
-    last_file: Path | None = None
-    missing: list[str] = []
-    found = re.findall(r"`((?:tests/[\w/]+\.py)?(?:::\w+(?:\[[^\]]*\])?)?)`", readme)
-    refs = [ref for ref in found if ref]
-    assert len(refs) > 40, "the guarantees table names its tests"
-    for ref in refs:
-        path, _, name = ref.partition("::")
-        if path:
-            last_file = ROOT / path
-            if not last_file.exists():
-                missing.append(ref)
-                continue
-        if name:
-            assert last_file is not None, ref
-            if f"def {name.split('[')[0]}(" not in last_file.read_text():
-                missing.append(f"{last_file.relative_to(ROOT)}::{name}")
-    assert not missing, missing
+    refs = named_tests()
+    assert len(refs) > 40, "the guarantees tables name their tests"
+    assert not missing_tests(refs), missing_tests(refs)
 
 
 def test_the_domain_core_imports_without_loading_dagster() -> None:
@@ -138,12 +124,12 @@ def test_the_readmes_dagster_example_builds_its_definitions() -> None:
 
 
 def test_the_architecture_table_names_every_module() -> None:
-    """The README's architecture table is the map of the package: every module is in it, and
-    every module it names exists."""
+    """The architecture table (docs/architecture.md) is the map of the package: every module is in
+    it, and every module it names exists."""
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("<!-- architecture -->", 1)[1].split("<!-- /architecture -->", 1)[0]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    table = page.split("<!-- architecture -->", 1)[1].split("<!-- /architecture -->", 1)[0]
     named = set(re.findall(r"`([\w/]+\.py)`", table))
     package = ROOT / "dpone_dagster"
     modules = {
@@ -151,5 +137,7 @@ def test_the_architecture_table_names_every_module() -> None:
         for path in package.rglob("*.py")
         if path.name != "__init__.py" or path.parent == package
     }
-    assert sorted(modules - named) == [], "modules missing from the README's architecture table"
+    assert sorted(modules - named) == [], (
+        "modules missing from the architecture table (docs/architecture.md)"
+    )
     assert sorted(named - modules) == [], "the architecture table names modules that do not exist"

@@ -1,7 +1,7 @@
 """The backfill protocol's documents: boundary, scope, run, batch request, batch receipt.
 
 These are pure pydantic models (no I/O) carrying the ordered backfill's guarantees (the
-README's "Ordered backfill" section states them, each with its test):
+docs' "Ordered backfill" page states them, each with its test):
 
 * The run is O(1) in size: counts, the last checkpoint and a bounded set of evidence (one entry
   per kind, replaced, never appended), so a checkpoint costs the same at the millionth row as at

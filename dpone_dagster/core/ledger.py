@@ -38,7 +38,7 @@ class LedgerConfig:
             and its receipt commit in one transaction. A DSN puts it elsewhere (explicitly
             chosen): the batch then commits on the target first and its receipt second, and a
             crash between the two is repaired by replay (the rows are found present and equal
-            and counted as duplicates; see the README).
+            and counted as duplicates; see docs/backfill.md).
         schema: The ledger's schema (any legal identifier).
     """
 

@@ -130,7 +130,8 @@ _TEMPORARY = re.compile(
     r'permission denied to create temporary tables in database "?(?P<name>[^"]+)"?'
 )
 
-# What each side needs of an object of a kind (README, "Privileges"): the source only reads.
+# What each side needs of an object of a kind (docs/production.md, "Privileges"): the source
+# only reads.
 _SOURCE_NEEDS: Final[dict[str, str]] = {
     "table": "SELECT",
     "view": "SELECT",
@@ -250,8 +251,8 @@ def permission_denied(
         detail = f"Role {role or '?'!r} {what}{where} ({redact(primary)})."
         actions.append(f"Run on the {side} database{where}, as its owner: {command}")
     actions.append(
-        "The README's privileges table lists what each feature needs on the source, the target "
-        "and the ledger."
+        "The privileges table (docs/production.md, Privileges) lists what each feature needs on "
+        "the source, the target and the ledger."
     )
     return DatabaseError.from_catalog(DATABASE_ERRORS, f"{side}_permission_denied", detail, actions)
 

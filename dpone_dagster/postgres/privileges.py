@@ -4,9 +4,9 @@ before anything is read or written.
 
 The catalog (``has_table_privilege``, ``has_schema_privilege``, ``pg_has_role`` on the owner,
 all by OID: no name is resolved, so a schema the role may not use is reported, not raised) is
-read on the session that will do the work. What each feature needs is the README's privileges
-table (``Running in production``); a privilege missed here still surfaces with its code when
-PostgreSQL refuses the statement (:func:`.failures.database_error`).
+read on the session that will do the work. What each feature needs is the privileges
+table (docs/production.md, ``Privileges``); a privilege missed here still surfaces with its
+code when PostgreSQL refuses the statement (:func:`.failures.database_error`).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _refused(
         f"{database!r}. Nothing was read or written.",
         [
             f"Run in the {side} database {database!r}, as the owner: {' '.join(commands)}",
-            "The README's privileges table lists what each feature needs on the source, the "
-            "target and the ledger.",
+            "The privileges table (docs/production.md, Privileges) lists what each feature needs "
+            "on the source, the target and the ledger.",
         ],
     )

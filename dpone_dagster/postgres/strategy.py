@@ -1,7 +1,7 @@
 """The extraction strategies' one vocabulary and one protocol.
 
 A snapshot copy reads its tables with one of five strategies, each named the same way in the
-core, the Dagster assets, the job, the component and the README (:class:`Strategy`). Each is an
+core, the Dagster assets, the job, the component and the docs (:class:`Strategy`). Each is an
 object behind one small protocol (:class:`ExtractionStrategy`): it plans its reads (what it must
 read before the load: files, split bounds, a snapshot session) and opens one artifact per table,
 which the load path then writes into that table's staging table. The registry

@@ -53,7 +53,7 @@ def test_a_resume_under_other_columns_is_refused_and_restoring_them_resumes(pair
     assert caught.value.code == "backfill_schema_changed"
     assert f"stopped at checkpoint {stopped_at}" in caught.value.message
     assert "'note'" in caught.value.message
-    # As the README says: restore the columns, and the run resumes after its checkpoint.
+    # As docs/schema-changes.md says: restore the columns, and the run resumes after its checkpoint.
     pg.execute(pair.source, "ALTER TABLE mixed DROP note")
     pg.execute(pair.target, "ALTER TABLE mixed DROP note")
     with _backfill(pair) as resumed:

@@ -325,7 +325,7 @@ MISSED_RETRY_GRACE = 60.0
 
 
 def heal_missed_retries(plane: Plane, story: Story) -> None:
-    """Dagster 1.13.27 sometimes never launches a retry it promised (README, Deployment: its
+    """Dagster 1.13.27 sometimes never launches a retry it promised (docs/deployment.md: its
     event-log consumer can read a RUN_FAILURE before the run's status says FAILURE). A run
     tagged ``dagster/will_retry=true`` still without a retry a minute after it failed is
     re-executed from failure as a person would from the UI, and noted for the assertions."""

@@ -1,4 +1,4 @@
-"""Users' own assets around dpone's event iterators (examples/own_asset, shown in the README)."""
+"""Users' own assets around dpone's event iterators (examples/own_asset, in docs/own-assets.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import pg
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_asset" / "definitions.py"
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "own-assets.md"
 
 
 @pytest.fixture
@@ -25,8 +25,8 @@ def defs(source_dsn: str, target_dsn: str, monkeypatch: pytest.MonkeyPatch) -> d
     return loaded  # type: ignore[no-any-return]
 
 
-def test_the_readme_shows_the_example() -> None:
-    assert EXAMPLE.read_text().split('"""', 2)[2].strip() in README.read_text()
+def test_the_docs_show_the_example() -> None:
+    assert EXAMPLE.read_text().split('"""', 2)[2].strip() in PAGE.read_text()
 
 
 def test_a_hand_written_multi_asset_copies_with_its_own_logic(

@@ -1,9 +1,9 @@
-"""Every entry point runs with roles holding exactly the grants the README's privileges table
-lists, and nothing more (the databases' default grants to PUBLIC revoked): a snapshot copy
-(created, then swapped, then merged with a new column), a backfill, an incremental stream and a
-generic source's load (REST) into the target.
+"""Every entry point runs with roles holding exactly the grants the privileges table lists
+(docs/production.md), and nothing more (the databases' default grants to PUBLIC revoked): a
+snapshot copy (created, then swapped, then merged with a new column), a backfill, an incremental
+stream and a generic source's load (REST) into the target.
 
-The grants below ARE the README's table (``Running in production``, ``Privileges``): a grant a
+The grants below ARE the table of docs/production.md (``Privileges``): a grant a
 feature needs but the table forgot fails here."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every ``dpone/`` key is declared once, in ``DponeMetadataSet`` or ``DponeRunTags``: no module
 spells one, every key a real run of each asset kind writes is a declared field whose declared
-type its value has, every declared field is written by one of those runs, and the README's
+type its value has, every declared field is written by one of those runs, and the docs'
 reference is generated from the sets."""
 
 from __future__ import annotations
@@ -80,10 +80,10 @@ def test_no_module_spells_a_dpone_key() -> None:
     assert not spelled, spelled
 
 
-def test_the_readme_metadata_reference_is_the_sets() -> None:
-    """The README's key table is generated from the sets' docstrings (``docs/metadata_reference.py``
-    rewrites it)."""
-    assert markdown_reference() in (ROOT / "README.md").read_text()
+def test_the_docs_metadata_reference_is_the_sets() -> None:
+    """The docs' key table (docs/metadata.md) is generated from the sets' docstrings
+    (``docs/metadata_reference.py`` rewrites it)."""
+    assert markdown_reference() in (ROOT / "docs" / "metadata.md").read_text()
 
 
 class Seen:

@@ -253,7 +253,7 @@ class CeleryPlane:
             raise RuntimeError(f"dagster instance migrate failed:\n{path.read_text()[-4000:]}")
 
     def size_pool(self, pool: str, limit: int) -> None:
-        """``dagster instance concurrency set``: the pool's size, explicitly (see the README)."""
+        """``dagster instance concurrency set``: the pool size, explicitly (docs/deployment.md)."""
         subprocess.run(
             [BIN / "dagster", "instance", "concurrency", "set", pool, str(limit)],
             env={**os.environ, **self.env, "DAGSTER_HOME": str(self.root / "migrate")},

@@ -9,8 +9,9 @@ materialization, and the extraction job's), *partition* (a backfill partition's)
 observation of a committed batch), *incremental* (an incremental run's), *generic* (a MySQL or
 REST copy's), *spec* (an asset definition), *check* (a ``dpone_reconciled`` result), *failure*
 (a :class:`~dpone_dagster.DponeFailure`), *kafka* (a Kafka topic's copy). Metadata is built as
-``dict(DponeMetadataSet(...))`` and read back with :func:`read_metadata`; the README's
-metadata reference is generated from these docstrings (:func:`markdown_reference`).
+``dict(DponeMetadataSet(...))`` and read back with :func:`read_metadata`; the docs'
+metadata reference (docs/metadata.md) is generated from these docstrings
+(:func:`markdown_reference`).
 
 The standard keys (``dagster/row_count``, ``dagster/table_name``, ``dagster/column_schema``,
 ``dagster/column_lineage``) are Dagster's ``TableMetadataSet``.
@@ -330,7 +331,7 @@ _KINDS = {
 
 
 def markdown_reference() -> str:
-    """The README's table of every ``dpone/`` key: its value and its docstring."""
+    """The docs' table of every ``dpone/`` key (docs/metadata.md): its value and its docstring."""
     rows = ["| Key | Value | What it is (on) |", "| --- | --- | --- |"]
     for kind, model in (("", DponeMetadataSet), ("run tag: ", DponeRunTags)):
         for name, field in model.model_fields.items():

@@ -22,8 +22,8 @@ class LedgerResource(SecretResource):
     ``dpone_ledger``: a batch's rows and its receipt then commit in one transaction. A ``dsn``
     that names the target's own database (same host, port and database, whatever the user or
     other parameters) is the default: the ledger's tables are written through the target's
-    session. A ledger in another database is allowed for backfills; see the README for the weaker
-    guarantee it gives. Incremental streams keep their state in the target database only.
+    session. A ledger in another database is allowed for backfills; see docs/backfill.md for the
+    weaker guarantee it gives. Incremental streams keep their state in the target database only.
 
     Examples:
         >>> from dpone_dagster import PostgresTargetResource
