@@ -22,15 +22,25 @@ PARTITIONS = 3
 
 
 def _state(dsn: str, topic: str) -> tuple[dict[int, int], dict[int, list[int]]]:
-    ledger = {
-        int(str(p)): int(str(o))
-        for p, o in fetch_all(
-            dsn,
-            "SELECT partition, next_offset FROM dpone_ledger.kafka_offsets WHERE topic = %s",
-            (topic,),
-        )
-    }
-    exists = fetch_all(dsn, "SELECT to_regclass('events.clicks')::text")[0][0]
+    """The ledger's next offset per partition and the offsets the target holds; a child killed
+    before it created the ledger or the table left neither (both empty)."""
+    [(has_ledger, exists)] = fetch_all(
+        dsn,
+        "SELECT to_regclass('dpone_ledger.kafka_offsets')::text, "
+        "to_regclass('events.clicks')::text",
+    )
+    ledger = (
+        {
+            int(str(p)): int(str(o))
+            for p, o in fetch_all(
+                dsn,
+                "SELECT partition, next_offset FROM dpone_ledger.kafka_offsets WHERE topic = %s",
+                (topic,),
+            )
+        }
+        if has_ledger
+        else {}
+    )
     loaded: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
     if exists:
         for p, o in fetch_all(
