@@ -53,6 +53,7 @@ METADATA_KEYS = {f"dpone/{name}" for name in DponeMetadataSet.model_fields}
 TAG_KEYS = {f"dpone/{name}" for name in DponeRunTags.model_fields}
 
 ONLY_WHEN = {
+    "dpone/description": "the source table has a COMMENT ON TABLE (tests/dagster/test_readable.py)",
     "dpone/notices": "a transaction open at the stream's mark did not settle",
     "dpone/virtual_as_stored": "a PostgreSQL 18 VIRTUAL column went into an older target "
     "(tests/postgres/test_generated_columns.py)",
