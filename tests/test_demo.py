@@ -45,9 +45,11 @@ def assert_a_story(done: subprocess.CompletedProcess[str]) -> None:
     ], lines  # fmt: skip
 
 
-def test_the_demo_tells_the_same_story_in_under_60_lines_every_run_and_shows_its_runs(
+def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     make_database: Any, tmp_path: Path
 ) -> None:
+    """Twice, each time the same story in under 60 lines (the README's guarantee rows name this
+    test), then the printed command shows the runs."""
     source, target = make_database("dpone_demo_src"), make_database("dpone_demo_tgt")
     port = free_port()
     env = {
