@@ -2,7 +2,9 @@
 
 Run ``python -m demo.seed`` from the repository root. The data is deterministic and both
 databases are made anew, so every run of the demo tells the same story (the schema change
-included). It prints the two databases' names, for a user to look at them.
+included). The demo assets' materializations are wiped from the Dagster instance of
+``DAGSTER_HOME`` (its runs stay), as the target they describe is gone. It prints the two
+databases' names, for a user to look at them.
 
 Environment:
     DPONE_SOURCE_DSN: the demo source (default: database ``dpone_demo_source_<digest>``, the
@@ -140,13 +142,27 @@ def seed(source_dsn: str, target_dsn: str, *, rows: int = EVENT_ROWS) -> None:
         conn.execute(SCHEMA.replace("{rows}", str(int(rows))).encode())
 
 
+def forget_materializations() -> None:
+    """Wipes the demo assets' materializations from the Dagster instance of ``DAGSTER_HOME``
+    (its runs stay): the target is made anew, and a backfill refuses to run over a ledger that
+    no longer holds the checkpoints Dagster recorded (``backfill_ledger_mismatch``)."""
+    import dagster as dg
+
+    from definitions import defs
+
+    with dg.DagsterInstance.get() as instance:
+        instance.wipe_assets(list(defs.resolve_all_asset_keys()))
+
+
 def main() -> int:
-    """Seeds the databases named by ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN``."""
+    """Seeds the databases named by ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` and forgets the
+    demo assets' materializations (:func:`forget_materializations`)."""
     try:
         source, target = choose("source"), choose("target")
         for note in {c.note() for c in (source, target) if c.embedded is not None}:
             print(note)
         seed(source.dsn, target.dsn)
+        forget_materializations()
     except DponeError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
