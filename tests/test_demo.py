@@ -71,7 +71,7 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
 
 def test_two_demo_homes_name_two_pairs_of_databases(tmp_path: Path) -> None:
     """The default databases carry the Dagster home's digest: two demos never collide."""
-    code = "from demo.seed import choose; print(choose('source').dsn, choose('target').dsn)"
+    code = "from demo.seed import choose; print(choose('source').dsn); print(choose('target').dsn)"
     names = []
     for home in ("a", "b"):
         env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
@@ -80,7 +80,7 @@ def test_two_demo_homes_name_two_pairs_of_databases(tmp_path: Path) -> None:
             [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
             timeout=120, check=True,
         )  # fmt: skip
-        names.append([conninfo.conninfo_to_dict(dsn)["dbname"] for dsn in done.stdout.split()])
+        names.append([conninfo.conninfo_to_dict(dsn)["dbname"] for dsn in done.stdout.splitlines()])
     assert names[0] != names[1] and set(names[0]).isdisjoint(names[1]), names
     for pair in names:
         assert [n.rsplit("_", 1)[0] for n in pair] == ["dpone_demo_source", "dpone_demo_target"]
