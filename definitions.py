@@ -15,7 +15,9 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
 * ``source/...``: the source tables, external assets upstream of their copies.
 
 DSNs come from ``DPONE_SOURCE_DSN`` and ``DPONE_TARGET_DSN`` (passed as ``EnvVar`` when set, so a
-password never shows in the UI) and default to databases on the local server at 127.0.0.1:5432,
+password never shows in the UI) and default to the databases ``dpone_demo_source_<digest>`` and
+``dpone_demo_target_<digest>`` of this Dagster home (``DAGSTER_HOME``, else ``.dagster_home/``;
+see :func:`~dpone_dagster.embedded.demo_database`) on the local server at 127.0.0.1:5432,
 or, when nothing answers there, on the embedded PostgreSQL of ``.dpone_pg/`` that the demo
 started (started here if it is not running): `dagster dev` sees the demo's data either way.
 """
@@ -37,15 +39,18 @@ from dpone_dagster import (
     snapshot_copy_assets,
     source_asset_specs,
 )
-from dpone_dagster.embedded import choose_server
+from dpone_dagster.embedded import choose_server, demo_database
+from dpone_dagster.postgres.connection import Side
 
-EMBEDDED_FOLDER = Path(__file__).resolve().parent / ".dpone_pg"
+ROOT = Path(__file__).resolve().parent
+EMBEDDED_FOLDER = ROOT / ".dpone_pg"
+DAGSTER_HOME = os.environ.get("DAGSTER_HOME") or str(ROOT / ".dagster_home")
 
 
-def _dsn(variable: str, dbname: str) -> str:
+def _dsn(variable: str, side: Side) -> str:
     if os.environ.get(variable):
         return dg.EnvVar(variable)
-    return choose_server(None, dbname, folder=EMBEDDED_FOLDER).dsn
+    return choose_server(None, demo_database(side, DAGSTER_HOME), folder=EMBEDDED_FOLDER).dsn
 
 
 shop = snapshot_copy_assets(
@@ -126,8 +131,8 @@ defs = dg.Definitions(
         stock_every_five_minutes,
     ],
     resources={
-        "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "dpone_demo_source")),
-        "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "dpone_demo_target")),
+        "source": PostgresSourceResource(dsn=_dsn("DPONE_SOURCE_DSN", "source")),
+        "target": PostgresTargetResource(dsn=_dsn("DPONE_TARGET_DSN", "target")),
         "ledger": LedgerResource(),
         "kafka": KafkaSourceResource(bootstrap_servers=_bootstrap()),
     },

@@ -11,8 +11,6 @@ second run reads only the new messages. It prints what arrived after each run.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import psycopg
@@ -20,6 +18,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from demo.seed import choose
+from demo.story import materialize, say
 from dpone_dagster.embedded_kafka import start_broker
 
 TOPIC = "clicks"
@@ -39,19 +38,8 @@ def produce(bootstrap: str, start: int, stop: int, *, bad: bool = False) -> None
     assert producer.flush(20) == 0
 
 
-def materialize(bootstrap: str, label: str) -> None:
-    """One materialization of ``events/clicks`` through the dagster CLI."""
-    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
-    subprocess.run(
-        [dagster, "asset", "materialize", "-f", "definitions.py", "--select", "events/clicks"],
-        check=True, capture_output=True, text=True,
-        env={**os.environ, "DPONE_KAFKA_BOOTSTRAP": bootstrap},
-    )  # fmt: skip
-    print(f"kafka {label}: materialized events/clicks")
-
-
-def report(target: str) -> None:
-    """What the target holds: rows, distinct messages, the ledger's offsets, dead letters."""
+def report(target: str) -> str:
+    """What the target holds: rows, distinct messages, dead letters, the ledger's offsets."""
     with psycopg.connect(target) as conn:
         rows = conn.execute(
             "SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)) FROM events.clicks"
@@ -64,8 +52,11 @@ def report(target: str) -> None:
         dead = conn.execute("SELECT count(*) FROM events.clicks_dead").fetchone()
     assert rows is not None
     assert dead is not None
-    print(f"  events.clicks: {rows[0]} rows, {rows[1]} distinct messages; dead letters {dead[0]}")
-    print("  ledger offsets: " + ", ".join(f"partition {p} -> {o}" for p, o in offsets))
+    ledger = ", ".join(f"partition {p} -> {o}" for p, o in offsets)
+    return (
+        f"events.clicks: {rows[0]} rows, {rows[1]} distinct messages; dead letters {dead[0]}; "
+        f"ledger offsets: {ledger}"
+    )
 
 
 def main() -> int:
@@ -74,15 +65,19 @@ def main() -> int:
     broker = start_broker()
     try:
         bootstrap = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        env = {"DPONE_KAFKA_BOOTSTRAP": bootstrap}
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         for future in admin.create_topics([NewTopic(TOPIC, 2, 1)]).values():
             future.result(20)
+        del admin  # no client left to log the broker's stop
         produce(bootstrap, 0, 20, bad=True)
-        materialize(bootstrap, "run 1 (20 clicks and one bad message)")
-        report(target)
+        materialize("events/clicks", env=env)
+        say("kafka run 1", f"20 clicks and one bad message: {report(target)}",
+            "the offsets commit with the rows; the bad message is kept aside")  # fmt: skip
         produce(bootstrap, 20, 25)
-        materialize(bootstrap, "run 2 (5 new clicks)")
-        report(target)
+        materialize("events/clicks", env=env)
+        say("kafka run 2", f"5 more clicks: {report(target)}",
+            "the second run read only the new messages, each once")  # fmt: skip
     finally:
         broker.stop()
     return 0

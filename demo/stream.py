@@ -16,26 +16,12 @@ It prints what arrived after each run.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 
 import psycopg
 
 from demo.seed import choose
-
-SELECT = ["--select", "shop/stock"]
-
-
-def materialize(label: str) -> None:
-    """One materialization of ``shop/stock`` through the dagster CLI."""
-    bin_dir = os.path.dirname(sys.executable)
-    subprocess.run(
-        [os.path.join(bin_dir, "dagster"), "asset", "materialize", "-f", "definitions.py",
-         *SELECT],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    print(f"{label}: materialized shop/stock")
+from demo.story import materialize, say
 
 
 def qty(dsn: str, key: int) -> object:
@@ -55,9 +41,13 @@ def stream_mark(target: str) -> str:
 
 
 def main() -> int:
-    """Runs the story and prints, for each change, what the target holds."""
+    """Runs the story and says, for each change, what the target holds."""
     source, target = choose("source").dsn, choose("target").dsn
-    materialize("run 1 (initial load)")
+    materialize("shop/stock")
+    with psycopg.connect(target) as conn:
+        found = conn.execute("SELECT count(*) FROM shop.stock").fetchone()
+    say("stream run 1", f"initial load of shop.stock: {found[0] if found else 0} rows",
+        "the stream's mark is in the ledger, in the target")  # fmt: skip
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE shop.stock SET qty = 999, updated_at = now() WHERE id = 7")
         conn.execute("DELETE FROM shop.stock WHERE id = 13")
@@ -65,24 +55,26 @@ def main() -> int:
     late.execute("UPDATE shop.stock SET qty = 555, updated_at = now() WHERE id = 21")
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("UPDATE shop.stock SET qty = 111, updated_at = now() WHERE id = 22")
-    materialize("run 2 (a writer is still open)")
+    materialize("shop/stock")  # waits settle_timeout (2 s) for the open writer, then goes on
     mark = stream_mark(target)
-    print(f"  mark after run 2: {mark}")
-    print(f"  change: id 7 has qty {qty(target, 7)} in the target")
-    print(f"  delete: id 13 is {'gone from' if qty(target, 13) is None else 'STILL IN'} the target")
-    print(f"  open:   id 21 has qty {qty(target, 21)} in the target (its writer is open)")
+    gone = "gone from" if qty(target, 13) is None else "STILL IN"
+    say("stream run 2", f"change: id 7 has qty {qty(target, 7)} in the target; "
+        f"delete: id 13 is {gone} the target",
+        "changes and hard deletes arrive, each batch checkpointed")  # fmt: skip
+    say("  open writer", f"id 21 has qty {qty(target, 21)} in the target (its writer is open)",
+        "the run waited 2 s for it, then went on without it")  # fmt: skip
     late.commit()
     late.close()
     with psycopg.connect(source) as conn:
         found = conn.execute(
-            "SELECT updated_at::text, updated_at <= %s::timestamptz FROM shop.stock WHERE id = 21",
-            (mark,),
+            "SELECT updated_at <= %s::timestamptz FROM shop.stock WHERE id = 21", (mark,)
         ).fetchone()
     assert found is not None
-    below = "below" if found[1] else "above"
-    print(f"late commit: id 21 committed now, updated_at {found[0]}, {below} the mark")
-    materialize("run 3")
-    print(f"  late:   id 21 has qty {qty(target, 21)} in the target")
+    below = "below" if found[0] else "above"
+    materialize("shop/stock")
+    say("stream run 3", f"late commit: id 21 committed {below} the mark; "
+        f"late: id 21 has qty {qty(target, 21)} in the target",
+        "the stream read again from below the open writer: no late row is lost")  # fmt: skip
     return 0
 
 

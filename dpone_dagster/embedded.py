@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import socket
 import sys
@@ -120,6 +121,20 @@ class ServerChoice:
             f"embedded PostgreSQL at 127.0.0.1:{self.embedded.port}, which keeps running (stop "
             f"it with `python -m dpone_dagster.embedded stop {self.embedded.folder}`)"
         )
+
+
+def demo_database(side: Side, home: str | os.PathLike[str]) -> str:
+    """The demo's ``side`` database for the Dagster instance at ``home``: its name carries a
+    digest of the instance's path, so two demos (two homes) on one server never share one.
+
+    Examples:
+        >>> demo_database("source", "/srv/a") != demo_database("source", "/srv/b")
+        True
+        >>> demo_database("target", "/srv/a").startswith("dpone_demo_target_")
+        True
+    """
+    digest = hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:8]
+    return f"dpone_demo_{side}_{digest}"
 
 
 def choose_server(

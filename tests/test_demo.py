@@ -1,11 +1,16 @@
-"""The README's demo runs as written: seed, then the dagster CLI materializes the demo assets."""
+"""The README's demo runs as written and tells its story: one line per step, under 60 lines,
+the same story on a second run (it resets what it changes), and database names per Dagster
+home; the command it prints shows its runs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+from psycopg import conninfo
 
 from tests.helpers import pg
 from tests.helpers.dagster_server import DagsterDev, free_port
@@ -13,9 +18,38 @@ from tests.helpers.dagster_server import DagsterDev, free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
+STORY_LINES = 60
+"""The demo tells its story in fewer lines than this, on any run."""
+
+
+def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        ["bash", str(ROOT / "demo" / "run")], env=env, capture_output=True, text=True,
+        timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def assert_a_story(done: subprocess.CompletedProcess[str]) -> None:
+    """Under 60 lines, one per step; none of Dagster's debug lines or superseded-command
+    warnings, on stdout or stderr."""
+    lines = done.stdout.splitlines()
+    assert len(lines) < STORY_LINES, done.stdout
+    for noise in ("DEBUG", "SupersessionWarning", "BetaWarning", "Traceback"):
+        assert noise not in done.stdout + done.stderr, (noise, done.stdout, done.stderr)
+    steps = [line.split()[0] for line in lines if " -- " in line]
+    assert steps == [
+        "seed", "snapshot", "schema", "backfill", "stream", "stream", "open", "stream", "kafka",
+        "kafka", "summary",
+    ], lines  # fmt: skip
+
+
 def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     make_database: Any, tmp_path: Path
 ) -> None:
+    """Twice, each time the same story in under 60 lines (the README's guarantee rows name this
+    test), then the printed command shows the runs."""
     source, target = make_database("dpone_demo_src"), make_database("dpone_demo_tgt")
     port = free_port()
     env = {
@@ -25,11 +59,35 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
         "DAGSTER_HOME": str(tmp_path / "home"),
         "DPONE_DEMO_PORT": str(port),
     }
-    done = subprocess.run(
-        ["bash", str(ROOT / "demo" / "run")], env=env, capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_demo(env)
+    assert_a_story(done)
+    assert_the_story_happened(done.stdout, source, target)
+    again = run_demo(env)  # the second run resets what the first changed: the same story
+    assert_a_story(again)
+    assert again.stdout == done.stdout
+    assert_the_story_happened(again.stdout, source, target)
+    assert_the_printed_command_shows_the_runs(again.stdout, port, tmp_path)
+
+
+def test_two_demo_homes_name_two_pairs_of_databases(tmp_path: Path) -> None:
+    """The default databases carry the Dagster home's digest: two demos never collide."""
+    code = "from demo.seed import choose; print(choose('source').dsn); print(choose('target').dsn)"
+    names = []
+    for home in ("a", "b"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DPONE_")}
+        env["DAGSTER_HOME"] = str(tmp_path / home)
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=120, check=True,
+        )  # fmt: skip
+        names.append([conninfo.conninfo_to_dict(dsn)["dbname"] for dsn in done.stdout.splitlines()])
+    assert names[0] != names[1] and set(names[0]).isdisjoint(names[1]), names
+    for pair in names:
+        assert [n.rsplit("_", 1)[0] for n in pair] == ["dpone_demo_source", "dpone_demo_target"]
+
+
+def assert_the_story_happened(stdout: str, source: str, target: str) -> None:
+    """What the story says is what the databases hold."""
     for schema, table in [("shop", "customers"), ("shop", "orders"), ("shop", "Order Items")]:
         assert pg.table_fingerprint(source, schema, table, None) == pg.table_fingerprint(
             target, schema, table, None
@@ -43,12 +101,12 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
         )
         == 31
     )
-    assert "backfill ledger: 31 runs, 31 succeeded" in done.stdout
-    # The evolution between two runs: the target took the new column with its data.
+    assert "backfill ledger: 31 runs, 31 succeeded" in stdout
+    # The evolution between two copies: the target took the new column with its data.
     assert (
-        "shop/customers schema change: added 'loyalty_tier' text DEFAULT 'bronze'::text "
-        "(NOT NULL, as in the source)" in done.stdout
-    ), done.stdout
+        "the next copy: added 'loyalty_tier' text DEFAULT 'bronze'::text "
+        "(NOT NULL, as in the source)" in stdout
+    ), stdout
     assert pg.fetch_all(
         target, "SELECT loyalty_tier, count(*) FROM shop.customers GROUP BY 1 ORDER BY 1"
     ) == [("bronze", 1800), ("gold", 200)]
@@ -56,15 +114,15 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     assert pg.table_fingerprint(source, "shop", "stock") == pg.table_fingerprint(
         target, "shop", "stock"
     )
-    assert "change: id 7 has qty 999 in the target" in done.stdout
-    assert "delete: id 13 is gone from the target" in done.stdout
-    assert "late commit: id 21 committed now" in done.stdout and "below the mark" in done.stdout
-    assert "late:   id 21 has qty 555 in the target" in done.stdout
+    assert "change: id 7 has qty 999 in the target" in stdout
+    assert "delete: id 13 is gone from the target" in stdout
+    assert "late commit: id 21 committed below the mark" in stdout
+    assert "late: id 21 has qty 555 in the target" in stdout
     # The Kafka topic: 20 clicks, then 5 more, each message once; the bad one a dead letter.
-    assert "events.clicks: 20 rows, 20 distinct messages; dead letters 1" in done.stdout
-    assert "events.clicks: 25 rows, 25 distinct messages; dead letters 1" in done.stdout
-    assert "ledger offsets: partition 0 -> 13, partition 1 -> 13" in done.stdout
-    assert_the_printed_command_shows_the_runs(done.stdout, port, tmp_path)
+    assert "events.clicks: 20 rows, 20 distinct messages; dead letters 1" in stdout
+    assert "events.clicks: 25 rows, 25 distinct messages; dead letters 1" in stdout
+    assert "ledger offsets: partition 0 -> 13, partition 1 -> 13" in stdout
+    assert "summary         every count is equal" in stdout
 
 
 def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: Path) -> None:
@@ -82,9 +140,10 @@ def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: 
         runs = server.runs()
     finally:
         server.stop()
-    # The shop copy, the customers' copy after the evolution, the backfill's range in one run,
-    # three runs of the incremental stock stream and two of the Kafka topic.
-    assert len(runs) == 8, runs
+    # Each demo: the shop copy, the customers' copy after the evolution, the backfill's range in
+    # one run, three runs of the incremental stock stream and two of the Kafka topic.
+    assert len(runs) == 16, runs
+    runs = runs[:8]  # the second demo's
     assert {r["status"] for r in runs} == {"SUCCESS"}
     selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
     assert ("shop", "orders") in selected[0]

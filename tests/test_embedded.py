@@ -187,7 +187,8 @@ def test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere(
         # `dagster dev` loads definitions.py: it finds the demo's server, not another one.
         probe = "import definitions; print(definitions.defs.resources['target'].dsn)"
         loaded = run_shell(f'.venv/bin/python -c "{probe}"', clone, env)
-        assert loaded.stdout.strip() == server.dsn("dpone_demo_target"), loaded.stderr[-3000:]
+        target = embedded.demo_database("target", clone / ".dagster_home")  # the demo's home
+        assert loaded.stdout.strip() == server.dsn(target), loaded.stderr[-3000:]
 
         tests = run_shell(f"{readme_command('test-command')} {' '.join(SLICE)}", clone, env)
         output = tests.stdout + tests.stderr

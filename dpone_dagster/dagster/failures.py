@@ -17,11 +17,35 @@ NEXT_ACTIONS_KEY = metadata_key("next_actions")
 """``dpone/next_actions``: what the person on call can do next."""
 
 
+def headline(error: DponeError) -> str:
+    """The first line a person reads of ``error``: its code, its message and its first next
+    action, on one line (the message's own line breaks folded).
+
+    Examples:
+        >>> headline(DponeError("table_not_found", "No table shop.x.", ["Check the name.", "Or"]))
+        '[table_not_found] No table shop.x. Next: Check the name.'
+    """
+    text = f"[{error.code}] {' '.join(error.message.split())}"
+    if error.next_actions:
+        text += f" Next: {' '.join(error.next_actions[0].split())}"
+    return text
+
+
+def failure_description(error: DponeError) -> str:
+    """A :class:`DponeFailure`'s description: :func:`headline` on its first line (what the CLI
+    prints after the exception's name and the UI shows first in the step's failure), then every
+    next action, one per line."""
+    actions = "\n".join(f"- {action}" for action in error.next_actions)
+    return headline(error) + (f"\n\nNext actions:\n{actions}" if actions else "")
+
+
 class DponeFailure(dg.Failure):
     """A :class:`dagster.Failure` raised for a :class:`~dpone_dagster.lifecycle.DponeError`.
 
-    The run's failure event shows the error's message; its metadata holds ``dpone/error_code``
-    (stable, for alerting rules) and ``dpone/next_actions`` (for the person on call).
+    The failure's first line is the error's code, message and first next action
+    (:func:`headline`): the line the CLI prints and the UI shows first in the step's failure;
+    every next action follows, one per line. Its metadata holds ``dpone/error_code`` (stable, for
+    alerting rules) and ``dpone/next_actions`` (for the person on call).
 
     Args:
         error: The domain error.
@@ -33,7 +57,7 @@ class DponeFailure(dg.Failure):
         actions = "\n".join(f"- {action}" for action in error.next_actions) or "-"
         failure = DponeMetadataSet(error_code=error.code, next_actions=dg.MetadataValue.md(actions))
         super().__init__(
-            description=f"[{error.code}] {error.message}",
+            description=failure_description(error),
             metadata={**failure, **(metadata or {})},
         )
 

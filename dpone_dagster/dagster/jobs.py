@@ -78,6 +78,7 @@ def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[
 
 def _materializations(
     context: dg.OpExecutionContext,
+    source: PostgresSourceResource,
     target: PostgresTargetResource,
     report: CopyReport,
     key: dg.AssetKey,
@@ -92,6 +93,7 @@ def _materializations(
             target.options,
             [(table_report.target, source_key, table_report.columns or None)],
             context.log,
+            source=(source.dsn, source.options, [table_report.source]),
         )
         metadata: dict[str, Any] = {**table_metadata(report, table_report), **standard}
         yield dg.AssetMaterialization(asset_key=key, metadata=metadata)
@@ -178,7 +180,7 @@ def build_extraction_job(
         live.close()
         context.log.info(f"dpone terminal outcome: {_outcome_line(live)}")
         if report is not None:
-            yield from _materializations(context, target, report, key, source_key)
+            yield from _materializations(context, source, target, report, key, source_key)
 
     @dg.job(
         name=name or f"extract_{key.to_python_identifier()}",

@@ -105,3 +105,47 @@ def describe_tables(
     """
     with connect(dsn, options, side="target", autocommit=True) as conn:
         return [describe_table(conn, table) for table in tables]
+
+
+@dataclass(frozen=True)
+class TableComments:
+    """A table's ``COMMENT ON TABLE`` and ``COMMENT ON COLUMN`` texts.
+
+    Attributes:
+        table: The table's comment, None without one.
+        columns: Each commented column's comment, by column name.
+    """
+
+    table: str | None
+    columns: dict[str, str]
+
+
+_COMMENTS = """
+SELECT a.attname::text, col_description(a.attrelid, a.attnum)
+FROM pg_attribute a
+WHERE a.attrelid = %s::bigint::oid AND a.attnum > 0 AND NOT a.attisdropped
+  AND col_description(a.attrelid, a.attnum) IS NOT NULL
+"""
+
+
+def table_comments(
+    dsn: str, tables: Sequence[TableName], options: ConnectionOptions | None = None
+) -> list[TableComments]:
+    """The comments of ``tables`` of the source database, over one short session (none for a
+    table that is not there).
+
+    Raises:
+        SessionError: ``source_unreachable`` / ``source_login_failed``.
+    """
+    result = []
+    with connect(dsn, options, side="source", autocommit=True) as conn:
+        for table in tables:
+            oid = relation_oid(conn, table)
+            if oid is None:
+                result.append(TableComments(table=None, columns={}))
+                continue
+            found = conn.execute("SELECT obj_description(%s::bigint::oid, 'pg_class')", (oid,))
+            row = found.fetchone()
+            columns = {str(r[0]): str(r[1]) for r in conn.execute(_COMMENTS, (oid,)).fetchall()}
+            result.append(TableComments(table=None if row is None else row[0], columns=columns))
+    return result

@@ -90,10 +90,12 @@ def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
     partitions = [o.partition for o in observations]
     assert partitions == sorted(partitions, key=lambda p: int(p.split("..")[0]))
     assert len(observations) == 12, "4 batches of at most 300 rows per 1,000-row partition"
-    assert {"dpone/checkpoint", "dpone/copied", "dpone/remaining_estimate"} <= set(
-        observations[0].metadata
-    )
-    assert observations[-1].metadata["dpone/remaining_estimate"].value == 0
+    assert {
+        "dpone/progress_checkpoint",
+        "dpone/progress_copied",
+        "dpone/progress_remaining",
+    } <= set(observations[0].metadata)
+    assert observations[-1].metadata["dpone/progress_remaining"].value == 0
     mats = materializations(result)
     assert set(mats) == {"0..1000", "1000..2000", "2000..3000"}
     for partition, md in mats.items():
@@ -116,8 +118,11 @@ def test_a_partition_range_runs_in_order_in_one_run_with_progress_and_receipts(
         # Equality is proved as of the reconciliation's source snapshot, after the last batch.
         assert proved_at >= datetime.fromisoformat(md["dpone/extraction_completed_at"])
     assert run_tags["dpone/partition"] == "2000..3000"
-    assert run_tags["dpone/checkpoint"] == mats["2000..3000"]["dpone/checkpoint"]
-    assert run_tags["dpone/copied"] == "1000"
+    assert run_tags["dpone/partitions_done"] == "3 of 3"
+    # The tag's checkpoint is short: the materialization holds it whole.
+    assert mats["2000..3000"]["dpone/checkpoint"].startswith(run_tags["dpone/checkpoint"])
+    assert len(run_tags["dpone/checkpoint"]) == len("sha256:") + 12
+    assert run_tags["dpone/copied"] == "3000"  # the run's rows, every partition together
     checks = result.get_asset_check_evaluations()
     assert [c.check_name for c in checks] == [CHECK_NAME] and checks[0].passed
 

@@ -353,7 +353,12 @@ def observed_batches(plane: Plane, run_id: str) -> list[tuple[int, bool]]:
     out = []
     for event in plane.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_OBSERVATION):
         metadata = event.get_dagster_event().asset_observation_data.asset_observation.metadata
-        out.append((int(metadata["dpone/batch"].value), bool(metadata["dpone/replayed"].value)))
+        out.append(
+            (
+                int(metadata["dpone/progress_batch"].value),
+                bool(metadata["dpone/progress_replayed"].value),
+            )
+        )
     return out
 
 

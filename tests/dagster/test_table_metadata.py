@@ -33,9 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ORDERS = dg.AssetKey(["shop", "orders"])
 SOURCE_ORDERS = dg.AssetKey(["source", "shop", "orders"])
 # Figures the UI plots run over run: each must be a number, never text.
-COPY_INTS = ["dagster/row_count", "dpone/rows_loaded", "dpone/bytes"]
+COPY_INTS = ["dagster/row_count", "dpone/rows_loaded", "dpone/bytes", "dpone/rows_per_second"]
 COPY_FLOATS = [
-    "dpone/rows_per_second",
     "dpone/extraction_seconds",
     "dpone/lag_seconds",
     "dpone/seconds_plan",
@@ -125,9 +124,12 @@ def test_a_backfill_partition_reports_schema_lineage_and_numbers(
     assert event.partition == "0..300"
     metadata = dict(event.materialization.metadata)
     assert_standard_table_set(metadata, target_dsn, SOURCE_ORDERS)
-    for key in ("dagster/row_count", "dpone/bytes", "dpone/remaining_estimate", "dpone/batches"):
+    for key in (
+        "dagster/row_count", "dpone/bytes", "dpone/remaining_estimate", "dpone/batches",
+        "dpone/rows_per_second",
+    ):  # fmt: skip
         assert isinstance(metadata[key], dg.IntMetadataValue), key
-    for key in ("dpone/rows_per_second", "dpone/extraction_seconds", "dpone/lag_seconds"):
+    for key in ("dpone/extraction_seconds", "dpone/lag_seconds"):
         assert isinstance(metadata[key], dg.FloatMetadataValue), key
     assert metadata["dagster/row_count"].value == 300
     assert metadata["dpone/batches"].value == 3
@@ -140,7 +142,7 @@ def test_a_backfill_partition_reports_schema_lineage_and_numbers(
     ]
     assert observations, "every committed batch is observed"
     for observation in observations:
-        remaining = observation.metadata["dpone/remaining_estimate"]
+        remaining = observation.metadata["dpone/progress_remaining"]
         assert isinstance(remaining, dg.IntMetadataValue)
 
 

@@ -80,7 +80,7 @@ def test_a_mysql_asset_materializes_into_the_target(
         dg.TableColumnDep(asset_key=source, column_name="total")
     ]
     assert isinstance(metadata["dpone/bytes"], dg.IntMetadataValue)
-    assert isinstance(metadata["dpone/rows_per_second"], dg.FloatMetadataValue)
+    assert isinstance(metadata["dpone/rows_per_second"], dg.IntMetadataValue)
     assert isinstance(metadata["dpone/lag_seconds"], dg.FloatMetadataValue)
 
 

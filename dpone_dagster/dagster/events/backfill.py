@@ -30,10 +30,11 @@ from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
+    backfill_check,
     created_metadata,
     partition_metadata,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
+from dpone_dagster.dagster.metadata.sets import read_metadata
 from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -137,12 +138,8 @@ class BackfillEvents:
             )  # fmt: skip
             checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
         if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
-            yield dg.AssetCheckResult(
-                asset_key=what.key,
-                check_name=CHECK_NAME,
-                passed=failed is None and all(c["ok"] for c in checks),
-                metadata=dict(DponeMetadataSet(partitions=dg.MetadataValue.json(checks))),
-            )
+            passed = failed is None and all(c["ok"] for c in checks)
+            yield backfill_check(what.key, checks, passed)
         if failed is not None:
             raise DponeFailure(failed)
         if what.key in context.selected_asset_keys:
@@ -168,6 +165,7 @@ class _PartitionRunner:
     ) -> tuple[list[dict[str, Any]], BackfillReconciliationError | None]:
         """Runs every partition in order; stops at the first whose reconciliation failed."""
         checks: list[dict[str, Any]] = []
+        self.progress.begin(len(partitions))
         for partition in partitions:
             rng = partition_cursor_range(self.what.partitions_def, partition)
             self.context.log.info(
@@ -234,6 +232,7 @@ class _PartitionRunner:
             )
             receipts = backfill.receipts()
         self.progress.flush()  # the batches' observations precede the partition's metadata
+        self.progress.partition_done(result.run.progress.copied_count)
         metadata = {
             **partition_metadata(result, receipts), **self._catalog_metadata(),
             **created_metadata(prepared.target_types, prepared.virtual_as_stored),
@@ -249,6 +248,7 @@ class _PartitionRunner:
             self.target.options,
             [(self.what.target, source_key_of(spec), None)],
             self.context.log,
+            source=(self.source.dsn, self.source.options, [self.what.source]),
         )
         return standard
 

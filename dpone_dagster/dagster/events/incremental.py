@@ -77,10 +77,10 @@ def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
         asset_key=key,
         metadata=dict(
             DponeMetadataSet(
-                batch=receipt.sequence,
-                run=receipt.run,
-                rows=receipt.rows,
-                checkpoint=receipt.last.cursor if receipt.last else "",
+                progress_batch=receipt.sequence,
+                progress_run=receipt.run,
+                progress_rows=receipt.rows,
+                progress_checkpoint=receipt.last.cursor if receipt.last else None,
             )
         ),
     )
@@ -149,6 +149,7 @@ class IncrementalEvents:
                 [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
                 context.log,
                 not_copied=[soft] if soft else [],
+                source=(self.source.dsn, self.source.options, [table]),
             )
             metadata = {**incremental_metadata(result, rows), **standard}
             yield dg.MaterializeResult(asset_key=key, metadata=metadata)

@@ -1,15 +1,16 @@
 """Mirroring committed backfill batches into Dagster, off the copy's path.
 
 After every committed batch the UI gets an ``AssetObservation`` (checkpoint, rows copied, mark,
-remaining estimate) and the run's ``dpone/partition``, ``dpone/checkpoint`` and ``dpone/copied``
-tags. Writing them into the instance's storage costs the step tens of milliseconds per batch, a
-fair share of a batch's own time. A reporter thread writes them while the next batch copies
-(mostly while the copy waits for the servers): every batch still gets its observation, in order,
-and the run's tags follow the newest batch at most every :data:`TAGS_EVERY` seconds (a run-tag
-update rewrites the run's record, and the UI polls no faster). :meth:`ProgressReporter.flush`
-waits until everything reported is written, brings the tags up to the last batch and re-raises
-a failure of the thread; the step flushes at the end of every partition, before it yields
-anything else, so the observations always precede the partition's materialization.
+remaining estimate) and the run's tags: ``dpone/partition`` (the one copying),
+``dpone/partitions_done`` (``3 of 31``), ``dpone/copied`` (rows of every partition of the run) and
+``dpone/checkpoint`` (short). Writing them into the instance's storage costs the step tens of
+milliseconds per batch, a fair share of a batch's own time. A reporter thread writes them while the
+next batch copies (mostly while the copy waits for the servers): every batch still gets its
+observation, in order, and the run's tags follow the newest batch at most every :data:`TAGS_EVERY`
+seconds (a run-tag update rewrites the run's record, and the UI polls no faster).
+:meth:`ProgressReporter.flush` waits until everything reported is written, brings the tags up to the
+last batch and re-raises a failure of the thread; the step flushes at the end of every partition,
+before it yields anything else, so the observations always precede the partition's materialization.
 """
 
 import queue
@@ -20,7 +21,7 @@ from types import TracebackType
 import dagster as dg
 
 from dpone_dagster.backfill import BatchResult
-from dpone_dagster.dagster.metadata.receipts import batch_observation
+from dpone_dagster.dagster.metadata.receipts import batch_observation, short_digest
 from dpone_dagster.dagster.metadata.sets import DponeRunTags
 
 _Item = tuple[str, BatchResult]
@@ -44,6 +45,9 @@ class ProgressReporter:
         self._untagged: _Item | None = None  # the newest batch the run's tags do not show yet
         self._tagged_at = 0.0
         self._error: BaseException | None = None
+        self._total = 0  # partitions of the run
+        self._done = 0  # partitions of the run done
+        self._copied_before = 0  # rows the partitions done copied
         self._thread = threading.Thread(target=self._work, name="dpone-progress", daemon=True)
         self._thread.start()
 
@@ -60,6 +64,24 @@ class ProgressReporter:
         self._thread.join()
         if exc is None:
             self._raise()
+
+    def begin(self, partitions: int) -> None:
+        """The run copies ``partitions`` partitions: the tags count them done of how many."""
+        self._total = partitions
+
+    def partition_done(self, copied: int) -> None:
+        """A partition of the run is done (flushed) having copied ``copied`` rows."""
+        self._done += 1
+        self._copied_before += copied
+        self.context.instance.add_run_tags(
+            self.context.run.run_id,
+            dict(
+                DponeRunTags(
+                    partitions_done=f"{self._done} of {self._total}",
+                    copied=str(self._copied_before),
+                )
+            ),
+        )
 
     def report(self, partition: str, batch: BatchResult) -> None:
         """Queues a committed batch for the UI."""
@@ -103,7 +125,8 @@ class ProgressReporter:
         progress = batch.run.progress
         tags = DponeRunTags(
             partition=partition,
-            checkpoint=progress.checkpoint or "",
-            copied=str(progress.copied_count),
+            partitions_done=f"{self._done} of {self._total}",
+            checkpoint=short_digest(progress.checkpoint) if progress.checkpoint else None,
+            copied=str(self._copied_before + progress.copied_count),
         )
         self.context.instance.add_run_tags(self.context.run.run_id, dict(tags))

@@ -130,7 +130,7 @@ class CopyEvents:
             with source.open_snapshot(export=True) as held:
                 seconds: dict[str, float] = {}
                 report = _copy(source, target, held, chosen, options, seconds)
-                yield from _materializations(context, target, report, list(chosen), seconds)
+                yield from _materializations(context, source, target, report, list(chosen), seconds)
                 if checked:
                     yield from _checks(source, target, held, report, list(chosen), checked)
         except DponeError as exc:
@@ -211,6 +211,7 @@ def _copy(
 
 def _materializations(
     context: dg.AssetExecutionContext,
+    source: "PostgresSourceResource",
     target: "PostgresTargetResource",
     report: CopyReport,
     keys: list[dg.AssetKey],
@@ -226,6 +227,7 @@ def _materializations(
             for key, t in zip(keys, report.tables, strict=True)
         ],
         context.log,
+        source=(source.dsn, source.options, [t.source for t in report.tables]),
     )
     for key, table, standard in zip(keys, report.tables, catalog, strict=True):
         log_schema_changes(context.log, table.target.qualified, table.schema_changes)

@@ -15,11 +15,24 @@ from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import ConnectionOptions, TableName
-from dpone_dagster.postgres.table_description import TableDescription, describe_tables
+from dpone_dagster.postgres.table_description import (
+    TableComments,
+    TableDescription,
+    describe_tables,
+    table_comments,
+)
+
+from .sets import DponeMetadataSet
+
+Source = tuple[str, ConnectionOptions | None, Sequence[TableName]]
+"""Where the comments come from: the source's DSN, its options and each table's source table."""
 
 
-def table_schema(description: TableDescription) -> dg.TableSchema:
-    """The ``dagster/column_schema`` of a table: types, nullability and constraints.
+def table_schema(
+    description: TableDescription, comments: TableComments | None = None
+) -> dg.TableSchema:
+    """The ``dagster/column_schema`` of a table: types, nullability and constraints, and each
+    column's source comment as its description.
 
     A constraint on one column shows on that column (a primary key or unique constraint as
     ``unique``, every constraint's definition under ``other``); constraints over several
@@ -46,7 +59,12 @@ def table_schema(description: TableDescription) -> dg.TableSchema:
         constraints = dg.TableColumnConstraints(
             nullable=not column.not_null, unique=column.name in unique, other=other
         )
-        columns.append(dg.TableColumn(column.name, column.type_sql, constraints=constraints))
+        described = None if comments is None else comments.columns.get(column.name)
+        columns.append(
+            dg.TableColumn(
+                column.name, column.type_sql, description=described, constraints=constraints
+            )
+        )
     return dg.TableSchema(columns=columns, constraints=dg.TableConstraints(other=table_level))
 
 
@@ -68,6 +86,7 @@ def table_catalog_metadata(
     tables: Sequence[tuple[TableName, dg.AssetKey | None, Sequence[str] | None]],
     log: Any = None,
     not_copied: Sequence[str] = (),
+    source: Source | None = None,
 ) -> list[dict[str, Any]]:
     """The standard table set of each target table, read from the target's catalog.
 
@@ -79,26 +98,34 @@ def table_catalog_metadata(
         log: Where a catalog that cannot be read is reported; the copy has committed by then,
             so the materialization is still reported, without the table set.
         not_copied: Target columns no source column feeds (a soft-delete marker): no lineage.
+        source: The PostgreSQL source, whose ``COMMENT ON`` texts become the column schema's
+            descriptions and ``dpone/description`` (none when None).
 
     Returns:
-        One ``dagster/table_name`` + ``dagster/column_schema`` (+ ``dagster/column_lineage``)
-        mapping per table, in order.
+        One ``dagster/table_name`` + ``dagster/column_schema`` (+ ``dagster/column_lineage``,
+        ``dpone/description``) mapping per table, in order.
     """
     try:
         descriptions = describe_tables(dsn, [t for t, _, _ in tables], options)
+        comments: list[TableComments | None] = [None] * len(tables)
+        if source is not None:
+            comments = list(table_comments(source[0], source[2], source[1]))
     except DponeError as exc:
         if log is not None:
-            log.warning(f"dpone: the target's catalog could not be read ({exc.code}): {exc}")
+            log.warning(f"dpone: the tables' catalog could not be read ({exc.code}): {exc}")
         return [{} for _ in tables]
     result = []
-    for description, (_, source_key, copied) in zip(descriptions, tables, strict=True):
+    for description, comment, (_, source_key, copied) in zip(
+        descriptions, comments, tables, strict=True
+    ):
         written = [c.name for c in description.columns if not c.generated]
         columns = copied or [c for c in written if c not in not_copied]
         lineage = None if source_key is None else column_lineage(columns, source_key)
         metadata = TableMetadataSet(
             table_name=description.qualified_name,
-            column_schema=table_schema(description),
+            column_schema=table_schema(description, comment),
             column_lineage=lineage,
         )
-        result.append(dict(metadata))
+        described = DponeMetadataSet(description=None if comment is None else comment.table)
+        result.append({**metadata, **described})
     return result

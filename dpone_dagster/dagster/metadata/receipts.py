@@ -36,6 +36,17 @@ CHECK_NAME = "dpone_reconciled"
 """The asset check every dpone asset declares: the target holds what the source held."""
 
 
+def short_digest(digest: str) -> str:
+    """A digest short enough for a tag's column: ``sha256:`` and its first 12 hex digits.
+
+    Examples:
+        >>> short_digest("sha256:" + "ab" * 32)
+        'sha256:abababababab'
+    """
+    kind, sep, hexits = digest.partition(":")
+    return f"{kind}:{hexits[:12]}" if sep else digest[:12]
+
+
 def receipt_metadata(receipt: ExtractionLifecycleReceipt | None) -> dict[str, Any]:
     """The extraction window, its clock and the snapshot token digest of one receipt."""
     if receipt is None:
@@ -43,11 +54,11 @@ def receipt_metadata(receipt: ExtractionLifecycleReceipt | None) -> dict[str, An
     started, completed = receipt.extraction_started_at, receipt.extraction_completed_at
     return dict(
         DponeMetadataSet(
-            extraction_started_at=started.isoformat() if started else "",
-            extraction_completed_at=completed.isoformat() if completed else "",
+            extraction_started_at=started.isoformat() if started else None,
+            extraction_completed_at=completed.isoformat() if completed else None,
             clock_authority=receipt.clock_authority,
-            snapshot_authority=receipt.snapshot_authority or "",
-            snapshot_token_digest=receipt.source_token or "",
+            snapshot_authority=receipt.snapshot_authority,
+            snapshot_token_digest=receipt.source_token,
             extraction_receipt=dg.MetadataValue.json(receipt.model_dump(mode="json")),
         )
     )
@@ -68,7 +79,7 @@ def rate_metadata(
         DponeMetadataSet(
             bytes=byte_count or 0,
             extraction_seconds=seconds,
-            rows_per_second=rows / seconds if seconds else 0.0,
+            rows_per_second=round(rows / seconds) if seconds else 0,
             lag_seconds=(datetime.now(UTC) - started).total_seconds(),
         )
     )
@@ -97,7 +108,7 @@ def table_metadata(report: CopyReport, table: TableCopyReport) -> dict[str, Any]
             terminal_outcome=report.outcome.value,
             snapshot_label=report.snapshot_label.value,
             copy_format=table.copy_format,
-            copy_format_reason=table.copy_format_reason or "",
+            copy_format_reason=table.copy_format_reason,
             source_table=table.source.qualified,
             table=table.target.qualified,
             rows_loaded=table.rows_loaded or 0,
@@ -193,8 +204,8 @@ def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.Asset
                 proof=result.proof.value,
                 source_rows=result.source.count,
                 target_rows=result.target.count,
-                source_digest=result.source.hash or "",
-                target_digest=result.target.hash or "",
+                source_digest=result.source.hash,
+                target_digest=result.target.hash,
             )
         ),
     )
@@ -226,15 +237,17 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     tokens = sorted({r.observation.extraction.source_token or "" for r in receipts} - {""})
     return dict(
         DponeMetadataSet(
-            extraction_started_at=started.isoformat() if started else "",
-            extraction_completed_at=completed.isoformat() if completed else "",
+            extraction_started_at=started.isoformat() if started else None,
+            extraction_completed_at=completed.isoformat() if completed else None,
             snapshot_token_digest=_digests(tokens),
         )
     )
 
 
-def _digests(tokens: Sequence[str]) -> str:
-    """One snapshot token's digest, or a JSON list of several."""
+def _digests(tokens: Sequence[str]) -> str | None:
+    """One snapshot token's digest, a JSON list of several, or None without any."""
+    if not tokens:
+        return None
     return tokens[0] if len(tokens) == 1 else json.dumps(tokens)
 
 
@@ -293,8 +306,8 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         **TableMetadataSet(row_count=rows),
         **DponeMetadataSet(
             run_id=run.run_id,
-            checkpoint=progress.checkpoint or "",
-            high_water_mark=progress.source_high_water_mark or "",
+            checkpoint=progress.checkpoint,
+            high_water_mark=progress.source_high_water_mark,
             status=run.status.value,
             batches_committed_now=result.committed,
             batches_replayed_now=result.replayed,
@@ -312,19 +325,54 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
 
 
 def batch_observation(key: dg.AssetKey, partition: str, batch: BatchResult) -> dg.AssetObservation:
-    """A committed batch, as the UI shows it while the partition runs."""
+    """A committed batch, as the UI shows it while the partition runs (``dpone/progress_*``
+    keys, plotted apart from the partition's materialization)."""
     progress = batch.run.progress
     return dg.AssetObservation(
         asset_key=key,
         partition=partition,
         metadata=dict(
             DponeMetadataSet(
-                checkpoint=progress.checkpoint or "",
-                copied=progress.copied_count,
-                high_water_mark=progress.source_high_water_mark or "",
-                remaining_estimate=progress.remaining_estimate,
-                batch=batch.receipt.sequence,
-                replayed=batch.replayed,
+                progress_checkpoint=progress.checkpoint,
+                progress_copied=progress.copied_count,
+                progress_high_water_mark=progress.source_high_water_mark,
+                progress_remaining=progress.remaining_estimate,
+                progress_batch=batch.receipt.sequence,
+                progress_replayed=batch.replayed,
+            )
+        ),
+    )
+
+
+def backfill_check(
+    key: dg.AssetKey, checks: Sequence[dict[str, Any]], passed: bool
+) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of a backfill's run: a one-line summary as its
+    description, the partitions checked and differing and the ranges proven as numbers (so the
+    UI plots them), and each partition's summary under ``dpone/partitions``."""
+    differing = [str(c["partition"]) for c in checks if not c["ok"]]
+    ranges = sum(int(c.get("ranges") or 0) for c in checks)
+    if differing:
+        summary = (
+            f"{len(differing)} of {len(checks)} partition(s) differ from the source at their "
+            f"mark: {', '.join(differing)}."
+        )
+    else:
+        summary = (
+            f"{len(checks)} partition(s) checked: the target holds what the source held at "
+            f"each mark ({ranges} checkpoint range(s) proven)."
+        )
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CHECK_NAME,
+        passed=passed,
+        description=summary,
+        metadata=dict(
+            DponeMetadataSet(
+                partitions_checked=len(checks),
+                partitions_differing=len(differing),
+                ranges_proven=ranges,
+                partitions=dg.MetadataValue.json(list(checks)),
             )
         ),
     )
@@ -363,8 +411,8 @@ def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[st
             rows_inserted=result.inserted,
             rows_updated=result.updated,
             rows_deleted=result.deleted,
-            old_mark=result.old_mark or "",
-            new_mark=result.new_mark or "",
+            old_mark=result.old_mark,
+            new_mark=result.new_mark,
             batches=result.batches,
             batches_committed_now=result.batches_here,
             resumed=result.resumed,

@@ -26,10 +26,30 @@ import dagster as dg
 # are the modules Dagster's own TableMetadataSet and its integrations' sets come from.
 from dagster._core.definitions.metadata import NamespacedMetadataSet
 from dagster._core.definitions.tags import NamespacedTagSet
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 NAMESPACE = "dpone"
 """The namespace of every key of dpone's own."""
+
+
+def readable_number(name: str, value: Any) -> Any:
+    """``value`` of the field ``name`` rounded to what it means: seconds (``lag_seconds``,
+    ``seconds_load``) to the millisecond, a rate (``rows_per_second``) to a whole number; any
+    other value as it is.
+
+    Examples:
+        >>> readable_number("extraction_seconds", 0.01573760400003721)
+        0.016
+        >>> readable_number("rows_per_second", 61879.27353732867)
+        61879
+    """
+    if not isinstance(value, float):
+        return value
+    if name.endswith("_per_second"):
+        return round(value)
+    if name.startswith("seconds_") or name.endswith("_seconds"):
+        return round(value, 3)
+    return value
 
 
 class DponeMetadataSet(NamespacedMetadataSet):
@@ -46,9 +66,25 @@ class DponeMetadataSet(NamespacedMetadataSet):
     # a number where text is) fails where the metadata is built instead of changing its type.
     model_config = ConfigDict(strict=True, use_attribute_docstrings=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _readable(cls, values: Any) -> Any:
+        """What a person reads: an empty text is left out rather than shown as ``""``, seconds
+        are rounded to the millisecond and a rate to a whole number (:func:`readable_number`)."""
+        if not isinstance(values, dict):
+            return values
+        return {
+            name: readable_number(name, value)
+            for name, value in values.items()
+            if value is not None and value != ""
+        }
+
     # What the asset is.
     source_table: str | None = None
     """Exact qualified name of the source table (copy; spec of every PostgreSQL asset)."""
+    description: str | None = None
+    """The source table's ``COMMENT ON TABLE``, when it has one (copy, partition,
+    incremental); its columns' comments are the column schema's descriptions."""
     table: str | None = None
     """Exact qualified name of the target table (copy; spec; a source table's external asset
     names itself)."""
@@ -133,8 +169,8 @@ class DponeMetadataSet(NamespacedMetadataSet):
     extraction_seconds: float | None = None
     """Seconds of the source read window: first batch start to last batch end for a partition
     (copy, partition, generic)."""
-    rows_per_second: float | None = None
-    """Rows over the read window (copy, partition, generic)."""
+    rows_per_second: int | None = None
+    """Rows over the read window, rounded to a whole row (copy, partition, generic)."""
     lag_seconds: float | None = None
     """Seconds from the start of the read the target now reflects (a partition: its newest
     batch) to the report (copy, partition, generic); for a stream with a time cursor, the source
@@ -144,13 +180,13 @@ class DponeMetadataSet(NamespacedMetadataSet):
     run_id: str | None = None
     """The partition's ledger run (partition)."""
     checkpoint: str | None = None
-    """The last committed batch's checkpoint (partition, batch)."""
+    """The last committed batch's checkpoint (partition)."""
     high_water_mark: str | None = None
-    """The mark the partition copies up to (partition, batch)."""
+    """The mark the partition copies up to (partition)."""
     status: str | None = None
     """The ledger run's status (partition)."""
     remaining_estimate: int | None = None
-    """Rows of the partition's scope not yet accounted for (partition, batch)."""
+    """Rows of the partition's scope not yet accounted for (partition)."""
     batches: int | None = None
     """Batches committed by every run of the partition, or of the stream's run (partition,
     incremental)."""
@@ -172,22 +208,13 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """Rows the reconciliation's repairs rewrote (partition, once reconciled)."""
     rows_repaired_deleted: int | None = None
     """Rows the reconciliation's repairs deleted (partition, once reconciled)."""
-    copied: int | None = None
-    """Rows the partition's batches copied so far (batch)."""
-    batch: int | None = None
-    """The committed batch's sequence number (batch of a partition or of a stream)."""
-    replayed: bool | None = None
-    """The batch had been committed already and was answered by replay (batch)."""
 
     # An incremental stream's run.
     stream_id: str | None = None
     """The stream: ``incremental:<digest>`` of its source, target, cursor and key
     (incremental); ``topic -> schema.table`` (kafka)."""
     run: int | None = None
-    """The stream's run number, 0 when there was nothing to do (incremental, batch of a
-    stream, kafka)."""
-    rows: int | None = None
-    """Rows the stream's batch read (batch of a stream)."""
+    """The stream's run number, 0 when there was nothing to do (incremental, kafka)."""
     rows_read: int | None = None
     """Rows the run read from the source (incremental)."""
     rows_deleted: int | None = None
@@ -221,6 +248,27 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """Why publishing the offsets to the consumer group failed; monitoring only, the ledger
     holds them (kafka, only then)."""
 
+    # A committed batch's observation: names of its own, so the UI plots a batch's progress
+    # apart from the materialization's figures instead of beside them.
+    progress_batch: int | None = None
+    """The committed batch's sequence number (batch of a partition or of a stream)."""
+    progress_run: int | None = None
+    """The stream's run the batch belongs to (batch of a stream)."""
+    progress_rows: int | None = None
+    """Rows the stream's batch read (batch of a stream)."""
+    progress_copied: int | None = None
+    """Rows the partition's batches copied so far (batch of a partition)."""
+    progress_checkpoint: str | None = None
+    """The batch's checkpoint (batch of a partition); the newest cursor value it copied
+    (batch of a stream)."""
+    progress_high_water_mark: str | None = None
+    """The mark the partition copies up to (batch of a partition)."""
+    progress_remaining: int | None = None
+    """Rows of the partition's scope not yet accounted for (batch of a partition)."""
+    progress_replayed: bool | None = None
+    """The batch had been committed already and was answered by replay (batch of a
+    partition)."""
+
     # The dpone_reconciled check.
     guarantee: str | None = None
     """What the check proves (check)."""
@@ -236,6 +284,12 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """The target's content digest (check of a copy)."""
     partitions: dg.JsonMetadataValue | None = None
     """Each partition's reconciliation summary (check of a backfill)."""
+    partitions_checked: int | None = None
+    """Partitions the run checked (check of a backfill)."""
+    partitions_differing: int | None = None
+    """Partitions whose target differs from the source at the mark (check of a backfill)."""
+    ranges_proven: int | None = None
+    """Checkpoint ranges proven equal, every partition together (check of a backfill)."""
     verified: bool | None = None
     """Whether anything was verified: false when nothing ran (check of a stream)."""
     keys_compared: int | None = None
@@ -282,9 +336,14 @@ class DponeRunTags(NamespacedTagSet):
     partition: str | None = None
     """The partition a backfill run is copying (run tag, while it runs)."""
     checkpoint: str | None = None
-    """The newest committed batch's checkpoint (run tag, while a backfill runs)."""
+    """The newest committed batch's checkpoint, short (``sha256:`` and its first 12 hex
+    digits; the materialization holds it whole) (run tag, while a backfill runs)."""
     copied: str | None = None
-    """Rows the partition's batches copied so far (run tag, while a backfill runs)."""
+    """Rows the run's batches copied so far, every partition of the run together (run tag,
+    while a backfill runs)."""
+    partitions_done: str | None = None
+    """Partitions of the run done, of how many: ``3 of 31`` (run tag, while a backfill
+    runs)."""
 
     @classmethod
     def namespace(cls) -> str:

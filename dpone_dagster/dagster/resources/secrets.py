@@ -65,14 +65,19 @@ def warn_if_literal(
         "configuration in its run storage (the job snapshot in runs.db, shown in the UI), so "
         f"anyone who can read that storage reads the secret. Instead, {ways_out}.",
         LiteralSecretWarning,
-        stacklevel=_user_level(),
+        stacklevel=user_level(),
     )
 
 
 _FRAMEWORKS = frozenset({"dpone_dagster", "dagster", "pydantic", "pydantic_core"})
 
 
-def _user_level() -> int:
+def at_run_time() -> bool:
+    """Whether Dagster is rebuilding the resource for a run, with its ``EnvVar`` resolved."""
+    return _AT_RUN_TIME.get()
+
+
+def user_level() -> int:
     """The ``stacklevel`` of the first caller outside dpone, Dagster and pydantic: the warning
     then names the user's line that defined the resource (``definitions.py:12``)."""
     frame, level = sys._getframe(1), 1  # the frame that calls warnings.warn is level 1

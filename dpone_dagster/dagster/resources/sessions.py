@@ -1,7 +1,12 @@
 """What the PostgreSQL resources share: the DSN and its options, and the step's sessions.
 
-A resource's ``dsn`` is checked when the definitions load (an ``EnvVar``'s value, when the
-variable is set at load time). Every session a resource opens and every artifact it hands out is
+A resource's literal ``dsn`` is checked when the definitions load. An ``EnvVar``'s value is
+checked when the variable is set at load time, where a malformed one is one line
+(:class:`InvalidDsnWarning`: the code, the message and the next action) and the definitions still
+load; a run that uses the resource then fails when it starts with a :class:`DponeFailure` whose
+first line says the same, never a traceback through pydantic's wrapper.
+
+Every session a resource opens and every artifact it hands out is
 tracked for the step; the step's teardown rolls back and closes what is still open and settles
 every artifact left without a terminal outcome (``abort``), so a failed or interrupted step never
 leaves a source transaction open.
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+import warnings
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import dagster as dg
@@ -20,7 +26,14 @@ from dpone_dagster.lifecycle import DponeError, ExtractionArtifact
 from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, check_dsn
 from dpone_dagster.postgres.connection import Connection, Side, connect
 
-from .secrets import SecretResource, warn_if_literal
+from ..failures import DponeFailure, headline
+from .secrets import SecretResource, at_run_time, user_level, warn_if_literal
+
+
+class InvalidDsnWarning(UserWarning):
+    """An ``EnvVar`` DSN is malformed when the definitions load: one line saying which variable,
+    the code, the message and the next action; a run that uses the resource fails until it is
+    fixed."""
 
 
 @runtime_checkable
@@ -45,15 +58,33 @@ def checked_dsn(value: Any, owner: str) -> Any:
         value: The ``dsn`` given to the resource: a string or an ``EnvVar``.
         owner: The resource class, for the messages.
 
+    Warns:
+        InvalidDsnWarning: an ``EnvVar`` set to a malformed DSN when the definitions load.
+
     Raises:
-        ValueError: ``dsn_invalid``, naming the field or the variable, never the password.
+        ValueError: ``dsn_invalid`` for a literal DSN, naming the field, never the password.
+        DponeFailure: ``dsn_invalid`` when a run starts with an ``EnvVar`` resolved to a
+            malformed DSN (a :class:`dagster.Failure`, which pydantic does not wrap).
     """
     if isinstance(value, dg.EnvVar):
         resolved = value.get_value()
-        if resolved is not None:
-            _check_shape(resolved, f"environment variable {value.env_var_name}")
+        if resolved is not None and not at_run_time():  # at run time: the resolved value's turn
+            try:
+                check_dsn(resolved)
+            except DponeError as exc:
+                where = f"environment variable {value.env_var_name}"
+                warnings.warn(
+                    f"{owner}: {where}: {headline(exc)} (a run that uses it fails until then)",
+                    InvalidDsnWarning,
+                    stacklevel=user_level(),
+                )
         return value
-    if isinstance(value, str):
+    if isinstance(value, str) and at_run_time():
+        try:  # an EnvVar's value, resolved by Dagster when the run starts
+            check_dsn(value)
+        except DponeError as exc:
+            raise DponeFailure(exc) from None
+    elif isinstance(value, str):
         params = _check_shape(value, "dsn")
         warn_if_literal(owner, "dsn", value, holds_secret=bool(params.get("password")))
     return value
