@@ -40,6 +40,7 @@ from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
+from .sweep import CheckScope, Sweep
 from .verify import check_target
 
 DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
@@ -83,8 +84,12 @@ class IncrementalSync:
         create_extensions: Extensions the stream may create in the target when its table's
             types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
             refused with ``target_extension_missing``.
-        verify: After the final batch, compare whole rows of both sides in its snapshot
-            (:mod:`.verify`) and record the verdict in its receipt.
+        verify: After the final batch, verify the run in its snapshot (:mod:`.verify`) and
+            record the verdict in its receipt.
+        check: What a verified run compares: ``run`` (default: every key the run copied,
+            exactly, and a rolling slice of the key so that every range is verified within the
+            ``sweep``'s bound, :mod:`.sweep`) or ``full`` (both whole tables, every run).
+        sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options (of both sides, unless ``target_options`` is given).
@@ -120,6 +125,8 @@ class IncrementalSync:
         handoff: Handoff | None = None,
         settle_timeout: float = 30.0,
         verify: bool = False,
+        check: CheckScope | str = CheckScope.RUN,
+        sweep: Sweep | None = None,
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
@@ -144,6 +151,7 @@ class IncrementalSync:
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.target_options = target_options or options
         self.verify, self.fillfactor = verify, fillfactor
+        self.check_scope, self.sweep = CheckScope.parse(check), sweep or Sweep()
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
         )
@@ -232,6 +240,8 @@ class IncrementalSync:
         """
         sessions = self._open()
         try:
+            if self.verify and self.check_scope is CheckScope.RUN:
+                self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
             stream_id = self.stream_id(sessions)
             before, state, mark = self._begin(sessions, shape, stream_id)
@@ -325,6 +335,7 @@ class IncrementalSync:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
             batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
+            check=(self.check_scope, self.sweep),
             on_phase=self.on_phase, schema_changes=self.schema_changes,
             fillfactor=self.fillfactor, create_extensions=self.create_extensions,
         )  # fmt: skip

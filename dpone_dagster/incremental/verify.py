@@ -24,6 +24,7 @@ from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
 from .state import Verification
+from .sweep import CheckScope, Sweep, SweepLedger, run_keys, sweep_slices
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,75 @@ def _verdict(
     )
 
 
+@dataclass(frozen=True)
+class RunCheck:
+    """How a verified run checks itself (``scope`` ``run``: :mod:`.sweep`).
+
+    Attributes:
+        scope: ``run`` (the run's keys and a rolling slice) or ``full`` (both whole tables).
+        sweep: The rolling slice's budget.
+        sweeps: The ledger's sweep positions.
+        stream_id: The stream.
+        lower: The run's lower cursor bound (exclusive; ``None``: from the start).
+    """
+
+    scope: CheckScope
+    sweep: Sweep
+    sweeps: SweepLedger
+    stream_id: str
+    lower: str | None
+
+
+def _find_deletes(
+    src: Connection, tgt: Connection, shape: StreamShape, mark: str | None
+) -> tuple[list[Key], int]:
+    """The keys the target holds and the source lost, and the keys that crossed the wire."""
+    scan = None if mark is None else range_scan(src, tgt, shape, mark)
+    if scan is None:
+        found = compare(src, tgt, shape, rows=False)
+        return sorted(found.target_only), found.keys_compared
+    return scan.deleted, scan.keys_compared
+
+
+def _run_check(
+    src: Connection,
+    tgt: Connection,
+    shape: StreamShape,
+    check: RunCheck,
+    *,
+    mark: str | None,
+    at: datetime,
+    deletes: Deletes,
+) -> Verification | None:
+    """The run's keys and this run's slice of the sweep (``None``: the run copied too many rows
+    for its keys to be looked up; compare whole tables)."""
+    own = run_keys(src, tgt, shape, check.lower, mark)
+    if own.checked is None:
+        return None
+    position = check.sweeps.fetch(tgt, check.stream_id)
+    swept = sweep_slices(src, tgt, shape, position, check.sweep, mark=mark, at=at,
+                         gone_allowed=deletes is Deletes.IGNORE)  # fmt: skip
+    check.sweeps.save(tgt, swept.position)
+    unexplained = sorted({*own.found.unexplained, *swept.found.unexplained})
+    pos = swept.position
+    return Verification(
+        ok=not unexplained, keys_compared=own.checked + swept.keys_compared,
+        ranges_differing=0, changed_since_mark=own.later,
+        deleted_kept=len(swept.found.gone), unexplained=len(unexplained),
+        examples=tuple(unexplained[:20]), scope=CheckScope.RUN.value, keys_checked=own.checked,
+        ranges_checked=swept.ranges, ranges_total=swept.ranges_total, rows_swept=swept.rows,
+        sweep_started_at=pos.started_at, swept_at=pos.last_full_at,
+        swept_from=pos.last_full_started_at, proved_at=at,
+    )  # fmt: skip
+
+
 def final_check(
     src: Connection,
     tgt: Connection,
     shape: StreamShape,
     *,
     deletes: Deletes,
-    verify: bool,
+    verify: RunCheck | None,
     mark: str | None,
     at: datetime,
 ) -> FinalCheck:
@@ -76,25 +139,36 @@ def final_check(
         tgt: The target session, in the final batch's transaction (after the merge).
         shape: The stream.
         deletes: ``ignore``, ``hard`` or ``soft``.
-        verify: Compare whole rows and judge the differences.
+        verify: How to verify the run (``None``: not at all). ``full`` compares whole rows of
+            both tables (which also finds the deletes); ``run`` finds the deletes first, then
+            checks the run's keys and a slice of the sweep, after them.
         mark: The run's mark.
-        at: The time a ``soft`` delete records (the snapshot's).
+        at: The snapshot's time: what a ``soft`` delete records, and ``proved_at``.
     """
-    if deletes is Deletes.IGNORE and not verify:
+    if deletes is Deletes.IGNORE and verify is None:
         return FinalCheck()
     _without_jit(src, tgt)
     verification, keys_compared = None, 0
-    if verify:
+    gone: list[Key] = []
+    if verify is not None and verify.scope is CheckScope.RUN:
+        if deletes is not Deletes.IGNORE:
+            gone, keys_compared = _find_deletes(src, tgt, shape, mark)
+        deleted = 0 if deletes is Deletes.IGNORE else apply_deletes(tgt, shape, gone, at)
+        verification = _run_check(src, tgt, shape, verify, mark=mark, at=at, deletes=deletes)
+        if verification is not None:
+            keys = keys_compared + verification.keys_compared
+            return FinalCheck(deleted, keys, verification)
+        full = compare(src, tgt, shape, rows=True)  # deletes applied: none left to find
+        verification = _verdict(src, shape, full, mark, kept=deletes is Deletes.IGNORE)
+        verification = verification.model_copy(update={"proved_at": at})
+        return FinalCheck(deleted, keys_compared + full.keys_compared, verification)
+    if verify is not None:
         found = compare(src, tgt, shape, rows=True)
         gone, keys_compared = sorted(found.target_only), found.keys_compared
         verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
+        verification = verification.model_copy(update={"proved_at": at})
     else:
-        scan = None if mark is None else range_scan(src, tgt, shape, mark)
-        if scan is None:
-            found = compare(src, tgt, shape, rows=False)
-            gone, keys_compared = sorted(found.target_only), found.keys_compared
-        else:
-            gone, keys_compared = scan.deleted, scan.keys_compared
+        gone, keys_compared = _find_deletes(src, tgt, shape, mark)
     deleted = 0 if deletes is Deletes.IGNORE else apply_deletes(tgt, shape, gone, at)
     return FinalCheck(deleted, keys_compared, verification)
 
