@@ -16,7 +16,9 @@ transaction (after its merge and deletes):
    one are in it). A slice whose digests differ is compared key by key (it is at most the
    budget's size). The slice's size is :class:`Sweep`'s budget: ``rows`` per run, or enough
    for a full sweep in ``runs`` runs (the source's row estimate over ``runs``), or as many
-   slices of :data:`SECONDS_SLICE` rows as fit in ``seconds``.
+   slices of :data:`SECONDS_SLICE` rows as fit in ``seconds``. A range that differed is
+   verified again by every run until it agrees (the check keeps failing until it is repaired),
+   and a sweep that met one is not counted as a full sweep.
 
 The position (the key the next slice starts after, when the current sweep began, when the last
 one completed) is one row of the ledger (``incremental_sweeps``), written in the final batch's
@@ -48,6 +50,8 @@ SECONDS_SLICE = 10_000
 """Rows per slice when the budget is in seconds."""
 MIN_SLICE = 1_000
 """The smallest slice a ``runs`` budget takes (a small table is swept in fewer runs)."""
+MAX_DIFFERING = 16
+"""Ranges that differed kept for verifying again (more are found again by the next sweep)."""
 DEFAULT_SWEEP_RUNS = 288
 """A full sweep in 288 runs: about once a day at a five-minute schedule."""
 
@@ -112,6 +116,11 @@ class SweepPosition(Document):
         last_full_started_at: When the last complete sweep began.
         last_full_at: When it completed (every range verified between the two).
         sweeps: Complete sweeps.
+        dirty: A range of the current sweep differed (its completion is then no full sweep's:
+            ``last_full_at`` stays).
+        differing: Ranges (``(after, end]``) that differed, verified again by every run until
+            they agree, so a difference keeps failing the check until it is repaired (at most
+            :data:`MAX_DIFFERING`).
     """
 
     stream_id: str
@@ -121,6 +130,8 @@ class SweepPosition(Document):
     last_full_started_at: datetime | None = None
     last_full_at: datetime | None = None
     sweeps: Count = 0
+    dirty: bool = False
+    differing: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -413,29 +424,45 @@ def sweep_slices(
     gone: list[Key] = []
     unexplained: list[Key] = []
     pos = position
+    recheck: list[tuple[Key | None, Key | None]] = []
+    for after, end in position.differing:  # ranges that differed: verified until they agree
+        equal, have, held = slicer.compare(after, end)
+        found = _classify(src, shape, have, held, mark, gone_allowed=gone_allowed)
+        later, compared = later + found.later, compared + len(have) + len(held)
+        gone += found.gone
+        unexplained += found.unexplained
+        if found.unexplained:
+            recheck.append((after, end))
+    pos = pos.model_copy(update={"differing": tuple(recheck)})
     while True:
         after = pos.after
         end = slicer.end(after, size)
         equal, have, held = slicer.compare(after, end)
+        clean = True
         if not equal:
             found = _classify(src, shape, have, held, mark, gone_allowed=gone_allowed)
             later += found.later
             gone += found.gone
             unexplained += found.unexplained
             compared += len(have) + len(held)
+            clean = not found.unexplained
+        if not clean and len(pos.differing) < MAX_DIFFERING:
+            pos = pos.model_copy(update={"differing": (*pos.differing, (after, end))})
+        dirty = pos.dirty or not clean
         ranges += 1
         rows += size if end is not None else 0
         first = pos.started_at or at
-        if end is None:  # the last slice: the sweep is complete
+        if end is None:  # the last slice: the sweep is complete (clean: every range agreed)
+            full = {} if dirty else {"last_full_started_at": first, "last_full_at": at}
             pos = pos.model_copy(
-                update={"after": None, "started_at": None, "slices": 0,
-                        "last_full_started_at": first, "last_full_at": at,
-                        "sweeps": pos.sweeps + 1}
+                update={"after": None, "started_at": None, "slices": 0, "dirty": False,
+                        "sweeps": pos.sweeps + 1, **full}
             )  # fmt: skip
         else:
             pos = pos.model_copy(
-                update={"after": end, "started_at": first, "slices": pos.slices + 1}
-            )
+                update={"after": end, "started_at": first, "slices": pos.slices + 1,
+                        "dirty": dirty}
+            )  # fmt: skip
         if sweep.seconds is None or end is None or time.monotonic() - started >= sweep.seconds:
             break
     total = max(math.ceil(estimate / size), position.slices + ranges, 1)

@@ -78,10 +78,15 @@ def test_the_sweep_catches_a_corruption_outside_the_runs_keys_within_its_bound(
     for _ in range(4):  # nothing changed: (500, 1000], (1000, 1500], (1500, 2000], (2000, +inf)
         check = stream.run(verify=True, sweep=SLICE).verification
         assert check is not None and check.keys_checked == 0 and check.ranges_checked == 1
-        verdicts.append((check.ok, check.examples))
-    assert verdicts[:2] == [(True, ()), (True, ())]  # not yet in the slice: not claimed
-    assert verdicts[2] == (False, (("1800",),))  # caught within the bound: the 4th run
-    assert verdicts[3] == (True, ())
+        verdicts.append((check.ok, check.examples, check.swept_at))
+    assert verdicts[:2] == [(True, (), None)] * 2  # not yet in the slice: not claimed
+    assert verdicts[2] == (False, (("1800",),), None)  # caught within the bound: the 4th run
+    # The range that differed is verified again by every run until it agrees, and the sweep
+    # that met it is no full sweep.
+    assert verdicts[3] == (False, (("1800",),), None)
+    pg.execute(stream.target, "UPDATE shop.orders SET amount = 1800 * 1.25 WHERE id = 1800")
+    check = stream.run(verify=True, sweep=SLICE).verification
+    assert check is not None and check.ok and check.swept_at is None
 
 
 def test_the_metadata_says_what_was_swept_and_the_position_is_in_the_ledger(
