@@ -182,11 +182,7 @@ def copy_batch(
             done: list[BatchOutcome] = []
 
             def finish(conn: Connection) -> None:
-                done.append(
-                    _finish(
-                        conn, ledger, shape, state, rows, load, deletes, check if verify else None
-                    )
-                )
+                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify, check))
                 on_phase("commit")
 
             load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
@@ -234,30 +230,29 @@ def _finish(
     rows: _Rows,
     load: TargetLoad,
     deletes: Deletes,
-    verify: tuple[CheckScope, Sweep] | None,
+    verify: bool,
+    check: tuple[CheckScope, Sweep],
 ) -> BatchOutcome:
     """After the final batch, finds deletes and verifies (as asked); then writes the receipt
     and the new state."""
     run = state.run
     assert run is not None
     final = rows.rows < rows.size
-    check = FinalCheck()
+    found = FinalCheck()
     if final:
         ensure_soft_column(conn, shape)
         at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
-        how = None
-        if verify is not None:
-            how = RunCheck(verify[0], verify[1], SweepLedger(ledger.store), state.stream_id,
-                           run.lower)  # fmt: skip
-        check = final_check(rows.src, conn, shape, deletes=deletes, verify=how,
+        how = RunCheck(check[0], check[1], SweepLedger(ledger.store), state.stream_id,
+                       run.lower)  # fmt: skip
+        found = final_check(rows.src, conn, shape, deletes=deletes, verify=verify, how=how,
                             mark=run.mark, at=at)  # fmt: skip
     sink = load.tables[0].sink_result
     inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
     receipt = StreamReceipt(
         stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
         after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
-        updated=updated, deleted=check.deleted, keys_compared=check.keys_compared, final=final,
-        extraction=rows.extraction_receipt, verification=check.verification,
+        updated=updated, deleted=found.deleted, keys_compared=found.keys_compared, final=final,
+        extraction=rows.extraction_receipt, verification=found.verification,
     )  # fmt: skip
     progressed = run.model_copy(
         update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,

@@ -62,8 +62,11 @@ class IncrementalSync:
             numeric, date, timestamp or timestamptz; indexed; never NULL).
         target_table: The target table; defaults to the source table's name. Created on the
             first run if missing.
-        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost)
-            or ``soft`` (set ``soft_delete_column`` instead).
+        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost;
+            every run counts both key sets), ``soft`` (set ``soft_delete_column`` instead) or
+            ``sweep`` (delete them when the rolling sweep reaches their key range: a run's cost
+            does not grow with the table; a delete waits at most one full sweep, ``sweep``'s
+            bound).
         soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
         batch_size: Rows per batch.
         lookback: For a time cursor set from a client clock that may run behind the server's:
@@ -240,7 +243,8 @@ class IncrementalSync:
         """
         sessions = self._open()
         try:
-            if self.verify and self.check_scope is CheckScope.RUN:
+            swept = self.verify and self.check_scope is CheckScope.RUN
+            if swept or self.deletes is Deletes.SWEEP:
                 self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
             stream_id = self.stream_id(sessions)

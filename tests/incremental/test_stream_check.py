@@ -134,3 +134,26 @@ def test_the_full_check_stays_available(stream: Stream) -> None:
     assert full.examples == (("2400",),) and full.proved_at is not None
     alone = stream.sync().check()
     assert alone is not None and not alone.ok and alone.examples == (("2400",),)
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_sweep_deletes_find_what_the_source_lost_within_one_full_sweep(
+    stream: Stream, verify: bool
+) -> None:
+    pg.execute(stream.source, "ANALYZE shop.orders")
+    first = stream.run(deletes="sweep", sweep=SLICE, verify=verify)  # slice 1: (-inf, 500]
+    assert first.deleted == 0
+    # The worst case for 100: deleted right after its range was swept; 2200 is in the last.
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id IN (100, 2200)")
+    deleted, compared = [], []
+    for _ in range(5):  # (500, 1000], ..., (2000, +inf), then (-inf, 500] again
+        run = stream.run(deletes="sweep", sweep=SLICE, verify=verify)
+        deleted.append(run.deleted)
+        compared.append(run.keys_compared)
+        if verify:
+            assert run.verification is not None and run.verification.ok
+            assert run.verification.ranges_total == 5  # the longest delay, in runs
+    assert deleted == [0, 0, 0, 1, 1]  # 2200 on the 4th run, 100 on the 5th: one full sweep
+    # A run's cost is its slice: no run counted or compared the whole key set.
+    assert max(compared) <= 2 * SLICE.rows + 2  # type: ignore[operator]
+    stream.assert_equal()
