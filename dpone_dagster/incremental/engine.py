@@ -40,8 +40,8 @@ from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
-from .sweep import CheckScope, Sweep
-from .verify import check_target
+from .sweep import CheckScope, Sweep, SweepLedger
+from .verify import RunCheck, check_target, idle_check
 
 DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
 """The target column ``soft`` deletes set, created if missing."""
@@ -250,7 +250,8 @@ class IncrementalSync:
             stream_id = self.stream_id(sessions)
             before, state, mark = self._begin(sessions, shape, stream_id)
             if state.run is None:
-                return build_result(sessions.source, shape, before, state, [], mark, 0)
+                result = build_result(sessions.source, shape, before, state, [], mark, 0)
+                return replace(result, verification=self._idle(sessions, shape, state))
             number, outcomes = state.run.number, []
             while (done := self._batch(sessions, shape, stream_id, number)) is not None:
                 outcomes.append(done)
@@ -333,6 +334,25 @@ class IncrementalSync:
         finally:
             sessions.close()
 
+    def _idle(
+        self, sessions: Sessions, shape: StreamShape, state: StreamState
+    ) -> Verification | None:
+        """A verified run with nothing to copy: this run's slice of the sweep, in a source
+        snapshot of its own, the position saved under the stream's lock (``None``: not
+        verified by run, no run completed yet, or another run moved the stream meanwhile)."""
+        if not self.verify or self.check_scope is not CheckScope.RUN or state.mark is None:
+            return None
+        src, tgt = sessions.source, sessions.target
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, state.stream_id)
+            now = self.ledger.fetch(tgt, state.stream_id)
+            if now is None or now.revision != state.revision:
+                return None
+            how = RunCheck(self.check_scope, self.sweep, SweepLedger(self.ledger.store),
+                           state.stream_id, state.mark)  # fmt: skip
+            with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+                return idle_check(src, tgt, shape, how, state.mark)
+
     def _batch(
         self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
     ) -> BatchOutcome | None:
@@ -386,8 +406,9 @@ class IncrementalSync:
             if state.run is not None or stale:  # another run began, or ended after our mark
                 return state, state, mark
             run = plan_run(sessions.source, shape, state, mark, self.lookback)
-            if nothing_to_do(state, run, self.deletes) and not self.verify:
-                return state, state, mark
+            full = self.verify and self.check_scope is CheckScope.FULL
+            if nothing_to_do(state, run, self.deletes) and not full:
+                return state, state, mark  # verified by run: the check needs no batch
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
             self.ledger.save(tgt, state, begun)
         return state, begun, mark

@@ -448,7 +448,7 @@ def sweep_slices(
             clean = not found.unexplained
         if not clean and len(pos.differing) < MAX_DIFFERING:
             pos = pos.model_copy(update={"differing": (*pos.differing, (after, end))})
-        dirty = pos.dirty or not clean
+        dirty = pos.dirty or not clean or bool(recheck)
         ranges += 1
         rows += size if end is not None else 0
         first = pos.started_at or at

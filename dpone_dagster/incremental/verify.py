@@ -201,6 +201,27 @@ def final_check(
     return FinalCheck(deleted, keys_compared + compared, whole)
 
 
+def idle_check(
+    src: Connection, tgt: Connection, shape: StreamShape, how: RunCheck, mark: str
+) -> Verification | None:
+    """The check of a run with nothing to copy (``ignore``, nothing above the mark): no key of
+    its own, this run's slice of the sweep, proved at the source snapshot's start.
+
+    Args:
+        src: The source session, at the start of a ``REPEATABLE READ`` transaction.
+        tgt: The target session, in a transaction holding the stream's lock.
+        shape: The stream.
+        how: The check (``run`` scope) and the sweep.
+        mark: The stream's mark.
+    """
+    row = src.execute("SELECT statement_timestamp()").fetchone()  # the snapshot's start
+    assert row is not None
+    _without_jit(src, tgt)
+    checked = _run_check(src, tgt, shape, how, mark=mark, at=row[0], deletes=Deletes.IGNORE,
+                         verify=True)  # fmt: skip
+    return None if checked is None else checked[0]
+
+
 def check_target(
     src: Connection, tgt: Connection, shape: StreamShape, lower: str | None
 ) -> Verification:
