@@ -261,15 +261,16 @@ class DponeMetadataSet(NamespacedMetadataSet):
     ranges_checked: int | None = None
     """Key ranges of the rolling sweep verified by this run (check of a stream, ``run``)."""
     ranges_total: int | None = None
-    """Key ranges a full sweep takes (check of a stream, ``run``)."""
+    """Key ranges a full sweep takes: the longest a range waits to be verified, in runs (check
+    of a stream, ``run``)."""
     rows_swept: int | None = None
     """Source rows in the ranges verified, about (check of a stream, ``run``)."""
     sweep_started_at: str | None = None
     """When the sweep in progress began, ISO 8601; empty when this run completed one (check of
     a stream, ``run``)."""
     swept_at: str | None = None
-    """When the last full sweep completed, ISO 8601; empty until one has (check of a stream,
-    ``run``)."""
+    """When the last clean full sweep completed, ISO 8601; empty until one has (check of a
+    stream, ``run``)."""
     proved_at: str | None = None
     """The source snapshot's time the check proved equality at, ISO 8601 (check of a
     stream)."""
