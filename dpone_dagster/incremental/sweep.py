@@ -252,24 +252,31 @@ def _classify(
     return Differences(count_later, gone, tuple(sorted(unexplained)))
 
 
-def _target_hashes(
-    tgt: Connection, shape: StreamShape, h: sql.Composable, keys: list[Key]
-) -> dict[Key, str]:
+def _target_differing(
+    tgt: Connection, shape: StreamShape, h: sql.Composable, columns: list[list[str]],
+    hashes: list[int],
+) -> list[Key]:  # fmt: skip
+    """Of the given keys (one text array per key column) and their source row hashes, those
+    whose target row is missing or hashes otherwise; computed by the target, which returns
+    only them."""
     cols = [f"k{i}" for i in range(len(shape.key))]
     on = sql.SQL(" AND ").join(
         sql.SQL("t.{} = CAST(u.{} AS {})").format(k.ident, sql.Identifier(c), sql.SQL(k.type_sql))
         for k, c in zip(shape.key, cols, strict=True)
     )
+    # One index probe per key (LIMIT 1 keeps the planner from turning the lookup into a hash
+    # join over the whole target): the cost follows the run's keys, not the table.
     query = sql.SQL(
-        "SELECT {kt}, {h}::text FROM unnest({arrays}) AS u({names})"
-        " JOIN {t} AS t ON {on} WHERE {live}"
+        "SELECT ARRAY[{uk}] FROM unnest({arrays}, %s::int8[]) AS u({names}, h) LEFT JOIN LATERAL"
+        " (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r ON true"
+        " WHERE r.h IS DISTINCT FROM u.h"
     ).format(
-        kt=_key_text(shape, "t"), h=h, t=shape.target.ident, on=on,
+        uk=sql.SQL(", ").join(sql.SQL("u.{}").format(sql.Identifier(c)) for c in cols),
+        h=h, t=shape.target.ident, on=on,
         arrays=sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in cols),
         names=sql.SQL(", ").join(sql.Identifier(c) for c in cols), live=_live(shape),
     )  # fmt: skip
-    params = [[k[i] for k in keys] for i in range(len(cols))]
-    return {tuple(r[0]): str(r[1]) for r in tgt.execute(query, params)}
+    return sorted(tuple(r[0]) for r in tgt.execute(query, [*columns, hashes]))
 
 
 def run_keys(
@@ -290,17 +297,29 @@ def run_keys(
             where, c=shape.cursor.ident, t=sql.SQL(shape.cursor.type_sql)
         )
         params.append(lower)
-    query = sql.SQL("SELECT {kt}, {h}::text FROM {t} WHERE {w} LIMIT %s").format(
-        kt=_key_text(shape), h=h, t=shape.source.ident, w=where
-    )
-    rows = src.execute(query, [*params, RUN_KEYS_LIMIT + 1]).fetchall()
-    if len(rows) > RUN_KEYS_LIMIT:
+    # The run's keys and row hashes come back as one row of arrays, and go to the target as
+    # they are: only the keys that differ cross the wire back.
+    query = sql.SQL(
+        "SELECT count(*), {keys}, coalesce(array_agg(h), '{{}}') FROM"
+        " (SELECT {kc}, {h} AS h FROM {t} WHERE {w} ORDER BY {order} LIMIT %s) AS s"
+    ).format(
+        order=_key_cols(shape),  # in key order: the target's probes walk its index in order
+        keys=sql.SQL(", ").join(
+            sql.SQL("coalesce(array_agg({}::text), '{{}}')").format(sql.Identifier(f"k{i}"))
+            for i in range(len(shape.key))
+        ),
+        kc=sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(k.ident, sql.Identifier(f"k{i}"))
+            for i, k in enumerate(shape.key)
+        ),
+        h=h, t=shape.source.ident, w=where,
+    )  # fmt: skip
+    row = src.execute(query, [*params, RUN_KEYS_LIMIT + 1]).fetchone()
+    assert row is not None
+    checked = int(row[0])
+    if checked > RUN_KEYS_LIMIT:
         return RunKeys(None, Differences())
-    have = {tuple(r[0]): str(r[1]) for r in rows}
-    held = _target_hashes(tgt, shape, h, list(have))
-    # Only the source's keys are looked up: a target key missing from ``held`` is not a
-    # target-only key here, so every difference is the source row's.
-    differing = [k for k, v in have.items() if held.get(k) != v]
+    differing = _target_differing(tgt, shape, h, list(row[1:-1]), list(row[-1])) if checked else []
     later = src.execute(
         sql.SQL("SELECT count(*) FROM {t} WHERE {c} > CAST(%s::text AS {ct})").format(
             t=shape.source.ident, c=shape.cursor.ident, ct=sql.SQL(shape.cursor.type_sql)
@@ -308,7 +327,7 @@ def run_keys(
         (mark,),
     ).fetchone()
     count = int(later[0]) if later is not None else 0
-    return RunKeys(len(have), Differences(unexplained=tuple(sorted(differing))), count)
+    return RunKeys(checked, Differences(unexplained=tuple(differing)), count)
 
 
 def _estimate(src: Connection, shape: StreamShape) -> int:
