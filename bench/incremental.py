@@ -487,6 +487,8 @@ def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
 
 CHECK_LIMITS = {"nothing": 0.05, "1pct": 0.10}
 """The check's added cost, as a share of a full ``batched_copy`` (issue #24)."""
+SWEEP_DELETES_LIMIT = 0.03
+"""A ``deletes="sweep"`` run with nothing changed, as a share of a full ``batched_copy``."""
 CHECK_SCALE_LIMIT = 1.3
 """The added cost at 3M rows over that at 1M rows, with the same per-run budget."""
 SCHEDULE_MINUTES = 5
@@ -521,6 +523,18 @@ def _added(source: str, target: str, rows: int, round_: int, budget: str) -> dic
     }  # fmt: skip
 
 
+def sweep_deletes_idle(source: str, target: str, budget: int | None) -> float:
+    """Seconds of an engine run with ``deletes="sweep"`` and nothing changed (its slice)."""
+    from dpone_dagster.incremental import Sweep
+
+    sweep = Sweep(rows=budget) if budget else None
+    run = IncrementalSync(source, target, "shop.orders", cursor="updated_at", deletes="sweep",
+                          batch_size=50_000, sweep=sweep)  # fmt: skip
+    started = time.perf_counter()
+    run.run()
+    return time.perf_counter() - started
+
+
 def change_then(source: str, rows: int, round_: int, run: Callable[[], dict[str, Any]]) -> Any:
     """``run()`` after 1% of the rows changed (and a checkpoint before the writers)."""
     checkpoint(source)
@@ -542,8 +556,11 @@ def check_cost(sizes: list[int], budget: int | None, repeat: int, made: list[str
         pg.execute(target, "VACUUM ANALYZE shop.orders")
         dagster_child(source, target, str(budget or "yes"))  # warm: the ledger's migration
         each = [_added(source, target, rows, r, str(budget or "yes")) for r in range(repeat)]
+        sweep_deletes_idle(source, target, budget)  # warm
+        swept = [sweep_deletes_idle(source, target, budget) for _ in range(max(3, repeat))]
         full = (before + full_batched_copy(source, full_target)) / 2
         median = {k: statistics.median(e[k] for e in each) for k in each[0]}
+        median["sweep_deletes"] = statistics.median(swept)
         figures.append((rows, full, median))
         for dsn in (source, full_target, target):
             pg.drop_database(dsn)
@@ -558,11 +575,17 @@ def check_cost(sizes: list[int], budget: int | None, repeat: int, made: list[str
             print(f"    {case + ' changed':<16} added {1000 * m[case]:7.0f} ms  ratio {ratio:6.3f}"
                   f"  (limit {limit:.2f}: {'ok' if ratio <= limit else 'OVER'}; with "
                   f"{m['with_' + case]:.3f} s, without {m['without_' + case]:.3f} s)")  # fmt: skip
+        ratio = m["sweep_deletes"] / full
+        ok = "ok" if ratio <= SWEEP_DELETES_LIMIT else "OVER"
+        print(f"    deletes=\"sweep\", nothing changed (engine): {1000 * m['sweep_deletes']:.0f} ms"
+              f"  ratio {ratio:6.3f}  (limit {SWEEP_DELETES_LIMIT:.2f}: {ok})")  # fmt: skip
         period = m["ranges_total"]
         print(f"    full sweep every {period:,.0f} runs ({period * SCHEDULE_MINUTES / 60:.1f} h at "
               f"a {SCHEDULE_MINUTES}-minute schedule); 1% run's keys checked "
               f"{m['keys_checked']:,.0f}")  # fmt: skip
     if len(figures) == 2:
+        flat = figures[1][2]["sweep_deletes"] / figures[0][2]["sweep_deletes"]
+        print(f'  deletes="sweep" run {figures[1][0]:,} / {figures[0][0]:,} rows: {flat:.2f}')
         for case in ("nothing", "1pct"):
             small, large = figures[0][2][case], figures[1][2][case]
             scale = large / small if small > 0 else float("inf")
