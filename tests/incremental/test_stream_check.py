@@ -157,3 +157,33 @@ def test_sweep_deletes_find_what_the_source_lost_within_one_full_sweep(
     # A run's cost is its slice: no run counted or compared the whole key set.
     assert max(compared) <= 2 * SLICE.rows + 2  # type: ignore[operator]
     stream.assert_equal()
+
+
+def test_a_composite_text_key_is_swept_and_checked_the_same_way(
+    source_dsn: str, target_dsn: str
+) -> None:
+    from dpone_dagster.incremental import IncrementalSync
+
+    pg.execute(
+        source_dsn,
+        "CREATE SCHEMA shop; CREATE TABLE shop.lines (region text, n int, at bigint NOT NULL,"
+        " qty int, PRIMARY KEY (region, n)); CREATE INDEX ON shop.lines (at);"
+        " INSERT INTO shop.lines SELECT (ARRAY['north', 'south', 'Ost'])[1 + g %% 3], g, g, g"
+        " FROM generate_series(1, 3000) g; ANALYZE shop.lines",
+    )
+
+    def run() -> tuple[bool, tuple[tuple[str, ...], ...], int]:
+        sync = IncrementalSync(source_dsn, target_dsn, "shop.lines", cursor="at", verify=True,
+                               sweep=Sweep(rows=1000))  # fmt: skip
+        check = sync.run().verification
+        assert check is not None and check.scope == "run"
+        return check.ok, check.examples, check.ranges_total
+
+    assert run() == (True, (), 3)
+    changed = "UPDATE shop.lines SET qty = -1 WHERE region = 'south' AND n = 1 RETURNING n"
+    assert pg.fetch_all(target_dsn, changed) == [(1,)]
+    pg.execute(source_dsn, "UPDATE shop.lines SET qty = 0, at = 5000 WHERE n = 7")
+    verdicts = [run() for _ in range(3)]  # the three slices, in the key's (collation) order
+    oks = [v[0] for v in verdicts]
+    assert False in oks and not any(oks[oks.index(False) :])  # caught, then kept failing
+    assert all(v[1] in ((), (("south", "1"),)) for v in verdicts), verdicts
