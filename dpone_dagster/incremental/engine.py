@@ -248,10 +248,14 @@ class IncrementalSync:
                 self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
             stream_id = self.stream_id(sessions)
-            before, state, mark = self._begin(sessions, shape, stream_id)
-            if state.run is None:
-                result = build_result(sessions.source, shape, before, state, [], mark, 0)
-                return replace(result, verification=self._idle(sessions, shape, state))
+            begun = self._begin(sessions, shape, stream_id)
+            if begun[1].run is None:
+                idle, begun = self._checked_idle(sessions, shape, stream_id, begun)
+                if idle is not None:
+                    return idle
+            before, state, mark = begun
+            if state.run is None:  # another run ended meanwhile
+                return build_result(sessions.source, shape, before, state, [], mark, 0)
             number, outcomes = state.run.number, []
             while (done := self._batch(sessions, shape, stream_id, number)) is not None:
                 outcomes.append(done)
@@ -337,10 +341,19 @@ class IncrementalSync:
     def _idle(
         self, sessions: Sessions, shape: StreamShape, state: StreamState
     ) -> Verification | None:
-        """A verified run with nothing to copy: this run's slice of the sweep, in a source
-        snapshot of its own, the position saved under the stream's lock (``None``: not
-        verified by run, no run completed yet, or another run moved the stream meanwhile)."""
-        if not self.verify or self.check_scope is not CheckScope.RUN or state.mark is None:
+        """A run with nothing to copy, verified by run or deleting by sweep: this run's slice
+        of the sweep, in a source snapshot of its own, the position saved under the stream's
+        lock (``None``: nothing to check, no run completed yet, or another run moved the stream
+        meanwhile).
+
+        Raises:
+            KeysGoneError: ``sweep`` deletes and the slice found target keys the source lost; the
+                position is not saved, and the caller runs a batch that deletes them with a
+                receipt.
+        """
+        sweeping = self.deletes is Deletes.SWEEP
+        checked = self.verify and self.check_scope is CheckScope.RUN
+        if state.mark is None or not (checked or sweeping):
             return None
         src, tgt = sessions.source, sessions.target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
@@ -348,10 +361,27 @@ class IncrementalSync:
             now = self.ledger.fetch(tgt, state.stream_id)
             if now is None or now.revision != state.revision:
                 return None
-            how = RunCheck(self.check_scope, self.sweep, SweepLedger(self.ledger.store),
+            how = RunCheck(CheckScope.RUN, self.sweep, SweepLedger(self.ledger.store),
                            state.stream_id, state.mark)  # fmt: skip
             with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-                return idle_check(src, tgt, shape, how, state.mark)
+                found = idle_check(src, tgt, shape, how, state.mark)
+                if sweeping and found is not None and found.deleted_kept:
+                    raise KeysGoneError(found.deleted_kept)  # both transactions roll back
+        return found if checked else None
+
+    def _checked_idle(
+        self, sessions: Sessions, shape: StreamShape, stream_id: str,
+        begun: tuple[StreamState, StreamState, Mark | None],
+    ) -> tuple[IncrementalResult | None, tuple[StreamState, StreamState, Mark | None]]:  # fmt: skip
+        """The result of a run with nothing to copy (its idle check), or ``None`` and the run
+        begun instead, when ``sweep`` deletes found keys to delete."""
+        before, state, mark = begun
+        try:
+            verification = self._idle(sessions, shape, state)
+        except KeysGoneError:
+            return None, self._begin(sessions, shape, stream_id, force=True)
+        result = build_result(sessions.source, shape, before, state, [], mark, 0)
+        return replace(result, verification=verification), begun
 
     def _batch(
         self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
@@ -390,10 +420,11 @@ class IncrementalSync:
         return state
 
     def _begin(
-        self, sessions: Sessions, shape: StreamShape, stream_id: str
+        self, sessions: Sessions, shape: StreamShape, stream_id: str, *, force: bool = False
     ) -> tuple[StreamState, StreamState, Mark | None]:
         """``(state before, state with the run to do, the mark taken)``: the run in progress
-        if there is one (resumed or joined), else a new run from a fresh mark."""
+        if there is one (resumed or joined), else a new run from a fresh mark (``force``: even
+        with nothing to copy)."""
         state = self._state(sessions, shape, stream_id)
         if state.run is not None:
             return state, state, None
@@ -407,11 +438,16 @@ class IncrementalSync:
                 return state, state, mark
             run = plan_run(sessions.source, shape, state, mark, self.lookback)
             full = self.verify and self.check_scope is CheckScope.FULL
-            if nothing_to_do(state, run, self.deletes) and not full:
+            if nothing_to_do(state, run, self.deletes) and not full and not force:
                 return state, state, mark  # verified by run: the check needs no batch
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
             self.ledger.save(tgt, state, begun)
         return state, begun, mark
+
+
+class KeysGoneError(Exception):
+    """An idle ``sweep`` slice found target keys the source lost (how many): a batch deletes
+    them, with its receipt."""
 
 
 def check_options(

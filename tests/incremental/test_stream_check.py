@@ -154,6 +154,14 @@ def test_sweep_deletes_find_what_the_source_lost_within_one_full_sweep(
             assert run.verification is not None and run.verification.ok
             assert run.verification.ranges_total == 5  # the longest delay, in runs
     assert deleted == [0, 0, 0, 1, 1]  # 2200 on the 4th run, 100 on the 5th: one full sweep
+    # A slice that finds nothing to delete commits no batch; one that does, a batch whose
+    # receipt records the deletes (the initial load's three batches, then those two).
+    receipts = pg.fetch_all(
+        stream.target,
+        "SELECT (receipt_json->>'deleted')::int FROM dpone_ledger.incremental_batch_receipts"
+        " ORDER BY sequence",
+    )
+    assert receipts == [(0,), (0,), (0,), (1,), (1,)]
     # A run's cost is its slice: no run counted or compared the whole key set.
     assert max(compared) <= 2 * SLICE.rows + 2  # type: ignore[operator]
     stream.assert_equal()
