@@ -3,6 +3,7 @@
     .venv/bin/python bench/incremental.py                  # 1,000,000 rows
     .venv/bin/python bench/incremental.py --repeat 3       # three rounds of each run: medians
     .venv/bin/python bench/incremental.py --rss-rows 3000000   # the flat-memory check
+    .venv/bin/python bench/incremental.py --check --repeat 1   # the check's added cost, 1M, 3M
 
 It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops them.
 On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90 bytes a row):
@@ -21,7 +22,12 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
   (its ``dpone_reconciled`` check compares both whole tables) after 1% changed and with nothing
   changed, and with ``reconcile=False`` after 1% changed, each in a child process and timed
   around ``materialize`` after a warm-up materialization of a trivial asset;
-* peak RSS of the initial load in a child process at ``--rows`` and at ``--rss-rows`` rows.
+* peak RSS of the initial load in a child process at ``--rows`` and at ``--rss-rows`` rows;
+* with ``--check``, only the ``dpone_reconciled`` check's added cost: the materialization with
+  the default check (``sweep=Sweep(rows=--sweep-rows)``, 3,500 by default: a 1M-row table's
+  full sweep in 288 runs) minus the same with ``reconcile=False``, after the same kind of change
+  (1% changed, nothing changed), as a share of a full ``batched_copy``, at ``--rows`` and at
+  ``--check-rows`` rows with the same budget, and the full-sweep period that budget gives.
 
 The floor. Beside each 1% run, the same changes are applied to a second target (a copy of the
 first one after the initial load) with the least PostgreSQL work that can apply them: over
@@ -255,9 +261,10 @@ def child(source: str, target: str) -> None:
 
 def child_dagster(source: str, target: str, reconcile: str) -> None:
     """One materialization of ``incremental_asset("shop.orders", cursor="updated_at")`` with
-    its defaults (its ``dpone_reconciled`` check included unless ``reconcile`` is ``"no"``), in
-    this process: its seconds as JSON. The stream is the engine's (same tables and cursor), so
-    it continues it."""
+    its defaults (its ``dpone_reconciled`` check included unless ``reconcile`` is ``"no"``; a
+    number is the check with ``sweep=Sweep(rows=<it>)``; ``"full"`` the check with
+    ``check="full"``), in this process: its seconds as JSON (and the check's metadata). The
+    stream is the engine's (same tables and cursor), so it continues it."""
     from bench.materialize import timed_materialize
     from dpone_dagster import (
         LedgerResource,
@@ -265,25 +272,37 @@ def child_dagster(source: str, target: str, reconcile: str) -> None:
         PostgresTargetResource,
         incremental_asset,
     )
+    from dpone_dagster.incremental import Sweep
 
-    asset = incremental_asset("shop.orders", cursor="updated_at", reconcile=reconcile != "no")
+    options: dict[str, Any] = {"reconcile": reconcile != "no"}
+    if reconcile.isdigit():
+        options["sweep"] = Sweep(rows=int(reconcile))
+    if reconcile == "full":
+        options["check"] = "full"
+    asset = incremental_asset("shop.orders", cursor="updated_at", **options)
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
         "ledger": LedgerResource(),
     }
-    seconds, _ = timed_materialize([asset], resources)
-    print(json.dumps({"seconds": seconds}))
+    seconds, result = timed_materialize([asset], resources)
+    checks = result.get_asset_check_evaluations()
+    metadata = {k: getattr(v, "value", None) for c in checks for k, v in c.metadata.items()}
+    print(json.dumps({"seconds": seconds, "check": metadata}, default=str))
+
+
+def dagster_child(source: str, target: str, reconcile: str) -> dict[str, Any]:
+    """:func:`child_dagster`'s figures from a child process (Dagster's imports not counted)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-dagster", source, target, reconcile],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def dagster_run(source: str, target: str, reconcile: bool = True) -> float:
     """Seconds of :func:`child_dagster` in a child process (Dagster's imports not counted)."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--child-dagster", source, target,
-         "yes" if reconcile else "no"],
-        check=True, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
+    return float(dagster_child(source, target, "yes" if reconcile else "no")["seconds"])
 
 
 def initial_load_child(source: str, target: str) -> dict[str, Any]:
@@ -466,6 +485,116 @@ def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
               f"peak RSS {figure['rss_mb']:.0f} MB")  # fmt: skip
 
 
+CHECK_LIMITS = {"nothing": 0.05, "1pct": 0.10}
+"""The check's added cost, as a share of a full ``batched_copy`` (issue #24)."""
+SWEEP_DELETES_LIMIT = 0.03
+"""A ``deletes="sweep"`` run with nothing changed, as a share of a full ``batched_copy``."""
+CHECK_SCALE_LIMIT = 1.3
+"""The added cost at 3M rows over that at 1M rows, with the same per-run budget."""
+SCHEDULE_MINUTES = 5
+
+
+def _added(source: str, target: str, rows: int, round_: int, budget: str) -> dict[str, float]:
+    """The check's added seconds, nothing changed and 1% changed: the materialization with the
+    check minus the same without it (each after the same kind of change; an untimed
+    materialization after each 1% one, so that neither idle run pays for pruning the pages the
+    last merge wrote)."""
+
+    def settle() -> None:  # untimed: the next reader prunes the pages the last merge wrote
+        dagster_child(source, target, "no")
+
+    changed_with = change_then(
+        source, rows, 3 * round_, lambda: dagster_child(source, target, budget)
+    )
+    settle()
+    changed_without = change_then(
+        source, rows, 3 * round_ + 1, lambda: dagster_child(source, target, "no")
+    )
+    settle()
+    idle_without = dagster_child(source, target, "no")
+    idle_with = dagster_child(source, target, budget)
+    return {
+        "1pct": changed_with["seconds"] - changed_without["seconds"],
+        "nothing": idle_with["seconds"] - idle_without["seconds"],
+        "with_1pct": changed_with["seconds"], "without_1pct": changed_without["seconds"],
+        "with_nothing": idle_with["seconds"], "without_nothing": idle_without["seconds"],
+        "ranges_total": float(idle_with["check"].get("dpone/ranges_total") or 0),
+        "keys_checked": float(changed_with["check"].get("dpone/keys_checked") or 0),
+    }  # fmt: skip
+
+
+def sweep_deletes_idle(source: str, target: str, budget: int | None) -> float:
+    """Seconds of an engine run with ``deletes="sweep"`` and nothing changed (its slice)."""
+    from dpone_dagster.incremental import Sweep
+
+    sweep = Sweep(rows=budget) if budget else None
+    run = IncrementalSync(source, target, "shop.orders", cursor="updated_at", deletes="sweep",
+                          batch_size=50_000, sweep=sweep)  # fmt: skip
+    started = time.perf_counter()
+    run.run()
+    return time.perf_counter() - started
+
+
+def change_then(source: str, rows: int, round_: int, run: Callable[[], dict[str, Any]]) -> Any:
+    """``run()`` after 1% of the rows changed (and a checkpoint before the writers)."""
+    checkpoint(source)
+    change_one_percent(source, rows, round_)
+    return run()
+
+
+def check_cost(sizes: list[int], budget: int | None, repeat: int, made: list[str]) -> None:
+    """The stream check's added cost (``--check``) at each size, with the same budget."""
+    figures: list[tuple[int, float, dict[str, float]]] = []
+    for rows in sizes:
+        source = make_source(rows)
+        full_target = pg.create_database("dpone_bench_full")
+        target = pg.create_database("dpone_bench_tgt")
+        made += [source, full_target, target]
+        before = full_batched_copy(source, full_target)
+        pg.execute(full_target, "DROP SCHEMA shop CASCADE")
+        timed_run(source, target, "ignore")  # the initial load, by the engine
+        pg.execute(target, "VACUUM ANALYZE shop.orders")
+        dagster_child(source, target, str(budget or "yes"))  # warm: the ledger's migration
+        each = [_added(source, target, rows, r, str(budget or "yes")) for r in range(repeat)]
+        sweep_deletes_idle(source, target, budget)  # warm
+        swept = [sweep_deletes_idle(source, target, budget) for _ in range(max(3, repeat))]
+        full = (before + full_batched_copy(source, full_target)) / 2
+        median = {k: statistics.median(e[k] for e in each) for k in each[0]}
+        median["sweep_deletes"] = statistics.median(swept)
+        figures.append((rows, full, median))
+        for dsn in (source, full_target, target):
+            pg.drop_database(dsn)
+            made.remove(dsn)
+    spelled = f"Sweep(rows={budget:,})" if budget else "the default Sweep(runs=288)"
+    print(f"the dpone_reconciled check's added cost (materialize with it minus reconcile=False; "
+          f"{spelled}; median of {repeat}):")  # fmt: skip
+    for rows, full, m in figures:
+        print(f"  {rows:>9,} rows: full batched_copy {full:.2f} s")
+        for case in ("nothing", "1pct"):
+            ratio, limit = m[case] / full, CHECK_LIMITS[case]
+            print(f"    {case + ' changed':<16} added {1000 * m[case]:7.0f} ms  ratio {ratio:6.3f}"
+                  f"  (limit {limit:.2f}: {'ok' if ratio <= limit else 'OVER'}; with "
+                  f"{m['with_' + case]:.3f} s, without {m['without_' + case]:.3f} s)")  # fmt: skip
+        ratio = m["sweep_deletes"] / full
+        ok = "ok" if ratio <= SWEEP_DELETES_LIMIT else "OVER"
+        print(f"    deletes=\"sweep\", nothing changed (engine): {1000 * m['sweep_deletes']:.0f} ms"
+              f"  ratio {ratio:6.3f}  (limit {SWEEP_DELETES_LIMIT:.2f}: {ok})")  # fmt: skip
+        period = m["ranges_total"]
+        print(f"    full sweep every {period:,.0f} runs ({period * SCHEDULE_MINUTES / 60:.1f} h at "
+              f"a {SCHEDULE_MINUTES}-minute schedule); 1% run's keys checked "
+              f"{m['keys_checked']:,.0f}")  # fmt: skip
+    if len(figures) == 2:
+        flat = figures[1][2]["sweep_deletes"] / figures[0][2]["sweep_deletes"]
+        print(f'  deletes="sweep" run {figures[1][0]:,} / {figures[0][0]:,} rows: {flat:.2f}')
+        for case in ("nothing", "1pct"):
+            small, large = figures[0][2][case], figures[1][2][case]
+            scale = large / small if small > 0 else float("inf")
+            ok = "ok" if scale <= CHECK_SCALE_LIMIT else "OVER"
+            verdict = f"  (limit {CHECK_SCALE_LIMIT}: {ok})" if case == "nothing" else ""
+            print(f"  added cost {figures[1][0]:,} / {figures[0][0]:,} rows, {case} changed: "
+                  f"{scale:.2f}{verdict}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -473,6 +602,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--child", nargs=2)
     parser.add_argument("--child-dagster", nargs=3)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only the stream check's added cost, at --rows and --check-rows",
+    )
+    parser.add_argument("--check-rows", type=int, default=3_000_000)
+    parser.add_argument(
+        "--sweep-rows",
+        type=int,
+        default=3_500,
+        help="the per-run budget of --check (0: the default Sweep(runs=288))",
+    )
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -481,6 +622,14 @@ def main() -> None:
         child_dagster(*args.child_dagster)
         return
     made: list[str] = []
+    if args.check:
+        try:
+            sizes = [args.rows] + ([args.check_rows] if args.check_rows else [])
+            check_cost(sizes, args.sweep_rows or None, args.repeat, made)
+        finally:
+            for dsn in made:
+                pg.drop_database(dsn)
+        return
     try:
         source = make_source(args.rows)
         made.append(source)

@@ -18,3 +18,7 @@ class Deletes(
     """It is deleted."""
     SOFT = "soft"
     """It is kept and marked: its soft-delete column is set to when the run found it gone."""
+    SWEEP = "sweep"
+    """It is deleted when the stream's rolling sweep reaches its key range: a run's cost does
+    not grow with the table, and a delete waits at most one full sweep (the sweep's
+    ``ranges_total`` runs)."""

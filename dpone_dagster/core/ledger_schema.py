@@ -81,19 +81,24 @@ class LedgerTables:
         return self.table("kafka_offsets")
 
     @property
+    def stream_sweeps(self) -> sql.Identifier:
+        """Incremental streams' rolling sweeps: where the next slice of the key starts."""
+        return self.table("incremental_sweeps")
+
+    @property
     def version(self) -> sql.Identifier:
         """The migrations applied to this ledger."""
         return self.table("ledger_version")
 
     def sql(self, text: str) -> sql.Composed:
         """``text`` with ``{runs}``, ``{batch_receipts}``, ``{range_checks}``, ``{streams}``,
-        ``{stream_receipts}``, ``{kafka_offsets}`` and ``{version}`` replaced by the tables'
-        names."""
+        ``{stream_receipts}``, ``{kafka_offsets}``, ``{stream_sweeps}`` and ``{version}``
+        replaced by the tables' names."""
         return sql.SQL(text).format(
             **{
                 name: getattr(self, name)
                 for name in ("runs", "batch_receipts", "range_checks", "streams",
-                             "stream_receipts", "kafka_offsets", "version")
+                             "stream_receipts", "kafka_offsets", "stream_sweeps", "version")
                 if "{" + name + "}" in text
             }
         )  # fmt: skip
@@ -170,7 +175,18 @@ _MIGRATION_2: Final = (
 """The Kafka source's positions (``sources/kafka_offsets.py``): the offset after the last message
 a committed run loaded, per partition; written in the transaction that loaded those messages."""
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1, _MIGRATION_2)
+_MIGRATION_3: Final = (
+    """CREATE TABLE IF NOT EXISTS {stream_sweeps} (
+    stream_id text PRIMARY KEY REFERENCES {streams} (stream_id),
+    sweep_json jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+)
+"""The incremental check's rolling sweep (``incremental/sweep.py``): one constant-size document
+per stream (the key the next slice starts after, when the sweep began, when the last one
+completed), written in the final batch's transaction, with the slice it verified."""
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1, _MIGRATION_2, _MIGRATION_3)
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""
 LEDGER_VERSION: Final = len(MIGRATIONS)

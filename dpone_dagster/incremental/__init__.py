@@ -27,11 +27,13 @@ from .state import (
     StreamState,
     Verification,
 )
+from .sweep import CheckScope, Sweep, SweepPosition
 
 __all__ = [
     "DEFAULT_FILLFACTOR",
     "DEFAULT_SOFT_DELETE_COLUMN",
     "BatchOutcome",
+    "CheckScope",
     "Checkpoint",
     "Comparison",
     "IncrementalResult",
@@ -42,6 +44,8 @@ __all__ = [
     "StreamReceipt",
     "StreamShape",
     "StreamState",
+    "Sweep",
+    "SweepPosition",
     "Verification",
     "check_options",
 ]

@@ -42,7 +42,8 @@ from dpone_dagster.postgres.target_types import TargetTypes
 from .deletes import ensure_soft_column, revive
 from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
-from .verify import FinalCheck, final_check
+from .sweep import CheckScope, Sweep, SweepLedger
+from .verify import FinalCheck, RunCheck, final_check
 
 PhaseHook = Callable[[str], None]
 
@@ -138,6 +139,7 @@ def copy_batch(
     batch_size: int,
     deletes: Deletes,
     verify: bool = False,
+    check: tuple[CheckScope, Sweep] = (CheckScope.FULL, Sweep()),
     on_phase: PhaseHook = lambda _: None,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     fillfactor: int | None = None,
@@ -151,6 +153,8 @@ def copy_batch(
     evolves the target (``schema_changes="evolve"``) with the batch's rows, in the batch's
     commit. A target the batch creates takes ``fillfactor`` and brings the user-defined types
     its columns need (the extensions they come from only when named in ``create_extensions``).
+    A verified run's final batch checks it as ``check`` says (its scope and the sweep's
+    budget, :class:`.verify.RunCheck`).
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
@@ -178,7 +182,7 @@ def copy_batch(
             done: list[BatchOutcome] = []
 
             def finish(conn: Connection) -> None:
-                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify))
+                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify, check))
                 on_phase("commit")
 
             load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
@@ -227,25 +231,28 @@ def _finish(
     load: TargetLoad,
     deletes: Deletes,
     verify: bool,
+    check: tuple[CheckScope, Sweep],
 ) -> BatchOutcome:
     """After the final batch, finds deletes and verifies (as asked); then writes the receipt
     and the new state."""
     run = state.run
     assert run is not None
     final = rows.rows < rows.size
-    check = FinalCheck()
+    found = FinalCheck()
     if final:
         ensure_soft_column(conn, shape)
         at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
-        check = final_check(rows.src, conn, shape, deletes=deletes, verify=verify,
+        how = RunCheck(check[0], check[1], SweepLedger(ledger.store), state.stream_id,
+                       run.lower)  # fmt: skip
+        found = final_check(rows.src, conn, shape, deletes=deletes, verify=verify, how=how,
                             mark=run.mark, at=at)  # fmt: skip
     sink = load.tables[0].sink_result
     inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
     receipt = StreamReceipt(
         stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
         after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
-        updated=updated, deleted=check.deleted, keys_compared=check.keys_compared, final=final,
-        extraction=rows.extraction_receipt, verification=check.verification,
+        updated=updated, deleted=found.deleted, keys_compared=found.keys_compared, final=final,
+        extraction=rows.extraction_receipt, verification=found.verification,
     )  # fmt: skip
     progressed = run.model_copy(
         update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,

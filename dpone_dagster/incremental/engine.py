@@ -40,7 +40,8 @@ from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState, Verification
-from .verify import check_target
+from .sweep import CheckScope, Sweep, SweepLedger
+from .verify import RunCheck, check_target, idle_check
 
 DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
 """The target column ``soft`` deletes set, created if missing."""
@@ -61,8 +62,11 @@ class IncrementalSync:
             numeric, date, timestamp or timestamptz; indexed; never NULL).
         target_table: The target table; defaults to the source table's name. Created on the
             first run if missing.
-        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost)
-            or ``soft`` (set ``soft_delete_column`` instead).
+        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost;
+            every run counts both key sets), ``soft`` (set ``soft_delete_column`` instead) or
+            ``sweep`` (delete them when the rolling sweep reaches their key range: a run's cost
+            does not grow with the table; a delete waits at most one full sweep, ``sweep``'s
+            bound).
         soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
         batch_size: Rows per batch.
         lookback: For a time cursor set from a client clock that may run behind the server's:
@@ -83,8 +87,12 @@ class IncrementalSync:
         create_extensions: Extensions the stream may create in the target when its table's
             types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
             refused with ``target_extension_missing``.
-        verify: After the final batch, compare whole rows of both sides in its snapshot
-            (:mod:`.verify`) and record the verdict in its receipt.
+        verify: After the final batch, verify the run in its snapshot (:mod:`.verify`) and
+            record the verdict in its receipt.
+        check: What a verified run compares: ``run`` (default: every key the run copied,
+            exactly, and a rolling slice of the key so that every range is verified within the
+            ``sweep``'s bound, :mod:`.sweep`) or ``full`` (both whole tables, every run).
+        sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options (of both sides, unless ``target_options`` is given).
@@ -120,6 +128,8 @@ class IncrementalSync:
         handoff: Handoff | None = None,
         settle_timeout: float = 30.0,
         verify: bool = False,
+        check: CheckScope | str = CheckScope.RUN,
+        sweep: Sweep | None = None,
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
@@ -144,6 +154,7 @@ class IncrementalSync:
         self.settle_timeout, self.label, self.options = settle_timeout, label, options
         self.target_options = target_options or options
         self.verify, self.fillfactor = verify, fillfactor
+        self.check_scope, self.sweep = CheckScope.parse(check), sweep or Sweep()
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
         )
@@ -232,10 +243,18 @@ class IncrementalSync:
         """
         sessions = self._open()
         try:
+            swept = self.verify and self.check_scope is CheckScope.RUN
+            if swept or self.deletes is Deletes.SWEEP:
+                self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
             stream_id = self.stream_id(sessions)
-            before, state, mark = self._begin(sessions, shape, stream_id)
-            if state.run is None:
+            begun = self._begin(sessions, shape, stream_id)
+            if begun[1].run is None:
+                idle, begun = self._checked_idle(sessions, shape, stream_id, begun)
+                if idle is not None:
+                    return idle
+            before, state, mark = begun
+            if state.run is None:  # another run ended meanwhile
                 return build_result(sessions.source, shape, before, state, [], mark, 0)
             number, outcomes = state.run.number, []
             while (done := self._batch(sessions, shape, stream_id, number)) is not None:
@@ -319,12 +338,58 @@ class IncrementalSync:
         finally:
             sessions.close()
 
+    def _idle(
+        self, sessions: Sessions, shape: StreamShape, state: StreamState
+    ) -> Verification | None:
+        """A run with nothing to copy, verified by run or deleting by sweep: this run's slice
+        of the sweep, in a source snapshot of its own, the position saved under the stream's
+        lock (``None``: nothing to check, no run completed yet, or another run moved the stream
+        meanwhile).
+
+        Raises:
+            KeysGoneError: ``sweep`` deletes and the slice found target keys the source lost; the
+                position is not saved, and the caller runs a batch that deletes them with a
+                receipt.
+        """
+        sweeping = self.deletes is Deletes.SWEEP
+        checked = self.verify and self.check_scope is CheckScope.RUN
+        if state.mark is None or not (checked or sweeping):
+            return None
+        src, tgt = sessions.source, sessions.target
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, state.stream_id)
+            now = self.ledger.fetch(tgt, state.stream_id)
+            if now is None or now.revision != state.revision:
+                return None
+            how = RunCheck(CheckScope.RUN, self.sweep, SweepLedger(self.ledger.store),
+                           state.stream_id, state.mark)  # fmt: skip
+            with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+                found = idle_check(src, tgt, shape, how, state.mark)
+                if sweeping and found is not None and found.deleted_kept:
+                    raise KeysGoneError(found.deleted_kept)  # both transactions roll back
+        return found if checked else None
+
+    def _checked_idle(
+        self, sessions: Sessions, shape: StreamShape, stream_id: str,
+        begun: tuple[StreamState, StreamState, Mark | None],
+    ) -> tuple[IncrementalResult | None, tuple[StreamState, StreamState, Mark | None]]:  # fmt: skip
+        """The result of a run with nothing to copy (its idle check), or ``None`` and the run
+        begun instead, when ``sweep`` deletes found keys to delete."""
+        before, state, mark = begun
+        try:
+            verification = self._idle(sessions, shape, state)
+        except KeysGoneError:
+            return None, self._begin(sessions, shape, stream_id, force=True)
+        result = build_result(sessions.source, shape, before, state, [], mark, 0)
+        return replace(result, verification=verification), begun
+
     def _batch(
         self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
     ) -> BatchOutcome | None:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
             batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
+            check=(self.check_scope, self.sweep),
             on_phase=self.on_phase, schema_changes=self.schema_changes,
             fillfactor=self.fillfactor, create_extensions=self.create_extensions,
         )  # fmt: skip
@@ -355,10 +420,11 @@ class IncrementalSync:
         return state
 
     def _begin(
-        self, sessions: Sessions, shape: StreamShape, stream_id: str
+        self, sessions: Sessions, shape: StreamShape, stream_id: str, *, force: bool = False
     ) -> tuple[StreamState, StreamState, Mark | None]:
         """``(state before, state with the run to do, the mark taken)``: the run in progress
-        if there is one (resumed or joined), else a new run from a fresh mark."""
+        if there is one (resumed or joined), else a new run from a fresh mark (``force``: even
+        with nothing to copy)."""
         state = self._state(sessions, shape, stream_id)
         if state.run is not None:
             return state, state, None
@@ -371,11 +437,17 @@ class IncrementalSync:
             if state.run is not None or stale:  # another run began, or ended after our mark
                 return state, state, mark
             run = plan_run(sessions.source, shape, state, mark, self.lookback)
-            if nothing_to_do(state, run, self.deletes) and not self.verify:
-                return state, state, mark
+            full = self.verify and self.check_scope is CheckScope.FULL
+            if nothing_to_do(state, run, self.deletes) and not full and not force:
+                return state, state, mark  # verified by run: the check needs no batch
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
             self.ledger.save(tgt, state, begun)
         return state, begun, mark
+
+
+class KeysGoneError(Exception):
+    """An idle ``sweep`` slice found target keys the source lost (how many): a batch deletes
+    them, with its receipt."""
 
 
 def check_options(

@@ -106,9 +106,10 @@ def plan_run(
 
 
 def nothing_to_do(state: StreamState, run: RunInProgress, deletes: Deletes) -> bool:
-    """True when a run would neither copy, re-read nor compare anything: no state is written."""
+    """True when a run would neither copy, re-read nor compare anything: no state is written
+    (``sweep`` deletes: a slice of the sweep may still find some, and then a run begins)."""
     return (
-        deletes is Deletes.IGNORE
+        deletes in (Deletes.IGNORE, Deletes.SWEEP)  # a sweep's slice needs no batch
         and not state.unsettled
         and not run.unsettled
         and run.mark == state.mark

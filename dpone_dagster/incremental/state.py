@@ -96,10 +96,22 @@ class Verification(Document):
         keys_compared: Keys that crossed the wire.
         ranges_differing: Key-hash ranges whose digests differed.
         changed_since_mark: Rows that differ because the source changed them after the mark
-            (their cursor is above it: the next run's).
+            (their cursor is above it: the next run's); ``run``: every source row above it.
         deleted_kept: Target rows whose key the source lost, kept under ``ignore``.
         unexplained: How many rows differ with no such reason.
         examples: Up to 20 of their keys.
+        scope: ``full`` (both whole tables compared) or ``run`` (the run's keys and a slice of
+            the rolling sweep, :mod:`.sweep`).
+        keys_checked: ``run``: the run's keys verified (source rows in the run's cursor range).
+        ranges_checked: ``run``: the sweep's key ranges verified by this run.
+        ranges_total: ``run``: the ranges a full sweep takes (from the source's row estimate).
+        rows_swept: ``run``: source rows in the ranges verified (about).
+        sweep_started_at: ``run``: when the sweep in progress began (``None``: it completed
+            with this run).
+        swept_at: ``run``: when the last full sweep completed (every range verified since
+            ``swept_from``); ``None`` until one has.
+        swept_from: ``run``: when that sweep began.
+        proved_at: The source snapshot's time the comparison proved equality at.
     """
 
     ok: bool
@@ -109,6 +121,15 @@ class Verification(Document):
     deleted_kept: Count
     unexplained: Count
     examples: tuple[tuple[str, ...], ...] = ()
+    scope: str = "full"
+    keys_checked: Count = 0
+    ranges_checked: Count = 0
+    ranges_total: Count = 0
+    rows_swept: Count = 0
+    sweep_started_at: datetime | None = None
+    swept_at: datetime | None = None
+    swept_from: datetime | None = None
+    proved_at: datetime | None = None
 
 
 class StreamReceipt(Document):

@@ -24,6 +24,15 @@ from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
 from .state import Verification
+from .sweep import (
+    CheckScope,
+    Differences,
+    RunKeys,
+    Sweep,
+    SweepLedger,
+    run_keys,
+    sweep_slices,
+)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,89 @@ def _verdict(
     )
 
 
+@dataclass(frozen=True)
+class RunCheck:
+    """How a verified run checks itself (``scope`` ``run``: :mod:`.sweep`).
+
+    Attributes:
+        scope: ``run`` (the run's keys and a rolling slice) or ``full`` (both whole tables).
+        sweep: The rolling slice's budget.
+        sweeps: The ledger's sweep positions.
+        stream_id: The stream.
+        lower: The run's lower cursor bound (exclusive; ``None``: from the start).
+    """
+
+    scope: CheckScope
+    sweep: Sweep
+    sweeps: SweepLedger
+    stream_id: str
+    lower: str | None
+
+
+def _find_deletes(
+    src: Connection, tgt: Connection, shape: StreamShape, mark: str | None
+) -> tuple[list[Key], int]:
+    """The keys the target holds and the source lost, and the keys that crossed the wire."""
+    scan = None if mark is None else range_scan(src, tgt, shape, mark)
+    if scan is None:
+        found = compare(src, tgt, shape, rows=False)
+        return sorted(found.target_only), found.keys_compared
+    return scan.deleted, scan.keys_compared
+
+
+def _run_check(
+    src: Connection,
+    tgt: Connection,
+    shape: StreamShape,
+    check: RunCheck,
+    *,
+    mark: str | None,
+    at: datetime,
+    deletes: Deletes,
+    verify: bool,
+) -> tuple[Verification | None, int] | None:
+    """The run's keys (when ``verify``) and this run's slice of the sweep, whose target-only
+    keys ``sweep`` deletes; ``(verification, rows deleted)`` (``None``: the run copied too many
+    rows for its keys to be looked up; compare whole tables)."""
+    own = run_keys(src, tgt, shape, check.lower, mark) if verify else RunKeys(0, Differences())
+    if own.checked is None:
+        return None
+    position = check.sweeps.fetch(tgt, check.stream_id)
+    allowed = deletes is Deletes.IGNORE or deletes is Deletes.SWEEP
+    swept = sweep_slices(src, tgt, shape, position, check.sweep, mark=mark, at=at,
+                         gone_allowed=allowed)  # fmt: skip
+    check.sweeps.save(tgt, swept.position)
+    deleted = 0
+    if deletes is Deletes.SWEEP:
+        deleted = apply_deletes(tgt, shape, swept.found.gone, at)
+    if not verify:
+        return None, deleted
+    unexplained = sorted({*own.found.unexplained, *swept.found.unexplained})
+    pos = swept.position
+    kept = len(swept.found.gone) if deletes is Deletes.IGNORE else 0
+    verification = Verification(
+        ok=not unexplained, keys_compared=own.checked + swept.keys_compared,
+        ranges_differing=0, changed_since_mark=own.later, deleted_kept=kept,
+        unexplained=len(unexplained), examples=tuple(unexplained[:20]),
+        scope=CheckScope.RUN.value, keys_checked=own.checked, ranges_checked=swept.ranges,
+        ranges_total=swept.ranges_total, rows_swept=swept.rows,
+        sweep_started_at=pos.started_at, swept_at=pos.last_full_at,
+        swept_from=pos.last_full_started_at, proved_at=at,
+    )  # fmt: skip
+    return verification, deleted
+
+
+def _full_check(
+    src: Connection, tgt: Connection, shape: StreamShape, deletes: Deletes, mark: str | None,
+    at: datetime,
+) -> tuple[list[Key], int, Verification]:  # fmt: skip
+    """Both whole tables compared: the keys the source lost, the keys compared, the verdict."""
+    found = compare(src, tgt, shape, rows=True)
+    verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
+    verification = verification.model_copy(update={"proved_at": at})
+    return sorted(found.target_only), found.keys_compared, verification
+
+
 def final_check(
     src: Connection,
     tgt: Connection,
@@ -66,6 +158,7 @@ def final_check(
     *,
     deletes: Deletes,
     verify: bool,
+    how: RunCheck,
     mark: str | None,
     at: datetime,
 ) -> FinalCheck:
@@ -75,28 +168,58 @@ def final_check(
         src: The source session, in the final batch's snapshot.
         tgt: The target session, in the final batch's transaction (after the merge).
         shape: The stream.
-        deletes: ``ignore``, ``hard`` or ``soft``.
-        verify: Compare whole rows and judge the differences.
+        deletes: ``ignore``, ``hard``, ``soft`` or ``sweep`` (the target keys the sweep's
+            slices find the source lost are deleted).
+        verify: Verify the run. ``how.scope`` ``full`` compares whole rows of both tables
+            (which also finds every delete); ``run`` finds the deletes first (``hard``,
+            ``soft``), then checks the run's keys and a slice of the sweep, after them.
+        how: How the run is checked, and the sweep (``sweep`` deletes run it unverified too).
         mark: The run's mark.
-        at: The time a ``soft`` delete records (the snapshot's).
+        at: The snapshot's time: what a ``soft`` delete records, and ``proved_at``.
     """
     if deletes is Deletes.IGNORE and not verify:
         return FinalCheck()
     _without_jit(src, tgt)
-    verification, keys_compared = None, 0
-    if verify:
-        found = compare(src, tgt, shape, rows=True)
-        gone, keys_compared = sorted(found.target_only), found.keys_compared
-        verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
-    else:
-        scan = None if mark is None else range_scan(src, tgt, shape, mark)
-        if scan is None:
-            found = compare(src, tgt, shape, rows=False)
-            gone, keys_compared = sorted(found.target_only), found.keys_compared
-        else:
-            gone, keys_compared = scan.deleted, scan.keys_compared
-    deleted = 0 if deletes is Deletes.IGNORE else apply_deletes(tgt, shape, gone, at)
-    return FinalCheck(deleted, keys_compared, verification)
+    exact = deletes is Deletes.HARD or deletes is Deletes.SOFT
+    if how.scope is CheckScope.FULL and verify:
+        gone, keys_compared, whole = _full_check(src, tgt, shape, deletes, mark, at)
+        deleted = apply_deletes(tgt, shape, gone, at) if deletes is not Deletes.IGNORE else 0
+        return FinalCheck(deleted, keys_compared, whole)
+    gone, keys_compared = _find_deletes(src, tgt, shape, mark) if exact else ([], 0)
+    deleted = apply_deletes(tgt, shape, gone, at) if exact else 0
+    if not verify and deletes is not Deletes.SWEEP:
+        return FinalCheck(deleted, keys_compared)
+    checked = _run_check(src, tgt, shape, how, mark=mark, at=at, deletes=deletes, verify=verify)
+    if checked is not None:
+        run, swept_out = checked
+        keys = keys_compared + (run.keys_compared if run else 0)
+        return FinalCheck(deleted + swept_out, keys, run)
+    # Too many of the run's keys to look up: both whole tables (the deletes left included).
+    gone, compared, whole = _full_check(src, tgt, shape, deletes, mark, at)
+    if deletes is Deletes.SWEEP:
+        deleted += apply_deletes(tgt, shape, gone, at)
+    return FinalCheck(deleted, keys_compared + compared, whole)
+
+
+def idle_check(
+    src: Connection, tgt: Connection, shape: StreamShape, how: RunCheck, mark: str
+) -> Verification | None:
+    """The check of a run with nothing to copy (``ignore``, nothing above the mark): no key of
+    its own, this run's slice of the sweep, proved at the source snapshot's start.
+
+    Args:
+        src: The source session, at the start of a ``REPEATABLE READ`` transaction.
+        tgt: The target session, in a transaction holding the stream's lock.
+        shape: The stream.
+        how: The check (``run`` scope) and the sweep.
+        mark: The stream's mark.
+    """
+    row = src.execute("SELECT statement_timestamp()").fetchone()  # the snapshot's start
+    assert row is not None
+    _without_jit(src, tgt)
+    checked = _run_check(src, tgt, shape, how, mark=mark, at=row[0], deletes=Deletes.IGNORE,
+                         verify=True)  # fmt: skip
+    return None if checked is None else checked[0]
 
 
 def check_target(

@@ -420,7 +420,8 @@ def test_an_incremental_stream_declared_in_yaml_keeps_the_target_current_on_its_
     monkeypatch.setenv("DPONE_SOURCE_DSN", source_dsn)
     monkeypatch.setenv("DPONE_TARGET_DSN", target_dsn)
     stream = {"table": "shop.stock", "cursor": "updated_at", "deletes": "hard", "batch_size": 100,
-              "cron_schedule": "*/5 * * * *", "attributes": {"owners": ["team:stock"]}}  # fmt: skip
+              "cron_schedule": "*/5 * * * *", "attributes": {"owners": ["team:stock"]},
+              "sweep_rows": 100}  # fmt: skip
     defs = load_defs({"source": {"dsn": "{{ env.DPONE_SOURCE_DSN }}"},
                       "target": {"dsn": "{{ env.DPONE_TARGET_DSN }}"},
                       "incremental_streams": [stream]})  # fmt: skip
@@ -441,5 +442,9 @@ def test_an_incremental_stream_declared_in_yaml_keeps_the_target_current_on_its_
     assert figures == {"updated": 1, "deleted": 1}
     [check] = second.get_asset_check_evaluations()
     assert check.passed
+    md = {k: v.value for k, v in check.metadata.items()}
+    assert (md["dpone/check_scope"], md["dpone/keys_checked"], md["dpone/rows_swept"]) == (
+        "run", 1, 100,
+    )  # fmt: skip  # the run's key, and one slice of 100 rows: the YAML's budget
     rows = "SELECT sku, units, updated_at FROM shop.stock ORDER BY sku"
     assert pg.fetch_all(target_dsn, rows) == pg.fetch_all(source_dsn, rows)

@@ -175,3 +175,40 @@ def test_the_check_alone_copies_nothing_and_verifies_what_the_target_holds(strea
     passed, md = check_alone()
     assert not passed
     assert (md["dpone/unexplained"], md["dpone/examples"]) == (1, [["42"]])
+
+
+def test_the_default_check_says_what_it_verified_run_by_run(stream: Stream) -> None:
+    from dpone_dagster.incremental import Sweep
+
+    pg.execute(stream.source, "ANALYZE shop.orders")  # the estimate the ranges come from
+    orders = incremental_asset("shop.orders", cursor="updated_at", sweep=Sweep(rows=500))
+
+    def run() -> tuple[bool, dict[str, Any]]:
+        result = _materialize(stream, orders)
+        assert result.success
+        [check] = result.get_asset_check_evaluations()
+        return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+
+    passed, md = run()
+    assert passed and md["dpone/check_scope"] == "run" and md["dpone/keys_checked"] == 2000
+    assert (md["dpone/ranges_checked"], md["dpone/ranges_total"]) == (1, 4)
+    assert md["dpone/swept_at"] == "" and md["dpone/proved_at"] != ""
+    assert md["dpone/guarantee"] == (
+        f"this run exact; table not yet swept (sweep begun at {md['dpone/proved_at']})"
+    )
+    begun = md["dpone/proved_at"]
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 1700")
+    pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id = 3")
+    passed, md = run()  # keys (500, 1000]: the tampered row is not claimed
+    assert passed and md["dpone/keys_checked"] == 1 and md["dpone/sweep_started_at"] == begun
+    passed, md = run()  # (1000, 1500]
+    assert passed and md["dpone/keys_checked"] == 0
+    passed, md = run()  # (1500, +inf): the last range, caught; that sweep is no full sweep
+    assert not passed and (md["dpone/unexplained"], md["dpone/examples"]) == (1, [["1700"]])
+    assert md["dpone/swept_at"] == "" and md["dpone/sweep_started_at"] == ""
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'n1700' WHERE id = 1700")
+    for _ in range(4):  # repaired: a clean sweep, range by range
+        passed, md = run()
+        assert passed
+    assert md["dpone/swept_at"] == md["dpone/proved_at"] and md["dpone/sweep_started_at"] == ""
+    assert md["dpone/guarantee"] == f"this run exact; table swept at {md['dpone/swept_at']}"

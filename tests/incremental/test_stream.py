@@ -149,7 +149,7 @@ def test_ignore_keeps_deleted_rows_and_the_state_is_one_small_row_per_stream(
 
 
 def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Stream) -> None:
-    first = stream.run(verify=True, deletes="hard")
+    first = stream.run(verify=True, check="full", deletes="hard")
     assert first.verification is not None and first.verification.ok
     assert first.verification.keys_compared == 0
     pg.execute(stream.source, "DELETE FROM shop.orders WHERE id = 3")
@@ -157,7 +157,7 @@ def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Str
     # Damage the replica behind the stream's back: a row lost, a row changed.
     pg.execute(stream.target, "DELETE FROM shop.orders WHERE id = 8")
     pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 9")
-    second = stream.run(verify=True, deletes="hard")
+    second = stream.run(verify=True, check="full", deletes="hard")
     assert second.deleted == 1
     check = second.verification
     assert check is not None and not check.ok

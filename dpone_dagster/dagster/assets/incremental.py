@@ -25,7 +25,13 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, check_options
+from dpone_dagster.incremental import (
+    DEFAULT_FILLFACTOR,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    CheckScope,
+    Sweep,
+    check_options,
+)
 from dpone_dagster.postgres import (
     INCREMENTAL_BATCH_SIZE,
     BatchSize,
@@ -53,6 +59,8 @@ def incremental_asset(
     reconcile: bool = True,
     schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     fillfactor: int = DEFAULT_FILLFACTOR,
+    check: CheckScope | str = CheckScope.RUN,
+    sweep: Sweep | None = None,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
 
@@ -77,13 +85,20 @@ def incremental_asset(
         pool: Dagster concurrency pool limiting runs that read the source.
         op_tags: Tags of the op.
         reconcile: Verify each run in its final snapshot and report the ``dpone_reconciled``
-            check (costs a comparison of both sides' digests per run).
+            check (what it compares: ``check``).
+        check: ``run`` (default: every key the run copied, exactly, and a rolling slice of the
+            key so that every range is verified within ``sweep``'s bound; the cost follows the
+            run) or ``full`` (both whole tables, every run). The check run alone (the asset not
+            selected) always compares both whole tables.
         schema_changes: ``evolve`` (a column added, widened or dropped in the source changes
             the target in a batch's transaction, listed under ``dpone/schema_changes``) or
             ``freeze`` (any difference fails the run with ``schema_change_incompatible``).
         fillfactor: The ``fillfactor`` of a target the first run creates (the room left on each
             page keeps an updated row on its page); 100 packs pages full. An existing target
             keeps its own.
+        sweep: The rolling slice's per-run budget
+            (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
+            runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -116,10 +131,11 @@ def incremental_asset(
         SchemaChanges.parse(schema_changes),
     )
     check_options(lookback, settle_timeout, fillfactor)
+    scope = CheckScope.parse(check)
     check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
-    check = dg.AssetCheckSpec(
+    check_spec = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
     )
 
@@ -128,7 +144,7 @@ def incremental_asset(
         specs=[
             spec.replace_attributes(metadata={**spec.metadata, **DponeMetadataSet(cursor=cursor)})
         ],
-        check_specs=[check] if reconcile else [],
+        check_specs=[check_spec] if reconcile else [],
         can_subset=True,  # the check alone verifies the target without running the stream
         pool=pool,
         op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
@@ -144,7 +160,8 @@ def incremental_asset(
             context, target=target, ledger=ledger, deletes=how[0],
             soft_delete_column=soft_delete_column, batch_size=how[1], lookback=lookback,
             continue_from_backfill=continue_from_backfill, settle_timeout=settle_timeout,
-            reconcile=reconcile, schema_changes=how[2], fillfactor=fillfactor,
+            reconcile=reconcile, schema_changes=how[2], fillfactor=fillfactor, check=scope,
+            sweep=sweep,
         )  # fmt: skip
 
     return _incremental

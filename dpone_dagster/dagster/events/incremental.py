@@ -3,7 +3,9 @@
 The asset is not partitioned: each materialization runs the stream once (continuing a run a
 crash or a concurrent run left in progress, or taking a new mark), logs an ``AssetObservation``
 after every committed batch, then yields the ``dpone_reconciled`` check (the final batch's
-verification: every source row at or below the mark is in the target, equal) and the
+verification: by default every key the run copied and a rolling slice of the key, see
+:mod:`dpone_dagster.incremental.sweep`; ``check="full"``: every source row at or below the mark
+is in the target, equal) and the
 materialization with the run's metadata. A run that selects the check alone copies nothing:
 it compares both sides as they are (:meth:`~dpone_dagster.incremental.IncrementalSync.check`).
 """
@@ -30,7 +32,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     verification_check,
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
-from dpone_dagster.incremental import BatchOutcome, IncrementalSync
+from dpone_dagster.incremental import BatchOutcome, CheckScope, IncrementalSync, Sweep
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
@@ -108,6 +110,8 @@ class IncrementalEvents:
     reconcile: bool
     schema_changes: SchemaChanges | str
     fillfactor: int
+    check: CheckScope = CheckScope.RUN
+    sweep: Sweep | None = None
 
     def __iter__(self) -> Iterator[IncrementalEvent]:
         """Runs the stream once; yields the check (when selected), then the materialization.
@@ -173,7 +177,8 @@ class IncrementalEvents:
             deletes=self.deletes, soft_delete_column=self.soft_delete_column,
             batch_size=self.batch_size, lookback=self.lookback,
             handoff=backfill_handoff if self.continue_from_backfill else None,
-            settle_timeout=self.settle_timeout, verify=self.reconcile,
+            settle_timeout=self.settle_timeout, verify=self.reconcile, check=self.check,
+            sweep=self.sweep,
             ledger_schema=self.ledger.schema_name, options=self.source.options,
             target_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),

@@ -449,16 +449,30 @@ def verification_check(
             asset_key=key, check_name=CHECK_NAME, passed=True, description=nothing,
             metadata=dict(DponeMetadataSet(verified=False)),
         )  # fmt: skip
+    guarantee, scope = "equal_at_or_below_mark", {}
+    description = "Every source row at or below the mark is in the target, equal"
+    if check.scope == "run":
+        guarantee = stream_guarantee(check)
+        description = f"{guarantee}: every key of the run, and {check.ranges_checked} of " \
+            f"{check.ranges_total} key range(s) of the sweep, are in the target, equal"  # fmt: skip
+        scope = dict(
+            DponeMetadataSet(
+                keys_checked=check.keys_checked, ranges_checked=check.ranges_checked,
+                ranges_total=check.ranges_total, rows_swept=check.rows_swept,
+                sweep_started_at=_iso(check.sweep_started_at), swept_at=_iso(check.swept_at),
+            )
+        )  # fmt: skip
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=CHECK_NAME,
         passed=check.ok,
-        description="Every source row at or below the mark is in the target, equal"
-        + ("." if check.ok else f": {check.unexplained} row(s) are not."),
+        description=description + ("." if check.ok else f": {check.unexplained} row(s) are not."),
         metadata=dict(
             DponeMetadataSet(
                 verified=True,
-                guarantee="equal_at_or_below_mark",
+                guarantee=guarantee,
+                check_scope=check.scope,
+                proved_at=_iso(check.proved_at),
                 keys_compared=check.keys_compared,
                 ranges_differing=check.ranges_differing,
                 changed_since_mark=check.changed_since_mark,
@@ -466,5 +480,22 @@ def verification_check(
                 unexplained=check.unexplained,
                 examples=dg.MetadataValue.json([list(k) for k in check.examples]),
             )
-        ),
+        )
+        | scope,
+    )
+
+
+def _iso(at: datetime | None) -> str:
+    return "" if at is None else at.isoformat()
+
+
+def stream_guarantee(check: Verification) -> str:
+    """The label of a ``run`` check's guarantee: ``this run exact; table swept at <when the
+    last full sweep completed>`` (``...; table not yet swept (since <when the sweep began>)``
+    before the first full sweep)."""
+    if check.swept_at is not None:
+        return f"this run exact; table swept at {check.swept_at.isoformat()}"
+    since = check.sweep_started_at or check.proved_at
+    return "this run exact; table not yet swept" + (
+        "" if since is None else f" (sweep begun at {since.isoformat()})"
     )

@@ -307,6 +307,28 @@ class DponeMetadataSet(NamespacedMetadataSet):
     stream)."""
     examples: dg.JsonMetadataValue | None = None
     """Keys of some differing rows (check of a stream)."""
+    check_scope: str | None = None
+    """``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both whole
+    tables) (check of a stream)."""
+    keys_checked: int | None = None
+    """The run's keys verified exactly: source rows in the run's cursor range (check of a
+    stream, ``run``)."""
+    ranges_checked: int | None = None
+    """Key ranges of the rolling sweep verified by this run (check of a stream, ``run``)."""
+    ranges_total: int | None = None
+    """Key ranges a full sweep takes: the longest a range waits to be verified, in runs (check
+    of a stream, ``run``)."""
+    rows_swept: int | None = None
+    """Source rows in the ranges verified, about (check of a stream, ``run``)."""
+    sweep_started_at: str | None = None
+    """When the sweep in progress began, ISO 8601; empty when this run completed one (check of
+    a stream, ``run``)."""
+    swept_at: str | None = None
+    """When the last clean full sweep completed, ISO 8601; empty until one has (check of a
+    stream, ``run``)."""
+    proved_at: str | None = None
+    """The source snapshot's time the check proved equality at, ISO 8601 (check of a
+    stream)."""
 
     # A run's failure.
     error_code: str | None = None

@@ -28,7 +28,12 @@ from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN
+from dpone_dagster.incremental import (
+    DEFAULT_FILLFACTOR,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    CheckScope,
+    Sweep,
+)
 from dpone_dagster.postgres import (
     BACKFILL_BATCH_SIZE,
     INCREMENTAL_BATCH_SIZE,
@@ -227,6 +232,8 @@ class PostgresSourceResource(PostgresResource):
         reconcile: bool = True,
         schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
         fillfactor: int = DEFAULT_FILLFACTOR,
+        check: CheckScope | str = CheckScope.RUN,
+        sweep: Sweep | None = None,
     ) -> IncrementalEvents:
         """Runs the asset's incremental stream once.
 
@@ -253,6 +260,9 @@ class PostgresSourceResource(PostgresResource):
             schema_changes: ``evolve`` or ``freeze`` (see
                 :class:`~dpone_dagster.incremental.IncrementalSync`).
             fillfactor: The ``fillfactor`` of a target the stream creates.
+            check: ``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both
+                whole tables); see :func:`~dpone_dagster.incremental_asset`.
+            sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
 
         Returns:
             The run's events; iterating them runs it.
@@ -279,5 +289,5 @@ class PostgresSourceResource(PostgresResource):
             deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
             lookback=lookback, continue_from_backfill=continue_from_backfill,
             settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
-            fillfactor=fillfactor,
+            fillfactor=fillfactor, check=CheckScope.parse(check), sweep=sweep,
         )  # fmt: skip

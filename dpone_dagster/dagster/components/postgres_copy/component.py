@@ -70,7 +70,13 @@ from dpone_dagster.dagster.resources import (
     PostgresTargetResource,
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
-from dpone_dagster.incremental import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN
+from dpone_dagster.incremental import (
+    DEFAULT_FILLFACTOR,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    CheckScope,
+    Sweep,
+)
+from dpone_dagster.incremental.sweep import DEFAULT_SWEEP_RUNS
 from dpone_dagster.postgres import (
     BACKFILL_BATCH_SIZE,
     INCREMENTAL_BATCH_SIZE,
@@ -212,7 +218,8 @@ class IncrementalStreamModel(InlineAttributes):
     Attributes:
         table: The source table.
         cursor: The column that grows when a row is inserted or updated (indexed, never NULL).
-        deletes: ``ignore`` (default), ``hard`` or ``soft``.
+        deletes: ``ignore`` (default), ``hard``, ``soft`` or ``sweep`` (found by the rolling
+            sweep, at most one full sweep late).
         soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
         batch_size: Rows per committed batch.
         target: The target table (the source's name by default).
@@ -223,6 +230,11 @@ class IncrementalStreamModel(InlineAttributes):
         settle_timeout: Seconds a run waits for transactions open at its mark.
         schema_changes: ``evolve`` (default) or ``freeze``.
         fillfactor: The ``fillfactor`` of a target the first run creates (100 packs pages full).
+        check: What the ``dpone_reconciled`` check compares: ``run`` (default: the run's keys
+            and a slice of the rolling sweep) or ``full`` (both whole tables, every run).
+        sweep_runs: A full sweep in about this many runs (288: a day at five minutes).
+        sweep_rows: Instead, rows per run, whatever the table's size.
+        sweep_seconds: Instead, seconds per run.
         group_name: The asset's group.
         pool: Concurrency pool.
         cron_schedule: When set, a schedule named after the asset materializes it (with its
@@ -242,6 +254,10 @@ class IncrementalStreamModel(InlineAttributes):
     settle_timeout: float = 30.0
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
+    check: CheckScope = CheckScope.RUN
+    sweep_runs: int = DEFAULT_SWEEP_RUNS
+    sweep_rows: int | None = None
+    sweep_seconds: float | None = None
     group_name: str | None = None
     pool: str | None = None
     cron_schedule: str | None = None
@@ -404,6 +420,8 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             pool=stream.pool,
             schema_changes=stream.schema_changes,
             fillfactor=stream.fillfactor,
+            check=stream.check,
+            sweep=Sweep(stream.sweep_runs, stream.sweep_rows, stream.sweep_seconds),
         )
         schedules = []
         if stream.cron_schedule is not None:
