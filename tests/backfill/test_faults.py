@@ -241,7 +241,8 @@ def test_hostile_names_reach_only_the_intended_table(source_dsn: str, target_dsn
         (ledger.schema, n)
         for n in (
             "backfill_runs", "backfill_batch_receipts", "backfill_range_checks",
-            "incremental_streams", "incremental_batch_receipts", "kafka_offsets",
+            "incremental_streams", "incremental_batch_receipts", "incremental_sweeps",
+            "kafka_offsets",
             "ledger_version",
         )
     }  # fmt: skip

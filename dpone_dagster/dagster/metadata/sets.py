@@ -321,10 +321,10 @@ class DponeMetadataSet(NamespacedMetadataSet):
     rows_swept: int | None = None
     """Source rows in the ranges verified, about (check of a stream, ``run``)."""
     sweep_started_at: str | None = None
-    """When the sweep in progress began, ISO 8601; empty when this run completed one (check of
+    """When the sweep in progress began, ISO 8601; left out when this run completed one (check of
     a stream, ``run``)."""
     swept_at: str | None = None
-    """When the last clean full sweep completed, ISO 8601; empty until one has (check of a
+    """When the last clean full sweep completed, ISO 8601; left out until one has (check of a
     stream, ``run``)."""
     proved_at: str | None = None
     """The source snapshot's time the check proved equality at, ISO 8601 (check of a
