@@ -17,6 +17,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,27 @@ from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+APART = (
+    "tests/test_demo.py::",
+    "tests/test_embedded.py::test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere",
+)
+"""The tests that run a whole process tree of their own (the demo, twice; a fresh clone's
+install, demo and slice of the suite): they run on the second worker."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Two work units for pytest-xdist: every test but :data:`APART` in order on one worker, as
+    without xdist (the suite's tests share servers and were written to run one after another),
+    and :data:`APART` on the other."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class InOrderAndApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "apart" if nodeid.startswith(APART) else "in_order"
+
+    return InOrderAndApart(config, log)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
