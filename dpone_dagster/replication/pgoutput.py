@@ -44,7 +44,7 @@ _I32: Final = struct.Struct(">i").unpack_from
 _U32: Final = struct.Struct(">I").unpack_from
 _BEGIN: Final = struct.Struct(">xQqI").unpack_from  # final LSN, commit time, xid
 _COMMIT: Final = struct.Struct(">xxQQq").unpack_from  # flags, commit LSN, end LSN, commit time
-_OID_KIND: Final = struct.Struct(">xIc").unpack_from  # relation OID, tuple kind (N, K, O)
+_OID_KIND: Final = struct.Struct(">xIB").unpack_from  # relation OID, tuple kind (N, K, O)
 _TRUNCATE: Final = struct.Struct(">xIB").unpack_from  # relation count, options
 _ATTR: Final = struct.Struct(">Ii").unpack_from  # a column's type OID and type modifier
 
@@ -103,26 +103,23 @@ def _invalid(data: bytes, reason: str) -> Exception:
 
 def _tuple(data: bytes, pos: int) -> tuple[Row, int]:
     """The row (TupleData) at ``pos``, and the offset after it."""
-    (count,) = _U16(data, pos)
+    count = (data[pos] << 8) | data[pos + 1]
     pos += 2
-    values: list[Value] = []
-    append = values.append
-    for _ in range(count):
+    values: list[Value] = [None] * count
+    for i in range(count):
         kind = data[pos]
         if kind == 116:  # 't': text
-            (length,) = _U32(data, pos + 1)
-            pos += 5
-            end = pos + length
-            append(data[pos:end])
-            pos = end
-        elif kind == 110:  # 'n': NULL
-            append(None)
-            pos += 1
-        elif kind == 117:  # 'u': unchanged TOASTed value
-            append(UNCHANGED)
-            pos += 1
+            start = pos + 5
+            pos = start + _U32(data, pos + 1)[0]
+            values[i] = data[start:pos]
         else:
-            raise _invalid(data, f"tuple value of kind {chr(kind)!r}")
+            pos += 1
+            if kind == 117:  # 'u': unchanged TOASTed value
+                values[i] = UNCHANGED
+            elif kind != 110:  # 'n': NULL (already None)
+                raise _invalid(data, f"tuple value of kind {chr(kind)!r}")
+    if pos > len(data):
+        raise _invalid(data, "a value runs past the message's end")
     return tuple(values), pos
 
 
@@ -154,14 +151,16 @@ def _update_message(data: bytes) -> Update:
     oid, kind = _OID_KIND(data, 0)
     old: Row | None = None
     pos = 6
-    if kind != b"N":
-        if kind not in (b"K", b"O"):
-            raise _invalid(data, f"update tuple kind {kind!r}")
+    if kind != 78:  # 'N'
+        if kind != 75 and kind != 79:  # 'K', 'O'
+            raise _invalid(data, f"update tuple kind {chr(kind)!r}")
         old, pos = _tuple(data, pos)
         if data[pos] != 78:  # 'N'
             raise _invalid(data, "update without its new tuple")
         pos += 1
-    new, _ = _tuple(data, pos)
+    new, end = _tuple(data, pos)
+    if end != len(data):
+        raise _invalid(data, "update of another length than its tuples")
     return _update(oid, new, old)
 
 
@@ -188,16 +187,22 @@ def decode(data: bytes) -> Message | None:
         kind = data[0]
         if kind == 73:  # 'I'
             oid, tag = _OID_KIND(data, 0)
-            if tag != b"N":
-                raise _invalid(data, f"insert tuple kind {tag!r}")
-            return _insert(oid, _tuple(data, 6)[0])
+            if tag != 78:  # 'N'
+                raise _invalid(data, f"insert tuple kind {chr(tag)!r}")
+            new, end = _tuple(data, 6)
+            if end != len(data):
+                raise _invalid(data, "insert of another length than its tuple")
+            return _insert(oid, new)
         if kind == 85:  # 'U'
             return _update_message(data)
         if kind == 68:  # 'D'
             oid, tag = _OID_KIND(data, 0)
-            if tag not in (b"K", b"O"):
-                raise _invalid(data, f"delete tuple kind {tag!r}")
-            return _delete(oid, _tuple(data, 6)[0])
+            if tag != 75 and tag != 79:  # 'K', 'O'
+                raise _invalid(data, f"delete tuple kind {chr(tag)!r}")
+            old, end = _tuple(data, 6)
+            if end != len(data):
+                raise _invalid(data, "delete of another length than its tuple")
+            return _delete(oid, old)
         if kind == 66:  # 'B'
             final_lsn, micros, xid = _BEGIN(data, 0)
             return Begin(final_lsn, _timestamp(micros), xid)
