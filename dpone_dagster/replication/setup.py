@@ -29,7 +29,7 @@ from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.waits import wait_while
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
-from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.identifiers import TableName, quote_identifier
 
 from .slot import (
     PLUGIN,
@@ -129,7 +129,7 @@ def check_replication_setup(
             "replication_privilege_missing",
             f"Role {role!r} has no REPLICATION attribute (nor membership in "
             f"{', '.join(REPLICATION_ROLES)}): run ALTER ROLE "
-            f"{sql.Identifier(role).as_string(conn)} WITH REPLICATION as a superuser.",
+            f"{quote_identifier(role)} WITH REPLICATION as a superuser.",
         )
     described = _tables(conn, tables)
     unidentified = [
