@@ -219,14 +219,14 @@ def test_a_table_without_key_or_full_identity_is_refused_and_full_identity_is_ac
 
 def test_a_failure_after_the_publication_was_made_leaves_nothing_behind(source: str) -> None:
     # A failure inside the block (the initial copy failing, say): slot and publication go.
-    with pytest.raises(RuntimeError, match="copy failed"):
-        with create_replication(
-            source, slot=SLOT, publication=PUB, tables=TABLES, owner_comment=MARK
-        ):
-            with psycopg.connect(source, autocommit=True) as conn:
-                assert slot_status(conn, SLOT) is not None
-                assert publication_tables(conn, PUB) is not None
-            raise RuntimeError("copy failed")
+    with (
+        pytest.raises(RuntimeError, match="copy failed"),
+        create_replication(source, slot=SLOT, publication=PUB, tables=TABLES, owner_comment=MARK),
+    ):
+        with psycopg.connect(source, autocommit=True) as conn:
+            assert slot_status(conn, SLOT) is not None
+            assert publication_tables(conn, PUB) is not None
+        raise RuntimeError("copy failed")
     nothing_created(source)
     # The slot's creation itself failing, after the publication was made: the replication
     # session is ended while the slot waits for a running transaction to finish.
