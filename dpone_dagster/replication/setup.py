@@ -34,6 +34,7 @@ from dpone_dagster.postgres.identifiers import TableName, quote_identifier
 from .slot import (
     PLUGIN,
     CreatedSlot,
+    SlotStatus,
     create_slot,
     ensure_publication,
     publication_tables,
@@ -115,22 +116,7 @@ def check_replication_setup(
             ``replication_slots_exhausted`` or ``publication_not_permitted`` (see the module).
         CatalogError: ``table_not_found`` for a table that does not exist.
     """
-    row = conn.execute(_ROLE, (list(REPLICATION_ROLES),)).fetchone()
-    assert row is not None
-    role, superuser, replication, wal_level, max_slots, slots, may_create = row
-    if wal_level != "logical":
-        raise engine_error(
-            "replication_wal_level",
-            f"The source server runs with wal_level = {wal_level}; logical replication needs "
-            "wal_level = logical.",
-        )
-    if not (superuser or replication):
-        raise engine_error(
-            "replication_privilege_missing",
-            f"Role {role!r} has no REPLICATION attribute (nor membership in "
-            f"{', '.join(REPLICATION_ROLES)}): run ALTER ROLE "
-            f"{quote_identifier(role)} WITH REPLICATION as a superuser.",
-        )
+    role, superuser, max_slots, slots, may_create = _check_role(conn)
     described = _tables(conn, tables)
     unidentified = [
         str(t) for t, (_, identity, has_key, _, _) in described.items()
@@ -151,19 +137,7 @@ def check_replication_setup(
             f"comment is {pub[0]!r}, not {owner_comment!r}); it was left untouched.",
         )
     if status is not None:
-        reasons = []
-        if status.plugin != PLUGIN:
-            reasons.append(f"its plugin is {status.plugin!r}, not {PLUGIN!r}")
-        if status.database != conn.info.dbname:
-            reasons.append(f"it decodes database {status.database!r}, not {conn.info.dbname!r}")
-        if not reasons and not ours:
-            reasons.append(f"the group's publication {publication!r} does not exist")
-        if reasons:
-            raise engine_error(
-                "replication_slot_foreign",
-                f"Replication slot {slot!r} exists and is not this group's: "
-                f"{'; '.join(reasons)}. It was left untouched.",
-            )
+        _check_own_slot(conn, status, publication if ours else None)
     elif slots >= max_slots:
         raise engine_error(
             "replication_slots_exhausted",
@@ -171,32 +145,72 @@ def check_replication_setup(
             f"{max_slots}.",
         )
     current = tuple(publication_tables(conn, publication) or ()) if ours else ()
-    if set(current) != set(tables):
-        if pub is None and not (superuser or may_create):
-            raise engine_error(
-                "publication_not_permitted",
-                f"Role {role!r} may not create publication {publication!r} in database "
-                f"{conn.info.dbname!r}: GRANT CREATE ON DATABASE to it.",
-            )
-        if pub is not None and not pub[1]:
-            raise engine_error(
-                "publication_not_permitted",
-                f"Role {role!r} does not own publication {publication!r}.",
-            )
-        changed = set(tables) ^ set(current)
-        foreign = [
-            f"{t} (owned by {owner})"
-            for t, (_, _, _, owns, owner) in described.items()
-            if t in changed and not (owns or superuser)
-        ]
-        if foreign:
-            raise engine_error(
-                "publication_not_permitted",
-                f"Role {role!r} does not own {', '.join(foreign)}: CREATE PUBLICATION "
-                f"{publication} FOR TABLE {', '.join(str(t) for t in tables)} must be run by "
-                "the tables' owner.",
-            )
+    if set(current) == set(tables):
+        return SetupState(status is not None, pub is not None, current)
+    if pub is None and not (superuser or may_create):
+        raise engine_error(
+            "publication_not_permitted",
+            f"Role {role!r} may not create publication {publication!r} in database "
+            f"{conn.info.dbname!r}: GRANT CREATE ON DATABASE to it.",
+        )
+    if pub is not None and not pub[1]:
+        raise engine_error(
+            "publication_not_permitted", f"Role {role!r} does not own publication {publication!r}."
+        )
+    foreign = [
+        f"{t} (owned by {owner})"
+        for t, (_, _, _, owns, owner) in described.items()
+        if t not in current and not (owns or superuser)
+    ]
+    if foreign:
+        raise engine_error(
+            "publication_not_permitted",
+            f"Role {role!r} does not own {', '.join(foreign)}: CREATE PUBLICATION "
+            f"{publication} FOR TABLE {', '.join(str(t) for t in tables)} must be run by "
+            "the tables' owner.",
+        )
     return SetupState(status is not None, pub is not None, current)
+
+
+def _check_role(conn: Connection) -> tuple[str, bool, int, int, bool]:
+    """The role's name and whether it is a superuser, ``max_replication_slots``, the slots in
+    use and whether the role may create in the database; refuses a server without ``wal_level
+    = logical`` and a role without ``REPLICATION``."""
+    row = conn.execute(_ROLE, (list(REPLICATION_ROLES),)).fetchone()
+    assert row is not None
+    role, superuser, replication, wal_level, max_slots, slots, may_create = row
+    if wal_level != "logical":
+        raise engine_error(
+            "replication_wal_level",
+            f"The source server runs with wal_level = {wal_level}; logical replication needs "
+            "wal_level = logical.",
+        )
+    if not (superuser or replication):
+        raise engine_error(
+            "replication_privilege_missing",
+            f"Role {role!r} has no REPLICATION attribute (nor membership in "
+            f"{', '.join(REPLICATION_ROLES)}): run ALTER ROLE "
+            f"{quote_identifier(role)} WITH REPLICATION as a superuser.",
+        )
+    return str(role), bool(superuser), int(max_slots), int(slots), bool(may_create)
+
+
+def _check_own_slot(conn: Connection, status: SlotStatus, publication: str | None) -> None:
+    """Refuses a slot of the group's name that is not the group's own: another plugin, another
+    database, or no publication of the group's (``publication`` None)."""
+    reasons = []
+    if status.plugin != PLUGIN:
+        reasons.append(f"its plugin is {status.plugin!r}, not {PLUGIN!r}")
+    if status.database != conn.info.dbname:
+        reasons.append(f"it decodes database {status.database!r}, not {conn.info.dbname!r}")
+    if not reasons and publication is None:
+        reasons.append("the group's publication does not exist")
+    if reasons:
+        raise engine_error(
+            "replication_slot_foreign",
+            f"Replication slot {status.slot!r} exists and is not this group's: "
+            f"{'; '.join(reasons)}. It was left untouched.",
+        )
 
 
 def _tables(
