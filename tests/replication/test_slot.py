@@ -26,7 +26,7 @@ from dpone_dagster.replication.slot import (
     publication_tables,
     slot_status,
 )
-from tests.helpers import pg
+from tests.helpers import logical, pg
 
 SLOT = "dpone_slot_test"
 PUB = "dpone_pub_test"
@@ -209,3 +209,21 @@ def test_drop_is_idempotent_and_leaves_a_slot_in_use_or_foreign_alone(
         drop_replication(source, slot=SLOT, publication=PUB)
     assert caught.value.code == "replication_slot_foreign"
     assert slot_status(source, SLOT) is not None
+
+
+def test_a_lost_slot_is_reported_lost_and_reading_it_fails_with_a_code(
+    source: Conn, logical_source_dsn: str
+) -> None:
+    ensure_publication(source, PUB, [TableName("public", "t")])
+    with create_slot(logical_source_dsn, SLOT):
+        pass
+    source.execute("INSERT INTO t VALUES (1, 'x')")
+    logical.lose_slot(logical_source_dsn, SLOT)
+    status = slot_status(source, SLOT)
+    assert status is not None and status.wal_status == "lost"
+    with pytest.raises(EngineError) as caught:
+        list(read_changes(source, slot=SLOT, publication=PUB, upto_lsn=1 << 40, max_changes=None))
+    assert caught.value.code == "replication_slot_lost"
+    assert "resync=True" in caught.value.next_actions[0]
+    # A lost slot is still dropped by the one call.
+    assert drop_replication(source, slot=SLOT, publication=PUB) == Dropped(True, True)
