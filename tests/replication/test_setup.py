@@ -5,13 +5,17 @@ table without a key; and a slot creation that fails after the publication was ma
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from dpone_dagster import embedded
 from dpone_dagster.core.errors import EngineError
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.identifiers import TableName
@@ -108,12 +112,29 @@ def test_a_role_without_replication_is_refused(source: str) -> None:
         assert check(dsn) == SetupState(True, True, tuple(sorted(TABLES)))
 
 
+@pytest.fixture(scope="module")
+def private_logical_server() -> Iterator[str]:
+    """A logical server of its own (an embedded cluster in a scratch folder, stopped and
+    removed afterwards), whose slots a test may all take without starving another test's or
+    the demo's replication on the shared one."""
+    scratch = Path(tempfile.mkdtemp(prefix="dpone-embedded-"))
+    folder = scratch / "pg"
+    try:
+        yield embedded.start(folder).dsn()
+    finally:
+        if folder.exists():
+            embedded.stop(folder)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 @pytest.fixture
-def no_free_slot(logical_server: str) -> Iterator[int]:
-    """Every free replication slot of the logical server taken by a throwaway physical slot,
-    dropped again when the test ends; yields ``max_replication_slots``."""
+def no_free_slot(private_logical_server: str) -> Iterator[tuple[str, int]]:
+    """A fresh source database on :func:`private_logical_server`, every free replication slot
+    of which is taken by a throwaway physical slot (dropped again when the test ends); yields
+    the database's DSN and ``max_replication_slots``."""
+    dsn = prepared(pg.create_database("dpone_repl_full", private_logical_server))
     fillers: list[str] = []
-    with psycopg.connect(logical_server, autocommit=True) as conn:
+    with psycopg.connect(private_logical_server, autocommit=True) as conn:
         row = conn.execute(
             "SELECT current_setting('max_replication_slots')::int,"
             " (SELECT count(*) FROM pg_replication_slots)::int"
@@ -125,17 +146,19 @@ def no_free_slot(logical_server: str) -> Iterator[int]:
                 name = f"dpone_filler_{uuid.uuid4().hex[:10]}"
                 conn.execute("SELECT pg_create_physical_replication_slot(%s)", (name,))
                 fillers.append(name)
-            yield most
+            yield dsn, most
         finally:
             for name in fillers:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+            logical.drop_logical_database(dsn)
 
 
 def test_no_free_slot_is_refused_naming_max_replication_slots(
-    source: str, no_free_slot: int
+    no_free_slot: tuple[str, int],
 ) -> None:
+    source, most = no_free_slot
     error = refused("replication_slots_exhausted", lambda: check(source))
-    assert f"max_replication_slots = {no_free_slot}" in error.message
+    assert f"max_replication_slots = {most}" in error.message
     refused("replication_slots_exhausted", lambda: create(source))
 
     def server_refuses() -> None:  # the server's own refusal, past the check, has the code too
