@@ -19,6 +19,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events.source_copy import report_metadata
 from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
@@ -29,7 +30,7 @@ from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
 
-KafkaCopyEvent = dg.MaterializeResult[Any]
+KafkaCopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
 
 
 def kafka_metadata(report: KafkaCopyReport) -> dict[str, Any]:
@@ -113,4 +114,6 @@ class KafkaCopyEvents:
         [standard] = table_catalog_metadata(
             target.dsn, target.options, [(table, upstream, None)], context.log
         )
-        yield dg.MaterializeResult(metadata={**kafka_metadata(report), **standard})
+        metadata = {**kafka_metadata(report), **standard}
+        yield dg.MaterializeResult(asset_key=context.asset_key, metadata=metadata)
+        yield from stream_freshness(context, context.asset_key, metadata)
