@@ -74,9 +74,7 @@ def scope_state(
     assert row is not None
     # The mark lies in the range: above it and at most the range's upper bound.
     where, params = shape.where(mark if mark is not None else bounds[0], bounds[1])
-    probe = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {})").format(
-        shape.source.ident, where
-    )
+    probe = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {})").format(shape.source.ident, where)
     past = sessions.source.execute(probe, params).fetchone()
     return ScopeState(
         run_id, run.status, mark, row[0], row[1], rows_past_mark=bool(past and past[0])

@@ -7,10 +7,14 @@ also carries the ``dpone_fresh`` check, which judges the same policy by the lag 
 materialization reports (``dpone/lag_seconds``: how old the source state the target now holds
 is): :func:`freshness_check`, the one function every stream asset (incremental, Kafka,
 replication) calls with its metadata and its policy.
+
+A backfill's partitions have no asset-level freshness (Dagster's is asset-level only): the
+``dpone_partitions_fresh`` check (:func:`partitions_check`) lists each partition's state from
+the ledger and names the stale ones.
 """
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -20,6 +24,7 @@ import dagster as dg
 from dagster._core.definitions.freshness import CronFreshnessPolicy, TimeWindowFreshnessPolicy
 from dagster._utils.schedules import get_latest_completed_cron_tick, get_smallest_cron_interval
 
+from dpone_dagster.backfill import ScopeState
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, metadata_key
 
@@ -79,16 +84,23 @@ def _limits(policy: dg.FreshnessPolicy, now: datetime) -> tuple[float, float | N
     if isinstance(policy, TimeWindowFreshnessPolicy):
         warn = policy.warn_window.to_timedelta().total_seconds() if policy.warn_window else None
         fail = policy.fail_window.to_timedelta().total_seconds()
-        return fail, warn, f"time window: fail after {fail:g} s" + (
-            f", warn after {warn:g} s" if warn is not None else ""
+        return (
+            fail,
+            warn,
+            f"time window: fail after {fail:g} s"
+            + (f", warn after {warn:g} s" if warn is not None else ""),
         )
     if isinstance(policy, CronFreshnessPolicy):
         # The data must be at least as new as the start of the last completed cron window.
         tick = get_latest_completed_cron_tick(policy.deadline_cron, now, policy.timezone)
         oldest = tick - policy.lower_bound_delta
-        return (now - oldest).total_seconds(), None, (
-            f"cron {policy.deadline_cron!r} ({policy.timezone}): data newer than "
-            f"{oldest.astimezone(UTC).isoformat()}"
+        return (
+            (now - oldest).total_seconds(),
+            None,
+            (
+                f"cron {policy.deadline_cron!r} ({policy.timezone}): data newer than "
+                f"{oldest.astimezone(UTC).isoformat()}"
+            ),
         )
     raise TypeError(f"unknown freshness policy {type(policy).__name__}")
 
@@ -121,7 +133,6 @@ def freshness_check(
         ``dpone/warn_after_seconds`` and ``dpone/freshness_policy``.
 
     Examples:
-        >>> from datetime import timedelta
         >>> policy = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=10))
         >>> freshness_check(dg.AssetKey("t"), {"dpone/lag_seconds": 30.0}, policy).passed
         True
@@ -180,3 +191,88 @@ def stream_freshness(
     at = datetime.fromtimestamp(event.timestamp, UTC)
     return [freshness_check(key, recorded.metadata, policy, reported_at=at)]
 
+
+PARTITIONS_CHECK_NAME = "dpone_partitions_fresh"
+"""The check that lists a backfill's partitions from the ledger and says which are stale."""
+
+_LISTED = 200
+"""At most this many partitions in the check's table (the stale ones first)."""
+
+
+def _stale(state: ScopeState, max_age: timedelta, now: datetime) -> str | None:
+    """Why a started partition is stale (``None``: it is not, or it never started)."""
+    if state.status is None:
+        return None
+    if state.rows_past_mark:
+        return "rows past its mark"
+    if state.as_of is None or now - state.as_of > max_age:
+        return "older than the age"
+    return None
+
+
+def _row(partition: str, state: ScopeState, why: str | None, now: datetime) -> str:
+    def at(t: datetime | None) -> str:
+        return t.astimezone(UTC).isoformat(timespec="seconds") if t else ""
+
+    age = "" if state.as_of is None else f"{(now - state.as_of).total_seconds():.0f} s"
+    status = state.status.value if state.status else "not started"
+    return (
+        f"| {partition} | {status} | {at(state.last_batch_at)} | {at(state.proved_at)} | "
+        f"{age} | {'yes' if state.rows_past_mark else ''} | {why or ''} |"
+    )
+
+
+def partitions_check(
+    key: dg.AssetKey,
+    states: Sequence[tuple[str, ScopeState]],
+    max_age: timedelta,
+    now: datetime | None = None,
+    check_name: str = PARTITIONS_CHECK_NAME,
+) -> dg.AssetCheckResult:
+    """The ``dpone_partitions_fresh`` result: every partition's state from the ledger.
+
+    A started partition is stale when its newest batch or reconciliation (the newer) is older
+    than ``max_age``, or when its source range holds rows above its high-water mark (the source
+    changed since). The check passes when none is; otherwise it does not pass with severity
+    ``WARN``, naming them. Partitions never started are counted, not stale (Dagster shows them
+    missing).
+
+    Args:
+        key: The backfill asset.
+        states: Each partition key and its :class:`~dpone_dagster.backfill.ScopeState`, in order.
+        max_age: The age beyond which a partition is stale.
+        now: The time of the judgement (UTC ``now`` by default).
+        check_name: The check's name.
+    """
+    now = now or datetime.now(UTC)
+    why = {p: _stale(s, max_age, now) for p, s in states}
+    stale = [p for p, _ in states if why[p]]
+    rows = sorted(states, key=lambda ps: why[ps[0]] is None)[:_LISTED]
+    table = [
+        "| Partition | Status | Last batch | Proved at | Age | Rows past mark | Stale |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(_row(p, s, why[p], now) for p, s in rows),
+    ]
+    if len(states) > _LISTED:
+        table.append(f"\n{len(states) - _LISTED} more partitions, none of them stale.")
+    named = ", ".join(f"{p} ({why[p]})" for p in stale[:10]) + (", ..." if len(stale) > 10 else "")
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=check_name,
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(stale)} of {len(states)} partitions stale: {named}."
+            if stale
+            else f"No partition of {len(states)} is older than {max_age} or behind its source."
+        ),
+        metadata=dict(
+            DponeMetadataSet(
+                max_age_seconds=max_age.total_seconds(),
+                partitions_stale=len(stale),
+                partitions_past_mark=sum(s.rows_past_mark for _, s in states),
+                partitions_not_started=sum(s.status is None for _, s in states),
+                partition_states=dg.MetadataValue.md("\n".join(table)),
+            )
+        ),
+    )
