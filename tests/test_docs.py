@@ -250,3 +250,17 @@ def test_the_pages_show_only_pictures_the_screenshot_script_takes() -> None:
     assert shots <= shown, f"shots no page shows: {sorted(shots - shown)}"
     committed = {p.stem for p in (DOCS / "img").glob("*.png")}
     assert shots <= committed, f"shots not in docs/img: {sorted(shots - committed)}"
+
+
+def test_the_benchmarks_page_shows_what_the_benchmarks_wrote() -> None:
+    """Every ``<!-- bench: NAME -->`` block of docs/benchmarks.md is the one ``docs/benchmarks.py``
+    renders from ``bench/results/NAME.json`` (run it after a new result), and each says its
+    date, command and machine."""
+    script = _docs_script("benchmarks")
+    text = (DOCS / "benchmarks.md").read_text()
+    names = re.findall(r"<!-- bench: (\w+) -->", text)
+    assert names, "the benchmarks page has generated blocks"
+    assert script.generated(text) == text, "run .venv/bin/python docs/benchmarks.py"
+    for name in names:
+        assert (ROOT / "bench" / "results" / f"{name}.json").is_file()
+    assert "load average" in text and "PostgreSQL" in text

@@ -6,8 +6,12 @@ after every committed batch, then yields the ``dpone_reconciled`` check (the fin
 verification: by default every key the run copied and a rolling slice of the key, see
 :mod:`dpone_dagster.incremental.sweep`; ``check="full"``: every source row at or below the mark
 is in the target, equal) and the
-materialization with the run's metadata. A run that selects the check alone copies nothing:
-it compares both sides as they are (:meth:`~dpone_dagster.incremental.IncrementalSync.check`).
+materialization with the run's metadata, then, for an asset with a freshness policy, the
+``dpone_fresh`` check judging the policy by the run's lag
+(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`). A run that selects the
+checks alone copies nothing: ``dpone_reconciled`` compares both sides as they are
+(:meth:`~dpone_dagster.incremental.IncrementalSync.check`), ``dpone_fresh`` judges the latest
+recorded lag.
 """
 
 from collections.abc import Iterator

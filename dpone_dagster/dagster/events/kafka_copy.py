@@ -5,7 +5,8 @@ offsets the ledger holds to the end the broker reported when the run began (or t
 the rows and the new offsets committed in one target transaction. The materialization carries
 ``dagster/row_count``, the receipt (no snapshot claim: ``no_snapshot_claim``), and under
 ``dpone/`` the topic, the stream, the run, the messages, each partition's first and last offset
-read, the dead letters and any offsets given up.
+read, the dead letters and any offsets given up; an asset with a freshness policy also gets the
+``dpone_fresh`` check, judged by the run's ``dpone/lag_seconds``.
 """
 
 import json
