@@ -41,7 +41,11 @@ def render(name: str, result: dict[str, Any]) -> str:
     lines = [
         f"<!-- bench: {name} -->",
         f"Measured on {result['date']} with `{result['command']}` on {_machine(result['machine'])}."
-        + (" " + ", ".join(f"{k}: {v}" for k, v in facts.items()) + "." if facts else ""),
+        + (
+            " " + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in facts.items()) + "."
+            if facts
+            else ""
+        ),
         "",
         "| " + " | ".join(c.replace("_", " ") for c in columns) + " |",
         "| " + " | ".join("---" for _ in columns) + " |",
