@@ -26,7 +26,8 @@ def _machine(m: dict[str, Any]) -> str:
     busy = max(start[0], end[0]) / max(m["cores"], 1) > _LOADED
     state = "loaded: other work shared it" if busy else "otherwise idle"
     return (
-        f"{m['cores']} cores, {m['ram_gb']:g} GB RAM, PostgreSQL {m['postgresql']}; load average "
+        f"the {m['cores']}-core machine ({m['ram_gb']:g} GB RAM), PostgreSQL {m['postgresql']}; "
+        "load average "
         f"{start[0]:g} at the start, {end[0]:g} at the end ({state})"
     )
 
