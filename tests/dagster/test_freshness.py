@@ -220,3 +220,18 @@ def test_the_partitions_check_refuses_an_asset_that_is_not_a_backfill() -> None:
     with pytest.raises(DponeError) as caught:
         backfill_freshness_check(orders, max_age=timedelta(days=1))
     assert caught.value.code == "plan_invalid"
+
+
+def test_a_cron_policy_is_judged_by_the_age_of_the_data_against_its_last_window() -> None:
+    """A ``FreshnessPolicy.cron`` of the user's: the data must be newer than the start of the
+    last completed window (tick minus ``lower_bound_delta``), whatever the run's time."""
+    policy = dg.FreshnessPolicy.cron(
+        deadline_cron="0 * * * *", lower_bound_delta=timedelta(minutes=30)
+    )
+    now = datetime(2026, 12, 2, 10, 10, tzinfo=UTC)  # last tick 10:00, its window from 09:30
+    fresh = freshness_check(ORDERS_KEY, {"dpone/lag_seconds": 30 * 60.0}, policy, now=now)
+    assert fresh.passed
+    assert _values(fresh.metadata)["dpone/fail_after_seconds"] == 40 * 60.0
+    stale = freshness_check(ORDERS_KEY, {"dpone/lag_seconds": 50 * 60.0}, policy, now=now)
+    assert not stale.passed and stale.severity == dg.AssetCheckSeverity.ERROR
+    assert "2026-12-02T09:30:00+00:00" in _values(stale.metadata)["dpone/freshness_policy"]
