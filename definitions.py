@@ -5,9 +5,11 @@ Two dpone assets over the demo source that ``python -m demo.seed`` creates:
 * ``shop/customers``, ``shop/orders``, ``shop/Order_Items_…``: one snapshot copy of three related
   tables (partitioned COPY, two workers): every run copies them under ONE source snapshot.
 * ``events/page_views``: a daily-partitioned, ledger-backed backfill of an events table by its
-  ``happened_at`` timestamp, with a schedule that fills the newest day.
+  ``happened_at`` timestamp, with a schedule that fills the newest day, and the
+  ``dpone_partitions_fresh`` check naming its stale partitions.
 * ``shop/stock``: an incremental stream of a mutable stock table by its ``updated_at``, with hard
-  deletes and a schedule every five minutes (``python -m demo.stream`` shows one change, one late
+  deletes, a schedule every five minutes and the freshness policy it implies (the ``dpone_fresh``
+  check judges it by the run's lag; ``python -m demo.stream`` shows one change, one late
   commit and one delete arriving).
 * ``events/clicks``: a Kafka topic copied exactly once into ``events.clicks`` (``python -m
   demo.kafka`` starts a broker of its own and names it in ``DPONE_KAFKA_BOOTSTRAP``; unset, the
@@ -23,6 +25,7 @@ started (started here if it is not running): `dagster dev` sees the demo's data 
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -39,6 +42,7 @@ from dpone_dagster import (
     snapshot_copy_assets,
     source_asset_specs,
 )
+from dpone_dagster.dagster.assets import backfill_freshness_check
 from dpone_dagster.embedded import choose_server, demo_database
 from dpone_dagster.postgres.connection import Side
 
@@ -75,6 +79,10 @@ page_views = backfill_asset(
 
 page_views_job = dg.define_asset_job("page_views_daily", selection=[page_views])
 
+# The partitions older than a week, or whose source range gained rows past their mark.
+page_views_fresh = backfill_freshness_check(page_views, max_age=timedelta(days=7))
+
+EVERY_FIVE_MINUTES = "*/5 * * * *"
 stock = incremental_asset(
     "shop.stock",
     cursor="updated_at",
@@ -83,10 +91,11 @@ stock = incremental_asset(
     settle_timeout=2.0,  # the demo's open writer: wait 2 s, then go on and read again next run
     group_name="stock",
     pool="dpone_source",
+    cron_schedule=EVERY_FIVE_MINUTES,  # its freshness policy and the dpone_fresh check
 )
 
 stock_every_five_minutes = dg.ScheduleDefinition(
-    name="stock_every_five_minutes", target=stock, cron_schedule="*/5 * * * *"
+    name="stock_every_five_minutes", target=stock, cron_schedule=EVERY_FIVE_MINUTES
 )
 
 
@@ -125,6 +134,7 @@ defs = dg.Definitions(
             for s in source_asset_specs([shop, page_views, stock])
         ),
     ],
+    asset_checks=[page_views_fresh],
     jobs=[page_views_job],
     schedules=[
         dg.build_schedule_from_partitioned_job(page_views_job, hour_of_day=1),

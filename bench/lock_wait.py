@@ -31,6 +31,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import result_file  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.postgres import test_lock_wait as lock_test  # noqa: E402
 
@@ -53,13 +54,21 @@ def sample(dsn: str, seconds: float) -> list[float]:
     return took
 
 
-def report(name: str, took: list[float]) -> None:
+def report(name: str, took: list[float]) -> dict[str, object]:
+    """One line: readers, the longest, p99 and median waits; returns it as the JSON row."""
     ordered = sorted(took)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     print(
         f"{name:<28} readers {len(took):>5}  longest {max(took):6.3f} s  p99 {p99:6.3f} s  "
         f"median {statistics.median(took):6.3f} s"
     )
+    return {
+        "writer": name,
+        "readers": len(took),
+        "longest_s": round(max(took), 3),
+        "p99_s": round(p99, 3),
+        "median_s": round(statistics.median(took), 3),
+    }
 
 
 def with_swap(source: str, target: str, seconds: float) -> list[float]:
@@ -90,12 +99,18 @@ def with_plain_drop(target: str, seconds: float) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     args = parser.parse_args()
     source, target = pg.create_database("dpone_bsrc"), pg.create_database("dpone_btgt")
+    began = result_file.machine(target)
     try:
         lock_test.seed(source, target)
-        report("replace swap (lock_wait)", with_swap(source, target, args.seconds))
-        report("plain DROP TABLE", with_plain_drop(target, args.seconds))
+        rows = [
+            report("replace swap (lock_wait)", with_swap(source, target, args.seconds)),
+            report("plain DROP TABLE", with_plain_drop(target, args.seconds)),
+        ]
+        if args.json:
+            result_file.write(args.json, "lock_wait", began, rows, seconds=args.seconds)
     finally:
         pg.drop_database(source)
         pg.drop_database(target)

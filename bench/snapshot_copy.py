@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from psycopg import conninfo  # noqa: E402
 
+from bench import result_file  # noqa: E402
 from dpone_dagster.postgres import (  # noqa: E402
     CopyOptions,
     Strategy,
@@ -184,8 +185,11 @@ def same_rows(source: str, target: str) -> bool:
     )
 
 
-def report(strategy: str, runs: list[dict[str, float]], rows: int, workers: int) -> None:
-    """One line: times, rows/s, the ratio to the raw pipe around each run, peak RSS."""
+def report(
+    strategy: str, runs: list[dict[str, float]], rows: int, workers: int
+) -> dict[str, object]:
+    """One line: times, rows/s, the ratio to the raw pipe around each run, peak RSS; returns it
+    as the JSON result's row."""
     if any(int(r["rows"]) != rows for r in runs):
         raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
     seconds, ratios = [r["seconds"] for r in runs], [r["ratio"] for r in runs]
@@ -201,6 +205,15 @@ def report(strategy: str, runs: list[dict[str, float]], rows: int, workers: int)
         f"{rows / min(seconds):>14,.0f} {max(ratios):>11.2f} {statistics.median(ratios):>13.2f} "
         f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f}"
     )
+    return {
+        "strategy": name,
+        "best_seconds": round(min(seconds), 2),
+        "rows_per_second": round(rows / min(seconds)),
+        "ratio_best": round(max(ratios), 2),
+        "ratio_median": round(statistics.median(ratios), 2),
+        "target": TARGETS[strategy],
+        "peak_rss_mb": round(max(r["rss_mb"] for r in runs)),
+    }
 
 
 def main() -> None:
@@ -209,6 +222,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
     parser.add_argument("--workers", type=int, default=2, help="partitioned COPY workers")
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -218,6 +232,7 @@ def main() -> None:
         return
 
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_tgt")
+    began = result_file.machine(target)
     try:
         started = time.perf_counter()
         for start in range(1, args.rows + 1, 500_000):
@@ -251,9 +266,14 @@ def main() -> None:
             f"{'strategy':<48} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
             f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
         )
-        for strategy in args.strategies:
-            report(strategy, runs[strategy], args.rows, args.workers)
+        table = [report(s, runs[s], args.rows, args.workers) for s in args.strategies]
         print("target equals source after each strategy's last run (count and md5 of every row)")
+        if args.json:
+            result_file.write(
+                args.json, "snapshot_copy", began, table, table_rows=args.rows,
+                table_mb=round(int(size) / 1e6),  # type: ignore[call-overload]
+                repeat=args.repeat, raw_pipe_seconds=[round(min(raws), 2), round(max(raws), 2)],
+            )  # fmt: skip
     finally:
         pg.drop_database(source)
         pg.drop_database(target)

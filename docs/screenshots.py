@@ -81,6 +81,8 @@ SHOTS = [
         height=1800,
     ),
     Shot("lineage", "/assets/shop/orders?view=lineage&lineageScope=neighbors", "sources"),
+    # The stream's checks: dpone_fresh (its lag against the policy its schedule implies).
+    Shot("stream_freshness", "/assets/shop/stock?view=checks", "dpone_fresh"),
 ]
 
 

@@ -238,3 +238,29 @@ def test_every_line_of_the_old_readme_lives_in_a_page() -> None:
         if _plain(line) and _plain(line) not in now and line.strip() not in REWRITTEN
     ]
     assert not lost, lost[:20]
+
+
+def test_the_pages_show_only_pictures_the_screenshot_script_takes() -> None:
+    """Every ``img/*.png`` a page (or the README) shows is one of ``docs/screenshots.py``'s shots
+    and is committed; every shot is shown somewhere: no picture outlives the script."""
+    shots = {shot.name for shot in _docs_script("screenshots").SHOTS}
+    pages = [*DOCS.glob("*.md"), ROOT / "README.md"]
+    shown = {m for p in pages for m in re.findall(r"img/([\w-]+)\.png", p.read_text())}
+    assert shown <= shots, f"pictures no shot takes: {sorted(shown - shots)}"
+    assert shots <= shown, f"shots no page shows: {sorted(shots - shown)}"
+    committed = {p.stem for p in (DOCS / "img").glob("*.png")}
+    assert shots <= committed, f"shots not in docs/img: {sorted(shots - committed)}"
+
+
+def test_the_benchmarks_page_shows_what_the_benchmarks_wrote() -> None:
+    """Every ``<!-- bench: NAME -->`` block of docs/benchmarks.md is the one ``docs/benchmarks.py``
+    renders from ``bench/results/NAME.json`` (run it after a new result), and each says its
+    date, command and machine."""
+    script = _docs_script("benchmarks")
+    text = (DOCS / "benchmarks.md").read_text()
+    names = re.findall(r"<!-- bench: (\w+) -->", text)
+    assert names, "the benchmarks page has generated blocks"
+    assert script.generated(text) == text, "run .venv/bin/python docs/benchmarks.py"
+    for name in names:
+        assert (ROOT / "bench" / "results" / f"{name}.json").is_file()
+    assert "load average" in text and "PostgreSQL" in text

@@ -36,6 +36,7 @@ from .reconcile_model import (
     ReconciliationReport,
 )
 from .results import BackfillReconciliationError, BackfillResult
+from .state import ScopeState
 from .target import PreparedTarget, prepare_target
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "RangeOutcome",
     "ReconciliationReport",
     "RunLedger",
+    "ScopeState",
     "TableRef",
     "TrustworthyCursor",
     "backfill_handoff",

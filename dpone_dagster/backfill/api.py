@@ -44,6 +44,7 @@ from .reconcile_model import OnChanged, ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
+from .state import ScopeState, scope_state
 
 _T = TypeVar("_T")
 
@@ -272,6 +273,16 @@ class Backfill:
         return self._guard(
             lambda s: self.ledger.fetch_run(s.ledger, run_id_for(self._resolve(s)[1]))
         )
+
+    def state(self) -> ScopeState:
+        """The run's state from the ledger (times, status, mark) and whether the source holds
+        rows of the range past the mark (one index probe; nothing is scanned)."""
+
+        def read(s: Sessions) -> ScopeState:
+            shape, scope = self._resolve(s)
+            return scope_state(s, self.ledger, shape, run_id_for(scope), (scope.lower, scope.upper))
+
+        return self._guard(read)
 
     def receipts(self) -> list[BatchReceipt]:
         """Every committed batch receipt, in order."""

@@ -61,6 +61,9 @@ class IncrementalResult:
             (extensions, types, enum labels; each once).
         virtual_as_stored: The source's ``VIRTUAL`` generated columns the target the run
             created defines as ``STORED`` (a target before PostgreSQL 18).
+        as_of: The source clock at the newest mark taken (this call's, even when it found
+            nothing new, or the stored one): the source state the target now holds, every
+            transaction settled at that mark included.
     """
 
     stream_id: str
@@ -86,15 +89,20 @@ class IncrementalResult:
     schema_changes: tuple[ColumnChange, ...] = ()
     target_types: TargetTypes = field(default_factory=TargetTypes)
     virtual_as_stored: tuple[str, ...] = ()
+    as_of: datetime | None = None
+
+
+def _as_of(state: StreamState, mark: Mark | None) -> datetime | None:
+    """The source clock at the newest mark taken (this call's, or the stored one)."""
+    times = [t for t in (state.mark_taken_at, mark.taken_at if mark else None) if t is not None]
+    return max(times) if times else None
 
 
 def _lag(
     src: Connection, shape: StreamShape, state: StreamState, mark: Mark | None
 ) -> float | None:
-    """The source clock at the newest mark taken (this call's, or the stored one) minus the
-    newest cursor value copied."""
-    times = [t for t in (state.mark_taken_at, mark.taken_at if mark else None) if t is not None]
-    taken_at = max(times) if times else None
+    """The source clock at the newest mark taken minus the newest cursor value copied."""
+    taken_at = _as_of(state, mark)
     if not shape.cursor_is_time or state.mark is None or taken_at is None:
         return None
     row = src.execute(
@@ -150,6 +158,7 @@ def build_result(
         new_mark=after.mark,
         mark_taken_at=after.mark_taken_at,
         lag_seconds=_lag(src, shape, after, mark),
+        as_of=_as_of(after, mark),
         rows=sum(r.rows for r in receipts),
         inserted=sum(r.inserted for r in receipts),
         updated=sum(r.updated for r in receipts),

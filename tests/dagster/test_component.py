@@ -440,7 +440,10 @@ def test_an_incremental_stream_declared_in_yaml_keeps_the_target_current_on_its_
     [materialized] = second.asset_materializations_for_node(second.job_def.nodes[0].name)
     figures = {k: materialized.metadata[f"dpone/rows_{k}"].value for k in ("updated", "deleted")}
     assert figures == {"updated": 1, "deleted": 1}
-    [check] = second.get_asset_check_evaluations()
+    checks = {c.check_name: c for c in second.get_asset_check_evaluations()}
+    assert set(checks) == {"dpone_reconciled", "dpone_fresh"}  # the schedule implies a policy
+    assert spec.freshness_policy is not None and checks["dpone_fresh"].passed
+    check = checks["dpone_reconciled"]
     assert check.passed
     md = {k: v.value for k, v in check.metadata.items()}
     assert (md["dpone/check_scope"], md["dpone/keys_checked"], md["dpone/rows_swept"]) == (

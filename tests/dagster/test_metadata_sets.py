@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from dpone_dagster import (
     rest_copy_asset,
     snapshot_copy_assets,
 )
+from dpone_dagster.dagster.assets import backfill_freshness_check
 from dpone_dagster.dagster.metadata.sets import (
     DponeMetadataSet,
     DponeRunTags,
@@ -211,7 +213,7 @@ def snapshot_copies(
 
 def backfill(seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_dsn: str) -> None:
     """A backfill partition in two batches (observations, run tags), reconciled, with its
-    check."""
+    check, and the check of its partitions' freshness."""
     pg.create_mixed_table(source_dsn, "events", "views", rows=400)
     asset = backfill_asset(
         "events.views", cursor="id", partitions_def=cursor_range_partitions(0, 400, 400),
@@ -219,13 +221,19 @@ def backfill(seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_d
     )  # fmt: skip
     resources = postgres_resources(source_dsn, target_dsn)
     assert materialize(seen, instance, [asset], resources, partition_key="0..400").success
+    stale = backfill_freshness_check(asset, max_age=timedelta(days=1))
+    selection = dg.AssetSelection.checks(stale)
+    assert materialize(seen, instance, [asset, stale], resources, selection=selection).success
 
 
 def incremental(seen: Seen, instance: dg.DagsterInstance, source_dsn: str, target_dsn: str) -> None:
-    """An incremental run in two batches (observations) with its check."""
+    """An incremental run in two batches (observations) with its checks (reconciled, fresh)."""
     pg.execute(source_dsn, ORDERS)
     insert_orders(source_dsn, 1, 300)
-    asset = incremental_asset("shop.orders", cursor="updated_at", deletes="hard", batch_size=200)
+    asset = incremental_asset(
+        "shop.orders", cursor="updated_at", deletes="hard", batch_size=200,
+        cron_schedule="*/5 * * * *",
+    )  # fmt: skip
     assert materialize(seen, instance, [asset], postgres_resources(source_dsn, target_dsn)).success
 
 

@@ -1,7 +1,9 @@
-"""Asset factories: snapshot copies (one multi-asset per snapshot), partitioned backfills,
+"""Asset factories: snapshot copies (one multi-asset per snapshot), partitioned backfills (and
+the check of their partitions' freshness),
 incremental streams, and the generic sources' copies (MySQL/MariaDB, REST, Kafka)."""
 
 from .backfill import backfill_asset
+from .backfill_freshness import backfill_freshness_check
 from .incremental import incremental_asset
 from .kafka import kafka_copy_asset
 from .snapshot_copy import snapshot_copy_assets
@@ -9,6 +11,7 @@ from .sources import mysql_copy_asset, rest_copy_asset
 
 __all__ = [
     "backfill_asset",
+    "backfill_freshness_check",
     "incremental_asset",
     "kafka_copy_asset",
     "mysql_copy_asset",

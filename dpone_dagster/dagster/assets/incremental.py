@@ -16,6 +16,10 @@ import dagster as dg
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events import IncrementalEvent
+from dpone_dagster.dagster.metadata.freshness import (
+    freshness_check_spec,
+    stream_freshness_policy,
+)
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
 from dpone_dagster.dagster.resources import (
@@ -61,6 +65,8 @@ def incremental_asset(
     fillfactor: int = DEFAULT_FILLFACTOR,
     check: CheckScope | str = CheckScope.RUN,
     sweep: Sweep | None = None,
+    cron_schedule: str | None = None,
+    freshness_policy: dg.FreshnessPolicy | None = None,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
 
@@ -99,6 +105,12 @@ def incremental_asset(
         sweep: The rolling slice's per-run budget
             (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
             runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
+        cron_schedule: The schedule the stream runs on (the same string as its
+            ``ScheduleDefinition``'s): the asset's freshness policy is derived from it (warn
+            when the data is 1.5 intervals old, fail at 2) unless ``freshness_policy`` is given.
+        freshness_policy: The asset's Dagster freshness policy. With either option the asset
+            also carries the ``dpone_fresh`` check, which judges the policy by the lag each run
+            reports (``dpone/lag_seconds``), where Dagster judges it by materialization times.
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -110,16 +122,19 @@ def incremental_asset(
 
     Raises:
         DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor
-            or option (``incremental_options_invalid``).
+            or option (``incremental_options_invalid``, a bad ``cron_schedule`` too).
 
     Examples:
         .. code-block:: python
 
-            orders = incremental_asset("shop.orders", cursor="updated_at", deletes="hard")
+            every_5_min = "*/5 * * * *"
+            orders = incremental_asset(
+                "shop.orders", cursor="updated_at", deletes="hard", cron_schedule=every_5_min
+            )
             defs = dg.Definitions(
                 assets=[orders],
                 schedules=[dg.ScheduleDefinition(name="orders_every_5_min",
-                           target=orders, cron_schedule="*/5 * * * *")],
+                           target=orders, cron_schedule=every_5_min)],
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
@@ -138,13 +153,22 @@ def incremental_asset(
     check_spec = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
     )
+    policy = stream_freshness_policy(
+        cron_schedule, freshness_policy, refusal="incremental_options_invalid"
+    )
+    checks = ([check_spec] if reconcile else []) + (
+        [freshness_check_spec(spec.key)] if policy is not None else []
+    )
 
     @dg.multi_asset(
         name=name or f"incremental_{spec.key.to_python_identifier()}",
         specs=[
-            spec.replace_attributes(metadata={**spec.metadata, **DponeMetadataSet(cursor=cursor)})
+            spec.replace_attributes(
+                metadata={**spec.metadata, **DponeMetadataSet(cursor=cursor)},
+                freshness_policy=policy,
+            )
         ],
-        check_specs=[check_spec] if reconcile else [],
+        check_specs=checks,
         can_subset=True,  # the check alone verifies the target without running the stream
         pool=pool,
         op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},

@@ -16,6 +16,10 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dpone_dagster.dagster.events import KafkaCopyEvent
+from dpone_dagster.dagster.metadata.freshness import (
+    freshness_check_spec,
+    stream_freshness_policy,
+)
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.postgres import SchemaChanges, Sink, TableName
@@ -51,6 +55,8 @@ def kafka_copy_asset(
     group_name: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
+    cron_schedule: str | None = None,
+    freshness_policy: dg.FreshnessPolicy | None = None,
 ) -> dg.AssetsDefinition:
     """An asset that copies a Kafka topic into a PostgreSQL table, exactly once.
 
@@ -79,6 +85,13 @@ def kafka_copy_asset(
         group_name: The asset's group.
         op_tags: Tags of the asset's op.
         source_key: The asset key of the topic (an external asset you define), upstream.
+        cron_schedule: The schedule the stream runs on: the asset's freshness policy is derived
+            from it (warn when the data is 1.5 intervals old, fail at 2) unless
+            ``freshness_policy`` is given.
+        freshness_policy: The asset's Dagster freshness policy. With either option the asset
+            carries the ``dpone_fresh`` check, judging the policy by the lag each run reports
+            (``dpone/lag_seconds``: from the start of the run's read, whose end offsets the
+            target now holds).
 
     Raises:
         DponeError: at definition time, for a bad table name, sink, value format, model or
@@ -113,6 +126,10 @@ def kafka_copy_asset(
         "max_messages_per_run": max_messages_per_run, "dead_letter_table": dead,
         "on_lost_offsets": checked.on_lost, "schema_changes": SchemaChanges.parse(schema_changes),
     }  # fmt: skip
+    policy = stream_freshness_policy(
+        cron_schedule, freshness_policy, refusal="kafka_options_invalid"
+    )
+    asset_key = dg.AssetKey.from_coercible(key)
     check_instance_storage()
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
     metadata = {
@@ -124,7 +141,9 @@ def kafka_copy_asset(
     }  # fmt: skip
 
     @dg.asset(
-        key=dg.AssetKey.from_coercible(key),
+        key=asset_key,
+        freshness_policy=policy,
+        check_specs=[] if policy is None else [freshness_check_spec(asset_key)],
         required_resource_keys={source_resource_key, target_resource_key, ledger_resource_key},
         description=f"Kafka topic {topic} copied to {table} ({chosen}), exactly once.",
         group_name=group_name,

@@ -6,8 +6,12 @@ after every committed batch, then yields the ``dpone_reconciled`` check (the fin
 verification: by default every key the run copied and a rolling slice of the key, see
 :mod:`dpone_dagster.incremental.sweep`; ``check="full"``: every source row at or below the mark
 is in the target, equal) and the
-materialization with the run's metadata. A run that selects the check alone copies nothing:
-it compares both sides as they are (:meth:`~dpone_dagster.incremental.IncrementalSync.check`).
+materialization with the run's metadata, then, for an asset with a freshness policy, the
+``dpone_fresh`` check judging the policy by the run's lag
+(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`). A run that selects the
+checks alone copies nothing: ``dpone_reconciled`` compares both sides as they are
+(:meth:`~dpone_dagster.incremental.IncrementalSync.check`), ``dpone_fresh`` judges the latest
+recorded lag.
 """
 
 from collections.abc import Iterator
@@ -24,6 +28,7 @@ from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     incremental_check,
@@ -125,8 +130,10 @@ class IncrementalEvents:
         try:
             sync = self._sync(key, table, target_table, cursor)
             soft = sync.soft  # the soft-delete column, when deletes are soft
-            if key not in context.selected_asset_keys:  # the check alone: verify, copy nothing
-                yield verification_check(key, sync.check(), "No run has completed yet.")
+            if key not in context.selected_asset_keys:  # the checks alone: copy nothing
+                if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
+                    yield verification_check(key, sync.check(), "No run has completed yet.")
+                yield from stream_freshness(context, key, None)
                 return
             result = sync.run()
             rows = _target_rows(target.dsn, target_table, soft)
@@ -157,6 +164,7 @@ class IncrementalEvents:
             )
             metadata = {**incremental_metadata(result, rows), **standard}
             yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+            yield from stream_freshness(context, key, metadata)
 
     def _sync(
         self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str

@@ -5,7 +5,8 @@ offsets the ledger holds to the end the broker reported when the run began (or t
 the rows and the new offsets committed in one target transaction. The materialization carries
 ``dagster/row_count``, the receipt (no snapshot claim: ``no_snapshot_claim``), and under
 ``dpone/`` the topic, the stream, the run, the messages, each partition's first and last offset
-read, the dead letters and any offsets given up.
+read, the dead letters and any offsets given up; an asset with a freshness policy also gets the
+``dpone_fresh`` check, judged by the run's ``dpone/lag_seconds``.
 """
 
 import json
@@ -19,6 +20,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events.source_copy import report_metadata
 from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
@@ -29,7 +31,7 @@ from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
 
-KafkaCopyEvent = dg.MaterializeResult[Any]
+KafkaCopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
 
 
 def kafka_metadata(report: KafkaCopyReport) -> dict[str, Any]:
@@ -113,4 +115,6 @@ class KafkaCopyEvents:
         [standard] = table_catalog_metadata(
             target.dsn, target.options, [(table, upstream, None)], context.log
         )
-        yield dg.MaterializeResult(metadata={**kafka_metadata(report), **standard})
+        metadata = {**kafka_metadata(report), **standard}
+        yield dg.MaterializeResult(asset_key=context.asset_key, metadata=metadata)
+        yield from stream_freshness(context, context.asset_key, metadata)

@@ -420,7 +420,10 @@ def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[st
             snapshot_label=result.snapshot_label.value,
             snapshot_token_digest=_digests(tokens),
             receipts_summary=dg.MetadataValue.json(_stream_summary(result)),
-            lag_seconds=result.lag_seconds,
+            lag_seconds=(
+                None if result.as_of is None else (datetime.now(UTC) - result.as_of).total_seconds()
+            ),
+            cursor_lag_seconds=result.lag_seconds,
             notices=dg.MetadataValue.json(notices) if notices else None,
         ),
     }

@@ -172,9 +172,14 @@ class DponeMetadataSet(NamespacedMetadataSet):
     rows_per_second: int | None = None
     """Rows over the read window, rounded to a whole row (copy, partition, generic)."""
     lag_seconds: float | None = None
-    """Seconds from the start of the read the target now reflects (a partition: its newest
-    batch) to the report (copy, partition, generic); for a stream with a time cursor, the source
-    clock at the newest mark minus the newest cursor value copied (incremental)."""
+    """How old the source state the target now holds is: the seconds from the start of the read
+    the target now reflects (a partition: its newest batch; a stream: the newest mark, taken by
+    this run even when it found nothing new) to the report (copy, partition, generic,
+    incremental, kafka; the ``dpone_fresh`` check judges it)."""
+    cursor_lag_seconds: float | None = None
+    """For a stream with a time cursor, the source clock at the newest mark minus the newest
+    cursor value copied: how far the newest change copied is behind the mark; it grows while
+    the table has no writes (incremental)."""
 
     # A backfill partition and its batches.
     run_id: str | None = None
@@ -329,6 +334,28 @@ class DponeMetadataSet(NamespacedMetadataSet):
     proved_at: str | None = None
     """The source snapshot's time the check proved equality at, ISO 8601 (check of a
     stream)."""
+
+    # The dpone_fresh check of a stream, and the dpone_partitions_fresh check of a backfill.
+    fail_after_seconds: float | None = None
+    """The lag beyond which the freshness policy fails, now (check of a stream's freshness)."""
+    warn_after_seconds: float | None = None
+    """The lag beyond which the freshness policy warns, when it has a warn window (check of a
+    stream's freshness)."""
+    freshness_policy: str | None = None
+    """The policy judged, in words (check of a stream's freshness)."""
+    max_age_seconds: float | None = None
+    """The age beyond which a partition is stale (check of a backfill's partitions)."""
+    partitions_stale: int | None = None
+    """Partitions not copied or proved within the age, or whose source holds rows past their
+    mark (check of a backfill's partitions)."""
+    partitions_past_mark: int | None = None
+    """Partitions whose source range holds rows above their high-water mark: the source
+    changed since, the target lacks them (check of a backfill's partitions)."""
+    partitions_not_started: int | None = None
+    """Partitions the ledger has no run of (check of a backfill's partitions)."""
+    partition_states: dg.MarkdownMetadataValue | None = None
+    """A table of every partition: status, last batch, proved at, age, rows past the mark,
+    stale (check of a backfill's partitions)."""
 
     # A run's failure.
     error_code: str | None = None

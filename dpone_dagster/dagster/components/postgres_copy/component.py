@@ -238,7 +238,8 @@ class IncrementalStreamModel(InlineAttributes):
         group_name: The asset's group.
         pool: Concurrency pool.
         cron_schedule: When set, a schedule named after the asset materializes it (with its
-            check) on this cron expression.
+            checks) on this cron expression, and the asset carries the freshness policy it
+            implies and the ``dpone_fresh`` check (see ``incremental_asset``).
         attributes: The asset's attributes (Dagster's: ``key``, ``description``, ``tags``,
             ``kinds``, ``owners``...), over the component's.
     """
@@ -422,6 +423,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             fillfactor=stream.fillfactor,
             check=stream.check,
             sweep=Sweep(stream.sweep_runs, stream.sweep_rows, stream.sweep_seconds),
+            cron_schedule=stream.cron_schedule,
         )
         schedules = []
         if stream.cron_schedule is not None:

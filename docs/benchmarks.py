@@ -1,0 +1,76 @@
+"""Renders the figures of docs/benchmarks.md from the benchmarks' own output.
+
+Each benchmark with ``--json bench/results/NAME.json`` writes its result table, the command, the
+date and the machine (cores, RAM, PostgreSQL version, load average at its start and end). This
+script rewrites every block ``<!-- bench: NAME -->`` ... ``<!-- /bench: NAME -->`` of the page
+from ``bench/results/NAME.json``: a line saying when, how and on what it ran, then the table.
+Run ``.venv/bin/python docs/benchmarks.py`` after committing a new result file;
+``tests/test_docs.py`` fails while a block is not the generated one.
+"""
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "benchmarks.md"
+RESULTS = ROOT / "bench" / "results"
+_BLOCK = re.compile(r"<!-- bench: (\w+) -->\n.*?<!-- /bench: \1 -->", re.DOTALL)
+_LOADED = 1.0
+"""A load average per core above this is a loaded machine, and the line says so."""
+
+
+def _machine(m: dict[str, Any]) -> str:
+    start, end = m["load_average"], m["load_average_end"]
+    busy = max(start[0], end[0]) / max(m["cores"], 1) > _LOADED
+    state = "loaded: other work shared it" if busy else "otherwise idle"
+    return (
+        f"the {m['cores']}-core machine ({m['ram_gb']:g} GB RAM), PostgreSQL {m['postgresql']}; "
+        "load average "
+        f"{start[0]:g} at the start, {end[0]:g} at the end ({state})"
+    )
+
+
+def render(name: str, result: dict[str, Any]) -> str:
+    """The block of ``bench/results/NAME.json``: its provenance line and its table."""
+    rows: list[dict[str, Any]] = result["rows"]
+    columns = list(rows[0])
+    facts = {
+        k: v for k, v in result.items() if k not in ("bench", "date", "command", "machine", "rows")
+    }
+    lines = [
+        f"<!-- bench: {name} -->",
+        f"Measured on {result['date']} with `{result['command']}` on {_machine(result['machine'])}."
+        + (
+            " " + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in facts.items()) + "."
+            if facts
+            else ""
+        ),
+        "",
+        "| " + " | ".join(c.replace("_", " ") for c in columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
+        *("| " + " | ".join(f"{row[c]}" for c in columns) + " |" for row in rows),
+        f"<!-- /bench: {name} -->",
+    ]
+    return "\n".join(lines)
+
+
+def generated(text: str) -> str:
+    """The page with every bench block rendered from its result file."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return render(name, json.loads((RESULTS / f"{name}.json").read_text()))
+
+    return _BLOCK.sub(block, text)
+
+
+def main() -> None:
+    text = PAGE.read_text()
+    assert _BLOCK.search(text), "docs/benchmarks.md has no <!-- bench: NAME --> block"
+    PAGE.write_text(generated(text))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""A stream's freshness: its Dagster ``FreshnessPolicy`` and the ``dpone_fresh`` check.
+
+Dagster judges a ``FreshnessPolicy`` by materialization times alone (its freshness daemon: the
+last materialization's age). A stream that runs on time can still hold old data: a source read
+that waits on transactions in flight, a broker far ahead of the run's budget. So a stream asset
+also carries the ``dpone_fresh`` check, which judges the same policy by the lag its
+materialization reports (``dpone/lag_seconds``: how old the source state the target now holds
+is): :func:`freshness_check`, the one function every stream asset (incremental, Kafka,
+replication) calls with its metadata and its policy.
+
+A backfill's partitions have no asset-level freshness (Dagster's is asset-level only): the
+``dpone_partitions_fresh`` check (:func:`partitions_check`) lists each partition's state from
+the ledger and names the stale ones.
+"""
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+
+# dagster 1.13 has no top-level names for the policy's two kinds or for cron arithmetic: these
+# are the modules Dagster's own freshness evaluators use.
+from dagster._core.definitions.freshness import CronFreshnessPolicy, TimeWindowFreshnessPolicy
+from dagster._utils.schedules import get_latest_completed_cron_tick, get_smallest_cron_interval
+
+from dpone_dagster.backfill import ScopeState
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, metadata_key
+
+FRESH_CHECK_NAME = "dpone_fresh"
+"""The check that judges a stream's freshness policy by the lag it reports."""
+
+WARN_INTERVALS = 1.5
+"""A policy derived from a schedule warns when the data is this many intervals old."""
+FAIL_INTERVALS = 2.0
+"""... and fails at this many: one missed run fails it."""
+
+
+def stream_freshness_policy(
+    cron_schedule: str | None, freshness_policy: dg.FreshnessPolicy | None, *, refusal: str
+) -> dg.FreshnessPolicy | None:
+    """The policy a stream asset carries: ``freshness_policy`` when given, else one derived
+    from ``cron_schedule`` (the schedule's smallest interval ``i``: warn after ``1.5 i``,
+    fail after ``2 i``), else none.
+
+    Args:
+        cron_schedule: The cron schedule the stream runs on.
+        freshness_policy: A policy of the user's (``dg.FreshnessPolicy.time_window(...)`` or
+            ``.cron(...)``).
+        refusal: The error code of a bad schedule (the factory's options code).
+
+    Raises:
+        DponeError: ``refusal`` for a cron schedule Dagster does not read.
+
+    Examples:
+        >>> stream_freshness_policy("*/10 * * * *", None, refusal="x").fail_window.to_timedelta()
+        datetime.timedelta(seconds=1200)
+    """
+    if freshness_policy is not None or cron_schedule is None:
+        return freshness_policy
+    try:
+        interval = get_smallest_cron_interval(cron_schedule)
+    except Exception as exc:  # Dagster's CheckError or croniter's own: not a schedule
+        raise engine_error(
+            refusal, f"cron_schedule {cron_schedule!r} is not a cron schedule: {exc}"
+        ) from None
+    return dg.FreshnessPolicy.time_window(
+        fail_window=interval * FAIL_INTERVALS, warn_window=interval * WARN_INTERVALS
+    )
+
+
+def freshness_check_spec(key: dg.AssetKey) -> dg.AssetCheckSpec:
+    """The ``dpone_fresh`` check spec of a stream asset that carries a policy."""
+    return dg.AssetCheckSpec(
+        FRESH_CHECK_NAME,
+        asset=key,
+        description="The data's lag (dpone/lag_seconds) is within the freshness policy.",
+    )
+
+
+def _limits(policy: dg.FreshnessPolicy, now: datetime) -> tuple[float, float | None, str]:
+    """The lag (seconds) that fails the policy now, the lag that warns, and the policy in words."""
+    if isinstance(policy, TimeWindowFreshnessPolicy):
+        warn = policy.warn_window.to_timedelta().total_seconds() if policy.warn_window else None
+        fail = policy.fail_window.to_timedelta().total_seconds()
+        return (
+            fail,
+            warn,
+            f"time window: fail after {fail:g} s"
+            + (f", warn after {warn:g} s" if warn is not None else ""),
+        )
+    if isinstance(policy, CronFreshnessPolicy):
+        # The data must be at least as new as the start of the last completed cron window.
+        tick = get_latest_completed_cron_tick(policy.deadline_cron, now, policy.timezone)
+        oldest = tick - policy.lower_bound_delta
+        return (
+            (now - oldest).total_seconds(),
+            None,
+            (
+                f"cron {policy.deadline_cron!r} ({policy.timezone}): data newer than "
+                f"{oldest.astimezone(UTC).isoformat()}"
+            ),
+        )
+    raise TypeError(f"unknown freshness policy {type(policy).__name__}")
+
+
+def freshness_check(
+    key: dg.AssetKey,
+    metadata: Mapping[str, Any],
+    policy: dg.FreshnessPolicy,
+    *,
+    reported_at: datetime | None = None,
+    now: datetime | None = None,
+) -> dg.AssetCheckResult:
+    """The ``dpone_fresh`` result of a materialization's lag against ``policy``.
+
+    Passes while the lag is within the policy's warn window (or fail window when it has none);
+    between the two it does not pass with severity ``WARN``; beyond the fail window it fails
+    (``ERROR``). With no lag reported it does not pass (``WARN``): freshness is unknown.
+
+    Args:
+        key: The asset.
+        metadata: The materialization's metadata (raw values or recorded metadata values):
+            ``dpone/lag_seconds`` is read.
+        policy: The asset's freshness policy.
+        reported_at: When the lag was reported (a recorded materialization's time): the lag
+            has grown by the time since. ``None``: now.
+        now: The time of the judgement (UTC ``now`` by default).
+
+    Returns:
+        The check result, with ``dpone/lag_seconds``, ``dpone/fail_after_seconds``,
+        ``dpone/warn_after_seconds`` and ``dpone/freshness_policy``.
+
+    Examples:
+        >>> policy = dg.FreshnessPolicy.time_window(fail_window=timedelta(minutes=10))
+        >>> freshness_check(dg.AssetKey("t"), {"dpone/lag_seconds": 30.0}, policy).passed
+        True
+    """
+    now = now or datetime.now(UTC)
+    raw = metadata.get(metadata_key("lag_seconds"))
+    lag = getattr(raw, "value", raw)
+    fail, warn, words = _limits(policy, now)
+    if not isinstance(lag, int | float):
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=FRESH_CHECK_NAME, passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description="No lag reported (dpone/lag_seconds): the data's freshness is unknown.",
+            metadata=dict(DponeMetadataSet(fail_after_seconds=fail, freshness_policy=words)),
+        )  # fmt: skip
+    if reported_at is not None:
+        lag = float(lag) + max((now - reported_at).total_seconds(), 0.0)
+    bad = lag > fail
+    warned = not bad and warn is not None and lag > warn
+    verdict = "exceeds" if bad else "exceeds the warning of" if warned else "is within"
+    limit = warn if warned and warn is not None else fail
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=FRESH_CHECK_NAME,
+        passed=not (bad or warned),
+        severity=dg.AssetCheckSeverity.ERROR if bad else dg.AssetCheckSeverity.WARN,
+        description=f"Lag {lag:.1f} s {verdict} {limit:g} s ({words}).",
+        metadata=dict(
+            DponeMetadataSet(
+                lag_seconds=float(lag),
+                fail_after_seconds=fail,
+                warn_after_seconds=warn,
+                freshness_policy=words,
+            )
+        ),
+    )
+
+
+def stream_freshness(
+    context: dg.AssetExecutionContext, key: dg.AssetKey, metadata: Mapping[str, Any] | None
+) -> list[dg.AssetCheckResult]:
+    """The ``dpone_fresh`` result a stream's step yields, when the run selected the check:
+    judged from ``metadata`` (the step's materialization), or, when the step materialized
+    nothing (the check alone), from the asset's latest recorded materialization."""
+    policy = context.assets_def.specs_by_key[key].freshness_policy
+    if policy is None or dg.AssetCheckKey(key, FRESH_CHECK_NAME) not in (
+        context.selected_asset_check_keys
+    ):
+        return []
+    if metadata is not None:
+        return [freshness_check(key, metadata, policy)]
+    event = context.instance.get_latest_materialization_event(key)
+    recorded = event.asset_materialization if event is not None else None
+    if event is None or recorded is None:
+        return [freshness_check(key, {}, policy)]
+    at = datetime.fromtimestamp(event.timestamp, UTC)
+    return [freshness_check(key, recorded.metadata, policy, reported_at=at)]
+
+
+PARTITIONS_CHECK_NAME = "dpone_partitions_fresh"
+"""The check that lists a backfill's partitions from the ledger and says which are stale."""
+
+_LISTED = 200
+"""At most this many partitions in the check's table (the stale ones first)."""
+
+
+def _stale(state: ScopeState, max_age: timedelta, now: datetime) -> str | None:
+    """Why a started partition is stale (``None``: it is not, or it never started)."""
+    if state.status is None:
+        return None
+    if state.rows_past_mark:
+        return "rows past its mark"
+    if state.as_of is None or now - state.as_of > max_age:
+        return "older than the age"
+    return None
+
+
+def _row(partition: str, state: ScopeState, why: str | None, now: datetime) -> str:
+    def at(t: datetime | None) -> str:
+        return t.astimezone(UTC).isoformat(timespec="seconds") if t else ""
+
+    age = "" if state.as_of is None else f"{(now - state.as_of).total_seconds():.0f} s"
+    status = state.status.value if state.status else "not started"
+    return (
+        f"| {partition} | {status} | {at(state.last_batch_at)} | {at(state.proved_at)} | "
+        f"{age} | {'yes' if state.rows_past_mark else ''} | {why or ''} |"
+    )
+
+
+def partitions_check(
+    key: dg.AssetKey,
+    states: Sequence[tuple[str, ScopeState]],
+    max_age: timedelta,
+    now: datetime | None = None,
+    check_name: str = PARTITIONS_CHECK_NAME,
+) -> dg.AssetCheckResult:
+    """The ``dpone_partitions_fresh`` result: every partition's state from the ledger.
+
+    A started partition is stale when its newest batch or reconciliation (the newer) is older
+    than ``max_age``, or when its source range holds rows above its high-water mark (the source
+    changed since). The check passes when none is; otherwise it does not pass with severity
+    ``WARN``, naming them. Partitions never started are counted, not stale (Dagster shows them
+    missing).
+
+    Args:
+        key: The backfill asset.
+        states: Each partition key and its :class:`~dpone_dagster.backfill.ScopeState`, in order.
+        max_age: The age beyond which a partition is stale.
+        now: The time of the judgement (UTC ``now`` by default).
+        check_name: The check's name.
+    """
+    now = now or datetime.now(UTC)
+    why = {p: _stale(s, max_age, now) for p, s in states}
+    stale = [p for p, _ in states if why[p]]
+    rows = sorted(states, key=lambda ps: why[ps[0]] is None)[:_LISTED]
+    table = [
+        "| Partition | Status | Last batch | Proved at | Age | Rows past mark | Stale |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(_row(p, s, why[p], now) for p, s in rows),
+    ]
+    if len(states) > _LISTED:
+        table.append(f"\n{len(states) - _LISTED} more partitions, none of them stale.")
+    named = ", ".join(f"{p} ({why[p]})" for p in stale[:10]) + (", ..." if len(stale) > 10 else "")
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=check_name,
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(stale)} of {len(states)} partitions stale: {named}."
+            if stale
+            else f"No partition of {len(states)} is older than {max_age} or behind its source."
+        ),
+        metadata=dict(
+            DponeMetadataSet(
+                max_age_seconds=max_age.total_seconds(),
+                partitions_stale=len(stale),
+                partitions_past_mark=sum(s.rows_past_mark for _, s in states),
+                partitions_not_started=sum(s.status is None for _, s in states),
+                partition_states=dg.MetadataValue.md("\n".join(table)),
+            )
+        ),
+    )
