@@ -44,14 +44,15 @@ class Group:
         """One run."""
         return self.replication(**kwargs).run()
 
-    def rows(self, dsn: str, table: str, columns: str = "*") -> list[tuple[object, ...]]:
-        """Every row of ``table`` as text, in key order (digest settings pinned)."""
+    def rows(self, dsn: str, table: str, columns: str = "*") -> list[str]:
+        """Every row of ``table`` as its text (digest settings pinned), sorted."""
         name = TableName.parse(table)
         with psycopg.connect(dsn, autocommit=True) as conn:
             pin_settings(conn, local=False)
-            query = sql.SQL("SELECT {} FROM {} AS t ORDER BY 1").format(sql.SQL(columns), name.ident)
-            return [tuple(str(v) if v is not None else None for v in r)
-                    for r in conn.execute(query).fetchall()]  # fmt: skip
+            query = sql.SQL("SELECT t::text FROM (SELECT {} FROM {}) AS t").format(
+                sql.SQL(columns), name.ident
+            )
+            return sorted(str(r[0]) for r in conn.execute(query).fetchall())
 
     def assert_equal(self, table: str | None = None, columns: str = "*") -> None:
         """The target holds exactly the source's rows of ``table`` (every table by default)."""
