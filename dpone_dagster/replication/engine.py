@@ -55,7 +55,7 @@ from .state import GroupLedger, GroupState
 
 BATCH_CHANGES = 200_000
 """Changes a target transaction gathers (whole source transactions) before it commits."""
-STAGE_EVERY = 20_000
+STAGE_EVERY = 10_000
 """Staged changes between two ``stage`` progress reports."""
 
 
@@ -231,7 +231,8 @@ class Replication:
     # -- the group ---------------------------------------------------------------------------
 
     def _follow_group(self, sessions: Sessions, state: GroupState) -> tuple[TableName, ...]:
-        """Refuses tables added to the group since the last run; lets removed ones go."""
+        """Refuses tables added to the group since the last run; lets removed ones go (the
+        publication publishes exactly the group's tables)."""
         group = self.group
         added = [t for t in group.tables if t not in state.tables]
         if added:
@@ -240,8 +241,9 @@ class Replication:
                 f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
             )
         removed = tuple(t for t in state.tables if t not in group.tables)
+        # Every run: a publication dropped by hand would make the slot's reads silently empty.
+        ensure_publication(sessions.source, group.publication, group.tables)
         if removed:
-            ensure_publication(sessions.source, group.publication, group.tables)
             tgt = sessions.target
             with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
                 self.ledger.lock(tgt, group.slot)

@@ -25,12 +25,13 @@ class Group:
     target: str
     tables: tuple[str, ...]
     slot: str = "dpone_test"
+    publication: str | None = None
 
     def group(self, **kwargs: Any) -> ReplicationGroup:
         """The group, with options."""
         return ReplicationGroup(
             tuple(TableName.parse(t) for t in self.tables), slot=self.slot,
-            publication=self.slot + "_pub", **kwargs,
+            publication=self.publication or self.slot + "_pub", **kwargs,
         )  # fmt: skip
 
     def replication(self, *, adopt: bool = False, resync: bool = False,
