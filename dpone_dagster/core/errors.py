@@ -194,8 +194,8 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ),
     ),
     "replication_group_changed": (
-        "Tables were added to the replication group: they need an initial copy that meets the "
-        "stream; nothing was written.",
+        "The replication group changed (tables added: they need an initial copy that meets the "
+        "stream; or another publication); nothing was written.",
         ("Run once with resync=True: every table of the group is copied again under a new slot.",),
     ),
     "replication_toast_unresolved": (

@@ -234,6 +234,14 @@ class Replication:
         """Refuses tables added to the group since the last run; lets removed ones go (the
         publication publishes exactly the group's tables)."""
         group = self.group
+        if state.publication != group.publication:  # its tables' history is another's
+            raise engine_error(
+                "replication_group_changed",
+                f"The group of slot {group.slot!r} reads publication {state.publication!r}, "
+                f"not {group.publication!r}.",
+                ["Name the publication the group was created with, or run once with "
+                 "resync=True to start over with the new one."],
+            )  # fmt: skip
         added = [t for t in group.tables if t not in state.tables]
         if added:
             raise engine_error(
