@@ -99,10 +99,12 @@ class Replication:
         target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
         ledger: Where the ledger lives; it must be the target database (the applied position
             commits with the rows).
-        adopt: On the first run, keep target tables that already hold rows (from
+        adopt: On the first run, take over target tables that already hold rows (from
             ``backfill_asset`` or ``incremental_asset``) instead of refusing them
-            (``replication_target_exists``): they are compared with the source under the slot's
-            snapshot and adopted only when equal (``replication_adopt_differs``).
+            (``replication_target_exists``): each is checked against the source's columns by
+            the schema-change policy (a lossy difference is refused with
+            ``schema_change_incompatible``, nothing written), then copied again under the slot's
+            snapshot in one transaction (readers see the old rows until it commits).
         resync: Copy every table again under a new slot (after a lost slot, or a table added).
         options: Session options (of both sides, unless ``target_options`` is given).
         target_options: Options of the target's sessions.
@@ -306,7 +308,7 @@ class Replication:
                 copy.extract()
                 report = copy.load(before_commit=commit_state)
         self._progress("copied", run)
-        return report, False
+        return report, bool(filled)
 
     # -- the stream --------------------------------------------------------------------------
 
