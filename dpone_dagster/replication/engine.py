@@ -78,6 +78,22 @@ class _Target:
 
 
 @dataclass
+class _Reading:
+    """A peek in progress: the sessions, the target transaction open, the tables known."""
+
+    sessions: Sessions
+    control: Connection
+    run: _Run
+    encoding: str
+    target: _Target | None = None
+    skipping: bool = False
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    staged_mark: int = STAGE_EVERY
+    relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
+    plans: dict[int, TablePlan] = field(default_factory=dict)
+
+
+@dataclass
 class _Run:
     """What a run has done so far."""
 
@@ -197,14 +213,16 @@ class Replication:
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
             state = self.ledger.fetch(tgt, group.slot)
         copied: CopyReport | None = None
-        adopted, removed = False, ()
+        adopted = False
+        removed: tuple[TableName, ...] = ()
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
             with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
                 state = self.ledger.fetch(tgt, group.slot)
         else:
             removed = self._follow_group(sessions, state)
-        assert state is not None and state.applied_lsn is not None
+        assert state is not None
+        assert state.applied_lsn is not None
         upto = current_lsn(control)
         run = _Run(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                    state.applied_commit_time)  # fmt: skip
@@ -315,87 +333,87 @@ class Replication:
     def _stream(self, sessions: Sessions, control: Connection, run: _Run, upto: Lsn) -> None:
         src, group = sessions.source, self.group
         encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
-        names = {t: t for t in group.tables}
-        relations: dict[int, tuple[TableName, Relation]] = {}
-        plans: dict[int, TablePlan] = {}
-        target: _Target | None = None
-        skipping, at = False, datetime.now(UTC)
-        staged_mark = STAGE_EVERY
-
-        def table(oid: int) -> TableApply | None:
-            assert target is not None
-            found = target.tables.get(oid)
-            if found is None:
-                found = self._table(sessions, oid, relations, plans, target, encoding, run)
-            return found
-
-        changes = read_changes(src, slot=group.slot, publication=group.publication,  # type: ignore[arg-type]
+        reading = _Reading(sessions, control, run, encoding)
+        changes = read_changes(src, slot=group.slot, publication=group.publication,
                                upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
         seen = 0
         try:
-            for _, message in changes:
+            for _, message in changes:  # the hot path: one pass per change
                 seen += 1
                 kind = type(message)
                 if kind is Insert or kind is Update or kind is Delete:
-                    if skipping:
+                    if reading.skipping:
                         continue
-                    applying = table(message.relation)  # type: ignore[union-attr]
+                    applying = self._table(reading, message.relation)  # type: ignore[union-attr]
                     if applying is None:
                         continue
                     if kind is Insert:
                         applying.insert(message.new)  # type: ignore[union-attr]
                     elif kind is Update:
-                        applying.update(message.new, message.old, at)  # type: ignore[union-attr]
+                        applying.update(message.new, message.old, reading.at)  # type: ignore[union-attr]
                     else:
-                        applying.delete(message.old, at)  # type: ignore[union-attr]
-                    assert target is not None
-                    target.staged += 1
-                    if target.staged >= staged_mark:
-                        staged_mark += STAGE_EVERY
-                        self._progress("stage", run, target.staged)
-                elif kind is Begin:
-                    begin: Begin = message  # type: ignore[assignment]
-                    at = begin.commit_time
-                    if target is None:
-                        target = self._begin(sessions, run)
-                        staged_mark = STAGE_EVERY
-                    skipping = begin.final_lsn <= run.applied
-                    if skipping:
-                        run.skipped += 1
-                elif kind is Commit:
-                    if skipping:
-                        continue
-                    done: Commit = message  # type: ignore[assignment]
-                    assert target is not None
-                    target.transactions += 1
-                    target.last = (done.commit_lsn, done.end_lsn, done.commit_time)
-                    if target.staged >= self.batch_changes:
-                        self._commit(sessions, control, target, run)
-                        target = None
-                elif kind is Relation:
-                    rel: Relation = message  # type: ignore[assignment]
-                    name = names.get(TableName(rel.schema, rel.name))
-                    if name is None:
-                        continue
-                    self._relation(rel, name, (relations, plans), target, run)
-                elif kind is Truncate and not skipping:
-                    for oid in message.relations:  # type: ignore[union-attr]
-                        truncated = table(oid)
-                        if truncated is not None:
-                            truncated.truncate(at)
+                        applying.delete(message.old, reading.at)  # type: ignore[union-attr, arg-type]
+                    self._staged(reading)
+                else:
+                    self._control(reading, message)  # type: ignore[arg-type]
         except BaseException:
-            if target is not None:
-                target.abandon()
+            if reading.target is not None:
+                reading.target.abandon()
             raise
-        if target is not None:
-            if target.transactions:
-                self._commit(sessions, control, target, run)
-            else:
-                target.close()
-                sessions.target.rollback()
-                sessions.target.autocommit = True
+        self._end(reading)
         budget = group.max_changes_per_run
         run.budget_reached = budget is not None and seen >= budget
+
+    def _staged(self, reading: _Reading) -> None:
+        target = reading.target
+        assert target is not None
+        target.staged += 1
+        if target.staged >= reading.staged_mark:
+            reading.staged_mark += STAGE_EVERY
+            self._progress("stage", reading.run, target.staged)
+
+    def _control(self, reading: _Reading, message: Begin | Commit | Relation | Truncate) -> None:
+        """A message other than a row change: a transaction's bounds, a table's columns, a
+        ``TRUNCATE``."""
+        run = reading.run
+        if isinstance(message, Begin):
+            reading.at = message.commit_time
+            if reading.target is None:
+                reading.target = self._begin(reading.sessions, run)
+                reading.staged_mark = STAGE_EVERY
+            reading.skipping = message.final_lsn <= run.applied
+            run.skipped += reading.skipping
+        elif isinstance(message, Commit):
+            target = reading.target
+            if reading.skipping or target is None:
+                return
+            target.transactions += 1
+            target.last = (message.commit_lsn, message.end_lsn, message.commit_time)
+            if target.staged >= self.batch_changes:
+                self._commit(reading.sessions, reading.control, target, run)
+                reading.target = None
+        elif isinstance(message, Relation):
+            name = TableName(message.schema, message.name)
+            if name in self.group.tables:
+                self._relation(message, name, (reading.relations, reading.plans),
+                               reading.target, run)  # fmt: skip
+        elif not reading.skipping:
+            for oid in message.relations:
+                truncated = self._table(reading, oid)
+                if truncated is not None:
+                    truncated.truncate(reading.at)
+
+    def _end(self, reading: _Reading) -> None:
+        """Commits the last target transaction (or ends one that applied nothing)."""
+        target, sessions = reading.target, reading.sessions
+        if target is None:
+            return
+        if target.transactions:
+            self._commit(sessions, reading.control, target, reading.run)
+            return
+        target.close()
+        sessions.target.rollback()
+        sessions.target.autocommit = True
 
     def _relation(
         self,
@@ -418,22 +436,19 @@ class Replication:
             self._count(run, current)
             current.close()
 
-    def _table(
-        self,
-        sessions: Sessions,
-        oid: int,
-        relations: dict[int, tuple[TableName, Relation]],
-        plans: dict[int, TablePlan],
-        target: _Target,
-        encoding: str,
-        run: _Run,
-    ) -> TableApply | None:
+    def _table(self, reading: _Reading, oid: int) -> TableApply | None:
         """The table's apply in the target transaction (planned, and evolved, when needed)."""
-        known = relations.get(oid)
+        target = reading.target
+        assert target is not None
+        found = target.tables.get(oid)
+        if found is not None:
+            return found
+        known = reading.relations.get(oid)
         if known is None:
             return None  # a table outside the group
         name, relation = known
-        plan = plans.get(oid)
+        sessions, run = reading.sessions, reading.run
+        plan = reading.plans.get(oid)
         if plan is None:
             plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
             evolve(sessions.target, plan)
@@ -443,9 +458,9 @@ class Replication:
                     counted, schema_changes=counted.schema_changes + plan.schema_changes
                 )
             plan = replace(plan, schema_changes=())
-            plans[oid] = plan
+            reading.plans[oid] = plan
         applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                              encoding)  # fmt: skip
+                              reading.encoding)  # fmt: skip
         target.tables[oid] = applying
         return applying
 
@@ -464,9 +479,7 @@ class Replication:
             run.applied_at = state.applied_commit_time
         return _Target()
 
-    def _commit(
-        self, sessions: Sessions, control: Connection, target: _Target, run: _Run
-    ) -> None:
+    def _commit(self, sessions: Sessions, control: Connection, target: _Target, run: _Run) -> None:
         """Applies the target transaction's net effect with the applied position, commits,
         then advances the slot."""
         tgt = sessions.target

@@ -65,9 +65,7 @@ class ReplicationGroup:
     soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
 
     def __post_init__(self) -> None:
-        tables = tuple(
-            t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables
-        )
+        tables = tuple(t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "deletes", Deletes.parse(self.deletes))
         object.__setattr__(self, "schema_changes", SchemaChanges.parse(self.schema_changes))
@@ -100,7 +98,9 @@ def _refuse_options(group: ReplicationGroup) -> None:
             ["Name the slot e.g. 'dpone_shop'."],
         )
     budget = group.max_changes_per_run
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+    ):
         raise engine_error(
             "replication_options_invalid",
             f"max_changes_per_run={budget!r}.",

@@ -20,14 +20,19 @@ def test_first_run_copies_then_later_runs_apply_changes(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     pg.execute(logical_source_dsn, ORDERS)
-    pg.execute(logical_source_dsn, "INSERT INTO shop.orders SELECT g, 'n' || g, g FROM generate_series(1, 1000) g")
+    pg.execute(
+        logical_source_dsn,
+        "INSERT INTO shop.orders SELECT g, 'n' || g, g FROM generate_series(1, 1000) g",
+    )
     group = Group(logical_source_dsn, target_dsn, ("shop.orders", "shop.lines"))
     first = group.run()
     assert first.initial_copy is not None and first.initial_copy.rows_loaded == 1000
     group.assert_equal()
     pg.execute(logical_source_dsn, "UPDATE shop.orders SET note = 'u' WHERE id <= 10")
     pg.execute(logical_source_dsn, "DELETE FROM shop.orders WHERE id BETWEEN 11 AND 20")
-    pg.execute(logical_source_dsn, "INSERT INTO shop.lines SELECT g, g, 1 FROM generate_series(1, 50) g")
+    pg.execute(
+        logical_source_dsn, "INSERT INTO shop.lines SELECT g, g, 1 FROM generate_series(1, 50) g"
+    )
     second = group.run()
     assert second.initial_copy is None
     assert second.transactions == 3
@@ -59,12 +64,16 @@ def test_a_one_million_row_transaction_is_applied_whole_under_200_mb(
     command = [sys.executable, "-c", RUN_CHILD, src, target_dsn]
     first = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=crash.ROOT)
     assert first.returncode == 0, first.stderr
-    pg.execute(src, "INSERT INTO public.big SELECT g, md5(g::text), g * 1.5"
-                    " FROM generate_series(1, 1000000) g")  # fmt: skip
+    pg.execute(
+        src,
+        "INSERT INTO public.big SELECT g, md5(g::text), g * 1.5 FROM generate_series(1, 1000000) g",
+    )
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=crash.ROOT)
     assert done.returncode == 0, done.stderr
     transactions, inserted, peak_mb = map(int, done.stdout.split())
     assert (transactions, inserted) == (1, 1_000_000)
     assert peak_mb < 200, f"peak RSS {peak_mb} MB"
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.big") == 1_000_000
-    Group(src, target_dsn, ("public.big",), slot="dpone_big", publication="dpone_big").assert_equal()
+    Group(
+        src, target_dsn, ("public.big",), slot="dpone_big", publication="dpone_big"
+    ).assert_equal()

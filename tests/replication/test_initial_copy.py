@@ -58,10 +58,16 @@ def test_a_filled_target_is_refused_unless_adopted(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     src = logical_source_dsn
-    pg.execute(src, "CREATE TABLE public.t (id int PRIMARY KEY, v text);"
-                    "INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 100) g")  # fmt: skip
-    pg.execute(target_dsn, "CREATE TABLE public.t (id int PRIMARY KEY, v text);"
-                           "INSERT INTO public.t SELECT g, 'old' FROM generate_series(1, 50) g")  # fmt: skip
+    pg.execute(
+        src,
+        "CREATE TABLE public.t (id int PRIMARY KEY, v text);"
+        "INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 100) g",
+    )
+    pg.execute(
+        target_dsn,
+        "CREATE TABLE public.t (id int PRIMARY KEY, v text);"
+        "INSERT INTO public.t SELECT g, 'old' FROM generate_series(1, 50) g",
+    )
     group = Group(src, target_dsn, ("public.t",))
     with pytest.raises(DponeError) as err:
         group.run()

@@ -14,9 +14,12 @@ from tests.replication.group import Group
 
 
 def _columns(dsn: str) -> list[tuple[object, ...]]:
-    return pg.fetch_all(dsn, "SELECT column_name::text, data_type::text FROM"
-                             " information_schema.columns WHERE table_name = 't'"
-                             " ORDER BY ordinal_position")  # fmt: skip
+    return pg.fetch_all(
+        dsn,
+        "SELECT column_name::text, data_type::text FROM"
+        " information_schema.columns WHERE table_name = 't'"
+        " ORDER BY ordinal_position",
+    )
 
 
 def test_added_widened_and_dropped_columns_evolve_with_the_data(
@@ -28,8 +31,11 @@ def test_added_widened_and_dropped_columns_evolve_with_the_data(
     group = Group(src, target_dsn, ("public.t",))
     group.run()
     pg.execute(src, "INSERT INTO public.t VALUES (2, 'b', 'g', 2)")
-    pg.execute(src, "ALTER TABLE public.t ADD COLUMN extra text, ALTER COLUMN v TYPE varchar(50),"
-                    " ALTER COLUMN n TYPE bigint")  # fmt: skip
+    pg.execute(
+        src,
+        "ALTER TABLE public.t ADD COLUMN extra text, ALTER COLUMN v TYPE varchar(50),"
+        " ALTER COLUMN n TYPE bigint",
+    )
     pg.execute(src, "INSERT INTO public.t VALUES (3, 'a much longer value', 'g', 3000000000, 'e')")
     pg.execute(src, "ALTER TABLE public.t DROP COLUMN gone")
     pg.execute(src, "INSERT INTO public.t VALUES (4, 'd', 4, 'f')")
@@ -39,7 +45,11 @@ def test_added_widened_and_dropped_columns_evolve_with_the_data(
     assert {("extra", "added"), ("v", "widened"), ("n", "widened"), ("gone", "kept")} <= kinds
     group.assert_equal(columns="id, v, n, extra")
     assert pg.fetch_all(target_dsn, "SELECT id, gone FROM public.t ORDER BY id") == [
-        (1, "g"), (2, "g"), (3, "g"), (4, None)]  # fmt: skip
+        (1, "g"),
+        (2, "g"),
+        (3, "g"),
+        (4, None),
+    ]
 
 
 def test_freeze_and_a_lossy_change_are_refused_and_nothing_is_applied(
@@ -69,7 +79,10 @@ def test_freeze_and_a_lossy_change_are_refused_and_nothing_is_applied(
 
 def test_tables_leaving_and_joining_the_group(logical_source_dsn: str, target_dsn: str) -> None:
     src = logical_source_dsn
-    pg.execute(src, "CREATE TABLE public.a (id int PRIMARY KEY); CREATE TABLE public.b (id int PRIMARY KEY)")
+    pg.execute(
+        src,
+        "CREATE TABLE public.a (id int PRIMARY KEY); CREATE TABLE public.b (id int PRIMARY KEY)",
+    )
     Group(src, target_dsn, ("public.a", "public.b")).run()
     pg.execute(src, "INSERT INTO public.a VALUES (1); INSERT INTO public.b VALUES (1)")
     smaller = Group(src, target_dsn, ("public.a",))
