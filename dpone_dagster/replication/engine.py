@@ -47,10 +47,11 @@ from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
 from .apply import TableApply, evolve
 from .changes import Begin, Commit, Delete, Insert, Lsn, Relation, Truncate, Update
-from .plan import ReplicationGroup, refuse_missing_identity, relation_plan
+from .plan import ReplicationGroup, refuse_keyless, relation_plan
 from .reader import read_changes
 from .report import ReplicationProgress, ReplicationReport, TableChanges
-from .slot import advance_slot, create_slot, current_lsn, ensure_publication, slot_status
+from .setup import check_replication_setup, create_replication
+from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
 
 BATCH_CHANGES = 200_000
@@ -159,6 +160,11 @@ class Replication:
         self.options, self.target_options = options, target_options or options
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
+
+    @property
+    def owner_comment(self) -> str:
+        """The comment the group's own publication carries (:mod:`.setup`)."""
+        return f"dpone replication group {self.group.slot}"
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -283,7 +289,9 @@ class Replication:
     ) -> tuple[CopyReport | None, bool]:
         """Copies every table under the new slot's snapshot (see the module's step 1)."""
         src, tgt, group = sessions.source, sessions.target, self.group
-        refuse_missing_identity(src, group.tables)
+        check_replication_setup(src, slot=group.slot, publication=group.publication,
+                                tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
+        refuse_keyless(src, group.tables)
         filled = _filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
@@ -302,10 +310,13 @@ class Replication:
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
-        ensure_publication(src, group.publication, group.tables)
         run = _Run(0, 0, None)
         self._progress("copy", run)
-        with create_slot(self.source_dsn, group.slot, self.options) as created:
+        creating = create_replication(
+            self.source_dsn, slot=group.slot, publication=group.publication,
+            tables=group.tables, owner_comment=self.owner_comment, options=self.options,
+        )  # fmt: skip
+        with creating as created:
             point = created.consistent_point
 
             def commit_state(conn: Connection) -> None:
