@@ -38,13 +38,14 @@ from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import owned_staging_handle
-from dpone_dagster.postgres.catalog import column_list, column_type, table_columns
+from dpone_dagster.postgres.catalog import column_list, column_type
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import evolve_target
 from dpone_dagster.postgres.lock_wait import under_lock_wait
 from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
+from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
 from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 
 from .changes import UNCHANGED, Row
@@ -258,7 +259,7 @@ class TableApply:
             .format(net.ident, names, last)
         ).rowcount  # fmt: skip
         if self.soft_column is not None:
-            revive(self.conn, self.plan, self.soft_column, net)
+            revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
         apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)  # drops the net table
 
     def truncate(self, at: datetime) -> None:
@@ -377,30 +378,6 @@ def resolve_unchanged(table: TableApply) -> None:
                 f"{int(left[0])} unchanged value(s) of column {plan.column_names[index]!r} of "
                 f"{plan.target} have no row in the target to take them from.",
             )
-
-
-def revive(conn: Connection, plan: TablePlan, soft_column: str, staged: TableName) -> int:
-    """Clears the soft-delete mark of target rows whose key arrives again in ``staged``; adds
-    the column to the target first when it is missing."""
-    ensure_soft_column(conn, plan.target, soft_column)
-    soft = sql.Identifier(soft_column)
-    statement = sql.SQL("UPDATE {} AS t SET {} = NULL FROM {} AS s WHERE {} AND t.{} IS NOT NULL")
-    equal = _equal("t", "s", plan.target_key)
-    return conn.execute(
-        statement.format(plan.target.ident, soft, staged.ident, equal, soft)
-    ).rowcount
-
-
-def ensure_soft_column(conn: Connection, target: TableName, soft_column: str) -> None:
-    """Adds the soft-delete column (``timestamptz``) to ``target`` if missing (its ``ALTER``
-    in short attempts, :mod:`dpone_dagster.postgres.lock_wait`)."""
-    if soft_column in {c.name for c in table_columns(conn, target)}:
-        return
-    statement = sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
-        target.ident, sql.Identifier(soft_column)
-    )
-    under_lock_wait(conn, [target], lambda: conn.execute(statement),
-                    doing="add its soft-delete column")  # fmt: skip
 
 
 def evolve(conn: Connection, plan: TablePlan) -> None:
