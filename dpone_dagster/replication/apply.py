@@ -141,23 +141,19 @@ class TableApply:
     def _row(self, op: bytes, values: Row, at: bytes = _NULL, old: Row | None = None) -> None:
         self._seq += 1
         flags = _NULL
-        parts = []
-        for value in values:
-            if value is None:
-                parts.append(_NULL)
-            elif value is UNCHANGED:
-                parts.append(_NULL)
-                flags = b"1"
-            else:
-                parts.append(_text(value))  # type: ignore[arg-type]
-        if flags is not _NULL:
+        if UNCHANGED in values:
             flags = b"".join(b"1" if v is UNCHANGED else b"0" for v in values)
             self._unchanged.update(i for i, v in enumerate(values) if v is UNCHANGED)
+            values = tuple(None if v is UNCHANGED else v for v in values)
+        present = [v for v in values if v is not None]
+        parts: list[bytes] = [_NULL if v is None else v for v in values]  # type: ignore[misc]
+        if _SPECIAL.search(b"".join(present)) is not None:  # type: ignore[arg-type]
+            parts = [_NULL if v is None else _text(v) for v in values]  # type: ignore[arg-type]
         olds = self._empty_key
         if old is not None and flags is not _NULL:
             olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
             self._old_keys = True
-        line = b"\t".join([str(self._seq).encode(), op, flags, at, *parts, *olds]) + b"\n"
+        line = b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
         self._buffer.append(line)
         self._size += len(line)
         self.staged += 1
@@ -202,8 +198,7 @@ class TableApply:
             self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
         )
         with self.conn.cursor().copy(statement) as copy:
-            for chunk in self._buffer:
-                copy.write(chunk)
+            copy.write(b"".join(self._buffer))
         self._buffer.clear()
         self._size = 0
 
@@ -218,49 +213,51 @@ class TableApply:
             ensure_soft_column(self.conn, self.plan.target, self.soft_column)
         if self._unchanged:
             resolve_unchanged(self)
-        self._deletes()
-        self._upserts()
+        net, rows = self._net()
+        rows -= self._deletes(net)
+        self._upserts(net, rows)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False
 
-    def _last(self, columns: sql.Composable) -> sql.Composed:
-        """The last staged row of each key (its ``columns``)."""
+    def _net(self) -> tuple[TableName, int]:
+        """The last staged row of each key, in a table of its own (one sort of the staging
+        table); its rows."""
         keys = column_list(self.plan.target_key)
-        return sql.SQL(
-            "SELECT DISTINCT ON ({k}) {c} FROM {s} ORDER BY {k}, _dpone_seq DESC"
-        ).format(k=keys, c=columns, s=self.staging.ident)
+        net = staging_name_for(self.plan.target)
+        statement = sql.SQL(
+            "CREATE UNLOGGED TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
+            " FROM {s} ORDER BY {k}, _dpone_seq DESC"
+        ).format(n=net.ident, k=keys, c=column_list(self.plan.column_names),
+                 s=self.staging.ident)  # fmt: skip
+        return net, self.conn.execute(statement).rowcount
 
-    def _deletes(self) -> None:
+    def _deletes(self, net: TableName) -> int:
+        """Applies the keys whose last change is a delete, then leaves them out of ``net``;
+        the rows left."""
         keys = self.plan.target_key
-        last = self._last(sql.SQL("{}, _dpone_op, _dpone_at").format(column_list(keys)))
         equal = _equal("t", "f", keys)
         target = self.plan.target.ident
         if self.soft_column is None:
+            statement = sql.SQL("DELETE FROM {} AS t USING {} AS f WHERE f._dpone_op = 'D' AND {}")
+            self.conn.execute(statement.format(target, net.ident, equal))
+        else:
+            soft = sql.Identifier(self.soft_column)
             statement = sql.SQL(
-                "DELETE FROM {} AS t USING ({}) AS f WHERE f._dpone_op = 'D' AND {}"
+                "UPDATE {} AS t SET {} = f._dpone_at FROM {} AS f"
+                " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
             )
-            self.conn.execute(statement.format(target, last, equal))
-            return
-        soft = sql.Identifier(self.soft_column)
-        statement = sql.SQL(
-            "UPDATE {} AS t SET {} = f._dpone_at FROM ({}) AS f"
-            " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
-        )
-        self.conn.execute(statement.format(target, soft, last, equal, soft))
+            self.conn.execute(statement.format(target, soft, net.ident, equal, soft))
+        return self.conn.execute(
+            sql.SQL("DELETE FROM {} WHERE _dpone_op = 'D'").format(net.ident)
+        ).rowcount
 
-    def _upserts(self) -> None:
-        """The last row of each key that is not a delete, through the one merge sink."""
-        names = column_list(self.plan.column_names)
-        net = staging_name_for(self.plan.target)
-        last = self._last(sql.SQL("{}, _dpone_op").format(names))
-        rows = self.conn.execute(
-            sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM ({}) AS f WHERE f._dpone_op <> 'D'")
-            .format(net.ident, names, last)
-        ).rowcount  # fmt: skip
+    def _upserts(self, net: TableName, rows: int) -> None:
+        """The last row of each key that is not a delete, through the one merge sink (which
+        drops ``net``)."""
         if self.soft_column is not None:
             revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
-        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)  # drops the net table
+        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)
 
     def truncate(self, at: datetime) -> None:
         """A ``TRUNCATE`` of the table at this point of the batch."""
