@@ -85,7 +85,8 @@ class ReplicationReport:
         lag_seconds: Seconds between the newest applied transaction's commit and the end of the
             run (``None``: no transaction applied yet).
         slot: The slot after its advance.
-        budget_reached: The run stopped at ``max_changes_per_run``; more is waiting.
+        budget_reached: The run read ``max_changes_per_run`` messages and stopped after the
+            transaction that reached it: more may be waiting (the next run says).
         skipped_transactions: Transactions read again (the slot's position was behind the
             ledger's, after a crash between the target's commit and the advance) and skipped.
         tables_removed: Tables that left the group since the last run (no longer published;

@@ -78,3 +78,28 @@ def test_a_one_million_row_transaction_is_applied_whole_under_200_mb(
     Group(
         src, target_dsn, ("public.big",), slot="dpone_big", publication="dpone_big"
     ).assert_equal()
+
+
+def test_a_budget_stops_at_a_transaction_boundary_and_the_next_runs_drain(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    pg.execute(src, "CREATE TABLE public.t (id int PRIMARY KEY, v text)")
+    group = Group(src, target_dsn, ("public.t",))
+    group.run()
+    for i in range(6):
+        pg.execute(
+            src,
+            "INSERT INTO public.t SELECT g, 'v' FROM generate_series(%s::int, %s::int) g",
+            (i * 10, i * 10 + 9),
+        )
+    applied, runs = 0, 0
+    while True:
+        report = group.run(max_changes_per_run=15)
+        runs += 1
+        applied += report.transactions
+        assert report.tables[0].inserted == 10 * report.transactions  # whole transactions only
+        if not report.budget_reached:
+            break
+    assert applied == 6 and runs >= 3
+    group.assert_equal()
