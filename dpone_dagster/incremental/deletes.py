@@ -13,10 +13,9 @@ from datetime import datetime
 
 from psycopg import sql
 
-from dpone_dagster.postgres.catalog import table_columns
+from dpone_dagster.postgres import soft_deletes
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.lock_wait import under_lock_wait
 
 from .compare import Key
 from .shape import StreamShape
@@ -52,31 +51,15 @@ def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: 
 
 
 def ensure_soft_column(tgt: Connection, shape: StreamShape) -> None:
-    """Adds the soft-delete column (``timestamptz``, NULL for live rows) to the target if
-    missing (the catalog is read first: an ``ALTER`` would lock the target until the commit; it
-    takes its lock in short attempts, :mod:`dpone_dagster.postgres.lock_wait`)."""
-    if shape.soft_column is None:
-        return
-    names = {c.name for c in table_columns(tgt, shape.target)}
-    if shape.soft_column not in names:
-        statement = sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
-            shape.target.ident, sql.Identifier(shape.soft_column)
-        )
-        under_lock_wait(
-            tgt, [shape.target], lambda: tgt.execute(statement), doing="add its soft-delete column"
-        )
+    """Adds the stream's soft-delete column to the target if missing
+    (:func:`~dpone_dagster.postgres.soft_deletes.ensure_soft_column`)."""
+    if shape.soft_column is not None:
+        soft_deletes.ensure_soft_column(tgt, shape.target, shape.soft_column)
 
 
 def revive(tgt: Connection, shape: StreamShape, staging: TableName) -> int:
     """Clears the soft-delete mark of target rows whose key arrives again in ``staging``."""
     if shape.soft_column is None:
         return 0
-    ensure_soft_column(tgt, shape)
-    soft = sql.Identifier(shape.soft_column)
-    equal = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = s.{}").format(k.ident, k.ident) for k in shape.key
-    )
-    statement = sql.SQL("UPDATE {} AS t SET {} = NULL FROM {} AS s WHERE {} AND t.{} IS NOT NULL")
-    return tgt.execute(
-        statement.format(shape.target.ident, soft, staging.ident, equal, soft)
-    ).rowcount
+    key = [k.name for k in shape.key]
+    return soft_deletes.revive(tgt, shape.target, shape.soft_column, key, staging)
