@@ -405,6 +405,8 @@ class DponeRunTags(NamespacedTagSet):
     job tag)."""
     partition: str | None = None
     """The partition a backfill run is copying (run tag, while it runs)."""
+    slot: str | None = None
+    """The replication slot a drop job drops (job tag, op tag)."""
     checkpoint: str | None = None
     """The newest committed batch's checkpoint, short (``sha256:`` and its first 12 hex
     digits; the materialization holds it whole) (run tag, while a backfill runs)."""
