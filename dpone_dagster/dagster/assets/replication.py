@@ -32,7 +32,7 @@ from dpone_dagster.dagster.resources import (
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.postgres import SchemaChanges
-from dpone_dagster.replication import ReplicationGroup
+from dpone_dagster.replication.plan import ReplicationGroup
 
 
 class ReplicationRunConfig(dg.Config):
@@ -140,12 +140,13 @@ def replication_assets(
     coerced = coerce_tables(tables)
     keys = [tr.get_asset_key(s) for s in coerced]
     slot_name = slot or default_slot(keys)
+    # The engine's own checks of the names and options, when the definitions load.
     group = ReplicationGroup(
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),
         schema_changes=SchemaChanges.parse(schema_changes),
         max_changes_per_run=max_changes_per_run,
-    )  # fmt: skip  (the engine's own checks of the names and options, at load)
+    )  # fmt: skip
     check_instance_storage()
     names = DponeMetadataSet(slot=group.slot, publication=group.publication)
     specs = copy_specs(coerced, tr, dict(names))

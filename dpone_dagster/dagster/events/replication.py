@@ -32,13 +32,10 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.replication import (
-    Replication,
-    ReplicationGroup,
-    ReplicationReport,
-    SlotStatus,
-    slot_status,
-)
+from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.report import ReplicationReport
+from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import (

@@ -15,7 +15,9 @@ import dagster as dg
 from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.translator import CopyTableSpec
-from dpone_dagster.replication import ReplicationReport, SlotStatus, TableChanges, lsn_text
+from dpone_dagster.replication.changes import lsn_text
+from dpone_dagster.replication.report import ReplicationReport, TableChanges
+from dpone_dagster.replication.slot import SlotStatus
 
 SLOT_CHECK_NAME = "dpone_slot_healthy"
 """The name of the asset check on a replicated table's slot."""

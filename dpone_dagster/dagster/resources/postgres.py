@@ -46,7 +46,7 @@ from dpone_dagster.postgres import (
     Strategy,
 )
 from dpone_dagster.postgres.connection import Side, connect
-from dpone_dagster.replication import Dropped, drop_replication
+from dpone_dagster.replication.slot import Dropped, drop_replication
 
 from .ledger import LedgerResource
 from .sessions import PostgresResource
