@@ -31,8 +31,8 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import SchemaChanges
-from dpone_dagster.replication.plan import ReplicationGroup
 
 
 class ReplicationRunConfig(dg.Config):
@@ -136,11 +136,22 @@ def replication_assets(
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
+    if isinstance(retained_wal_warn_bytes, bool) or not (
+        isinstance(retained_wal_warn_bytes, int) and retained_wal_warn_bytes > 0
+    ):
+        raise DponeError(
+            "plan_invalid",
+            f"retained_wal_warn_bytes must be a positive number of bytes, not "
+            f"{retained_wal_warn_bytes!r}.",
+            ["Leave it unset (1 GiB), or give e.g. 10 * 2**30."],
+        )
     tr = translator or DponeTranslator()
     coerced = coerce_tables(tables)
     keys = [tr.get_asset_key(s) for s in coerced]
     slot_name = slot or default_slot(keys)
     # The engine's own checks of the names and options, when the definitions load.
+    from dpone_dagster.replication.plan import ReplicationGroup
+
     group = ReplicationGroup(
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),

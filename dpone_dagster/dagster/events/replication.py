@@ -32,12 +32,12 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.replication.engine import Replication
-from dpone_dagster.replication.plan import ReplicationGroup
-from dpone_dagster.replication.report import ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 if TYPE_CHECKING:
+    from dpone_dagster.replication.engine import Replication
+    from dpone_dagster.replication.report import ReplicationReport
+
     from dpone_dagster.dagster.resources import (
         LedgerResource,
         PostgresSourceResource,
@@ -152,8 +152,11 @@ class ReplicationEvents:
         yield from self._checks(group, report.slot)
         yield from self._materializations(group, report)
 
-    def _engine(self, group: GroupSpecs) -> Replication:
+    def _engine(self, group: GroupSpecs) -> "Replication":
         """The group's engine, with the factory's settings."""
+        from dpone_dagster.replication.engine import Replication
+        from dpone_dagster.replication.plan import ReplicationGroup
+
         spec = ReplicationGroup(
             tables=tuple(s.source_table for s in group.tables.values()),
             slot=group.slot,
@@ -185,7 +188,7 @@ class ReplicationEvents:
                 yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes)
 
     def _materializations(
-        self, group: GroupSpecs, report: ReplicationReport
+        self, group: GroupSpecs, report: "ReplicationReport"
     ) -> Iterator[ReplicationEvent]:
         """One materialization per table: its changes, the group's figures, its table set."""
         by_source = {t.table: t for t in report.tables}
@@ -195,7 +198,11 @@ class ReplicationEvents:
             self.target.options,
             [(s.target_table, source_key_of(specs[k]), None) for k, s in group.tables.items()],
             self.context.log,
-            source=(self.source.dsn, self.source.options, [s.source_table for s in group.tables.values()]),
+            source=(
+                self.source.dsn,
+                self.source.options,
+                [s.source_table for s in group.tables.values()],
+            ),
         )
         for (key, spec), table_set in zip(group.tables.items(), standard, strict=True):
             metadata = replication_metadata(report, by_source.get(spec.source_table), spec)

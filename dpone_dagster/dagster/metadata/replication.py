@@ -8,7 +8,7 @@ check warns when the slot retains more WAL than a threshold and fails (error) wh
 checkpoint) or ``lost`` (it has).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -16,8 +16,10 @@ from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.replication.changes import lsn_text
-from dpone_dagster.replication.report import ReplicationReport, TableChanges
-from dpone_dagster.replication.slot import SlotStatus
+
+if TYPE_CHECKING:
+    from dpone_dagster.replication.report import ReplicationReport, TableChanges
+    from dpone_dagster.replication.slot import SlotStatus
 
 SLOT_CHECK_NAME = "dpone_slot_healthy"
 """The name of the asset check on a replicated table's slot."""
@@ -29,7 +31,7 @@ AT_RISK = ("unreserved", "lost")
 """The ``wal_status`` values that fail the check: WAL the slot needs is, or may be, gone."""
 
 
-def slot_metadata(status: SlotStatus) -> dict[str, Any]:
+def slot_metadata(status: "SlotStatus") -> dict[str, Any]:
     """The slot's figures as numbers (``safe_wal_size`` left out when unlimited)."""
     return dict(
         DponeMetadataSet(
@@ -43,7 +45,7 @@ def slot_metadata(status: SlotStatus) -> dict[str, Any]:
 
 
 def slot_check(
-    key: dg.AssetKey, slot: str, status: SlotStatus | None, warn_bytes: int
+    key: dg.AssetKey, slot: str, status: "SlotStatus | None", warn_bytes: int
 ) -> dg.AssetCheckResult:
     """``dpone_slot_healthy`` of one table of the group.
 
@@ -83,10 +85,10 @@ def slot_check(
 
 
 def replication_metadata(
-    report: ReplicationReport, table: TableChanges | None, spec: CopyTableSpec
+    report: "ReplicationReport", table: "TableChanges | None", spec: CopyTableSpec
 ) -> dict[str, Any]:
-    """A table's materialization: its changes by kind, the group's run and slot, as numbers."""
-    changes = table or TableChanges(table=spec.source_table)
+    """A table's materialization: its changes by kind (none when the run had none for it), the
+    group's run and slot, as numbers."""
     copied = None
     if report.initial_copy is not None:
         copied = next(
@@ -97,10 +99,10 @@ def replication_metadata(
         **dg.TableMetadataSet(table_name=spec.target_table.qualified),
         **DponeMetadataSet(
             publication=report.group.publication,
-            rows_inserted=changes.inserted,
-            rows_updated=changes.updated,
-            rows_deleted=changes.deleted,
-            rows_truncated=changes.truncated,
+            rows_inserted=table.inserted if table else 0,
+            rows_updated=table.updated if table else 0,
+            rows_deleted=table.deleted if table else 0,
+            rows_truncated=table.truncated if table else 0,
             transactions=report.transactions,
             transactions_skipped=report.skipped_transactions,
             applied_lsn=lsn_text(report.applied_lsn),
@@ -112,5 +114,5 @@ def replication_metadata(
         ),
         **slot_metadata(report.slot),
     }
-    metadata.update(schema_change_metadata(changes.schema_changes))
+    metadata.update(schema_change_metadata(table.schema_changes if table else ()))
     return metadata
