@@ -1,5 +1,6 @@
 """Asset factories: snapshot copies (one multi-asset per snapshot), partitioned backfills,
-incremental streams, replication groups from the WAL, and the generic sources' copies (MySQL/MariaDB, REST, Kafka)."""
+incremental streams, replication groups from the WAL, and the generic sources' copies
+(MySQL/MariaDB, REST, Kafka)."""
 
 from .backfill import backfill_asset
 from .incremental import incremental_asset

@@ -20,12 +20,12 @@ import psycopg
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
     replication_metadata,
     slot_check,
 )
-from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.sets import read_metadata
 from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.lifecycle import DponeError
@@ -35,14 +35,13 @@ from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 if TYPE_CHECKING:
-    from dpone_dagster.replication.engine import Replication
-    from dpone_dagster.replication.report import ReplicationReport
-
     from dpone_dagster.dagster.resources import (
         LedgerResource,
         PostgresSourceResource,
         PostgresTargetResource,
     )
+    from dpone_dagster.replication.engine import Replication
+    from dpone_dagster.replication.report import ReplicationReport
 
 ReplicationEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 

@@ -28,8 +28,8 @@ from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
-from dpone_dagster.dagster.metadata.replication import DEFAULT_RETAINED_WAL_WARN_BYTES
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
+from dpone_dagster.dagster.metadata.replication import DEFAULT_RETAINED_WAL_WARN_BYTES
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.incremental import (
     DEFAULT_FILLFACTOR,
