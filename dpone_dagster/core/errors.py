@@ -185,6 +185,49 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "is lost, at the cost of re-reading that range.",
         ),
     ),
+    # Replication from the WAL, the apply side (dpone_dagster/replication/engine.py).
+    "replication_options_invalid": (
+        "The replication group's options are invalid.",
+        ("Fix the option named in the message.",),
+    ),
+    "replication_target_exists": (
+        "A target table of the group already holds rows, and the first run of a group copies "
+        "every table; nothing was written.",
+        (
+            "Run with adopt=True to keep the existing target tables: they are compared with "
+            "the source under the slot's snapshot and adopted only when equal.",
+            "Or drop or empty the target tables, then run again.",
+        ),
+    ),
+    "replication_adopt_differs": (
+        "A target table to adopt differs from the source under the slot's snapshot; nothing "
+        "was adopted and the slot was dropped again.",
+        (
+            "Bring the target up to date (run its backfill or incremental asset once more while "
+            "the source is quiet), then run again with adopt=True; or drop the target tables "
+            "and run without adopt to copy them.",
+        ),
+    ),
+    "replication_group_changed": (
+        "Tables were added to the replication group: they need an initial copy that meets the "
+        "stream; nothing was written.",
+        ("Run once with resync=True: every table of the group is copied again under a new slot.",),
+    ),
+    "replication_toast_unresolved": (
+        "An update left a TOASTed value unchanged, but neither the run's changes nor the target "
+        "hold the row's value; nothing of the run's transaction was committed.",
+        (
+            "The target table was changed outside the replication: run once with resync=True "
+            "to copy the group again.",
+        ),
+    ),
+    "replication_failed": (
+        "The replication run failed; nothing of its last target transaction was committed.",
+        (
+            "Check both servers, then run again: the run resumes after the ledger's applied "
+            "position.",
+        ),
+    ),
     # The Kafka source (dpone_dagster/sources/kafka.py): a topic into a PostgreSQL table.
     "kafka_options_invalid": (
         "The Kafka copy's options are invalid.",

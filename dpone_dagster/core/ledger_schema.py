@@ -86,19 +86,25 @@ class LedgerTables:
         return self.table("incremental_sweeps")
 
     @property
+    def replication_groups(self) -> sql.Identifier:
+        """Replication groups: one row per slot (its tables, phase and applied position)."""
+        return self.table("replication_groups")
+
+    @property
     def version(self) -> sql.Identifier:
         """The migrations applied to this ledger."""
         return self.table("ledger_version")
 
     def sql(self, text: str) -> sql.Composed:
         """``text`` with ``{runs}``, ``{batch_receipts}``, ``{range_checks}``, ``{streams}``,
-        ``{stream_receipts}``, ``{kafka_offsets}``, ``{stream_sweeps}`` and ``{version}``
-        replaced by the tables' names."""
+        ``{stream_receipts}``, ``{kafka_offsets}``, ``{stream_sweeps}``,
+        ``{replication_groups}`` and ``{version}`` replaced by the tables' names."""
         return sql.SQL(text).format(
             **{
                 name: getattr(self, name)
                 for name in ("runs", "batch_receipts", "range_checks", "streams",
-                             "stream_receipts", "kafka_offsets", "stream_sweeps", "version")
+                             "stream_receipts", "kafka_offsets", "stream_sweeps",
+                             "replication_groups", "version")
                 if "{" + name + "}" in text
             }
         )  # fmt: skip
@@ -186,7 +192,32 @@ _MIGRATION_3: Final = (
 per stream (the key the next slice starts after, when the sweep began, when the last one
 completed), written in the final batch's transaction, with the slice it verified."""
 
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (_MIGRATION_1, _MIGRATION_2, _MIGRATION_3)
+_MIGRATION_4: Final = (
+    """CREATE TABLE IF NOT EXISTS {replication_groups} (
+    slot text PRIMARY KEY,
+    publication text NOT NULL,
+    tables jsonb NOT NULL,
+    phase text NOT NULL CHECK (phase IN ('copying', 'streaming')),
+    consistent_lsn pg_lsn,
+    applied_lsn pg_lsn,
+    applied_end_lsn pg_lsn,
+    applied_commit_time timestamptz,
+    transactions bigint NOT NULL DEFAULT 0 CHECK (transactions >= 0),
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+)
+"""Replication from the WAL (``replication/state.py``): one row per group, keyed by its slot. The
+row is written before the slot is created (it marks the slot as this ledger's), and its applied
+position (the commit LSN of the last applied source transaction, and the end of its commit
+record) commits in the same target transaction as the rows of that transaction."""
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    _MIGRATION_1,
+    _MIGRATION_2,
+    _MIGRATION_3,
+    _MIGRATION_4,
+)
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""
 LEDGER_VERSION: Final = len(MIGRATIONS)

@@ -238,9 +238,13 @@ class SnapshotCopy:
         """
         self._step(self.extraction.plan_reads)
 
-    def load(self) -> CopyReport:
+    def load(self, before_commit: Callable[[Connection], None] | None = None) -> CopyReport:
         """Stages, loads and applies every table in one target transaction, commits, and
         settles every artifact by the commit's answer.
+
+        Args:
+            before_commit: Writes what must commit with the rows (an engine's ledger state),
+                in the load's transaction after every sink.
 
         Returns:
             The report of a ``success``.
@@ -253,7 +257,8 @@ class SnapshotCopy:
         assert load is not None
         self._step(
             lambda: load.run(
-                strategy.artifact, begin=strategy.begin_load, fill_stagings=strategy.fill_stagings
+                strategy.artifact, begin=strategy.begin_load, fill_stagings=strategy.fill_stagings,
+                before_commit=before_commit,
             )
         )
         return self._settle(TerminalOutcome.SUCCESS)

@@ -1,0 +1,401 @@
+"""The apply path: a table's changes streamed into staging, then their net effect applied by key.
+
+Inside one target transaction (a group of whole source transactions), each table's changes are
+written, in commit order, into an ``UNLOGGED`` staging table through ``COPY`` (text format: the
+values exactly as the source's server sent them, escaped for ``COPY`` and nothing else), a
+buffer of a few megabytes at a time, so a transaction of any size passes in bounded memory.
+Each staged row carries its order (``_dpone_seq``), its kind (``_dpone_op``: ``I``, ``U``,
+``D``), which columns were unchanged TOASTed values (``_dpone_u``, one ``0``/``1`` per column,
+NULL when none), the commit time of a delete (``_dpone_at``, for ``soft``), and for an update that
+changed the key and left a TOASTed value unchanged, the old key (``_dpone_ok<i>``).
+
+The net effect of the staged rows, applied before the commit (:meth:`TableApply.apply`):
+
+1. an unchanged TOASTed value takes the newest value of its column before it in the batch, along
+   the row's history (through a key change to the old key), else the target's row's value
+   (never NULL, never a placeholder);
+2. the last change of each key decides: a delete deletes (``soft``: sets the soft-delete column
+   to the deleting transaction's commit time), an insert or update goes through the one ``merge``
+   sink (:func:`~dpone_dagster.postgres.sinks.apply_sink`); a key change is the delete of the old
+   key (staged at the update's place) and the upsert of the new one.
+
+A ``TRUNCATE`` splits a table's batch: under ``hard`` the rows staged before it are dropped (the
+truncate wipes them) and the target is truncated; under ``soft`` they are applied, then every
+live row is marked. A Relation message whose columns differ splits it too: the rows staged under
+the old columns are applied, then the target evolves (:mod:`.plan`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from psycopg import sql
+
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.lifecycle import owned_staging_handle
+from dpone_dagster.postgres.catalog import column_list, column_type, table_columns
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.load import evolve_target
+from dpone_dagster.postgres.lock_wait import under_lock_wait
+from dpone_dagster.postgres.plan import Sink, TablePlan
+from dpone_dagster.postgres.sinks import apply_sink
+from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
+
+from .changes import UNCHANGED, Row
+
+FLUSH_BYTES: Final = 4 << 20
+"""Staged text a table buffers before it is written to its staging table."""
+
+_SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
+_NULL: Final = b"\\N"
+
+
+def _text(value: bytes) -> bytes:
+    """``value`` escaped for ``COPY ... (FORMAT text)``."""
+    if _SPECIAL.search(value) is None:
+        return value
+    return (
+        value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
+        .replace(b"\r", b"\\r")
+    )  # fmt: skip
+
+
+@dataclass
+class Counts:
+    """Changes of one table, by kind, as the source made them."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: int = 0
+
+
+@dataclass
+class TableApply:
+    """One table's changes in the target transaction in progress.
+
+    Args:
+        conn: The target session, in the transaction.
+        plan: The table's merge plan (its columns in the Relation's order).
+        soft_column: The soft-delete column under ``soft`` deletes, else None.
+        dsn: The target's DSN (a broken session's staging table is dropped from a new one).
+        encoding: The source database's encoding: the staged text is in it.
+    """
+
+    conn: Connection
+    plan: TablePlan
+    soft_column: str | None
+    dsn: str
+    encoding: str
+    counts: Counts = field(default_factory=Counts)
+    staged: int = 0
+    _buffer: list[bytes] = field(default_factory=list)
+    _size: int = 0
+    _seq: int = 0
+    _unchanged: set[int] = field(default_factory=set)
+    _old_keys: bool = False
+    _indexed: bool = False
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _staging: PostgresStagingTable | None = None
+
+    def __post_init__(self) -> None:
+        names = self.plan.column_names
+        self.key = tuple(names.index(k) for k in self.plan.target_key)
+        self.width = len(names)
+        self._empty_key = (_NULL,) * len(self.key)
+
+    # -- staging -----------------------------------------------------------------------------
+
+    @property
+    def staging(self) -> TableName:
+        """The staging table (created on first use, in the transaction)."""
+        if self._staging is None:
+            self._staging = self._create()
+        return self._staging.name
+
+    def _create(self) -> PostgresStagingTable:
+        plan = self.plan
+        keys = [plan.written[i] for i in self.key]
+        definition = sql.SQL(", ").join(
+            [
+                sql.SQL('"_dpone_seq" bigint, "_dpone_op" "char", "_dpone_u" text, '
+                        '"_dpone_at" timestamptz'),
+                *(sql.SQL("{} {}").format(c.ident, column_type(c)) for c in plan.written),
+                *(sql.SQL("{} {}").format(sql.Identifier(f"_dpone_ok{i}"), column_type(c))
+                  for i, c in enumerate(keys)),
+            ]
+        )  # fmt: skip
+        name = staging_name_for(plan.target)
+        table = PostgresStagingTable(self.conn, name, columns=definition, dsn=self.dsn)
+        self._stack.enter_context(owned_staging_handle(table))
+        return table
+
+    def _row(self, op: bytes, values: Row, at: bytes = _NULL, old: Row | None = None) -> None:
+        self._seq += 1
+        flags = _NULL
+        parts = []
+        for i, value in enumerate(values):
+            if value is None:
+                parts.append(_NULL)
+            elif value is UNCHANGED:
+                parts.append(_NULL)
+                flags = b"1"
+            else:
+                parts.append(_text(value))  # type: ignore[arg-type]
+        if flags is not _NULL:
+            flags = b"".join(b"1" if v is UNCHANGED else b"0" for v in values)
+            self._unchanged.update(i for i, v in enumerate(values) if v is UNCHANGED)
+        olds = self._empty_key
+        if old is not None and flags is not _NULL:
+            olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
+            self._old_keys = True
+        line = b"\t".join([str(self._seq).encode(), op, flags, at, *parts, *olds]) + b"\n"
+        self._buffer.append(line)
+        self._size += len(line)
+        self.staged += 1
+        if self._size >= FLUSH_BYTES:
+            self.flush()
+
+    def insert(self, new: Row) -> None:
+        """Stages an inserted row."""
+        self.counts.inserted += 1
+        self._row(b"I", new)
+
+    def update(self, new: Row, old: Row | None, at: datetime) -> None:
+        """Stages an updated row; a changed key is staged as the delete of the old key first
+        (at the commit time ``at``, for ``soft``)."""
+        self.counts.updated += 1
+        if old is not None and any(old[i] != new[i] for i in self.key):
+            self._row(b"D", self._key_only(old), at.isoformat().encode())
+            self._row(b"U", new, old=old)
+        else:
+            self._row(b"U", new)
+
+    def delete(self, old: Row, at: datetime) -> None:
+        """Stages a deleted row (its key; the commit time for ``soft``)."""
+        self.counts.deleted += 1
+        self._row(b"D", self._key_only(old), at.isoformat().encode())
+
+    def _key_only(self, old: Row) -> Row:
+        values: list[bytes | None] = [None] * self.width
+        for i in self.key:
+            values[i] = old[i]  # type: ignore[assignment]
+        return tuple(values)
+
+    def flush(self) -> None:
+        """Writes the buffered rows to the staging table."""
+        if not self._buffer:
+            return
+        names = [
+            sql.Identifier(n) for n in ("_dpone_seq", "_dpone_op", "_dpone_u", "_dpone_at")
+        ] + [sql.Identifier(n) for n in self.plan.column_names]
+        names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
+            self.staging, sql.SQL(", ").join(names), sql.Literal(self.encoding)
+        )
+        with self.conn.cursor().copy(statement) as copy:
+            for chunk in self._buffer:
+                copy.write(chunk)
+        self._buffer.clear()
+        self._size = 0
+
+    # -- the net effect ----------------------------------------------------------------------
+
+    def apply(self) -> None:
+        """Applies the net effect of the staged rows; the staging table is emptied."""
+        if self._staging is None and not self._buffer:
+            return
+        self.flush()
+        if self.soft_column is not None:
+            ensure_soft_column(self.conn, self.plan.target, self.soft_column)
+        if self._unchanged:
+            resolve_unchanged(self)
+        self._deletes()
+        self._upserts()
+        self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging))
+        self._unchanged.clear()
+        self._old_keys = False
+
+    def _last(self, columns: sql.Composable) -> sql.Composed:
+        """The last staged row of each key (its ``columns``)."""
+        keys = column_list(self.plan.target_key)
+        return sql.SQL(
+            "SELECT DISTINCT ON ({k}) {c} FROM {s} ORDER BY {k}, _dpone_seq DESC"
+        ).format(k=keys, c=columns, s=self.staging)
+
+    def _deletes(self) -> None:
+        keys = self.plan.target_key
+        last = self._last(sql.SQL("{}, _dpone_op, _dpone_at").format(column_list(keys)))
+        equal = _equal("t", "f", keys)
+        target = self.plan.target.ident
+        if self.soft_column is None:
+            statement = sql.SQL("DELETE FROM {} AS t USING ({}) AS f WHERE f._dpone_op = 'D' AND {}")
+            self.conn.execute(statement.format(target, last, equal))
+            return
+        soft = sql.Identifier(self.soft_column)
+        statement = sql.SQL(
+            "UPDATE {} AS t SET {} = f._dpone_at FROM ({}) AS f"
+            " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
+        )
+        self.conn.execute(statement.format(target, soft, last, equal, soft))
+
+    def _upserts(self) -> None:
+        """The last row of each key that is not a delete, through the one merge sink."""
+        names = column_list(self.plan.column_names)
+        net = staging_name_for(self.plan.target)
+        last = self._last(sql.SQL("{}, _dpone_op").format(names))
+        rows = self.conn.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM ({}) AS f WHERE f._dpone_op <> 'D'")
+            .format(net.ident, names, last)
+        ).rowcount  # fmt: skip
+        if self.soft_column is not None:
+            revive(self.conn, self.plan, self.soft_column, net)
+        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)  # drops the net table
+
+    def truncate(self, at: datetime) -> None:
+        """A ``TRUNCATE`` of the table at this point of the batch."""
+        self.counts.truncated += 1
+        target = self.plan.target
+        if self.soft_column is None:
+            self._buffer.clear()
+            self._size = 0
+            self._unchanged.clear()
+            if self._staging is not None:
+                self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging))
+            statement = sql.SQL("TRUNCATE {}").format(target.ident)
+            under_lock_wait(self.conn, [target], lambda: self.conn.execute(statement),
+                            doing="truncate it as the source did")  # fmt: skip
+            return
+        self.apply()
+        soft = sql.Identifier(self.soft_column)
+        self.conn.execute(
+            sql.SQL("UPDATE {} SET {} = %s WHERE {} IS NULL").format(target.ident, soft, soft),
+            (at,),
+        )
+
+    def close(self) -> None:
+        """Drops the staging table (the transaction's end; on a failure, the guard's drop)."""
+        if self._staging is not None and not self.conn.closed and not self.conn.broken:
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.staging))
+        self._stack.close()
+        self._staging = None
+
+    def abandon(self) -> None:
+        """On a failure: the staging guard drops the staging table (from a new session if
+        this one broke)."""
+        self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
+        self._staging = None
+
+
+def _equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(" AND ").join(
+        sql.SQL("{}.{} = {}.{}").format(
+            sql.Identifier(left), sql.Identifier(n), sql.Identifier(right), sql.Identifier(n)
+        )
+        for n in names
+    )
+
+
+def _lineage(table: TableApply, alias: str) -> list[sql.Composable]:
+    """The key a staged row's history continues from: its old key after a key change."""
+    out: list[sql.Composable] = []
+    for i, name in enumerate(table.plan.target_key):
+        if table._old_keys:
+            out.append(sql.SQL("coalesce({a}.{o}, {a}.{k})").format(
+                a=sql.Identifier(alias), o=sql.Identifier(f"_dpone_ok{i}"), k=sql.Identifier(name)
+            ))  # fmt: skip
+        else:
+            out.append(sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(name)))
+    return out
+
+
+def resolve_unchanged(table: TableApply) -> None:
+    """Gives each staged unchanged TOASTed value its value (see the module's step 1).
+
+    Per column, in passes: a value whose row has no earlier non-delete row along its history
+    takes the target's; one whose previous row along its history knows the value takes it.
+    Each pass resolves at least the earliest row of every chain, so the passes end.
+
+    Raises:
+        EngineError: ``replication_toast_unresolved`` for a value neither holds.
+    """
+    conn, plan = table.conn, table.plan
+    keys = plan.target_key
+    staging = table.staging.ident
+    if not table._indexed:  # one index per staging table (its later rows are indexed too)
+        conn.execute(
+            sql.SQL("CREATE INDEX ON {} ({}, _dpone_seq)").format(staging, column_list(keys))
+        )
+        table._indexed = True
+    here = _lineage(table, "r")
+    of_p = [sql.SQL("p.{}").format(sql.Identifier(k)) for k in keys]
+    lineage_match = sql.SQL(" AND ").join(
+        sql.SQL("{} = {}").format(a, b) for a, b in zip(of_p, here, strict=True)
+    )
+    target_match = sql.SQL(" AND ").join(
+        sql.SQL("t.{} = {}").format(sql.Identifier(k), b) for k, b in zip(keys, here, strict=True)
+    )
+    previous = sql.SQL(
+        "(SELECT p._dpone_seq FROM {s} AS p WHERE {m} AND p._dpone_seq < r._dpone_seq"
+        " AND p._dpone_op <> 'D' ORDER BY p._dpone_seq DESC LIMIT 1)"
+    ).format(s=staging, m=lineage_match)
+    for index in sorted(table._unchanged):
+        column = sql.Identifier(plan.column_names[index])
+        position = sql.Literal(index + 1)
+        flagged = sql.SQL("substr(r._dpone_u, {}, 1) = '1'").format(position)
+        cleared = sql.SQL("overlay(r._dpone_u PLACING '0' FROM {} FOR 1)").format(position)
+        from_target = sql.SQL(
+            "UPDATE {s} AS r SET {c} = t.{c}, _dpone_u = {clr} FROM {t} AS t"
+            " WHERE {f} AND {tm} AND {prev} IS NULL"
+        ).format(s=staging, c=column, clr=cleared, t=plan.target.ident, f=flagged,
+                 tm=target_match, prev=previous)  # fmt: skip
+        conn.execute(from_target)
+        from_previous = sql.SQL(
+            "UPDATE {s} AS r SET {c} = p.{c}, _dpone_u = {clr} FROM {s} AS p"
+            " WHERE {f} AND p._dpone_seq = {prev}"
+            " AND substr(p._dpone_u, {pos}, 1) IS DISTINCT FROM '1'"
+        ).format(s=staging, c=column, clr=cleared, f=flagged, prev=previous, pos=position)
+        while conn.execute(from_previous).rowcount:
+            pass
+        left = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} AS r WHERE {}").format(staging, flagged)
+        ).fetchone()
+        if left is not None and int(left[0]):
+            raise engine_error(
+                "replication_toast_unresolved",
+                f"{int(left[0])} unchanged value(s) of column {plan.column_names[index]!r} of "
+                f"{plan.target} have no row in the target to take them from.",
+            )
+
+
+def revive(conn: Connection, plan: TablePlan, soft_column: str, staged: TableName) -> int:
+    """Clears the soft-delete mark of target rows whose key arrives again in ``staged``; adds
+    the column to the target first when it is missing."""
+    ensure_soft_column(conn, plan.target, soft_column)
+    soft = sql.Identifier(soft_column)
+    statement = sql.SQL("UPDATE {} AS t SET {} = NULL FROM {} AS s WHERE {} AND t.{} IS NOT NULL")
+    equal = _equal("t", "s", plan.target_key)
+    return conn.execute(statement.format(plan.target.ident, soft, staged.ident, equal, soft)).rowcount
+
+
+def ensure_soft_column(conn: Connection, target: TableName, soft_column: str) -> None:
+    """Adds the soft-delete column (``timestamptz``) to ``target`` if missing (its ``ALTER``
+    in short attempts, :mod:`dpone_dagster.postgres.lock_wait`)."""
+    if soft_column in {c.name for c in table_columns(conn, target)}:
+        return
+    statement = sql.SQL("ALTER TABLE {} ADD COLUMN {} timestamptz").format(
+        target.ident, sql.Identifier(soft_column)
+    )
+    under_lock_wait(conn, [target], lambda: conn.execute(statement),
+                    doing="add its soft-delete column")  # fmt: skip
+
+
+def evolve(conn: Connection, plan: TablePlan) -> None:
+    """Applies the plan's schema changes to the existing target, in the data's transaction."""
+    evolve_target(conn, plan.target, plan.schema_changes)

@@ -1,0 +1,196 @@
+"""A replication group, and the load plan of each table from the Relation messages of the slot.
+
+A :class:`ReplicationGroup` is parsed once where it enters (names, vocabularies, budget). Each
+table's plan is made from the :class:`~.changes.Relation` the slot sends before the table's
+first change of a read and after every change of its columns, so a column added, widened or
+dropped at the source reaches the one schema-change policy
+(:func:`~dpone_dagster.postgres.schema_change.decide`) at the position in the stream where it
+happened, and is applied in the data's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.postgres.catalog import Column, TableCatalog, table_catalog
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.identifiers import TableName, check_identifier
+from dpone_dagster.postgres.plan import (
+    Sink,
+    TableMapping,
+    TablePlan,
+    TargetRules,
+    new_target_plan,
+    plan_target,
+)
+from dpone_dagster.postgres.schema_change import SchemaChanges
+
+from .changes import Relation
+
+DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
+"""The target column ``soft`` deletes set (``timestamptz``, NULL for a live row), created if
+missing."""
+
+
+@dataclass(frozen=True)
+class ReplicationGroup:
+    """The tables one slot and one publication replicate, and how the target takes them.
+
+    Args:
+        tables: The source tables (names as text, ``"shop.orders"``, or ``TableName``); each
+            target table has the same name.
+        slot: The logical slot's name (lower-case letters, digits and underscores, as
+            PostgreSQL requires).
+        publication: The publication's name.
+        deletes: ``hard`` (a deleted source row is deleted) or ``soft`` (its soft-delete
+            column is set to the deleting transaction's commit time).
+        schema_changes: ``evolve`` or ``freeze`` (the one schema-change policy).
+        max_changes_per_run: A run stops after the source transaction that reaches this many
+            decoded messages (None: it drains the slot up to the LSN taken at its start).
+
+    Raises:
+        EngineError: ``replication_options_invalid`` for a bad option.
+        IdentifierError: ``identifier_invalid`` for a name PostgreSQL would not read.
+    """
+
+    tables: tuple[TableName, ...]
+    slot: str
+    publication: str
+    deletes: Deletes = Deletes.HARD
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
+    max_changes_per_run: int | None = None
+    soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
+
+    def __post_init__(self) -> None:
+        tables = tuple(
+            t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables
+        )
+        object.__setattr__(self, "tables", tables)
+        object.__setattr__(self, "deletes", Deletes.parse(self.deletes))
+        object.__setattr__(self, "schema_changes", SchemaChanges.parse(self.schema_changes))
+        _refuse_options(self)
+        check_identifier(self.publication, what="publication")
+        check_identifier(self.soft_delete_column, what="soft-delete column")
+
+    @property
+    def soft_column(self) -> str | None:
+        """The soft-delete column under ``soft`` deletes, else None."""
+        return self.soft_delete_column if self.deletes is Deletes.SOFT else None
+
+
+def _refuse_options(group: ReplicationGroup) -> None:
+    if not group.tables:
+        raise engine_error("replication_options_invalid", "A group needs at least one table.")
+    if len(set(group.tables)) != len(group.tables):
+        raise engine_error("replication_options_invalid", "A table is named twice.")
+    if group.deletes not in (Deletes.HARD, Deletes.SOFT):
+        raise engine_error(
+            "replication_options_invalid",
+            f"deletes={group.deletes.value!r}: replication applies deletes as they happen.",
+            ["Use deletes='hard' or deletes='soft'."],
+        )
+    slot = group.slot
+    if not slot or len(slot) > 63 or not all(c.islower() or c.isdigit() or c == "_" for c in slot):
+        raise engine_error(
+            "replication_options_invalid",
+            f"slot={slot!r}: a slot name is 1 to 63 lower-case letters, digits or underscores.",
+            ["Name the slot e.g. 'dpone_shop'."],
+        )
+    budget = group.max_changes_per_run
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise engine_error(
+            "replication_options_invalid",
+            f"max_changes_per_run={budget!r}.",
+            ["Use a whole number of at least 1, or None to drain the slot."],
+        )
+
+
+_REPLICA_IDENTITY = """
+SELECT c.relreplident::text,
+       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+
+
+def refuse_missing_identity(conn: Connection, tables: Sequence[TableName]) -> None:
+    """Refuses, before anything is created, a table whose deletes and updates the slot could
+    not name: no primary key and not ``REPLICA IDENTITY FULL``, or ``REPLICA IDENTITY
+    NOTHING``; and a table without a primary key (the target's net effect is applied by key).
+
+    Raises:
+        EngineError: ``replica_identity_missing``, naming each table.
+    """
+    refused = []
+    for table in tables:
+        row = conn.execute(_REPLICA_IDENTITY, (table.schema, table.name)).fetchone()
+        if row is None:
+            continue  # the copy's plan says table_not_found
+        identity, has_key = str(row[0]), bool(row[1])
+        if identity == "n" or not has_key:
+            refused.append(f"{table} (replica identity {_IDENTITIES.get(identity, identity)}, "
+                           f"{'a' if has_key else 'no'} primary key)")  # fmt: skip
+    if refused:
+        raise engine_error(
+            "replica_identity_missing",
+            f"The slot cannot name the rows that change in {', '.join(refused)}.",
+            [
+                "Add a primary key to each table (ALTER TABLE ... ADD PRIMARY KEY (...)), then "
+                "run again; the replication applies each table's changes by that key.",
+            ],
+        )
+
+
+_IDENTITIES = {"d": "default", "n": "nothing", "f": "full", "i": "index"}
+
+_FORMAT_TYPES = (
+    "SELECT format_type(t.oid, t.mod) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY"
+    " AS t(oid, mod, n) ORDER BY t.n"
+)
+
+
+def relation_columns(src: Connection, table: TableName, relation: Relation) -> TableCatalog:
+    """The table's catalog as the Relation message describes it: its columns in the message's
+    order, with the source catalog's details (defaults, nullability, user-defined types) where
+    the column still has the message's type, and the message's type otherwise (a column
+    changed or dropped at the source after that position in the stream)."""
+    found = table_catalog(src, table)
+    oids = [c.type_oid for c in relation.columns]
+    modifiers = [c.type_modifier for c in relation.columns]
+    spelled = [str(r[0]) for r in src.execute(_FORMAT_TYPES, (oids, modifiers)).fetchall()]
+    by_name = {c.name: c for c in found.columns}
+    columns = []
+    for sent, type_sql in zip(relation.columns, spelled, strict=True):
+        known = by_name.get(sent.name)
+        if known is not None and known.type_oid == sent.type_oid and known.type_sql == type_sql:
+            columns.append(known)
+        else:
+            base = known or Column(sent.name, type_sql, sent.type_oid, False, None, False,
+                                   sent.type_oid >= 16384, "", "")  # fmt: skip
+            columns.append(replace(base, type_sql=type_sql, type_oid=sent.type_oid,
+                                   default_sql=None, not_null=False))  # fmt: skip
+    return replace(found, columns=tuple(columns))
+
+
+def relation_plan(
+    src: Connection,
+    tgt: Connection,
+    table: TableName,
+    relation: Relation,
+    group: ReplicationGroup,
+) -> TablePlan:
+    """The merge plan of ``table`` into its target from ``relation``: the schema-change policy
+    decides what the target takes (its ``ALTER TABLE`` runs in the data's transaction).
+
+    Raises:
+        SchemaChangeError: ``schema_change_incompatible``.
+        CopyPlanError: ``merge_needs_primary_key`` for a target without the source's key.
+    """
+    catalog = relation_columns(src, table, relation)
+    plan = new_target_plan(TableMapping(table, table), catalog, src, tgt)
+    own = () if group.soft_column is None else (group.soft_column,)
+    rules = TargetRules(group.schema_changes, own)
+    return plan_target(tgt, plan, Sink.MERGE, rules=rules)

@@ -1,0 +1,114 @@
+"""What a replication run reports: its positions, the changes applied per table, the slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.report import CopyReport
+from dpone_dagster.postgres.schema_change import ColumnChange
+
+from .changes import Lsn
+
+if TYPE_CHECKING:
+    from .plan import ReplicationGroup
+    from .slot import SlotStatus
+
+
+@dataclass(frozen=True)
+class TableChanges:
+    """The source changes a run applied to one table, by kind (as the source made them: a row
+    inserted then updated in one batch counts one insert and one update).
+
+    Attributes:
+        table: The table.
+        inserted: Rows inserted.
+        updated: Rows updated (a key change counts here).
+        deleted: Rows deleted (``soft``: marked).
+        truncated: ``TRUNCATE`` statements.
+        schema_changes: What the run changed in the target's columns (:mod:`~dpone_dagster.
+            postgres.schema_change`), in the data's transaction.
+    """
+
+    table: TableName
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    truncated: int = 0
+    schema_changes: tuple[ColumnChange, ...] = ()
+
+    @property
+    def changes(self) -> int:
+        """Every change of the table."""
+        return self.inserted + self.updated + self.deleted + self.truncated
+
+
+@dataclass(frozen=True)
+class ReplicationProgress:
+    """A step of a run, for ``on_progress``.
+
+    Attributes:
+        phase: ``copy`` (the initial copy starts), ``copied`` (it committed), ``stage`` (staged
+            changes were written to the target's staging tables), ``apply`` (the net effect of
+            a group of source transactions is being applied), ``commit`` (just before the
+            target's COMMIT), ``committed`` (it committed), ``advanced`` (the slot was moved).
+        transactions: Source transactions applied so far by this run.
+        applied_lsn: The commit LSN of the last one committed (0: none yet).
+        staged: Changes staged in the target transaction in progress.
+    """
+
+    phase: str
+    transactions: int
+    applied_lsn: Lsn
+    staged: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicationReport:
+    """The result of :meth:`~dpone_dagster.replication.engine.Replication.run`.
+
+    Attributes:
+        group: The group.
+        initial_copy: The snapshot copy's report (first run, or a resync; ``None`` otherwise,
+            and for an adopted target).
+        adopted: The initial copy adopted the existing target tables (found equal to the
+            source under the slot's snapshot) instead of copying them.
+        start_lsn: Where the run began: the ledger's applied position (the slot's consistent
+            point right after an initial copy).
+        applied_lsn: The commit LSN of the last source transaction applied (by this run or an
+            earlier one).
+        upto_lsn: The source's current LSN at the run's start: the run applied every
+            transaction that committed before it, unless ``budget_reached``.
+        transactions: Source transactions this run applied.
+        tables: The changes applied per table, in the group's order.
+        lag_bytes: The source's current LSN minus the slot's confirmed position, after the run.
+        lag_seconds: Seconds between the newest applied transaction's commit and the end of the
+            run (``None``: no transaction applied yet).
+        slot: The slot after its advance.
+        budget_reached: The run stopped at ``max_changes_per_run``; more is waiting.
+        skipped_transactions: Transactions read again (the slot's position was behind the
+            ledger's, after a crash between the target's commit and the advance) and skipped.
+        tables_removed: Tables that left the group since the last run (no longer published;
+            their target tables are kept as they are).
+    """
+
+    group: ReplicationGroup
+    initial_copy: CopyReport | None
+    start_lsn: Lsn
+    applied_lsn: Lsn
+    upto_lsn: Lsn
+    transactions: int
+    tables: tuple[TableChanges, ...]
+    lag_bytes: int
+    lag_seconds: float | None
+    slot: SlotStatus
+    budget_reached: bool
+    skipped_transactions: int
+    adopted: bool = False
+    tables_removed: tuple[TableName, ...] = ()
+
+    @property
+    def changes(self) -> int:
+        """Every change applied, over all tables."""
+        return sum(t.changes for t in self.tables)

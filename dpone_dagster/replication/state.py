@@ -1,0 +1,148 @@
+"""A replication group's durable state in the ledger (``replication_groups``, migration 4).
+
+One row per group, keyed by its slot. It is written before the slot is created (phase
+``copying``: the slot is this ledger's from then on), becomes ``streaming`` in the initial
+copy's own transaction (with the slot's consistent point), and its applied position moves in
+the same target transaction as the rows of the source transactions it covers. Every write runs
+under the group's advisory lock, taken by the caller's transaction (:meth:`GroupLedger.lock`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from psycopg.types.json import Jsonb
+
+from dpone_dagster.core.ledger import LedgerStore
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.identifiers import TableName
+
+from .changes import Lsn, lsn_text, parse_lsn
+
+Phase = Literal["copying", "streaming"]
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """A group's row of the ledger.
+
+    Attributes:
+        slot: The slot (the row's key).
+        publication: The publication.
+        tables: The group's tables when the row was last written.
+        phase: ``copying`` (the initial copy has not committed) or ``streaming``.
+        consistent_lsn: The slot's consistent point (where the initial copy's snapshot is).
+        applied_lsn: The commit LSN of the last source transaction applied (the consistent
+            point after the initial copy): a transaction that commits at or before it is
+            skipped.
+        applied_end_lsn: The end of that transaction's commit record (where the slot is
+            advanced to).
+        applied_commit_time: When that transaction committed at the source.
+        transactions: Source transactions applied since the initial copy.
+    """
+
+    slot: str
+    publication: str
+    tables: tuple[TableName, ...]
+    phase: Phase
+    consistent_lsn: Lsn | None
+    applied_lsn: Lsn | None
+    applied_end_lsn: Lsn | None
+    applied_commit_time: datetime | None
+    transactions: int
+
+
+_FIELDS = (
+    "slot, publication, tables, phase, consistent_lsn::text, applied_lsn::text, "
+    "applied_end_lsn::text, applied_commit_time, transactions"
+)
+
+
+def _lsn(value: object) -> Lsn | None:
+    return None if value is None else parse_lsn(str(value))
+
+
+class GroupLedger:
+    """The ``replication_groups`` table of one ledger schema, on the caller's connection.
+
+    Args:
+        schema: The ledger's schema.
+    """
+
+    def __init__(self, schema: str) -> None:
+        self.store = LedgerStore(schema)
+        self.table = self.store.tables.replication_groups
+
+    def ensure(self, conn: Connection) -> None:
+        """Brings the ledger up to date (its migrations)."""
+        self.store.ensure(conn)
+
+    def lock(self, conn: Connection, slot: str) -> None:
+        """The group's advisory lock, until the current transaction ends."""
+        self.store.lock(conn, f"replication:{slot}")
+
+    def fetch(self, conn: Connection, slot: str) -> GroupState | None:
+        """The group's row, or ``None``."""
+        query = self.store.tables.sql(f"SELECT {_FIELDS} FROM {{replication_groups}} WHERE slot = %s")
+        row = conn.execute(query, (slot,)).fetchone()
+        if row is None:
+            return None
+        return GroupState(
+            slot=str(row[0]), publication=str(row[1]),
+            tables=tuple(TableName(str(s), str(n)) for s, n in row[2]),
+            phase="copying" if row[3] == "copying" else "streaming",
+            consistent_lsn=_lsn(row[4]), applied_lsn=_lsn(row[5]), applied_end_lsn=_lsn(row[6]),
+            applied_commit_time=row[7], transactions=int(row[8]),
+        )  # fmt: skip
+
+    def begin_copy(
+        self, conn: Connection, slot: str, publication: str, tables: tuple[TableName, ...]
+    ) -> None:
+        """Writes (or resets) the group's row in phase ``copying``, before the slot exists."""
+        query = self.store.tables.sql(
+            "INSERT INTO {replication_groups} (slot, publication, tables, phase)"
+            " VALUES (%s, %s, %s, 'copying') ON CONFLICT (slot) DO UPDATE SET"
+            " publication = excluded.publication, tables = excluded.tables, phase = 'copying',"
+            " consistent_lsn = NULL, applied_lsn = NULL, applied_end_lsn = NULL,"
+            " applied_commit_time = NULL, transactions = 0, updated_at = clock_timestamp()"
+        )
+        conn.execute(query, (slot, publication, _tables(tables)))
+
+    def copied(
+        self, conn: Connection, slot: str, consistent_lsn: Lsn, tables: tuple[TableName, ...]
+    ) -> None:
+        """Phase ``streaming`` from the slot's consistent point (in the copy's transaction)."""
+        query = self.store.tables.sql(
+            "UPDATE {replication_groups} SET phase = 'streaming', tables = %s,"
+            " consistent_lsn = %s::pg_lsn, applied_lsn = %s::pg_lsn, applied_end_lsn = %s::pg_lsn,"
+            " updated_at = clock_timestamp() WHERE slot = %s"
+        )
+        at = lsn_text(consistent_lsn)
+        conn.execute(query, (_tables(tables), at, at, at, slot))
+
+    def set_tables(self, conn: Connection, slot: str, tables: tuple[TableName, ...]) -> None:
+        """Records the group's tables (after tables left it)."""
+        query = self.store.tables.sql(
+            "UPDATE {replication_groups} SET tables = %s, updated_at = clock_timestamp()"
+            " WHERE slot = %s"
+        )
+        conn.execute(query, (_tables(tables), slot))
+
+    def applied(
+        self, conn: Connection, slot: str, position: tuple[Lsn, Lsn, datetime], transactions: int
+    ) -> None:
+        """Moves the applied position to ``(commit LSN, end LSN, commit time)`` of the last
+        source transaction applied, in the transaction that applied its rows."""
+        query = self.store.tables.sql(
+            "UPDATE {replication_groups} SET applied_lsn = %s::pg_lsn,"
+            " applied_end_lsn = %s::pg_lsn, applied_commit_time = %s,"
+            " transactions = transactions + %s, updated_at = clock_timestamp() WHERE slot = %s"
+        )
+        commit, end, at = position
+        conn.execute(query, (lsn_text(commit), lsn_text(end), at, transactions, slot))
+
+
+def _tables(tables: tuple[TableName, ...]) -> Jsonb:
+    return Jsonb([[t.schema, t.name] for t in tables])
