@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.replication.slot import slot_status
 from tests.helpers import pg
 from tests.helpers.logical import (  # noqa: F401 (pytest finds fixtures by name)
+    drop_logical_database,
     logical_server,
     logical_source_dsn,
     make_logical_database,
@@ -203,3 +205,140 @@ def test_the_drop_job_drops_the_groups_slot_and_publication_and_runs_again_clean
     assert metadata[ERROR_CODE_KEY].value == "replication_slot_active"
     assert NEXT_ACTIONS_KEY in metadata
     assert _slot_and_publication(src, "dpone_drop_me") == (True, True)
+
+
+# -- the group through Dagster ------------------------------------------------------------------
+
+SHOP = """
+CREATE SCHEMA shop;
+CREATE TABLE shop.customers (id int PRIMARY KEY, name text NOT NULL, balance numeric NOT NULL);
+CREATE TABLE shop.orders (id int PRIMARY KEY, customer int NOT NULL, note text);
+INSERT INTO shop.customers SELECT g, 'c' || g, 100 FROM generate_series(1, 3) g;
+INSERT INTO shop.orders SELECT g, 1 + g % 3, 'n' || g FROM generate_series(1, 5) g;
+"""
+
+
+def rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
+    return pg.fetch_all(dsn, f"SELECT * FROM {table} ORDER BY id")  # test tables only
+
+
+def unique_slot(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def table_metadata(result: dg.ExecuteInProcessResult, key: dg.AssetKey) -> dict[str, Any]:
+    [event] = [
+        e for e in result.get_asset_materialization_events()
+        if e.asset_key == key
+    ]  # fmt: skip
+    materialization = event.step_materialization_data.materialization
+    return {k: getattr(v, "value", v) for k, v in materialization.metadata.items()}
+
+
+def subset_error(exc: BaseException) -> str:
+    """Dagster's refusal of a subset, found in the exception's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, dg.DagsterInvalidSubsetError):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    raise AssertionError(f"no DagsterInvalidSubsetError in {exc!r}")
+
+
+def test_a_group_replicates_every_table_with_plotted_metadata_and_is_not_subsettable(
+    logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
+    make_database: Any,
+) -> None:
+    """The first materialization copies both tables under the slot's snapshot; the next applies
+    a transaction over both tables, an update and a delete, and each table's materialization
+    carries its changes by kind and the slot's figures as numbers; the slot check passes;
+    selecting one table alone is refused when the job is built, naming the op."""
+    src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
+    pg.execute(src, SHOP)
+    slot = unique_slot("dpone_t")
+    shop = replication_assets(["shop.orders", "shop.customers"], slot=slot)
+    orders, customers = dg.AssetKey(["shop", "orders"]), dg.AssetKey(["shop", "customers"])
+
+    first = dg.materialize([shop], resources=resources(src, tgt))
+    assert first.success
+    md = table_metadata(first, orders)
+    assert md["dpone/initial_copy"] is True and md["dpone/rows_loaded"] == 5
+    assert md["dpone/slot"] == slot and md["dpone/publication"] == slot
+    assert isinstance(md["dpone/lag_bytes"], int) and isinstance(
+        md["dpone/retained_wal_bytes"], int
+    )
+    assert md["dpone/wal_status"] in ("reserved", "extended")
+    assert rows(tgt, "shop.orders") == rows(src, "shop.orders")
+
+    with psycopg.connect(src) as conn:  # one transaction over both tables
+        conn.execute("INSERT INTO shop.orders VALUES (6, 2, 'new')")
+        conn.execute("UPDATE shop.customers SET balance = balance - 10 WHERE id = 2")
+    pg.execute(src, "UPDATE shop.orders SET note = 'changed' WHERE id = 1")
+    pg.execute(src, "DELETE FROM shop.orders WHERE id = 5")
+
+    second = dg.materialize([shop], resources=resources(src, tgt))
+    assert second.success
+    md = table_metadata(second, orders)
+    assert (md["dpone/rows_inserted"], md["dpone/rows_updated"], md["dpone/rows_deleted"]) == (
+        1,
+        1,
+        1,
+    )
+    assert md["dpone/initial_copy"] is False and md["dpone/transactions"] == 3
+    assert isinstance(md["dpone/lag_seconds"], float)
+    assert table_metadata(second, customers)["dpone/rows_updated"] == 1
+    checks = second.get_asset_check_evaluations()
+    assert {c.asset_key for c in checks} == {orders, customers}
+    assert all(c.check_name == SLOT_CHECK_NAME and c.passed for c in checks)
+    for table in ("shop.orders", "shop.customers"):
+        assert rows(tgt, table) == rows(src, table)
+
+    with pytest.raises(dg.DagsterInvalidDefinitionError) as refused:
+        dg.materialize([shop], selection=[orders], resources=resources(src, tgt))
+    message = subset_error(refused.value)
+    assert f"replication_{slot}" in message and "does not support subsetting" in message
+    defs = dg.Definitions(
+        assets=[shop], jobs=[dg.define_asset_job("orders_alone", selection=[orders])]
+    )
+    with pytest.raises(dg.DagsterInvalidDefinitionError):
+        defs.resolve_job_def("orders_alone")
+
+
+def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_whole(
+    small_wal_server: str, make_database: Any
+) -> None:
+    """On a source that keeps at most 1 MB of WAL for a slot: a group whose slot the server
+    lost fails its run with replication_slot_lost, its next action the resync, and a failed
+    dpone_slot_healthy (ERROR); the run launched with the op's config resync: true copies the
+    tables again under a new slot and the target equals the source, the changes made while the
+    slot was lost included."""
+    src = pg.create_database("dpone_repl_lost", small_wal_server)
+    tgt = make_database("dpone_repl_tgt")
+    try:
+        pg.execute(src, SHOP)
+        slot = unique_slot("dpone_lost")
+        shop = replication_assets(["shop.orders", "shop.customers"], slot=slot)
+        assert dg.materialize([shop], resources=resources(src, tgt)).success
+        pg.execute(src, "UPDATE shop.orders SET note = 'while lost' WHERE id = 2")
+        _write_wal_until_lost(src, slot)
+
+        lost = dg.materialize([shop], resources=resources(src, tgt), raise_on_error=False)
+        assert not lost.success
+        [failure] = [e.step_failure_data for e in lost.all_events if e.is_step_failure]
+        assert failure.user_failure_data is not None
+        metadata = failure.user_failure_data.metadata
+        assert metadata[ERROR_CODE_KEY].value == "replication_slot_lost"
+        assert "resync" in metadata[NEXT_ACTIONS_KEY].value
+        checks = lost.get_asset_check_evaluations()
+        assert checks and all(
+            not c.passed and c.severity == dg.AssetCheckSeverity.ERROR for c in checks
+        )
+
+        config = {"ops": {shop.node_def.name: {"config": {"resync": True}}}}
+        again = dg.materialize([shop], resources=resources(src, tgt), run_config=config)
+        assert again.success
+        assert table_metadata(again, dg.AssetKey(["shop", "orders"]))["dpone/initial_copy"]
+        for table in ("shop.orders", "shop.customers"):
+            assert rows(tgt, table) == rows(src, table)
+    finally:
+        drop_logical_database(src)

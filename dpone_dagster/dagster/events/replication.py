@@ -166,7 +166,7 @@ class ReplicationEvents:
         )
         return Replication(
             spec, source=self.source.dsn, target=self.target.dsn,
-            ledger=self.ledger.config(self.target), source_options=self.source.options,
+            ledger=self.ledger.config(self.target), options=self.source.options,
             target_options=self.target.options, adopt=self.adopt, resync=self.resync,
         )  # fmt: skip
 
