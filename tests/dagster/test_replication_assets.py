@@ -23,6 +23,7 @@ from dpone_dagster import (
     PostgresTargetResource,
     drop_replication_job,
     embedded,
+    replication_assets,
 )
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME, slot_check
