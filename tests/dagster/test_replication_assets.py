@@ -215,7 +215,7 @@ CREATE SCHEMA shop;
 CREATE TABLE shop.customers (id int PRIMARY KEY, name text NOT NULL, balance numeric NOT NULL);
 CREATE TABLE shop.orders (id int PRIMARY KEY, customer int NOT NULL, note text);
 INSERT INTO shop.customers SELECT g, 'c' || g, 100 FROM generate_series(1, 3) g;
-INSERT INTO shop.orders SELECT g, 1 + g % 3, 'n' || g FROM generate_series(1, 5) g;
+INSERT INTO shop.orders SELECT g, 1 + mod(g, 3), 'n' || g FROM generate_series(1, 5) g;
 """
 
 

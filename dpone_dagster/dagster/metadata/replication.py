@@ -96,7 +96,6 @@ def replication_metadata(
             None,
         )
     metadata: dict[str, Any] = {
-        **dg.TableMetadataSet(table_name=spec.target_table.qualified),
         **DponeMetadataSet(
             publication=report.group.publication,
             rows_inserted=table.inserted if table else 0,
