@@ -103,6 +103,7 @@ class TableApply:
     _indexed: bool = False
     _stack: ExitStack = field(default_factory=ExitStack)
     _staging: PostgresStagingTable | None = None
+    _guard: owned_staging_handle | None = None
 
     def __post_init__(self) -> None:
         names = self.plan.column_names
@@ -133,7 +134,7 @@ class TableApply:
         )  # fmt: skip
         name = staging_name_for(plan.target)
         table = PostgresStagingTable(self.conn, name, columns=definition, dsn=self.dsn)
-        self._stack.enter_context(owned_staging_handle(table))
+        self._guard = self._stack.enter_context(owned_staging_handle(table))
         return table
 
     def _row(self, op: bytes, values: Row, at: bytes = _NULL, old: Row | None = None) -> None:
@@ -197,7 +198,7 @@ class TableApply:
         ] + [sql.Identifier(n) for n in self.plan.column_names]
         names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
-            self.staging, sql.SQL(", ").join(names), sql.Literal(self.encoding)
+            self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
         )
         with self.conn.cursor().copy(statement) as copy:
             for chunk in self._buffer:
@@ -218,7 +219,7 @@ class TableApply:
             resolve_unchanged(self)
         self._deletes()
         self._upserts()
-        self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging))
+        self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False
 
@@ -227,7 +228,7 @@ class TableApply:
         keys = column_list(self.plan.target_key)
         return sql.SQL(
             "SELECT DISTINCT ON ({k}) {c} FROM {s} ORDER BY {k}, _dpone_seq DESC"
-        ).format(k=keys, c=columns, s=self.staging)
+        ).format(k=keys, c=columns, s=self.staging.ident)
 
     def _deletes(self) -> None:
         keys = self.plan.target_key
@@ -267,7 +268,7 @@ class TableApply:
             self._size = 0
             self._unchanged.clear()
             if self._staging is not None:
-                self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging))
+                self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
             statement = sql.SQL("TRUNCATE {}").format(target.ident)
             under_lock_wait(self.conn, [target], lambda: self.conn.execute(statement),
                             doing="truncate it as the source did")  # fmt: skip
@@ -282,7 +283,9 @@ class TableApply:
     def close(self) -> None:
         """Drops the staging table (the transaction's end; on a failure, the guard's drop)."""
         if self._staging is not None and not self.conn.closed and not self.conn.broken:
-            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.staging))
+            self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.staging.ident))
+            if self._guard is not None:
+                self._guard.transfer(None)  # dropped in the transaction, with its rows
         self._stack.close()
         self._staging = None
 

@@ -4,7 +4,9 @@
 job to the end: ``backfill`` backfills ``public.mixed`` (cursor ``id``), ``incremental`` runs the
 stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once, ``kafka`` (SOURCE is
 ``BOOTSTRAP/TOPIC``) runs the stream ``TOPIC -> events.clicks`` (append) in runs of at most
-BATCH_SIZE messages until one reads nothing. It prints one line per
+BATCH_SIZE messages until one reads nothing, ``replication`` runs the replication group
+``shop.orders`` + ``shop.lines`` (slot ``dpone_crash``, BATCH_SIZE changes per target transaction)
+once. It prints one line per
 phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
 (``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
 read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
@@ -84,10 +86,38 @@ def kafka(source: str, target: str, batch_size: int, phases: Phases) -> int:
             return read
 
 
+def replication(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Runs the replication group once; the changes it applied (``copy`` lines: the initial
+    copy's start and each block of staged changes, inside a source transaction)."""
+    from dpone_dagster.replication.engine import Replication
+    from dpone_dagster.replication.plan import ReplicationGroup
+    from dpone_dagster.replication.report import ReplicationProgress
+
+    def on_progress(step: ReplicationProgress) -> None:
+        if step.phase in ("copy", "stage"):
+            phases.on_phase("copy")
+        elif step.phase in ("apply", "commit"):
+            phases.on_phase(step.phase)
+        elif step.phase == "committed":
+            phases.committed(step.transactions)
+        elif step.phase == "advanced":
+            print("advanced", flush=True)
+
+    group = ReplicationGroup(
+        (TableName("shop", "orders"), TableName("shop", "lines")), slot="dpone_crash",
+        publication="dpone_crash",
+    )  # fmt: skip
+    job = Replication(group, source=source, target=target, on_progress=on_progress,
+                      batch_changes=batch_size)  # fmt: skip
+    report = job.run()
+    return report.changes
+
+
 ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
     "backfill": backfill,
     "incremental": incremental,
     "kafka": kafka,
+    "replication": replication,
 }
 
 

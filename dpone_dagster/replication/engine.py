@@ -1,0 +1,506 @@
+"""The replication engine's entry point: a run drains the slot and applies it, exactly once.
+
+One :meth:`Replication.run`:
+
+1. **initial copy** (first run, an unfinished one, or ``resync``): the group's ledger row is
+   written first (phase ``copying``: from then on the slot is this ledger's), the publication
+   made to match the tables, the slot created with an exported snapshot, and every table copied
+   under exactly that snapshot by the snapshot copy engine
+   (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
+   commits the ledger's ``streaming`` phase and the slot's consistent point with the rows;
+2. **stream**: the source's current LSN is taken (``upto_lsn``); the slot is peeked up to it
+   (:func:`~.reader.read_changes`, within ``max_changes_per_run``); whole source transactions are
+   grouped into target transactions of about ``batch_changes`` changes; each begins under the
+   group's advisory lock with the ledger's applied position, skips every source transaction that
+   committed at or before it, stages the others (:mod:`.apply`), applies their net effect and
+   writes the new applied position, and commits; only then is the slot advanced (to the end of
+   the last applied commit record; after the whole peek, to ``upto_lsn``).
+
+A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
+committed but not yet confirmed to the slot is read again by the next run and skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+import psycopg
+from psycopg import IsolationLevel, sql
+
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.ledger import LedgerConfig
+from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
+from dpone_dagster.lifecycle import DponeError, redact
+from dpone_dagster.postgres.connection import (
+    Connection,
+    ConnectionOptions,
+    connect,
+    set_transaction_mode,
+)
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.options import CopyOptions
+from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.report import CopyReport
+from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
+
+from .apply import TableApply, evolve
+from .changes import Begin, Commit, Delete, Insert, Lsn, Relation, Truncate, Update
+from .plan import ReplicationGroup, refuse_missing_identity, relation_plan
+from .reader import read_changes
+from .report import ReplicationProgress, ReplicationReport, TableChanges
+from .slot import advance_slot, create_slot, current_lsn, ensure_publication, slot_status
+from .state import GroupLedger, GroupState
+
+BATCH_CHANGES = 200_000
+"""Changes a target transaction gathers (whole source transactions) before it commits."""
+STAGE_EVERY = 10_000
+"""Staged changes between two ``stage`` progress reports."""
+
+
+@dataclass
+class _Target:
+    """The target transaction in progress: its tables and the source transactions it holds."""
+
+    tables: dict[int, TableApply] = field(default_factory=dict)
+    transactions: int = 0
+    staged: int = 0
+    last: tuple[Lsn, Lsn, datetime] | None = None
+
+    def close(self) -> None:
+        for table in self.tables.values():
+            table.close()
+
+    def abandon(self) -> None:
+        for table in self.tables.values():
+            table.abandon()
+
+
+@dataclass
+class _Run:
+    """What a run has done so far."""
+
+    applied: Lsn
+    applied_end: Lsn
+    applied_at: datetime | None
+    transactions: int = 0
+    skipped: int = 0
+    budget_reached: bool = False
+    counts: dict[TableName, TableChanges] = field(default_factory=dict)
+
+
+class Replication:
+    """Keeps a group of target tables current with the source through a logical slot.
+
+    Args:
+        group: The group (tables, slot, publication, deletes, schema changes, budget).
+        source: The source database's DSN (its role needs ``REPLICATION`` and owns the tables).
+        target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
+        ledger: Where the ledger lives; it must be the target database (the applied position
+            commits with the rows).
+        adopt: On the first run, keep target tables that already hold rows (from
+            ``backfill_asset`` or ``incremental_asset``) instead of refusing them
+            (``replication_target_exists``): they are compared with the source under the slot's
+            snapshot and adopted only when equal (``replication_adopt_differs``).
+        resync: Copy every table again under a new slot (after a lost slot, or a table added).
+        options: Session options (of both sides, unless ``target_options`` is given).
+        target_options: Options of the target's sessions.
+        on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
+        batch_changes: Changes per target transaction (whole source transactions).
+
+    Raises:
+        EngineError: ``replication_options_invalid`` for a ledger outside the target.
+    """
+
+    def __init__(
+        self,
+        group: ReplicationGroup,
+        *,
+        source: str,
+        target: str,
+        ledger: LedgerConfig | None = None,
+        adopt: bool = False,
+        resync: bool = False,
+        options: ConnectionOptions | None = None,
+        target_options: ConnectionOptions | None = None,
+        on_progress: Callable[[ReplicationProgress], None] | None = None,
+        batch_changes: int = BATCH_CHANGES,
+    ) -> None:
+        ledger = ledger or LedgerConfig()
+        if not ledger.in_target:
+            raise engine_error(
+                "replication_options_invalid",
+                "The replication's ledger must live in the target database: its applied "
+                "position commits in the same transaction as the rows.",
+                ["Leave the ledger's dsn unset (its schema may be any)."],
+            )
+        self.group, self.source_dsn, self.target_dsn = group, source, target
+        self.ledger = GroupLedger(ledger.schema)
+        self.adopt, self.resync = adopt, resync
+        self.options, self.target_options = options, target_options or options
+        self.on_progress = on_progress or (lambda _: None)
+        self.batch_changes = max(1, batch_changes)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def _open(self) -> tuple[Sessions, Connection]:
+        src = connect(self.source_dsn, self.options, side="source", autocommit=True)
+        try:
+            prepare_session(src)
+            tgt = connect(self.target_dsn, self.target_options, side="target", autocommit=True)
+            try:
+                prepare_session(tgt)
+                control = connect(self.source_dsn, self.options, side="source", autocommit=True)
+            except BaseException:
+                tgt.close()
+                raise
+        except BaseException:
+            src.close()
+            raise
+        return Sessions(source=src, target=tgt, ledger=tgt), control
+
+    def run(self) -> ReplicationReport:
+        """Runs the group once: the initial copy when needed, then every source transaction
+        committed before the run's start (within the budget), then the slot's advance.
+
+        Raises:
+            EngineError: ``replica_identity_missing``, ``replication_target_exists``,
+                ``replication_group_changed``, ``replication_slot_lost`` and the other slot
+                codes, ``replication_toast_unresolved``.
+            SchemaChangeError: ``schema_change_incompatible``; nothing of that target
+                transaction was committed.
+            DponeError: a database failure (its code from the database-failure catalog, else
+                ``replication_failed``); what committed stays, the next run continues after it.
+        """
+        sessions, control = self._open()
+        try:
+            return self._run(sessions, control)
+        except psycopg.Error as exc:
+            outage = engine_error("replication_failed", redact(str(exc)).strip())
+            error = sessions.database_failure(exc, outage, sources=list(self.group.tables),
+                                              targets=list(self.group.tables))  # fmt: skip
+            sessions.abandon()
+            raise error from exc
+        except BaseException:
+            sessions.abandon()
+            raise
+        finally:
+            sessions.close()
+            control.close()
+
+    def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
+        tgt, group = sessions.target, self.group
+        self.ledger.ensure(tgt)
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            state = self.ledger.fetch(tgt, group.slot)
+        copied: CopyReport | None = None
+        adopted, removed = False, ()
+        if state is None or state.phase == "copying" or self.resync:
+            copied, adopted = self._initial_copy(sessions, control, state)
+            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+                state = self.ledger.fetch(tgt, group.slot)
+        else:
+            removed = self._follow_group(sessions, state)
+        assert state is not None and state.applied_lsn is not None
+        upto = current_lsn(control)
+        run = _Run(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
+                   state.applied_commit_time)  # fmt: skip
+        self._stream(sessions, control, run, upto)
+        confirmed = run.applied_end
+        if not run.budget_reached:
+            confirmed = max(confirmed, upto)  # every transaction committed before upto is applied
+        advance_slot(control, group.slot, confirmed)
+        status = slot_status(control, group.slot)
+        assert status is not None
+        self._progress("advanced", run)
+        lag = None if run.applied_at is None else (
+            datetime.now(UTC) - run.applied_at).total_seconds()  # fmt: skip
+        return ReplicationReport(
+            group=group, initial_copy=copied, start_lsn=state.applied_lsn,
+            applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,
+            tables=tuple(run.counts.get(t) or TableChanges(t) for t in group.tables),
+            lag_bytes=status.lag_bytes, lag_seconds=lag, slot=status,
+            budget_reached=run.budget_reached, skipped_transactions=run.skipped,
+            adopted=adopted, tables_removed=removed,
+        )  # fmt: skip
+
+    def _progress(self, phase: str, run: _Run, staged: int = 0) -> None:
+        self.on_progress(ReplicationProgress(phase, run.transactions, run.applied, staged))
+
+    # -- the group ---------------------------------------------------------------------------
+
+    def _follow_group(self, sessions: Sessions, state: GroupState) -> tuple[TableName, ...]:
+        """Refuses tables added to the group since the last run; lets removed ones go (the
+        publication publishes exactly the group's tables)."""
+        group = self.group
+        added = [t for t in group.tables if t not in state.tables]
+        if added:
+            raise engine_error(
+                "replication_group_changed",
+                f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
+            )
+        removed = tuple(t for t in state.tables if t not in group.tables)
+        # Every run: a publication dropped by hand would make the slot's reads silently empty.
+        ensure_publication(sessions.source, group.publication, group.tables)
+        if removed:
+            tgt = sessions.target
+            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+                self.ledger.lock(tgt, group.slot)
+                self.ledger.set_tables(tgt, group.slot, group.tables)
+        return removed
+
+    def _initial_copy(
+        self, sessions: Sessions, control: Connection, state: GroupState | None
+    ) -> tuple[CopyReport | None, bool]:
+        """Copies every table under the new slot's snapshot (see the module's step 1)."""
+        src, tgt, group = sessions.source, sessions.target, self.group
+        refuse_missing_identity(src, group.tables)
+        filled = _filled_targets(tgt, group.tables)
+        if filled and not self.adopt and not self.resync:
+            raise engine_error(
+                "replication_target_exists",
+                f"Target table(s) {', '.join(map(str, filled))} already hold rows.",
+            )
+        existing = slot_status(control, group.slot)
+        if existing is not None and state is None:
+            raise engine_error(
+                "replication_slot_foreign",
+                f"A replication slot named {group.slot!r} exists, and this ledger did not "
+                "create it.",
+            )
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, group.slot)
+            self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
+        if existing is not None:  # this ledger's, from an unfinished copy or before a resync
+            control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
+        ensure_publication(src, group.publication, group.tables)
+        run = _Run(0, 0, None)
+        self._progress("copy", run)
+        with create_slot(self.source_dsn, group.slot, self.options) as created:
+            point = created.consistent_point
+
+            def commit_state(conn: Connection) -> None:
+                self.ledger.lock(conn, group.slot)
+                self.ledger.copied(conn, group.slot, point, group.tables)
+
+            options = CopyOptions(
+                snapshot_token=created.snapshot,
+                source_options=self.options or ConnectionOptions(),
+                target_options=self.target_options or ConnectionOptions(),
+            )
+            copy = SnapshotCopy(
+                self.source_dsn, self.target_dsn, list(group.tables), strategy="batched_copy",
+                sink="replace", options=options, schema_changes=group.schema_changes,
+            )  # fmt: skip
+            with copy:
+                copy.plan()
+                copy.extract()
+                report = copy.load(before_commit=commit_state)
+        self._progress("copied", run)
+        return report, False
+
+    # -- the stream --------------------------------------------------------------------------
+
+    def _stream(self, sessions: Sessions, control: Connection, run: _Run, upto: Lsn) -> None:
+        src, group = sessions.source, self.group
+        encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
+        names = {t: t for t in group.tables}
+        relations: dict[int, tuple[TableName, Relation]] = {}
+        plans: dict[int, TablePlan] = {}
+        target: _Target | None = None
+        skipping, at = False, datetime.now(UTC)
+        staged_mark = STAGE_EVERY
+
+        def table(oid: int) -> TableApply | None:
+            assert target is not None
+            found = target.tables.get(oid)
+            if found is None:
+                found = self._table(sessions, oid, relations, plans, target, encoding, run)
+            return found
+
+        changes = read_changes(src, slot=group.slot, publication=group.publication,  # type: ignore[arg-type]
+                               upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
+        seen = 0
+        try:
+            for _, message in changes:
+                seen += 1
+                kind = type(message)
+                if kind is Insert or kind is Update or kind is Delete:
+                    if skipping:
+                        continue
+                    applying = table(message.relation)  # type: ignore[union-attr]
+                    if applying is None:
+                        continue
+                    if kind is Insert:
+                        applying.insert(message.new)  # type: ignore[union-attr]
+                    elif kind is Update:
+                        applying.update(message.new, message.old, at)  # type: ignore[union-attr]
+                    else:
+                        applying.delete(message.old, at)  # type: ignore[union-attr]
+                    assert target is not None
+                    target.staged += 1
+                    if target.staged >= staged_mark:
+                        staged_mark += STAGE_EVERY
+                        self._progress("stage", run, target.staged)
+                elif kind is Begin:
+                    begin: Begin = message  # type: ignore[assignment]
+                    at = begin.commit_time
+                    if target is None:
+                        target = self._begin(sessions, run)
+                        staged_mark = STAGE_EVERY
+                    skipping = begin.final_lsn <= run.applied
+                    if skipping:
+                        run.skipped += 1
+                elif kind is Commit:
+                    if skipping:
+                        continue
+                    done: Commit = message  # type: ignore[assignment]
+                    assert target is not None
+                    target.transactions += 1
+                    target.last = (done.commit_lsn, done.end_lsn, done.commit_time)
+                    if target.staged >= self.batch_changes:
+                        self._commit(sessions, control, target, run)
+                        target = None
+                elif kind is Relation:
+                    rel: Relation = message  # type: ignore[assignment]
+                    name = names.get(TableName(rel.schema, rel.name))
+                    if name is None:
+                        continue
+                    self._relation(rel, name, (relations, plans), target, run)
+                elif kind is Truncate and not skipping:
+                    for oid in message.relations:  # type: ignore[union-attr]
+                        truncated = table(oid)
+                        if truncated is not None:
+                            truncated.truncate(at)
+        except BaseException:
+            if target is not None:
+                target.abandon()
+            raise
+        if target is not None:
+            if target.transactions:
+                self._commit(sessions, control, target, run)
+            else:
+                target.close()
+                sessions.target.rollback()
+                sessions.target.autocommit = True
+        budget = group.max_changes_per_run
+        run.budget_reached = budget is not None and seen >= budget
+
+    def _relation(
+        self,
+        relation: Relation,
+        name: TableName,
+        known_tables: tuple[dict[int, tuple[TableName, Relation]], dict[int, TablePlan]],
+        target: _Target | None,
+        run: _Run,
+    ) -> None:
+        """A table's columns as of here: a change splits its batch and plans it again."""
+        relations, plans = known_tables
+        known = relations.get(relation.oid)
+        relations[relation.oid] = (name, relation)
+        if known is not None and known[1].columns == relation.columns:
+            return
+        plans.pop(relation.oid, None)
+        if target is not None and relation.oid in target.tables:
+            current = target.tables.pop(relation.oid)
+            current.apply()
+            self._count(run, current)
+            current.close()
+
+    def _table(
+        self,
+        sessions: Sessions,
+        oid: int,
+        relations: dict[int, tuple[TableName, Relation]],
+        plans: dict[int, TablePlan],
+        target: _Target,
+        encoding: str,
+        run: _Run,
+    ) -> TableApply | None:
+        """The table's apply in the target transaction (planned, and evolved, when needed)."""
+        known = relations.get(oid)
+        if known is None:
+            return None  # a table outside the group
+        name, relation = known
+        plan = plans.get(oid)
+        if plan is None:
+            plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
+            evolve(sessions.target, plan)
+            if plan.schema_changes:
+                counted = run.counts.get(name) or TableChanges(name)
+                run.counts[name] = replace(
+                    counted, schema_changes=counted.schema_changes + plan.schema_changes
+                )
+            plan = replace(plan, schema_changes=())
+            plans[oid] = plan
+        applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
+                              encoding)  # fmt: skip
+        target.tables[oid] = applying
+        return applying
+
+    def _begin(self, sessions: Sessions, run: _Run) -> _Target:
+        """Begins a target transaction under the group's lock; the ledger's applied position
+        (another run may have moved it) decides what is skipped."""
+        tgt = sessions.target
+        tgt.autocommit = False  # the transaction spans the peek's messages: no with block
+        set_transaction_mode(tgt, IsolationLevel.READ_COMMITTED, read_only=False)
+        self.ledger.lock(tgt, self.group.slot)
+        state = self.ledger.fetch(tgt, self.group.slot)
+        if state is None or state.applied_lsn is None:
+            raise engine_error("replication_failed", "The group's ledger row is gone.")
+        if state.applied_lsn > run.applied:
+            run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
+            run.applied_at = state.applied_commit_time
+        return _Target()
+
+    def _commit(
+        self, sessions: Sessions, control: Connection, target: _Target, run: _Run
+    ) -> None:
+        """Applies the target transaction's net effect with the applied position, commits,
+        then advances the slot."""
+        tgt = sessions.target
+        self._progress("apply", run, target.staged)
+        for applying in target.tables.values():
+            applying.apply()
+            self._count(run, applying)
+        target.close()
+        assert target.last is not None
+        self.ledger.applied(tgt, self.group.slot, target.last, target.transactions)
+        self._progress("commit", run, target.staged)
+        tgt.commit()
+        tgt.autocommit = True
+        run.applied, run.applied_end, run.applied_at = target.last
+        run.transactions += target.transactions
+        self._progress("committed", run)
+        advance_slot(control, self.group.slot, run.applied_end)
+        self._progress("advanced", run)
+
+    @staticmethod
+    def _count(run: _Run, applying: TableApply) -> None:
+        name, counts = applying.plan.source, applying.counts
+        before = run.counts.get(name) or TableChanges(name)
+        run.counts[name] = replace(
+            before, inserted=before.inserted + counts.inserted,
+            updated=before.updated + counts.updated, deleted=before.deleted + counts.deleted,
+            truncated=before.truncated + counts.truncated,
+        )  # fmt: skip
+
+
+def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:
+    """The target tables that exist and hold rows."""
+    filled = []
+    with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+        for table in tables:
+            exists = tgt.execute("SELECT to_regclass(%s)", (table.qualified,)).fetchone()
+            if exists is None or exists[0] is None:
+                continue
+            row = tgt.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(table.ident)
+            ).fetchone()
+            if row is not None and row[0]:
+                filled.append(table)
+    return filled
+
+
+__all__ = ["BATCH_CHANGES", "DponeError", "Replication"]

@@ -1,0 +1,70 @@
+"""A replication group under test: a source on the logical server, a target on the main one,
+the run, and whole-table comparisons of both sides (the one digest)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.reconcile.digest import pin_settings
+from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.report import ReplicationReport
+from tests.helpers import pg
+
+import psycopg
+from psycopg import sql
+
+
+@dataclass(frozen=True)
+class Group:
+    """The group ``tables`` of ``source`` into ``target`` (slot ``slot``)."""
+
+    source: str
+    target: str
+    tables: tuple[str, ...]
+    slot: str = "dpone_test"
+    publication: str | None = None
+
+    def group(self, **kwargs: Any) -> ReplicationGroup:
+        """The group, with options."""
+        return ReplicationGroup(
+            tuple(TableName.parse(t) for t in self.tables), slot=self.slot,
+            publication=self.publication or self.slot + "_pub", **kwargs,
+        )  # fmt: skip
+
+    def replication(self, *, adopt: bool = False, resync: bool = False,
+                    batch_changes: int | None = None, **kwargs: Any) -> Replication:
+        """The engine of the group."""
+        extra = {} if batch_changes is None else {"batch_changes": batch_changes}
+        return Replication(self.group(**kwargs), source=self.source, target=self.target,
+                           adopt=adopt, resync=resync, **extra)  # fmt: skip
+
+    def run(self, **kwargs: Any) -> ReplicationReport:
+        """One run."""
+        return self.replication(**kwargs).run()
+
+    def rows(self, dsn: str, table: str, columns: str = "*") -> list[str]:
+        """Every row of ``table`` as its text (digest settings pinned), sorted."""
+        name = TableName.parse(table)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            pin_settings(conn, local=False)
+            query = sql.SQL("SELECT t::text FROM (SELECT {} FROM {}) AS t").format(
+                sql.SQL(columns), name.ident
+            )
+            return sorted(str(r[0]) for r in conn.execute(query).fetchall())
+
+    def assert_equal(self, table: str | None = None, columns: str = "*") -> None:
+        """The target holds exactly the source's rows of ``table`` (every table by default)."""
+        for name in [table] if table else self.tables:
+            source, target = self.rows(self.source, name, columns), self.rows(self.target, name, columns)
+            assert len(target) == len(source), name
+            assert target == source, name
+
+    def digests_equal(self, table: str) -> bool:
+        """Both sides' fingerprints of ``table`` are equal."""
+        schema, name = table.split(".")
+        return pg.table_fingerprint(self.source, schema, name) == pg.table_fingerprint(
+            self.target, schema, name
+        )
