@@ -129,8 +129,11 @@ def drain_child(source: str, target: str, slot: str, budget: int | None) -> dict
     """:func:`drain` in a child process (its peak RSS is the engine's alone)."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", source, target, slot, str(budget or 0)],
-        check=True, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -269,36 +272,50 @@ def measure(args: argparse.Namespace, made: list[str]) -> dict[str, Any]:
 def report(f: dict[str, Any]) -> None:
     full = f["full_copy"]
     print(f"shop.orders, {f['rows']:,} rows; full batched_copy {full:.2f} s (mean of two)")
-    print(
-        f"initial copy (first run)          {f['initial_copy']:8.2f} s  {f['initial_copy'] / full:6.3f} x full"
-    )
+    first = f["initial_copy"]
+    print(f"initial copy (first run)          {first:8.2f} s  {first / full:6.3f} x full")
     for name in ("nothing_changed", "deletes_100"):
         ratio = f[name] / full
         mark = "ok" if ratio <= LIMITS[name] else "OVER"
         print(f"{name:<34}{f[name]:8.3f} s  {ratio:6.3f} x full  (goal <= {LIMITS[name]}: {mark})")
     over = f["changed_1pct"] / f["floor_1pct"]
-    print(f"changed_1pct ({f['changed_1pct_changes']:,} changes)      {f['changed_1pct']:8.3f} s  "
-          f"{f['changed_1pct'] / full:6.3f} x full  {over:5.2f} x floor {f['floor_1pct']:.3f} s "
-          f"(goal <= {FLOOR_LIMIT}: {'ok' if over <= FLOOR_LIMIT else 'OVER'})")  # fmt: skip
+    print(
+        f"changed_1pct ({f['changed_1pct_changes']:,} changes)      {f['changed_1pct']:8.3f} s  "
+        f"{f['changed_1pct'] / full:6.3f} x full  {over:5.2f} x floor {f['floor_1pct']:.3f} s "
+        f"(goal <= {FLOOR_LIMIT}: {'ok' if over <= FLOOR_LIMIT else 'OVER'})"
+    )
     decode = f["decode_changes"] / f["decode_seconds"]
     applied = f["backlog"]["changes"] / f["backlog"]["seconds"]
-    print(f"backlog {f['backlog_changes']:,} changes: server decode {decode:,.0f} changes/s; "
-          f"applied {applied:,.0f} changes/s in {f['backlog']['runs']} runs = "
-          f"{applied / decode:.2f} of decode (goals >= {DECODE_SHARE}, >= {CHANGES_PER_SECOND:,}/s); "
-          f"peak RSS {f['backlog']['rss_mb']:.0f} MB")  # fmt: skip
+    print(
+        f"backlog {f['backlog_changes']:,} changes: server decode {decode:,.0f} changes/s; "
+        f"applied {applied:,.0f} changes/s in {f['backlog']['runs']} runs = "
+        f"{applied / decode:.2f} of decode (goals >= {DECODE_SHARE}, >= {CHANGES_PER_SECOND:,}/s); "
+        f"peak RSS {f['backlog']['rss_mb']:.0f} MB"
+    )
     if "backlog_rss" in f:
-        print(f"backlog {f['backlog_rss_changes']:,} changes: peak RSS {f['backlog_rss']['rss_mb']:.0f} MB "
-              f"({f['backlog_rss']['changes'] / f['backlog_rss']['seconds']:,.0f} changes/s)")  # fmt: skip
+        big = f["backlog_rss"]
+        print(
+            f"backlog {f['backlog_rss_changes']:,} changes: peak RSS {big['rss_mb']:.0f} MB "
+            f"({big['changes'] / big['seconds']:,.0f} changes/s)"
+        )
     single = f["single_transaction"]
-    print(f"one transaction of {single['changes']:,} rows: {single['seconds']:.2f} s, peak RSS "
-          f"{single['rss_mb']:.0f} MB (goal < {SINGLE_TRANSACTION_MB})")  # fmt: skip
-    print(f"dagster.materialize, nothing changed {f['dagster_nothing_changed']:8.3f} s  "
-          f"{f['dagster_nothing_changed'] / full:6.3f} x full")  # fmt: skip
-    print(f"dagster.materialize, 1% changed      {f['dagster_changed_1pct']:8.3f} s  "
-          f"{f['dagster_changed_1pct'] / full:6.3f} x full")  # fmt: skip
+    print(
+        f"one transaction of {single['changes']:,} rows: {single['seconds']:.2f} s, peak RSS "
+        f"{single['rss_mb']:.0f} MB (goal < {SINGLE_TRANSACTION_MB})"
+    )
+    print(
+        f"dagster.materialize, nothing changed {f['dagster_nothing_changed']:8.3f} s  "
+        f"{f['dagster_nothing_changed'] / full:6.3f} x full"
+    )
+    print(
+        f"dagster.materialize, 1% changed      {f['dagster_changed_1pct']:8.3f} s  "
+        f"{f['dagster_changed_1pct'] / full:6.3f} x full"
+    )
     db = f["dagster_backlog"]
-    print(f"dagster.materialize, backlog of {f['dagster_backlog_changes']:,}: "
-          f"{f['dagster_backlog_changes'] / db['seconds']:,.0f} changes/s in {db['runs']} runs")  # fmt: skip
+    print(
+        f"dagster.materialize, backlog of {f['dagster_backlog_changes']:,}: "
+        f"{f['dagster_backlog_changes'] / db['seconds']:,.0f} changes/s in {db['runs']} runs"
+    )
 
 
 def main() -> None:

@@ -204,5 +204,7 @@ class ReplicationEvents:
             ),
         )
         for (key, spec), table_set in zip(group.tables.items(), standard, strict=True):
-            metadata = replication_metadata(report, by_source.get(spec.source_table), spec)
+            metadata = replication_metadata(
+                report, by_source.get(spec.source_table), spec.source_table
+            )
             yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **table_set})

@@ -14,7 +14,7 @@ import dagster as dg
 
 from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
-from dpone_dagster.dagster.translator import CopyTableSpec
+from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
 
 if TYPE_CHECKING:
@@ -85,14 +85,14 @@ def slot_check(
 
 
 def replication_metadata(
-    report: "ReplicationReport", table: "TableChanges | None", spec: CopyTableSpec
+    report: "ReplicationReport", table: "TableChanges | None", source_table: TableName
 ) -> dict[str, Any]:
     """A table's materialization: its changes by kind (none when the run had none for it), the
     group's run and slot, as numbers."""
     copied = None
     if report.initial_copy is not None:
         copied = next(
-            (t.rows_loaded for t in report.initial_copy.tables if t.source == spec.source_table),
+            (t.rows_loaded for t in report.initial_copy.tables if t.source == source_table),
             None,
         )
     metadata: dict[str, Any] = {
