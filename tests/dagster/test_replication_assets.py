@@ -28,6 +28,7 @@ from dpone_dagster import (
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME, slot_check
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.replication.slot import slot_status
 from tests.helpers import pg
 from tests.helpers.logical import (  # noqa: F401 (pytest finds fixtures by name)
@@ -343,3 +344,22 @@ def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_w
             assert rows(tgt, table) == rows(src, table)
     finally:
         drop_logical_database(src)
+
+
+def test_bad_groups_fail_when_the_definitions_load_with_a_code() -> None:
+    """A bad slot name, a renamed target and a threshold that is not a positive number of bytes
+    are refused by the factory, before any run; the default slot is derived from the keys."""
+    with pytest.raises(DponeError) as bad_slot:
+        replication_assets(["shop.orders"], slot="Shop-Slot")
+    assert bad_slot.value.code == "replication_options_invalid"
+    with pytest.raises(DponeError) as renamed:
+        replication_assets([{"source": "shop.orders", "target": "shop.orders_copy"}])
+    assert renamed.value.code == "plan_invalid" and "own name" in renamed.value.message
+    with pytest.raises(DponeError) as threshold:
+        replication_assets(["shop.orders"], retained_wal_warn_bytes=0)
+    assert threshold.value.code == "plan_invalid"
+    derived = replication_assets(["shop.orders", "shop.customers"])
+    assert derived.node_def.name.startswith("replication_dpone_")
+    assert (
+        derived.node_def.name == replication_assets(["shop.customers", "shop.orders"]).node_def.name
+    )

@@ -33,6 +33,7 @@ from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import SchemaChanges
+from dpone_dagster.replication.plan import ReplicationGroup
 
 
 class ReplicationRunConfig(dg.Config):
@@ -64,6 +65,33 @@ def default_slot(keys: Sequence[dg.AssetKey]) -> str:
     """
     names = "\n".join(sorted(k.to_user_string() for k in keys))
     return f"dpone_{hashlib.sha256(names.encode()).hexdigest()[:12]}"
+
+
+def _coerced(
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]], warn_bytes: int
+) -> list[CopyTableSpec]:
+    """The group's tables, each replicated into the target table of its own name.
+
+    Raises:
+        DponeError: ``plan_invalid`` for a renamed target or a threshold that is not a positive
+            number of bytes; the translator's codes for bad names.
+    """
+    if isinstance(warn_bytes, bool) or not (isinstance(warn_bytes, int) and warn_bytes > 0):
+        raise DponeError(
+            "plan_invalid",
+            f"retained_wal_warn_bytes must be a positive number of bytes, not {warn_bytes!r}.",
+            ["Leave it unset (1 GiB), or give e.g. 10 * 2**30."],
+        )
+    coerced = coerce_tables(tables)
+    renamed = [s.source for s in coerced if s.target_table != s.source_table]
+    if renamed:
+        raise DponeError(
+            "plan_invalid",
+            f"A replication group writes each table into the target table of its own name; "
+            f"{', '.join(renamed)} name another target.",
+            ["Drop target= from those tables, or copy them with another asset factory."],
+        )
+    return coerced
 
 
 def replication_assets(
@@ -136,23 +164,10 @@ def replication_assets(
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
-    if isinstance(retained_wal_warn_bytes, bool) or not (
-        isinstance(retained_wal_warn_bytes, int) and retained_wal_warn_bytes > 0
-    ):
-        raise DponeError(
-            "plan_invalid",
-            f"retained_wal_warn_bytes must be a positive number of bytes, not "
-            f"{retained_wal_warn_bytes!r}.",
-            ["Leave it unset (1 GiB), or give e.g. 10 * 2**30."],
-        )
     tr = translator or DponeTranslator()
-    coerced = coerce_tables(tables)
-    keys = [tr.get_asset_key(s) for s in coerced]
-    slot_name = slot or default_slot(keys)
-    # The engine's own checks of the names and options, when the definitions load.
-    from dpone_dagster.replication.plan import ReplicationGroup
-
-    group = ReplicationGroup(
+    coerced = _coerced(tables, retained_wal_warn_bytes)
+    slot_name = slot or default_slot([tr.get_asset_key(s) for s in coerced])
+    group = ReplicationGroup(  # the engine's own checks of the names and options, at load
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),
         schema_changes=SchemaChanges.parse(schema_changes),
