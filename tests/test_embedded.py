@@ -84,6 +84,12 @@ def test_nothing_at_the_default_address_starts_one_embedded_server_that_later_ru
     with psycopg.connect(choice.dsn, autocommit=True) as conn:
         assert conn.info.server_version // 10000 == 18
         started = conn.execute("SELECT pg_postmaster_start_time()").fetchone()
+        # A source logical replication can decode (the replication tests' and the demo's).
+        settings = conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+            (list(embedded.LOGICAL_SETTINGS),),
+        ).fetchall()
+        assert dict(settings) == embedded.LOGICAL_SETTINGS
     # Another process (as `dagster dev` or a later demo run) finds the same running server.
     status = subprocess.run(
         [PYTHON, "-m", "dpone_dagster.embedded", "status", folder], capture_output=True,
@@ -99,6 +105,25 @@ def test_nothing_at_the_default_address_starts_one_embedded_server_that_later_ru
         assert server_uid(int(pid_line)) != 0
     assert embedded.stop(folder) and embedded.running(folder) is None
     assert not embedded.answers(choice.dsn)
+
+
+def test_an_embedded_server_running_without_wal_level_logical_is_restarted_with_it(
+    folder: Path,
+) -> None:
+    server = embedded.start(folder)
+    embedded.stop(folder)
+    # As a server started by a version before wal_level = logical was the embedded default.
+    user = embedded.SYSTEM_USER if os.geteuid() == 0 else None
+    options = (
+        f"-c listen_addresses=127.0.0.1 -c port={server.port} -c unix_socket_directories='' "
+        "-c wal_level=replica"
+    )
+    log = str(folder / embedded.DATA / "server.log")
+    embedded._run(embedded._commands().pg_ctl, folder, ["-w", "-o", options, "-l", log, "start"],
+                  user)  # fmt: skip
+    assert pg.fetch_one(server.dsn(), "SHOW wal_level") == "replica"
+    again = embedded.start(folder)
+    assert pg.fetch_one(again.dsn(), "SHOW wal_level") == "logical"
 
 
 def test_a_server_at_the_default_address_is_used_and_nothing_is_started(

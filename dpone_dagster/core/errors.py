@@ -342,6 +342,26 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "pg_terminate_backend(pid)), then run again.",
         ),
     ),
+    "replication_slot_missing": (
+        "The group's replication slot does not exist on the source (dropped, or never made); "
+        "nothing was applied.",
+        (
+            "Run once with resync=True: the slot is created again and the tables are copied "
+            "anew under its snapshot (changes made while there was no slot are not in any WAL "
+            "the group can read).",
+        ),
+    ),
+    "replication_slot_lost": (
+        "The group's replication slot is lost: the source removed WAL it still needed "
+        "(max_slot_wal_keep_size), so changes since its position cannot be read; nothing was "
+        "applied.",
+        (
+            "Run once with resync=True: the slot is dropped and created again and the tables "
+            "are copied anew under its snapshot.",
+            "Then run the group more often, or raise max_slot_wal_keep_size on the source, so "
+            "that the slot keeps up.",
+        ),
+    ),
     "replication_message_invalid": (
         "A message read from the replication slot is not one of pgoutput's protocol version 1; "
         "nothing of it was applied.",

@@ -47,9 +47,12 @@ def parse_lsn(text: str) -> Lsn:
         True
     """
     high, sep, low = text.strip().partition("/")
-    if not sep or not high or not low or len(high) > 8 or len(low) > 8:
-        raise ValueError(f"not an LSN: {text!r}")
-    return (int(high, 16) << 32) | int(low, 16)
+    try:
+        if sep and 0 < len(high) <= 8 and 0 < len(low) <= 8:
+            return (int(high, 16) << 32) | int(low, 16)
+    except ValueError:
+        pass
+    raise ValueError(f"not an LSN: {text!r}")
 
 
 class Unchanged:

@@ -44,7 +44,7 @@ _I32: Final = struct.Struct(">i").unpack_from
 _U32: Final = struct.Struct(">I").unpack_from
 _BEGIN: Final = struct.Struct(">xQqI").unpack_from  # final LSN, commit time, xid
 _COMMIT: Final = struct.Struct(">xxQQq").unpack_from  # flags, commit LSN, end LSN, commit time
-_OID_KIND: Final = struct.Struct(">xIc").unpack_from  # relation OID, tuple kind (N, K, O)
+_ROW: Final = struct.Struct(">xIBH").unpack_from  # relation OID, tuple kind (N, K, O), count
 _TRUNCATE: Final = struct.Struct(">xIB").unpack_from  # relation count, options
 _ATTR: Final = struct.Struct(">Ii").unpack_from  # a column's type OID and type modifier
 
@@ -101,29 +101,31 @@ def _invalid(data: bytes, reason: str) -> Exception:
     )
 
 
-def _tuple(data: bytes, pos: int) -> tuple[Row, int]:
-    """The row (TupleData) at ``pos``, and the offset after it."""
-    (count,) = _U16(data, pos)
-    pos += 2
+def _tuple(data: bytes, pos: int, count: int) -> tuple[Row, int]:
+    """The row (TupleData) of ``count`` values starting at ``pos``, and the offset after it."""
     values: list[Value] = []
     append = values.append
     for _ in range(count):
-        kind = data[pos]
-        if kind == 116:  # 't': text
-            (length,) = _U32(data, pos + 1)
-            pos += 5
-            end = pos + length
-            append(data[pos:end])
-            pos = end
-        elif kind == 110:  # 'n': NULL
-            append(None)
-            pos += 1
-        elif kind == 117:  # 'u': unchanged TOASTed value
-            append(UNCHANGED)
-            pos += 1
+        if data[pos] == 116:  # 't': text
+            start = pos + 5
+            pos = start + _U32(data, pos + 1)[0]
+            append(data[start:pos])
         else:
-            raise _invalid(data, f"tuple value of kind {chr(kind)!r}")
+            kind = data[pos]
+            pos += 1
+            if kind == 110:  # 'n': NULL
+                append(None)
+            elif kind == 117:  # 'u': unchanged TOASTed value
+                append(UNCHANGED)
+            else:
+                raise _invalid(data, f"tuple value of kind {chr(kind)!r}")
     return tuple(values), pos
+
+
+def _whole(data: bytes, end: int) -> None:
+    """Refuses a message whose tuples do not end exactly at its end."""
+    if end != len(data):
+        raise _invalid(data, "its tuples do not end at its end")
 
 
 def _string(data: bytes, pos: int) -> tuple[str, int]:
@@ -151,17 +153,19 @@ def _relation(data: bytes) -> Relation:
 
 
 def _update_message(data: bytes) -> Update:
-    oid, kind = _OID_KIND(data, 0)
+    oid, kind, count = _ROW(data, 0)
     old: Row | None = None
-    pos = 6
-    if kind != b"N":
-        if kind not in (b"K", b"O"):
-            raise _invalid(data, f"update tuple kind {kind!r}")
-        old, pos = _tuple(data, pos)
+    pos = 8
+    if kind != 78:  # 'N'
+        if kind != 75 and kind != 79:  # 'K', 'O'
+            raise _invalid(data, f"update tuple kind {chr(kind)!r}")
+        old, pos = _tuple(data, pos, count)
         if data[pos] != 78:  # 'N'
             raise _invalid(data, "update without its new tuple")
-        pos += 1
-    new, _ = _tuple(data, pos)
+        (count,) = _U16(data, pos + 1)
+        pos += 3
+    new, end = _tuple(data, pos, count)
+    _whole(data, end)
     return _update(oid, new, old)
 
 
@@ -187,17 +191,21 @@ def decode(data: bytes) -> Message | None:
     try:
         kind = data[0]
         if kind == 73:  # 'I'
-            oid, tag = _OID_KIND(data, 0)
-            if tag != b"N":
-                raise _invalid(data, f"insert tuple kind {tag!r}")
-            return _insert(oid, _tuple(data, 6)[0])
+            oid, tag, count = _ROW(data, 0)
+            if tag != 78:  # 'N'
+                raise _invalid(data, f"insert tuple kind {chr(tag)!r}")
+            new, end = _tuple(data, 8, count)
+            _whole(data, end)
+            return _insert(oid, new)
         if kind == 85:  # 'U'
             return _update_message(data)
         if kind == 68:  # 'D'
-            oid, tag = _OID_KIND(data, 0)
-            if tag not in (b"K", b"O"):
-                raise _invalid(data, f"delete tuple kind {tag!r}")
-            return _delete(oid, _tuple(data, 6)[0])
+            oid, tag, count = _ROW(data, 0)
+            if tag != 75 and tag != 79:  # 'K', 'O'
+                raise _invalid(data, f"delete tuple kind {chr(tag)!r}")
+            old, end = _tuple(data, 8, count)
+            _whole(data, end)
+            return _delete(oid, old)
         if kind == 66:  # 'B'
             final_lsn, micros, xid = _BEGIN(data, 0)
             return Begin(final_lsn, _timestamp(micros), xid)

@@ -53,7 +53,8 @@ def read_changes(
 
     Args:
         conn: An idle session of the slot's database whose role may read the slot
-            (``REPLICATION``).
+            (``REPLICATION``); it is the reader's until the iterator ends (its transaction
+            holds the cursor), so apply the changes through another session.
         slot: The logical slot (``pgoutput``).
         publication: The publication whose tables are decoded.
         upto_lsn: Stop after the transaction whose commit record reaches this LSN.

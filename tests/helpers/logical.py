@@ -127,3 +127,39 @@ def make_logical_database(logical_server: str) -> Iterator[Callable[[str], str]]
 def logical_source_dsn(make_logical_database: Callable[[str], str]) -> str:
     """A fresh, empty source database on :func:`logical_server`."""
     return make_logical_database("dpone_repl_src")
+
+
+def lose_slot(dsn: str, slot: str) -> None:
+    """Makes ``slot`` (of ``dsn``'s database) lost for real: ``max_slot_wal_keep_size`` is
+    lowered to 1MB for a moment, WAL is written past it and a checkpoint removes the WAL the
+    slot still needed; the setting is reset afterwards. Other slots of the server that lag as
+    far are lost too (the replication tests create and drop their own).
+
+    Raises:
+        TimeoutError: the slot's ``wal_status`` did not become ``lost``.
+    """
+    admin = pg.with_db(dsn, "postgres")
+    pg.execute(admin, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+    try:
+        pg.execute(admin, "SELECT pg_reload_conf()")
+        pg.wait_until(
+            lambda: pg.fetch_one(admin, "SHOW max_slot_wal_keep_size") == "1MB",
+            timeout=30,
+            what="the server reloaded max_slot_wal_keep_size",
+        )
+
+        def lost() -> bool:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE IF NOT EXISTS dpone_wal_filler (pad text)")
+                conn.execute("INSERT INTO dpone_wal_filler SELECT repeat('x', 1000)")
+                conn.execute("SELECT pg_switch_wal()")
+                conn.execute("CHECKPOINT")
+                row = conn.execute(
+                    "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+                ).fetchone()
+            return row is not None and row[0] == "lost"
+
+        pg.wait_until(lost, timeout=60, what=f"slot {slot} is lost", interval=0.1)
+    finally:
+        pg.execute(admin, "ALTER SYSTEM RESET max_slot_wal_keep_size")
+        pg.execute(admin, "SELECT pg_reload_conf()")
