@@ -194,23 +194,16 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         "A target table of the group already holds rows, and the first run of a group copies "
         "every table; nothing was written.",
         (
-            "Run with adopt=True to keep the existing target tables: they are compared with "
-            "the source under the slot's snapshot and adopted only when equal.",
+            "Run with adopt=True to take the existing target tables over (filled by "
+            "backfill_asset or incremental_asset): each is checked against the source's columns "
+            "by the schema-change policy, then copied again under the slot's snapshot, so the "
+            "stream starts from exactly that state.",
             "Or drop or empty the target tables, then run again.",
         ),
     ),
-    "replication_adopt_differs": (
-        "A target table to adopt differs from the source under the slot's snapshot; nothing "
-        "was adopted and the slot was dropped again.",
-        (
-            "Bring the target up to date (run its backfill or incremental asset once more while "
-            "the source is quiet), then run again with adopt=True; or drop the target tables "
-            "and run without adopt to copy them.",
-        ),
-    ),
     "replication_group_changed": (
-        "Tables were added to the replication group: they need an initial copy that meets the "
-        "stream; nothing was written.",
+        "The replication group changed (tables added: they need an initial copy that meets the "
+        "stream; or another publication); nothing was written.",
         ("Run once with resync=True: every table of the group is copied again under a new slot.",),
     ),
     "replication_toast_unresolved": (

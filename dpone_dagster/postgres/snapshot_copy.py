@@ -257,7 +257,9 @@ class SnapshotCopy:
         assert load is not None
         self._step(
             lambda: load.run(
-                strategy.artifact, begin=strategy.begin_load, fill_stagings=strategy.fill_stagings,
+                strategy.artifact,
+                begin=strategy.begin_load,
+                fill_stagings=strategy.fill_stagings,
                 before_commit=before_commit,
             )
         )

@@ -141,7 +141,7 @@ class TableApply:
         self._seq += 1
         flags = _NULL
         parts = []
-        for i, value in enumerate(values):
+        for value in values:
             if value is None:
                 parts.append(_NULL)
             elif value is UNCHANGED:
@@ -236,7 +236,9 @@ class TableApply:
         equal = _equal("t", "f", keys)
         target = self.plan.target.ident
         if self.soft_column is None:
-            statement = sql.SQL("DELETE FROM {} AS t USING ({}) AS f WHERE f._dpone_op = 'D' AND {}")
+            statement = sql.SQL(
+                "DELETE FROM {} AS t USING ({}) AS f WHERE f._dpone_op = 'D' AND {}"
+            )
             self.conn.execute(statement.format(target, last, equal))
             return
         soft = sql.Identifier(self.soft_column)
@@ -384,7 +386,9 @@ def revive(conn: Connection, plan: TablePlan, soft_column: str, staged: TableNam
     soft = sql.Identifier(soft_column)
     statement = sql.SQL("UPDATE {} AS t SET {} = NULL FROM {} AS s WHERE {} AND t.{} IS NOT NULL")
     equal = _equal("t", "s", plan.target_key)
-    return conn.execute(statement.format(plan.target.ident, soft, staged.ident, equal, soft)).rowcount
+    return conn.execute(
+        statement.format(plan.target.ident, soft, staged.ident, equal, soft)
+    ).rowcount
 
 
 def ensure_soft_column(conn: Connection, target: TableName, soft_column: str) -> None:

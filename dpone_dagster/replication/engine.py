@@ -47,10 +47,11 @@ from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
 from .apply import TableApply, evolve
 from .changes import Begin, Commit, Delete, Insert, Lsn, Relation, Truncate, Update
-from .plan import ReplicationGroup, refuse_missing_identity, relation_plan
+from .plan import ReplicationGroup, refuse_keyless, relation_plan
 from .reader import read_changes
 from .report import ReplicationProgress, ReplicationReport, TableChanges
-from .slot import advance_slot, create_slot, current_lsn, ensure_publication, slot_status
+from .setup import check_replication_setup, create_replication
+from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
 
 BATCH_CHANGES = 200_000
@@ -78,6 +79,22 @@ class _Target:
 
 
 @dataclass
+class _Reading:
+    """A peek in progress: the sessions, the target transaction open, the tables known."""
+
+    sessions: Sessions
+    control: Connection
+    run: _Run
+    encoding: str
+    target: _Target | None = None
+    skipping: bool = False
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    staged_mark: int = STAGE_EVERY
+    relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
+    plans: dict[int, TablePlan] = field(default_factory=dict)
+
+
+@dataclass
 class _Run:
     """What a run has done so far."""
 
@@ -99,10 +116,12 @@ class Replication:
         target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
         ledger: Where the ledger lives; it must be the target database (the applied position
             commits with the rows).
-        adopt: On the first run, keep target tables that already hold rows (from
+        adopt: On the first run, take over target tables that already hold rows (from
             ``backfill_asset`` or ``incremental_asset``) instead of refusing them
-            (``replication_target_exists``): they are compared with the source under the slot's
-            snapshot and adopted only when equal (``replication_adopt_differs``).
+            (``replication_target_exists``): each is checked against the source's columns by
+            the schema-change policy (a lossy difference is refused with
+            ``schema_change_incompatible``, nothing written), then copied again under the slot's
+            snapshot in one transaction (readers see the old rows until it commits).
         resync: Copy every table again under a new slot (after a lost slot, or a table added).
         options: Session options (of both sides, unless ``target_options`` is given).
         target_options: Options of the target's sessions.
@@ -141,6 +160,11 @@ class Replication:
         self.options, self.target_options = options, target_options or options
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
+
+    @property
+    def owner_comment(self) -> str:
+        """The comment the group's own publication carries (:mod:`.setup`)."""
+        return f"dpone replication group {self.group.slot}"
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -195,14 +219,16 @@ class Replication:
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
             state = self.ledger.fetch(tgt, group.slot)
         copied: CopyReport | None = None
-        adopted, removed = False, ()
+        adopted = False
+        removed: tuple[TableName, ...] = ()
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
             with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
                 state = self.ledger.fetch(tgt, group.slot)
         else:
             removed = self._follow_group(sessions, state)
-        assert state is not None and state.applied_lsn is not None
+        assert state is not None
+        assert state.applied_lsn is not None
         upto = current_lsn(control)
         run = _Run(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                    state.applied_commit_time)  # fmt: skip
@@ -234,6 +260,14 @@ class Replication:
         """Refuses tables added to the group since the last run; lets removed ones go (the
         publication publishes exactly the group's tables)."""
         group = self.group
+        if state.publication != group.publication:  # its tables' history is another's
+            raise engine_error(
+                "replication_group_changed",
+                f"The group of slot {group.slot!r} reads publication {state.publication!r}, "
+                f"not {group.publication!r}.",
+                ["Name the publication the group was created with, or run once with "
+                 "resync=True to start over with the new one."],
+            )  # fmt: skip
         added = [t for t in group.tables if t not in state.tables]
         if added:
             raise engine_error(
@@ -255,7 +289,9 @@ class Replication:
     ) -> tuple[CopyReport | None, bool]:
         """Copies every table under the new slot's snapshot (see the module's step 1)."""
         src, tgt, group = sessions.source, sessions.target, self.group
-        refuse_missing_identity(src, group.tables)
+        check_replication_setup(src, slot=group.slot, publication=group.publication,
+                                tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
+        refuse_keyless(src, group.tables)
         filled = _filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
@@ -274,10 +310,13 @@ class Replication:
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
-        ensure_publication(src, group.publication, group.tables)
         run = _Run(0, 0, None)
         self._progress("copy", run)
-        with create_slot(self.source_dsn, group.slot, self.options) as created:
+        creating = create_replication(
+            self.source_dsn, slot=group.slot, publication=group.publication,
+            tables=group.tables, owner_comment=self.owner_comment, options=self.options,
+        )  # fmt: skip
+        with creating as created:
             point = created.consistent_point
 
             def commit_state(conn: Connection) -> None:
@@ -298,94 +337,94 @@ class Replication:
                 copy.extract()
                 report = copy.load(before_commit=commit_state)
         self._progress("copied", run)
-        return report, False
+        return report, bool(filled)
 
     # -- the stream --------------------------------------------------------------------------
 
     def _stream(self, sessions: Sessions, control: Connection, run: _Run, upto: Lsn) -> None:
         src, group = sessions.source, self.group
         encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
-        names = {t: t for t in group.tables}
-        relations: dict[int, tuple[TableName, Relation]] = {}
-        plans: dict[int, TablePlan] = {}
-        target: _Target | None = None
-        skipping, at = False, datetime.now(UTC)
-        staged_mark = STAGE_EVERY
-
-        def table(oid: int) -> TableApply | None:
-            assert target is not None
-            found = target.tables.get(oid)
-            if found is None:
-                found = self._table(sessions, oid, relations, plans, target, encoding, run)
-            return found
-
-        changes = read_changes(src, slot=group.slot, publication=group.publication,  # type: ignore[arg-type]
+        reading = _Reading(sessions, control, run, encoding)
+        changes = read_changes(src, slot=group.slot, publication=group.publication,
                                upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
         seen = 0
         try:
-            for _, message in changes:
+            for _, message in changes:  # the hot path: one pass per change
                 seen += 1
                 kind = type(message)
                 if kind is Insert or kind is Update or kind is Delete:
-                    if skipping:
+                    if reading.skipping:
                         continue
-                    applying = table(message.relation)  # type: ignore[union-attr]
+                    applying = self._table(reading, message.relation)  # type: ignore[union-attr]
                     if applying is None:
                         continue
                     if kind is Insert:
                         applying.insert(message.new)  # type: ignore[union-attr]
                     elif kind is Update:
-                        applying.update(message.new, message.old, at)  # type: ignore[union-attr]
+                        applying.update(message.new, message.old, reading.at)  # type: ignore[union-attr]
                     else:
-                        applying.delete(message.old, at)  # type: ignore[union-attr]
-                    assert target is not None
-                    target.staged += 1
-                    if target.staged >= staged_mark:
-                        staged_mark += STAGE_EVERY
-                        self._progress("stage", run, target.staged)
-                elif kind is Begin:
-                    begin: Begin = message  # type: ignore[assignment]
-                    at = begin.commit_time
-                    if target is None:
-                        target = self._begin(sessions, run)
-                        staged_mark = STAGE_EVERY
-                    skipping = begin.final_lsn <= run.applied
-                    if skipping:
-                        run.skipped += 1
-                elif kind is Commit:
-                    if skipping:
-                        continue
-                    done: Commit = message  # type: ignore[assignment]
-                    assert target is not None
-                    target.transactions += 1
-                    target.last = (done.commit_lsn, done.end_lsn, done.commit_time)
-                    if target.staged >= self.batch_changes:
-                        self._commit(sessions, control, target, run)
-                        target = None
-                elif kind is Relation:
-                    rel: Relation = message  # type: ignore[assignment]
-                    name = names.get(TableName(rel.schema, rel.name))
-                    if name is None:
-                        continue
-                    self._relation(rel, name, (relations, plans), target, run)
-                elif kind is Truncate and not skipping:
-                    for oid in message.relations:  # type: ignore[union-attr]
-                        truncated = table(oid)
-                        if truncated is not None:
-                            truncated.truncate(at)
+                        applying.delete(message.old, reading.at)  # type: ignore[union-attr, arg-type]
+                    self._staged(reading)
+                else:
+                    self._control(reading, message)  # type: ignore[arg-type]
         except BaseException:
-            if target is not None:
-                target.abandon()
+            if reading.target is not None:
+                reading.target.abandon()
             raise
-        if target is not None:
-            if target.transactions:
-                self._commit(sessions, control, target, run)
-            else:
-                target.close()
-                sessions.target.rollback()
-                sessions.target.autocommit = True
+        self._end(reading)
         budget = group.max_changes_per_run
         run.budget_reached = budget is not None and seen >= budget
+
+    def _staged(self, reading: _Reading) -> None:
+        target = reading.target
+        assert target is not None
+        target.staged += 1
+        if target.staged >= reading.staged_mark:
+            reading.staged_mark += STAGE_EVERY
+            self._progress("stage", reading.run, target.staged)
+
+    def _control(self, reading: _Reading, message: Begin | Commit | Relation | Truncate) -> None:
+        """A message other than a row change: a transaction's bounds, a table's columns, a
+        ``TRUNCATE``."""
+        run = reading.run
+        if isinstance(message, Begin):
+            reading.at = message.commit_time
+            if reading.target is None:
+                reading.target = self._begin(reading.sessions, run)
+                reading.staged_mark = STAGE_EVERY
+            reading.skipping = message.final_lsn <= run.applied
+            run.skipped += reading.skipping
+        elif isinstance(message, Commit):
+            target = reading.target
+            if reading.skipping or target is None:
+                return
+            target.transactions += 1
+            target.last = (message.commit_lsn, message.end_lsn, message.commit_time)
+            if target.staged >= self.batch_changes:
+                self._commit(reading.sessions, reading.control, target, run)
+                reading.target = None
+        elif isinstance(message, Relation):
+            name = TableName(message.schema, message.name)
+            if name in self.group.tables:
+                self._relation(message, name, (reading.relations, reading.plans),
+                               reading.target, run)  # fmt: skip
+        elif not reading.skipping:
+            for oid in message.relations:
+                truncated = self._table(reading, oid)
+                if truncated is not None:
+                    truncated.truncate(reading.at)
+
+    def _end(self, reading: _Reading) -> None:
+        """Commits the last target transaction (or ends one that applied nothing)."""
+        target, sessions = reading.target, reading.sessions
+        if target is None:
+            return
+        if target.transactions:
+            self._commit(sessions, reading.control, target, reading.run)
+            return
+        target.close()
+        sessions.target.rollback()
+        sessions.target.autocommit = True
 
     def _relation(
         self,
@@ -408,22 +447,19 @@ class Replication:
             self._count(run, current)
             current.close()
 
-    def _table(
-        self,
-        sessions: Sessions,
-        oid: int,
-        relations: dict[int, tuple[TableName, Relation]],
-        plans: dict[int, TablePlan],
-        target: _Target,
-        encoding: str,
-        run: _Run,
-    ) -> TableApply | None:
+    def _table(self, reading: _Reading, oid: int) -> TableApply | None:
         """The table's apply in the target transaction (planned, and evolved, when needed)."""
-        known = relations.get(oid)
+        target = reading.target
+        assert target is not None
+        found = target.tables.get(oid)
+        if found is not None:
+            return found
+        known = reading.relations.get(oid)
         if known is None:
             return None  # a table outside the group
         name, relation = known
-        plan = plans.get(oid)
+        sessions, run = reading.sessions, reading.run
+        plan = reading.plans.get(oid)
         if plan is None:
             plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
             evolve(sessions.target, plan)
@@ -433,9 +469,9 @@ class Replication:
                     counted, schema_changes=counted.schema_changes + plan.schema_changes
                 )
             plan = replace(plan, schema_changes=())
-            plans[oid] = plan
+            reading.plans[oid] = plan
         applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                              encoding)  # fmt: skip
+                              reading.encoding)  # fmt: skip
         target.tables[oid] = applying
         return applying
 
@@ -454,9 +490,7 @@ class Replication:
             run.applied_at = state.applied_commit_time
         return _Target()
 
-    def _commit(
-        self, sessions: Sessions, control: Connection, target: _Target, run: _Run
-    ) -> None:
+    def _commit(self, sessions: Sessions, control: Connection, target: _Target, run: _Run) -> None:
         """Applies the target transaction's net effect with the applied position, commits,
         then advances the slot."""
         tgt = sessions.target

@@ -65,9 +65,7 @@ class ReplicationGroup:
     soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
 
     def __post_init__(self) -> None:
-        tables = tuple(
-            t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables
-        )
+        tables = tuple(t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables)
         object.__setattr__(self, "tables", tables)
         object.__setattr__(self, "deletes", Deletes.parse(self.deletes))
         object.__setattr__(self, "schema_changes", SchemaChanges.parse(self.schema_changes))
@@ -100,7 +98,9 @@ def _refuse_options(group: ReplicationGroup) -> None:
             ["Name the slot e.g. 'dpone_shop'."],
         )
     budget = group.max_changes_per_run
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+    ):
         raise engine_error(
             "replication_options_invalid",
             f"max_changes_per_run={budget!r}.",
@@ -108,43 +108,34 @@ def _refuse_options(group: ReplicationGroup) -> None:
         )
 
 
-_REPLICA_IDENTITY = """
-SELECT c.relreplident::text,
-       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relname = %s
-"""
+_KEYLESS = (
+    "SELECT t.schema || '.' || t.name FROM unnest(%s::text[], %s::text[]) AS t(schema, name)"
+    " JOIN pg_namespace n ON n.nspname = t.schema"
+    " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.name"
+    " WHERE NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)"
+)
 
 
-def refuse_missing_identity(conn: Connection, tables: Sequence[TableName]) -> None:
-    """Refuses, before anything is created, a table whose deletes and updates the slot could
-    not name: no primary key and not ``REPLICA IDENTITY FULL``, or ``REPLICA IDENTITY
-    NOTHING``; and a table without a primary key (the target's net effect is applied by key).
+def refuse_keyless(conn: Connection, tables: Sequence[TableName]) -> None:
+    """Refuses, before anything is created, a table without a primary key: the apply path
+    applies each key's net effect (:mod:`.apply`), so even under ``REPLICA IDENTITY FULL`` a
+    table needs one (:func:`~.setup.check_replication_setup` refuses the other tables the slot
+    cannot name).
 
     Raises:
         EngineError: ``replica_identity_missing``, naming each table.
     """
-    refused = []
-    for table in tables:
-        row = conn.execute(_REPLICA_IDENTITY, (table.schema, table.name)).fetchone()
-        if row is None:
-            continue  # the copy's plan says table_not_found
-        identity, has_key = str(row[0]), bool(row[1])
-        if identity == "n" or not has_key:
-            refused.append(f"{table} (replica identity {_IDENTITIES.get(identity, identity)}, "
-                           f"{'a' if has_key else 'no'} primary key)")  # fmt: skip
-    if refused:
+    rows = conn.execute(_KEYLESS, ([t.schema for t in tables], [t.name for t in tables]))
+    keyless = [str(r[0]) for r in rows.fetchall()]
+    if keyless:
         raise engine_error(
             "replica_identity_missing",
-            f"The slot cannot name the rows that change in {', '.join(refused)}.",
-            [
-                "Add a primary key to each table (ALTER TABLE ... ADD PRIMARY KEY (...)), then "
-                "run again; the replication applies each table's changes by that key.",
-            ],
-        )
+            f"No primary key: {', '.join(keyless)} (the replication applies each table's "
+            "changes by its primary key, REPLICA IDENTITY FULL or not).",
+            ["Add a primary key to each table (ALTER TABLE ... ADD PRIMARY KEY (...)), then "
+             "run again."],
+        )  # fmt: skip
 
-
-_IDENTITIES = {"d": "default", "n": "nothing", "f": "full", "i": "index"}
 
 _FORMAT_TYPES = (
     "SELECT format_type(t.oid, t.mod) FROM unnest(%s::oid[], %s::int[]) WITH ORDINALITY"

@@ -70,10 +70,9 @@ class ReplicationReport:
 
     Attributes:
         group: The group.
-        initial_copy: The snapshot copy's report (first run, or a resync; ``None`` otherwise,
-            and for an adopted target).
-        adopted: The initial copy adopted the existing target tables (found equal to the
-            source under the slot's snapshot) instead of copying them.
+        initial_copy: The snapshot copy's report (first run, or a resync; ``None`` otherwise).
+        adopted: The initial copy took over target tables that already held rows
+            (``adopt=True``).
         start_lsn: Where the run began: the ledger's applied position (the slot's consistent
             point right after an initial copy).
         applied_lsn: The commit LSN of the last source transaction applied (by this run or an

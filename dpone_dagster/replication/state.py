@@ -54,9 +54,10 @@ class GroupState:
     transactions: int
 
 
-_FIELDS = (
-    "slot, publication, tables, phase, consistent_lsn::text, applied_lsn::text, "
-    "applied_end_lsn::text, applied_commit_time, transactions"
+_FETCH = (
+    "SELECT slot, publication, tables, phase, consistent_lsn::text, applied_lsn::text,"
+    " applied_end_lsn::text, applied_commit_time, transactions FROM {replication_groups}"
+    " WHERE slot = %s"
 )
 
 
@@ -85,7 +86,7 @@ class GroupLedger:
 
     def fetch(self, conn: Connection, slot: str) -> GroupState | None:
         """The group's row, or ``None``."""
-        query = self.store.tables.sql(f"SELECT {_FIELDS} FROM {{replication_groups}} WHERE slot = %s")
+        query = self.store.tables.sql(_FETCH)
         row = conn.execute(query, (slot,)).fetchone()
         if row is None:
             return None

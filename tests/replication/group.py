@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationReport
 from tests.helpers import pg
-
-import psycopg
-from psycopg import sql
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,30 @@ class Group:
     def group(self, **kwargs: Any) -> ReplicationGroup:
         """The group, with options."""
         return ReplicationGroup(
-            tuple(TableName.parse(t) for t in self.tables), slot=self.slot,
-            publication=self.publication or self.slot + "_pub", **kwargs,
-        )  # fmt: skip
+            tuple(TableName.parse(t) for t in self.tables),
+            slot=self.slot,
+            publication=self.publication or self.slot + "_pub",
+            **kwargs,
+        )
 
-    def replication(self, *, adopt: bool = False, resync: bool = False,
-                    batch_changes: int | None = None, **kwargs: Any) -> Replication:
+    def replication(
+        self,
+        *,
+        adopt: bool = False,
+        resync: bool = False,
+        batch_changes: int | None = None,
+        **kwargs: Any,
+    ) -> Replication:
         """The engine of the group."""
         extra = {} if batch_changes is None else {"batch_changes": batch_changes}
-        return Replication(self.group(**kwargs), source=self.source, target=self.target,
-                           adopt=adopt, resync=resync, **extra)  # fmt: skip
+        return Replication(
+            self.group(**kwargs),
+            source=self.source,
+            target=self.target,
+            adopt=adopt,
+            resync=resync,
+            **extra,
+        )
 
     def run(self, **kwargs: Any) -> ReplicationReport:
         """One run."""
@@ -58,7 +72,10 @@ class Group:
     def assert_equal(self, table: str | None = None, columns: str = "*") -> None:
         """The target holds exactly the source's rows of ``table`` (every table by default)."""
         for name in [table] if table else self.tables:
-            source, target = self.rows(self.source, name, columns), self.rows(self.target, name, columns)
+            source, target = (
+                self.rows(self.source, name, columns),
+                self.rows(self.target, name, columns),
+            )
             assert len(target) == len(source), name
             assert target == source, name
 

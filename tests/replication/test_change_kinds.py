@@ -74,10 +74,14 @@ def test_soft_deletes_mark_and_revive(logical_source_dsn: str, target_dsn: str) 
     pg.execute(src, "DELETE FROM public.t WHERE id <= 3")
     pg.execute(src, "INSERT INTO public.t VALUES (2, 'back')")
     group.run(deletes="soft")
-    rows = pg.fetch_all(target_dsn, "SELECT id, v, _dpone_deleted_at IS NOT NULL FROM public.t ORDER BY id")
+    rows = pg.fetch_all(
+        target_dsn, "SELECT id, v, _dpone_deleted_at IS NOT NULL FROM public.t ORDER BY id"
+    )
     assert rows[:3] == [(1, "v1", True), (2, "back", False), (3, "v3", True)]
     assert all(not r[2] for r in rows[3:]) and len(rows) == 10
-    live = pg.fetch_all(target_dsn, "SELECT id, v FROM public.t WHERE _dpone_deleted_at IS NULL ORDER BY id")
+    live = pg.fetch_all(
+        target_dsn, "SELECT id, v FROM public.t WHERE _dpone_deleted_at IS NULL ORDER BY id"
+    )
     assert live == pg.fetch_all(src, "SELECT id, v FROM public.t ORDER BY id")
 
 

@@ -38,17 +38,23 @@ def _mutate(src: str, rng: random.Random, round_: int, big: bool) -> int:
         for i in range(5):
             with conn.transaction():
                 base = 1_000_000 + round_ * 1000 + i * 10
-                conn.execute("INSERT INTO shop.lines SELECT g, g % 100, 1 FROM generate_series(%s, %s) g",
-                             (base, base + 9))  # fmt: skip
-                conn.execute("UPDATE shop.orders SET note = %s WHERE id = %s",
-                             (f"r{round_}.{i}", rng.randint(1, 5000)))  # fmt: skip
+                conn.execute(
+                    "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
+                    (base, base + 9),
+                )
+                conn.execute(
+                    "UPDATE shop.orders SET note = %s WHERE id = %s",
+                    (f"r{round_}.{i}", rng.randint(1, 5000)),
+                )
             made += 1
         conn.execute("DELETE FROM shop.orders WHERE id = %s", (rng.randint(1, 5000),))
         made += 1
         if big:  # one transaction of 40,000 changes: several staging blocks before its commit
             base = 10_000_000 + round_ * 100_000
-            conn.execute("INSERT INTO shop.orders SELECT g, 'big', g FROM generate_series(%s, %s) g",
-                         (base, base + 39_999))  # fmt: skip
+            conn.execute(
+                "INSERT INTO shop.orders SELECT g, 'big', g FROM generate_series(%s, %s) g",
+                (base, base + 39_999),
+            )
             made += 1
     return made
 
@@ -61,28 +67,39 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n', g FROM generate_series(1, 60000) g")
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    plan = [("copy", 1), ("timer", 1)] + [
-        ("copy", 2), ("apply", 1), ("commit", 1), ("committed", 1), ("advanced", 1), ("timer", 1),
-        ("copy", 3), ("committed", 2), ("commit", 1), ("copy", 1), ("advanced", 1),
+    plan = [
+        ("copy", 1),
+        ("timer", 1),
+        ("copy", 2),
+        ("apply", 1),
+        ("commit", 1),
+        ("committed", 1),
+        ("advanced", 1),
+        ("timer", 1),
+        ("copy", 3),
+        ("committed", 2),
+        ("commit", 1),
+        ("copy", 1),
+        ("advanced", 1),
     ]
     expected, outcomes = 0, []
     for i, (mode, nth) in enumerate(plan):
         phase, _ = _ledger(target_dsn)
         if i >= 2:
-            made = _mutate(src, rng, i, big=i % 3 == 0)
+            made = _mutate(src, rng, i, big=True)
             expected += made if phase == "streaming" else 0
         child = crash.start_child("replication", src, target_dsn, 30_000)
         outcomes.append((mode, crash.kill_at(child, mode, nth, rng, timer=1.5, inside_copy=0.05)))
         phase, applied = _ledger(target_dsn)
         assert applied <= expected, f"seed {seed}: {outcomes}: {applied} > {expected}"
     killed = sum(1 for _, o in outcomes if o == "killed")
-    assert killed >= 12, (seed, outcomes)
-    group = Group(src, target_dsn, TABLES, slot="dpone_crash")
+    assert killed >= 12, f"seed {seed}: {outcomes}"
+    group = Group(src, target_dsn, TABLES, slot="dpone_crash", publication="dpone_crash")
     report = group.run(batch_changes=30_000)
     assert report.initial_copy is None
-    phase, applied = _ledger(target_dsn)
-    assert (phase, applied) == ("streaming", expected), (seed, outcomes)
     group.assert_equal()
+    phase, applied = _ledger(target_dsn)
+    assert (phase, applied) == ("streaming", expected), f"seed {seed}: {outcomes}"
     assert pg.staging_tables(target_dsn) == []
 
 
@@ -101,11 +118,14 @@ def test_a_replay_from_an_older_slot_position_skips_what_the_ledger_holds(
     first = group.run()
     assert first.transactions == 2
     replay = Group(src, target_dsn, TABLES, slot="dpone_test_old", publication="dpone_test_pub")
-    pg.execute(target_dsn, "INSERT INTO dpone_ledger.replication_groups (slot, publication, tables,"
-               " phase, consistent_lsn, applied_lsn, applied_end_lsn, transactions)"
-               " SELECT 'dpone_test_old', publication, tables, phase, consistent_lsn, applied_lsn,"
-               " applied_end_lsn, transactions FROM dpone_ledger.replication_groups"
-               " WHERE slot = 'dpone_test'")  # fmt: skip
+    pg.execute(
+        target_dsn,
+        "INSERT INTO dpone_ledger.replication_groups (slot, publication, tables,"
+        " phase, consistent_lsn, applied_lsn, applied_end_lsn, transactions)"
+        " SELECT 'dpone_test_old', publication, tables, phase, consistent_lsn, applied_lsn,"
+        " applied_end_lsn, transactions FROM dpone_ledger.replication_groups"
+        " WHERE slot = 'dpone_test'",
+    )
     again = replay.replication().run()
     assert (again.transactions, again.skipped_transactions) == (0, 2)
     group.assert_equal()
@@ -118,10 +138,13 @@ def test_a_transfer_between_two_tables_keeps_the_sum_for_a_reader(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     src = logical_source_dsn
-    pg.execute(src, "CREATE TABLE public.a (id int PRIMARY KEY, bal bigint);"
-                    "CREATE TABLE public.b (id int PRIMARY KEY, bal bigint);"
-                    "INSERT INTO public.a SELECT g, 1000 FROM generate_series(1, 100) g;"
-                    "INSERT INTO public.b SELECT g, 1000 FROM generate_series(1, 100) g")  # fmt: skip
+    pg.execute(
+        src,
+        "CREATE TABLE public.a (id int PRIMARY KEY, bal bigint);"
+        "CREATE TABLE public.b (id int PRIMARY KEY, bal bigint);"
+        "INSERT INTO public.a SELECT g, 1000 FROM generate_series(1, 100) g;"
+        "INSERT INTO public.b SELECT g, 1000 FROM generate_series(1, 100) g",
+    )
     group = Group(src, target_dsn, ("public.a", "public.b"))
     group.run()
     rng = random.Random(3)
@@ -137,8 +160,9 @@ def test_a_transfer_between_two_tables_keeps_the_sum_for_a_reader(
     def read() -> None:
         with psycopg.connect(target_dsn, autocommit=True) as conn:
             while not done.is_set():
-                row = conn.execute("SELECT (SELECT sum(bal) FROM public.a)"
-                                   " + (SELECT sum(bal) FROM public.b)").fetchone()  # fmt: skip
+                row = conn.execute(
+                    "SELECT (SELECT sum(bal) FROM public.a) + (SELECT sum(bal) FROM public.b)"
+                ).fetchone()
                 sums.append(int(row[0]))  # type: ignore[index]
 
     reader = threading.Thread(target=read)
