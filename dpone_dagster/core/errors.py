@@ -66,21 +66,6 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         "The cursor column is not a column of the source table; nothing was created or written.",
         ("Name one of the table's columns as the cursor (the message lists them).",),
     ),
-    # Replication from the WAL: the slot the server invalidated (wal_status lost: it removed
-    # WAL the slot still needed, max_slot_wal_keep_size). Its changes are gone; only a resync
-    # (a new slot and an initial copy under its snapshot) makes the target whole again.
-    "replication_slot_lost": (
-        "The group's replication slot is lost: the source removed WAL it still needed "
-        "(max_slot_wal_keep_size), so changes since the last run can no longer be read; nothing "
-        "was applied.",
-        (
-            "Resync the group: run it once with resync=True (replication_assets: launch the run "
-            "with the op's config {resync: true}; Replication(..., resync=True)): the slot is "
-            "created again and the tables are copied under its snapshot.",
-            "To keep it from happening again, run the group more often, or raise the source's "
-            "max_slot_wal_keep_size (docs/replication.md).",
-        ),
-    ),
     "backfill_high_water_mark_unsettled": (
         "Transactions that were in flight when the high-water mark was taken did not finish.",
         (

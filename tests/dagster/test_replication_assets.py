@@ -330,7 +330,8 @@ def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_w
         assert failure.user_failure_data is not None
         metadata = failure.user_failure_data.metadata
         assert metadata[ERROR_CODE_KEY].value == "replication_slot_lost"
-        assert "resync" in metadata[NEXT_ACTIONS_KEY].value
+        actions = metadata[NEXT_ACTIONS_KEY].value
+        assert f"{shop.node_def.name}: {{config: {{resync: true}}}}" in actions, actions
         checks = lost.get_asset_check_evaluations()
         assert checks and all(
             not c.passed and c.severity == dg.AssetCheckSeverity.ERROR for c in checks

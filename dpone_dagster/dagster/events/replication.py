@@ -140,6 +140,9 @@ class ReplicationEvents:
             error = exc if isinstance(exc, DponeError) else database_error(exc, "source")
             if error.code == "replication_slot_lost":
                 yield from self._checks(group, self._slot_now(group.slot))
+                error = DponeError(
+                    error.code, error.message, [self._resync_action(), *error.next_actions]
+                )
             raise DponeFailure(error) from exc
         for table in report.tables:
             log_schema_changes(context.log, table.table.qualified, table.schema_changes)
@@ -169,6 +172,15 @@ class ReplicationEvents:
             ledger=self.ledger.config(self.target), options=self.source.options,
             target_options=self.target.options, adopt=self.adopt, resync=self.resync,
         )  # fmt: skip
+
+    def _resync_action(self) -> str:
+        """The resync, as a Dagster user launches it."""
+        op = self.context.op_def.name
+        return (
+            f"Resync: launch the run again with the op's config resync: true (Launchpad: "
+            f"ops: {{{op}: {{config: {{resync: true}}}}}}); the slot is created again and the "
+            "tables are copied under its snapshot."
+        )
 
     def _slot_now(self, slot: str) -> SlotStatus | None:
         """The slot as the source reports it now (for the checks of a failed run)."""
