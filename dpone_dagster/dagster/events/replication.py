@@ -32,6 +32,9 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.report import ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 if TYPE_CHECKING:
@@ -40,8 +43,6 @@ if TYPE_CHECKING:
         PostgresSourceResource,
         PostgresTargetResource,
     )
-    from dpone_dagster.replication.engine import Replication
-    from dpone_dagster.replication.report import ReplicationReport
 
 ReplicationEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
@@ -154,11 +155,8 @@ class ReplicationEvents:
         yield from self._checks(group, report.slot)
         yield from self._materializations(group, report)
 
-    def _engine(self, group: GroupSpecs) -> "Replication":
+    def _engine(self, group: GroupSpecs) -> Replication:
         """The group's engine, with the factory's settings."""
-        from dpone_dagster.replication.engine import Replication
-        from dpone_dagster.replication.plan import ReplicationGroup
-
         spec = ReplicationGroup(
             tables=tuple(s.source_table for s in group.tables.values()),
             slot=group.slot,
@@ -199,7 +197,7 @@ class ReplicationEvents:
                 yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes)
 
     def _materializations(
-        self, group: GroupSpecs, report: "ReplicationReport"
+        self, group: GroupSpecs, report: ReplicationReport
     ) -> Iterator[ReplicationEvent]:
         """One materialization per table: its changes, the group's figures, its table set."""
         by_source = {t.table: t for t in report.tables}

@@ -8,7 +8,7 @@ check warns when the slot retains more WAL than a threshold and fails (error) wh
 checkpoint) or ``lost`` (it has).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
@@ -16,10 +16,8 @@ from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
-
-if TYPE_CHECKING:
-    from dpone_dagster.replication.report import ReplicationReport, TableChanges
-    from dpone_dagster.replication.slot import SlotStatus
+from dpone_dagster.replication.report import ReplicationReport, TableChanges
+from dpone_dagster.replication.slot import SlotStatus
 
 SLOT_CHECK_NAME = "dpone_slot_healthy"
 """The name of the asset check on a replicated table's slot."""
@@ -31,7 +29,7 @@ AT_RISK = ("unreserved", "lost")
 """The ``wal_status`` values that fail the check: WAL the slot needs is, or may be, gone."""
 
 
-def slot_metadata(status: "SlotStatus") -> dict[str, Any]:
+def slot_metadata(status: SlotStatus) -> dict[str, Any]:
     """The slot's figures as numbers (``safe_wal_size`` left out when unlimited)."""
     return dict(
         DponeMetadataSet(
@@ -45,7 +43,7 @@ def slot_metadata(status: "SlotStatus") -> dict[str, Any]:
 
 
 def slot_check(
-    key: dg.AssetKey, slot: str, status: "SlotStatus | None", warn_bytes: int
+    key: dg.AssetKey, slot: str, status: SlotStatus | None, warn_bytes: int
 ) -> dg.AssetCheckResult:
     """``dpone_slot_healthy`` of one table of the group.
 
@@ -85,7 +83,7 @@ def slot_check(
 
 
 def replication_metadata(
-    report: "ReplicationReport", table: "TableChanges | None", source_table: TableName
+    report: ReplicationReport, table: TableChanges | None, source_table: TableName
 ) -> dict[str, Any]:
     """A table's materialization: its changes by kind (none when the run had none for it), the
     group's run and slot, as numbers."""
