@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,13 +71,15 @@ def named_group(slot: str, publication: str) -> dg.AssetsDefinition:
 
 
 @pytest.fixture(scope="module")
-def small_wal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def small_wal_server() -> Iterator[str]:
     """A private PostgreSQL (the embedded binaries, a cluster of its own) whose slots may keep
     at most 1 MB of WAL: a slot nobody reads is lost after a few WAL segments and a
-    checkpoint. Stopped when the module ends."""
-    folder = Path(tmp_path_factory.mktemp("small_wal"))
-    server = embedded.start(folder)
+    checkpoint. Its folder is outside pytest's numbered temporary folders (a concurrent pytest
+    session removes old ones, under the running server). Stopped and removed when the module
+    ends."""
+    folder = Path(tempfile.mkdtemp(prefix="dpone_small_wal_"))
     try:
+        server = embedded.start(folder)
         pg.execute(server.dsn(), "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
         pg.execute(server.dsn(), "SELECT pg_reload_conf()")
         pg.wait_until(
@@ -86,6 +90,7 @@ def small_wal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.dsn()
     finally:
         embedded.stop(folder)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _write_wal_until_lost(dsn: str, slot: str) -> list[str]:
