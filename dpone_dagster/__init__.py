@@ -1,5 +1,5 @@
-"""dpone-dagster: PostgreSQL snapshot copies, crash-safe ordered backfills and incremental sync
-for Dagster.
+"""dpone-dagster: PostgreSQL snapshot copies, crash-safe ordered backfills, incremental sync and
+replication from the WAL for Dagster.
 
 The names here are what a Dagster user needs: the resources (whose event iterators copy,
 backfill and stream), the asset factories, the partitions, the translator, the component and the
@@ -7,6 +7,7 @@ failure type, all from the Dagster layer :mod:`dpone_dagster.dagster`. The domai
 their subpackages and run without Dagster:
 :mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
 backfill), :mod:`dpone_dagster.incremental` (incremental streams),
+:mod:`dpone_dagster.replication` (replication from the WAL),
 :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
 (MySQL/MariaDB, REST and Kafka), :mod:`dpone_dagster.lifecycle` (receipts and terminal
 outcomes). The names below are imported on first use, so that ``import dpone_dagster.postgres``
@@ -22,12 +23,13 @@ if TYPE_CHECKING:
         incremental_asset,
         kafka_copy_asset,
         mysql_copy_asset,
+        replication_assets,
         rest_copy_asset,
         snapshot_copy_assets,
     )
     from dpone_dagster.dagster.components import PostgresCopyComponent
     from dpone_dagster.dagster.failures import DponeFailure
-    from dpone_dagster.dagster.jobs import build_extraction_job
+    from dpone_dagster.dagster.jobs import build_extraction_job, drop_replication_job
     from dpone_dagster.dagster.partitions import cursor_range_partitions
     from dpone_dagster.dagster.resources import (
         KafkaSourceResource,
@@ -53,9 +55,11 @@ _LAZY: dict[str, str] = {
     "backfill_asset": "dpone_dagster.dagster.assets",
     "build_extraction_job": "dpone_dagster.dagster.jobs",
     "cursor_range_partitions": "dpone_dagster.dagster.partitions",
+    "drop_replication_job": "dpone_dagster.dagster.jobs",
     "incremental_asset": "dpone_dagster.dagster.assets",
     "kafka_copy_asset": "dpone_dagster.dagster.assets",
     "mysql_copy_asset": "dpone_dagster.dagster.assets",
+    "replication_assets": "dpone_dagster.dagster.assets",
     "rest_copy_asset": "dpone_dagster.dagster.assets",
     "snapshot_copy_assets": "dpone_dagster.dagster.assets",
     "source_asset_specs": "dpone_dagster.dagster.translator",
@@ -78,9 +82,11 @@ __all__ = [
     "backfill_asset",
     "build_extraction_job",
     "cursor_range_partitions",
+    "drop_replication_job",
     "incremental_asset",
     "kafka_copy_asset",
     "mysql_copy_asset",
+    "replication_assets",
     "rest_copy_asset",
     "snapshot_copy_assets",
     "source_asset_specs",

@@ -1,4 +1,5 @@
-"""``build_extraction_job``: a snapshot copy as a job of ``acquire -> extract -> load -> settle``.
+"""``build_extraction_job``: a snapshot copy as a job of ``acquire -> extract -> load -> settle``;
+``drop_replication_job``: the job that ends a replication group (drops its slot and publication).
 
 The steps hand a live copy (source sessions, a target session, artifacts) to each other. A live
 session cannot be pickled, so the job runs on Dagster's in-process executor, the source resource
@@ -19,7 +20,9 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
+from dpone_dagster.dagster.events.replication import group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyHow, copy_failure
+from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
@@ -189,5 +192,52 @@ def build_extraction_job(
     )
     def _job() -> None:
         settle(load(extract(acquire())))
+
+    return _job
+
+
+def drop_replication_job(
+    replication: dg.AssetsDefinition, *, name: str | None = None
+) -> dg.JobDefinition:
+    """A job that drops a replication group's slot and publication on the source.
+
+    It is :meth:`~dpone_dagster.PostgresSourceResource.drop_replication` as a job, to launch
+    from the UI when a group is retired: a slot nobody drains keeps the source's WAL until its
+    disk fills. Its one op logs what it dropped; a slot in use or not dpone's fails it with the
+    code (nothing dropped). A later materialization of the group starts over with an initial
+    copy.
+
+    Args:
+        replication: The multi-asset :func:`~dpone_dagster.replication_assets` built.
+        name: The job's name (``drop_<op name>`` by default).
+
+    Returns:
+        The job (resource key ``source``).
+
+    Raises:
+        DponeFailure: at definition time, ``plan_invalid`` for an asset that names no group.
+
+    Examples:
+        .. code-block:: python
+
+            shop = replication_assets(["shop.orders", "shop.customers"], slot="dpone_shop")
+            defs = dg.Definitions(assets=[shop], jobs=[drop_replication_job(shop)], ...)
+    """
+    group = group_specs(replication)
+    job_name = name or f"drop_{replication.node_def.name}"
+
+    @dg.op(name=f"{job_name}_op", tags=dict(DponeRunTags(slot=group.slot)))
+    def drop(context: dg.OpExecutionContext, source: PostgresSourceResource) -> None:
+        with dagster_failures():
+            dropped = source.drop_replication(group.slot, publication=group.publication)
+        context.log.info(
+            f"dpone: slot {group.slot} {'dropped' if dropped.slot else 'was already gone'}, "
+            f"publication {group.publication} "
+            f"{'dropped' if dropped.publication else 'was already gone'}."
+        )
+
+    @dg.job(name=job_name, tags=dict(DponeRunTags(slot=group.slot)))
+    def _job() -> None:
+        drop()
 
     return _job

@@ -21,9 +21,11 @@ from dpone_dagster import (
     KafkaSourceResource,
     backfill_asset,
     build_extraction_job,
+    drop_replication_job,
     incremental_asset,
     kafka_copy_asset,
     mysql_copy_asset,
+    replication_assets,
     rest_copy_asset,
     snapshot_copy_assets,
 )
@@ -45,6 +47,11 @@ from dpone_dagster.embedded_kafka import KafkaBroker
 from dpone_dagster.sources import MySQLSettings
 from tests.helpers import kafka, mysql, pg
 from tests.helpers.http_api import ApiServer, Reply, Request
+from tests.helpers.logical import (  # noqa: F401 (pytest finds fixtures by name)
+    logical_server,
+    logical_source_dsn,
+    make_logical_database,
+)
 from tests.incremental.conftest import ORDERS, insert_orders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +70,8 @@ ONLY_WHEN = {
     "(tests/postgres/test_generated_columns.py)",
     "dpone/group_commit_error": "publishing a Kafka run's offsets to the consumer group failed "
     "after the target's commit (monitoring only)",
+    "dpone/safe_wal_size": "the source's max_slot_wal_keep_size is set (unlimited on the test "
+    "servers; tests/dagster/test_replication_assets.py sets it)",
     "dpone/sweep_started_at": "a stream's sweep is in progress after its check (a small table's "
     "check completes its sweep in one run; tests/incremental/test_stream_check.py)",
 }
@@ -297,11 +306,32 @@ def kafka_copies(
     assert materialize(seen, instance, [keyed], resources).success
 
 
+def replication(
+    seen: Seen, instance: dg.DagsterInstance, logical_source: str, target_dsn: str
+) -> None:
+    """A replication group's first run (its initial copy) and a run applying changes, its slot
+    check, and the job that drops the group."""
+    pg.execute(
+        logical_source, "CREATE SCHEMA repl; CREATE TABLE repl.t (id int PRIMARY KEY, v text)"
+    )
+    pg.execute(logical_source, "INSERT INTO repl.t SELECT g, 'v' FROM generate_series(1, 5) g")
+    group = replication_assets(["repl.t"], slot="dpone_metadata_sets")
+    resources = postgres_resources(logical_source, target_dsn)
+    assert materialize(seen, instance, [group], resources).success
+    pg.execute(logical_source, "UPDATE repl.t SET v = 'w' WHERE id = 1")
+    assert materialize(seen, instance, [group], resources).success
+    drop = drop_replication_job(group)
+    result = drop.execute_in_process(resources=resources, instance=instance)
+    seen.run(result, instance, [])
+
+
 def test_every_key_of_every_asset_kind_is_declared_with_its_type_and_every_field_is_written(
     source_dsn: str, target_dsn: str, mariadb: MySQLSettings, instance: dg.DagsterInstance,
     kafka_broker: KafkaBroker, topic: str,
+    logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
 ) -> None:  # fmt: skip
     seen = Seen()
+    replication(seen, instance, logical_source_dsn, target_dsn)
     snapshot_copies(seen, instance, source_dsn, target_dsn)
     backfill(seen, instance, source_dsn, target_dsn)
     incremental(seen, instance, source_dsn, target_dsn)

@@ -1,11 +1,12 @@
 """Asset factories: snapshot copies (one multi-asset per snapshot), partitioned backfills (and
-the check of their partitions' freshness),
-incremental streams, and the generic sources' copies (MySQL/MariaDB, REST, Kafka)."""
+the check of their partitions' freshness), incremental streams, replication groups from the WAL,
+and the generic sources' copies (MySQL/MariaDB, REST, Kafka)."""
 
 from .backfill import backfill_asset
 from .backfill_freshness import backfill_freshness_check
 from .incremental import incremental_asset
 from .kafka import kafka_copy_asset
+from .replication import replication_assets
 from .snapshot_copy import snapshot_copy_assets
 from .sources import mysql_copy_asset, rest_copy_asset
 
@@ -15,6 +16,7 @@ __all__ = [
     "incremental_asset",
     "kafka_copy_asset",
     "mysql_copy_asset",
+    "replication_assets",
     "rest_copy_asset",
     "snapshot_copy_assets",
 ]

@@ -4,6 +4,7 @@ yields its materializations and checks (``yield from source.copy_tables(context,
 from .backfill import BackfillEvent, BackfillEvents
 from .incremental import IncrementalEvent, IncrementalEvents
 from .kafka_copy import KafkaCopyEvent, KafkaCopyEvents
+from .replication import ReplicationEvent, ReplicationEvents
 from .snapshot_copy import CopyEvent, CopyEvents
 from .source_copy import SourceCopyEvent, SourceCopyEvents
 
@@ -16,6 +17,8 @@ __all__ = [
     "IncrementalEvents",
     "KafkaCopyEvent",
     "KafkaCopyEvents",
+    "ReplicationEvent",
+    "ReplicationEvents",
     "SourceCopyEvent",
     "SourceCopyEvents",
 ]

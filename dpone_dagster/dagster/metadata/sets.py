@@ -6,7 +6,9 @@ Each field is one key (``rows_loaded`` is ``dpone/rows_loaded``), typed as its v
 stay numbers, so the UI plots them; JSON and Markdown as Dagster's metadata values) and
 documented by its docstring, where it says on what it appears: *copy* (a snapshot copy's
 materialization, and the extraction job's), *partition* (a backfill partition's), *batch* (the
-observation of a committed batch), *incremental* (an incremental run's), *generic* (a MySQL or
+observation of a committed batch), *incremental* (an incremental run's), *replication* (a
+replicated table's, one per table of the group), *check of a slot* (``dpone_slot_healthy``),
+*generic* (a MySQL or
 REST copy's), *spec* (an asset definition), *check* (a ``dpone_reconciled`` result), *failure*
 (a :class:`~dpone_dagster.DponeFailure`), *kafka* (a Kafka topic's copy). Metadata is built as
 ``dict(DponeMetadataSet(...))`` and read back with :func:`read_metadata`; the docs'
@@ -117,11 +119,12 @@ class DponeMetadataSet(NamespacedMetadataSet):
     for a stream's run ``several_snapshots`` or ``no_rows_copied``; ``no_snapshot_claim`` for a
     generic copy (every materialization)."""
     rows_loaded: int | None = None
-    """Rows the target took (copy)."""
+    """Rows the target took (copy; replication: its initial copy)."""
     rows_inserted: int | None = None
-    """Rows the target gained (copy, incremental)."""
+    """Rows the target gained (copy, incremental); inserts applied (replication)."""
     rows_updated: int | None = None
-    """Rows a merge updated because a value changed (copy, incremental)."""
+    """Rows a merge updated because a value changed (copy, incremental); updates applied
+    (replication)."""
     schema_changes: dg.JsonMetadataValue | None = None
     """What the load changed in the target's schema, one entry per column (copy, generic,
     incremental; only when it changed)."""
@@ -174,8 +177,9 @@ class DponeMetadataSet(NamespacedMetadataSet):
     lag_seconds: float | None = None
     """How old the source state the target now holds is: the seconds from the start of the read
     the target now reflects (a partition: its newest batch; a stream: the newest mark, taken by
-    this run even when it found nothing new) to the report (copy, partition, generic,
-    incremental, kafka; the ``dpone_fresh`` check judges it)."""
+    this run even when it found nothing new; a replication group: the commit time of the newest
+    transaction applied) to the report (copy, partition, generic, incremental, kafka,
+    replication; the ``dpone_fresh`` check judges it)."""
     cursor_lag_seconds: float | None = None
     """For a stream with a time cursor, the source clock at the newest mark minus the newest
     cursor value copied: how far the newest change copied is behind the mark; it grows while
@@ -223,7 +227,8 @@ class DponeMetadataSet(NamespacedMetadataSet):
     rows_read: int | None = None
     """Rows the run read from the source (incremental)."""
     rows_deleted: int | None = None
-    """Rows deleted, or marked deleted (incremental); deleted by a tombstone (kafka)."""
+    """Rows deleted, or marked deleted (incremental, replication); deleted by a tombstone
+    (kafka)."""
     old_mark: str | None = None
     """The mark the run started from (incremental)."""
     new_mark: str | None = None
@@ -233,6 +238,48 @@ class DponeMetadataSet(NamespacedMetadataSet):
     (incremental)."""
     notices: dg.JsonMetadataValue | None = None
     """What the run warned about, each with its code (incremental, when there was any)."""
+
+    # A replication group's run (one per table of the group; the slot's figures are the
+    # group's, the same on every table).
+    slot: str | None = None
+    """The group's logical replication slot (spec of a replicated table, replication, check of
+    a slot)."""
+    publication: str | None = None
+    """The group's publication (spec of a replicated table, replication)."""
+    lag_bytes: int | None = None
+    """WAL the target is behind by after the run: the source's current LSN minus the slot's
+    confirmed position, in bytes (replication, check of a slot)."""
+    transactions: int | None = None
+    """Source transactions the run applied, every table of the group together
+    (replication)."""
+    transactions_skipped: int | None = None
+    """Source transactions the run read again and skipped because the ledger already held them
+    (replication)."""
+    rows_truncated: int | None = None
+    """Times the run emptied the table because the source truncated it (replication)."""
+    applied_lsn: str | None = None
+    """Commit LSN of the newest source transaction the target holds, ``X/Y`` (replication)."""
+    upto_lsn: str | None = None
+    """The source's LSN when the run started: the run applies nothing committed after it
+    (replication)."""
+    budget_reached: bool | None = None
+    """The run stopped at ``max_changes_per_run`` with changes left before ``upto_lsn``: the
+    next run goes on (replication)."""
+    initial_copy: bool | None = None
+    """The run copied the tables first, under the snapshot the slot was created with (the first
+    run, or a resync) (replication)."""
+    wal_status: str | None = None
+    """The slot's ``wal_status``: ``reserved``, ``extended``, ``unreserved`` or ``lost``
+    (replication, check of a slot)."""
+    safe_wal_size: int | None = None
+    """Bytes of WAL that can still be written before the slot is at risk of being lost
+    (``max_slot_wal_keep_size``); left out when that setting is unlimited (replication, check
+    of a slot)."""
+    retained_wal_bytes: int | None = None
+    """WAL the slot keeps on the source's disk: the current LSN minus its ``restart_lsn``
+    (replication, check of a slot)."""
+    retained_wal_warn_bytes: int | None = None
+    """The retained WAL above which ``dpone_slot_healthy`` warns (check of a slot)."""
 
     # A Kafka stream's run.
     topic: str | None = None
@@ -384,6 +431,8 @@ class DponeRunTags(NamespacedTagSet):
     job tag)."""
     partition: str | None = None
     """The partition a backfill run is copying (run tag, while it runs)."""
+    slot: str | None = None
+    """The replication slot a drop job drops (job tag, op tag)."""
     checkpoint: str | None = None
     """The newest committed batch's checkpoint, short (``sha256:`` and its first 12 hex
     digits; the materialization holds it whole) (run tag, while a backfill runs)."""

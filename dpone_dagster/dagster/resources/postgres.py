@@ -8,7 +8,8 @@ session tracking, the teardown that settles what a step left open) is
 The copies are event iterators on the source, as with dagster-sling's ``replicate``: an asset
 body writes ``yield from source.copy_tables(context, target=target)``,
 ``yield from source.backfill(context, target=target, ledger=ledger)`` or
-``yield from source.incremental(context, target=target, ledger=ledger)``, alone or with its own
+``yield from source.incremental(context, target=target, ledger=ledger)`` or
+``yield from source.replicate(context, target=target, ledger=ledger)``, alone or with its own
 logic around it. Each returns an iterator object that holds its inputs; nothing runs until it is
 iterated.
 """
@@ -26,7 +27,9 @@ from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
+from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
+from dpone_dagster.dagster.metadata.replication import DEFAULT_RETAINED_WAL_WARN_BYTES
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.incremental import (
     DEFAULT_FILLFACTOR,
@@ -42,7 +45,8 @@ from dpone_dagster.postgres import (
     SnapshotSession,
     Strategy,
 )
-from dpone_dagster.postgres.connection import Side
+from dpone_dagster.postgres.connection import Side, connect
+from dpone_dagster.replication.slot import Dropped, drop_replication
 
 from .ledger import LedgerResource
 from .sessions import PostgresResource
@@ -75,8 +79,9 @@ class PostgresSourceResource(PostgresResource):
     :meth:`open_snapshot` (a coordinator, optionally exporting its snapshot) and
     :meth:`import_snapshot` (a worker that reads under an exported snapshot). Every session it
     opens is rolled back and closed at the step's teardown if nobody ended it before. Its event
-    iterators, :meth:`copy_tables`, :meth:`backfill` and :meth:`incremental`, are what the asset
-    factories' bodies are; call them from your own assets the same way.
+    iterators, :meth:`copy_tables`, :meth:`backfill`, :meth:`incremental` and :meth:`replicate`,
+    are what the asset factories' bodies are; call them from your own assets the same way.
+    :meth:`drop_replication` ends a replication group for good.
 
     Examples:
         >>> source = PostgresSourceResource(dsn="postgresql://reader@db:5432/shop")
@@ -291,3 +296,100 @@ class PostgresSourceResource(PostgresResource):
             settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
             fillfactor=fillfactor, check=CheckScope.parse(check), sweep=sweep,
         )  # fmt: skip
+
+    def replicate(
+        self,
+        context: dg.AssetExecutionContext,
+        *,
+        target: PostgresTargetResource,
+        ledger: LedgerResource | None = None,
+        deletes: Deletes | str = Deletes.HARD,
+        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        max_changes_per_run: int | None = None,
+        retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES,
+        resync: bool = False,
+        adopt: bool = False,
+    ) -> ReplicationEvents:
+        """Runs the multi-asset's replication group once.
+
+        The tables, slot and publication are the asset specs' (``dpone/source_table``,
+        ``dpone/table``, ``dpone/slot``, ``dpone/publication``, as
+        :func:`~dpone_dagster.replication_assets` writes them); every table of the group must be
+        selected. The first run (or a resync) creates the publication and the slot and copies
+        the tables under the slot's snapshot; every run applies the changes committed up to the
+        source's LSN at its start, in commit order, then yields each table's
+        ``dpone_slot_healthy`` check (when declared) and its materialization.
+
+        Args:
+            context: The multi-asset's execution context.
+            target: The target database; the group's applied position lives in its ledger.
+            ledger: The ledger schema; ``None``: ``dpone_ledger`` of the target database.
+            deletes: ``hard`` or ``soft``.
+            schema_changes: ``evolve`` or ``freeze``.
+            max_changes_per_run: The run's budget of changes (stops at a transaction
+                boundary); unlimited when None.
+            retained_wal_warn_bytes: ``dpone_slot_healthy`` warns above this retained WAL.
+            resync: Start over: a new slot and an initial copy under its snapshot (the way back
+                from ``replication_slot_lost``).
+            adopt: Let the first run take over targets filled by another dpone asset, after a
+                check.
+
+        Returns:
+            The run's events; iterating them runs it.
+
+        Raises:
+            DponeFailure: any replication error, with its code and next actions (while the
+                events are iterated); ``plan_invalid`` when only some of the group's tables are
+                selected.
+
+        Examples:
+            .. code-block:: python
+
+                @dg.multi_asset(specs=replication_assets(["shop.orders"]).specs,
+                                can_subset=False)
+                def orders(context, source: PostgresSourceResource,
+                           target: PostgresTargetResource):
+                    yield from source.replicate(context, target=target)
+        """
+        return ReplicationEvents(
+            context, source=self, target=target, ledger=ledger or LedgerResource(),
+            deletes=Deletes.parse(deletes), schema_changes=SchemaChanges.parse(schema_changes),
+            max_changes_per_run=max_changes_per_run,
+            retained_wal_warn_bytes=retained_wal_warn_bytes, resync=resync, adopt=adopt,
+        )  # fmt: skip
+
+    def drop_replication(
+        self, group: dg.AssetsDefinition | str, *, publication: str | None = None
+    ) -> Dropped:
+        """Drops a replication group's slot and publication on this source: the one call that
+        ends a group (a forgotten slot keeps the source's WAL forever). Idempotent.
+
+        A later materialization of the group starts over: a new slot, and an initial copy under
+        its snapshot.
+
+        Args:
+            group: The multi-asset :func:`~dpone_dagster.replication_assets` built, or its slot's
+                name.
+            publication: The publication, when ``group`` is a slot's name (the slot's name by
+                default, as the factory names it).
+
+        Returns:
+            What was dropped (``slot``, ``publication``: False for what was already gone).
+
+        Raises:
+            DponeError: ``replication_slot_active`` (another session is reading the slot) or
+                ``replication_slot_foreign`` (the slot is not a dpone slot of this database);
+                nothing dropped.
+
+        Examples:
+            .. code-block:: python
+
+                PostgresSourceResource(dsn=...).drop_replication(shop)
+        """
+        if isinstance(group, dg.AssetsDefinition):
+            names = group_specs(group)
+            slot, publication = names.slot, names.publication
+        else:
+            slot = group
+        with connect(self.dsn, self.options, side="source", autocommit=True) as conn:
+            return drop_replication(conn, slot=slot, publication=publication or slot)

@@ -1,0 +1,346 @@
+"""Replication benchmark: what a run of a replication group costs, against the server's own
+decode rate, a full ``batched_copy`` and the incremental stream's floor, in one run.
+
+    .venv/bin/python bench/replication.py                   # 1,000,000 rows, 1,000,000 changes
+    .venv/bin/python bench/replication.py --rows 100000     # small
+    .venv/bin/python bench/replication.py --rss-changes 3000000   # peak RSS at 1M and at 3M
+
+The source is a database on the replication tests' server (``wal_level = logical``: the
+embedded PostgreSQL 18 of ``.dpone_pg/`` unless ``DPONE_TEST_LOGICAL_DSN`` names one), the
+targets databases on ``DPONE_TEST_PG_DSN`` (default: the local postgres); all are dropped at the
+end. The table is ``bench/incremental.py``'s ``shop.orders`` (id bigint key, six columns, about
+90 bytes a row), replicated by one group (one slot, one publication). It measures:
+
+* the baseline: ``copy_tables(..., strategy="batched_copy", sink="replace")`` of the whole
+  table into another target database, before and after the runs (the ratios' denominator is
+  the mean of the two);
+* the first run (the initial copy under the slot's snapshot);
+* a run with nothing changed, and a run that applies 100 deletes spread at random: each as a
+  share of the full copy (goal: at most 0.02, no scan of either side);
+* a run after 1% of the table changed (0.5% updated, 0.5% inserted), beside the floor of
+  ``bench/incremental.py`` (the same rows relayed into staging and merged by one ``MERGE`` over
+  open sessions, into a copy of the target): the run over the floor (goal: at most 1.3);
+* a backlog of ``--changes`` changes (60% updates, 30% inserts, 10% deletes, in transactions of
+  1 to 1,000 rows), first read by the server alone (``pg_logical_slot_peek_binary_changes``
+  into ``count(*)``: its decode rate), then applied by repeated runs of ``--budget`` changes
+  each in a child process (changes per second, the ratio to the decode rate: goal at least 0.5
+  and 50,000 changes/s; its peak RSS), and checked equal on both sides;
+* one source transaction that updates every row, applied in a child process (its peak RSS:
+  goal under 200 MB);
+* what a Dagster user runs: ``dagster.materialize`` of ``replication_assets`` (its
+  ``dpone_slot_healthy`` check included) with nothing changed and after 1% changed, timed around
+  ``materialize`` after a warm-up materialization; and a backlog of a quarter of ``--changes``
+  applied by repeated materializations.
+
+Each engine figure is the engine call (``Replication(...).run()``), without Dagster's process
+start. A CHECKPOINT precedes each timed run (both targets share one server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.incremental import (  # noqa: E402
+    FILL,
+    ORDERS,
+    Floor,
+    change_one_percent,
+    checkpoint,
+    copy_database,
+    delete_random,
+    full_batched_copy,
+    peak_rss_mb,
+)
+from bench.materialize import timed_materialize  # noqa: E402
+from dpone_dagster.replication.engine import Replication  # noqa: E402
+from dpone_dagster.replication.plan import ReplicationGroup  # noqa: E402
+from dpone_dagster.replication.report import ReplicationReport  # noqa: E402
+from tests.helpers import pg  # noqa: E402
+from tests.helpers.logical import drop_logical_database, logical_admin_dsn  # noqa: E402
+
+LIMITS = {"nothing_changed": 0.02, "deletes_100": 0.02}
+"""The goals as shares of a full ``batched_copy``."""
+FLOOR_LIMIT = 1.3
+"""The 1% run's goal, as a multiple of the floor."""
+DECODE_SHARE, CHANGES_PER_SECOND = 0.5, 50_000
+"""The backlog's goals: a share of the server's decode rate, and changes per second."""
+SINGLE_TRANSACTION_MB = 200
+
+
+def make_source(rows: int) -> str:
+    """``shop.orders`` with ``rows`` rows on the logical server."""
+    source = pg.create_database("dpone_bench_repl_src", logical_admin_dsn())
+    pg.execute(source, ORDERS)
+    for start in range(1, rows + 1, 1_000_000):
+        pg.execute(source, FILL, (start, min(rows, start + 999_999)))
+    pg.execute(source, "VACUUM ANALYZE shop.orders")
+    return source
+
+
+def group(slot: str, budget: int | None = None) -> ReplicationGroup:
+    return ReplicationGroup(
+        tables=("shop.orders",), slot=slot, publication=slot, max_changes_per_run=budget
+    )
+
+
+def run(source: str, target: str, slot: str, budget: int | None = None) -> ReplicationReport:
+    return Replication(group(slot, budget), source=source, target=target).run()
+
+
+def timed(source: str, target: str, slot: str) -> tuple[float, ReplicationReport]:
+    """One engine call after a CHECKPOINT: its seconds and report."""
+    checkpoint(target)
+    started = time.perf_counter()
+    report = run(source, target, slot)
+    return time.perf_counter() - started, report
+
+
+def changes_of(report: ReplicationReport) -> int:
+    return sum(t.inserted + t.updated + t.deleted for t in report.tables)
+
+
+def drain(source: str, target: str, slot: str, budget: int | None) -> dict[str, Any]:
+    """Runs until the slot is drained (in this process): seconds, runs, changes, peak RSS."""
+    started, runs, changes = time.perf_counter(), 0, 0
+    while True:
+        report = run(source, target, slot, budget)
+        runs, changes = runs + 1, changes + changes_of(report)
+        if not report.budget_reached:
+            break
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "runs": runs, "changes": changes, "rss_mb": peak_rss_mb()}
+
+
+def drain_child(source: str, target: str, slot: str, budget: int | None) -> dict[str, Any]:
+    """:func:`drain` in a child process (its peak RSS is the engine's alone)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", source, target, slot, str(budget or 0)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def backlog(source: str, changes: int, rng: random.Random) -> int:
+    """Writes about ``changes`` row changes (60% updates, 30% inserts, 10% deletes) in
+    transactions of 1 to 1,000 rows; returns how many it wrote exactly."""
+    with psycopg.connect(source) as conn:
+        row = conn.execute("SELECT min(id), max(id) FROM shop.orders").fetchone()
+        assert row is not None
+        low, high = int(row[0]), int(row[1])  # live ids: every id in [low, high]
+        written = 0
+        while written < changes:
+            size = rng.randint(1, 1000)
+            updates, inserts = size * 6 // 10, size * 3 // 10
+            deletes = size - updates - inserts
+            ids = rng.sample(range(low + deletes, high + 1), min(updates, high - low - deletes))
+            conn.execute(
+                "UPDATE shop.orders SET status = 'b', updated_at = now() WHERE id = ANY(%s)",
+                (ids,),
+            )
+            conn.execute(FILL, (high + 1, high + inserts))
+            conn.execute("DELETE FROM shop.orders WHERE id >= %s AND id < %s", (low, low + deletes))
+            conn.commit()
+            low, high, written = (
+                low + deletes,
+                high + inserts,
+                written + len(ids) + inserts + deletes,
+            )
+    return written
+
+
+def decode_rate(source: str, slot: str) -> tuple[float, int]:
+    """Seconds for the server to decode the slot's pending changes into nothing
+    (``count(*)`` of ``pg_logical_slot_peek_binary_changes``), and the row changes among them."""
+    started = time.perf_counter()
+    row = pg.fetch_all(
+        source,
+        "SELECT count(*) FILTER (WHERE get_byte(data, 0) IN (73, 85, 68)) FROM"
+        " pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1',"
+        " 'publication_names', %s)",
+        (slot, slot),
+    )
+    return time.perf_counter() - started, int(row[0][0])
+
+
+def fingerprint(dsn: str) -> tuple[Any, ...]:
+    """Count and an order-free hash of ``shop.orders`` (both sides must agree)."""
+    [row] = pg.fetch_all(dsn, "SELECT count(*), sum(hashtext(o::text)::int8) FROM shop.orders o")
+    return tuple(row)
+
+
+def dagster_resources(source: str, target: str) -> dict[str, Any]:
+    from dpone_dagster import LedgerResource, PostgresSourceResource, PostgresTargetResource
+
+    return {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+        "ledger": LedgerResource(),
+    }
+
+
+def materialized(source: str, target: str, slot: str, budget: int | None = None) -> float:
+    """Seconds of one ``dagster.materialize`` of the group (its check included)."""
+    from dpone_dagster import replication_assets
+
+    asset = replication_assets(["shop.orders"], slot=slot, max_changes_per_run=budget)
+    checkpoint(target)
+    seconds, _ = timed_materialize([asset], dagster_resources(source, target))
+    return seconds
+
+
+def dagster_backlog(source: str, target: str, slot: str, budget: int) -> dict[str, Any]:
+    """A backlog applied by repeated materializations: seconds and runs."""
+    from dpone_dagster import replication_assets
+
+    asset = replication_assets(["shop.orders"], slot=slot, max_changes_per_run=budget)
+    resources = dagster_resources(source, target)
+    total, runs = 0.0, 0
+    while True:
+        seconds, result = timed_materialize([asset], resources)
+        total, runs = total + seconds, runs + 1
+        [event] = result.get_asset_materialization_events()
+        metadata = event.step_materialization_data.materialization.metadata
+        if not metadata["dpone/budget_reached"].value:
+            return {"seconds": total, "runs": runs}
+
+
+def measure(args: argparse.Namespace, made: list[str]) -> dict[str, Any]:
+    rng = random.Random(23)
+    source = make_source(args.rows)
+    made.append(source)
+    target, full_target = (
+        pg.create_database("dpone_bench_repl_tgt"),
+        pg.create_database("dpone_bench_repl_full"),
+    )
+    made += [target, full_target]
+    slot = f"dpone_bench_{uuid.uuid4().hex[:8]}"
+    figures: dict[str, Any] = {"rows": args.rows}
+    before = full_batched_copy(source, full_target)
+    pg.execute(full_target, "DROP SCHEMA shop CASCADE")
+    figures["initial_copy"], _ = timed(source, target, slot)
+    figures["nothing_changed"] = statistics.median(timed(source, target, slot)[0] for _ in range(3))
+    floor_target = copy_database(target)
+    made.append(floor_target)
+    floor = Floor(source, floor_target)
+    change_one_percent(source, args.rows, 1)
+    figures["changed_1pct"], report = timed(source, target, slot)
+    figures["changed_1pct_changes"] = changes_of(report)
+    checkpoint(floor_target)
+    figures["floor_1pct"], _ = floor.run()
+    floor.close()
+    delete_random(source, args.rows, rng)
+    figures["deletes_100"], report = timed(source, target, slot)
+    assert changes_of(report) == 100, report
+    figures["dagster_nothing_changed"] = materialized(source, target, slot)
+    change_one_percent(source, args.rows, 2)
+    figures["dagster_changed_1pct"] = materialized(source, target, slot)
+
+    figures["backlog_changes"] = backlog(source, args.changes, rng)
+    figures["decode_seconds"], figures["decode_changes"] = decode_rate(source, slot)
+    figures["backlog"] = drain_child(source, target, slot, args.budget)
+    assert fingerprint(source) == fingerprint(target), "target differs from source"
+    backlog(source, args.changes // 4, rng)
+    figures["dagster_backlog_changes"] = args.changes // 4
+    figures["dagster_backlog"] = dagster_backlog(source, target, slot, args.budget)
+    pg.execute(source, "UPDATE shop.orders SET note = note || 'x'")  # one transaction, every row
+    figures["single_transaction"] = drain_child(source, target, slot, None)
+    if args.rss_changes:
+        figures["backlog_rss_changes"] = backlog(source, args.rss_changes, rng)
+        figures["backlog_rss"] = drain_child(source, target, slot, args.budget)
+    assert fingerprint(source) == fingerprint(target), "target differs from source"
+    figures["full_copy"] = (before + full_batched_copy(source, full_target)) / 2
+    return figures
+
+
+def report(f: dict[str, Any]) -> None:
+    full = f["full_copy"]
+    print(f"shop.orders, {f['rows']:,} rows; full batched_copy {full:.2f} s (mean of two)")
+    first = f["initial_copy"]
+    print(f"initial copy (first run)          {first:8.2f} s  {first / full:6.3f} x full")
+    for name in ("nothing_changed", "deletes_100"):
+        ratio = f[name] / full
+        mark = "ok" if ratio <= LIMITS[name] else "OVER"
+        print(f"{name:<34}{f[name]:8.3f} s  {ratio:6.3f} x full  (goal <= {LIMITS[name]}: {mark})")
+    over = f["changed_1pct"] / f["floor_1pct"]
+    print(
+        f"changed_1pct ({f['changed_1pct_changes']:,} changes)      {f['changed_1pct']:8.3f} s  "
+        f"{f['changed_1pct'] / full:6.3f} x full  {over:5.2f} x floor {f['floor_1pct']:.3f} s "
+        f"(goal <= {FLOOR_LIMIT}: {'ok' if over <= FLOOR_LIMIT else 'OVER'})"
+    )
+    decode = f["decode_changes"] / f["decode_seconds"]
+    applied = f["backlog"]["changes"] / f["backlog"]["seconds"]
+    print(
+        f"backlog {f['backlog_changes']:,} changes: server decode {decode:,.0f} changes/s; "
+        f"applied {applied:,.0f} changes/s in {f['backlog']['runs']} runs = "
+        f"{applied / decode:.2f} of decode (goals >= {DECODE_SHARE}, >= {CHANGES_PER_SECOND:,}/s); "
+        f"peak RSS {f['backlog']['rss_mb']:.0f} MB"
+    )
+    if "backlog_rss" in f:
+        big = f["backlog_rss"]
+        print(
+            f"backlog {f['backlog_rss_changes']:,} changes: peak RSS {big['rss_mb']:.0f} MB "
+            f"({big['changes'] / big['seconds']:,.0f} changes/s)"
+        )
+    single = f["single_transaction"]
+    print(
+        f"one transaction of {single['changes']:,} rows: {single['seconds']:.2f} s, peak RSS "
+        f"{single['rss_mb']:.0f} MB (goal < {SINGLE_TRANSACTION_MB})"
+    )
+    print(
+        f"dagster.materialize, nothing changed {f['dagster_nothing_changed']:8.3f} s  "
+        f"{f['dagster_nothing_changed'] / full:6.3f} x full"
+    )
+    print(
+        f"dagster.materialize, 1% changed      {f['dagster_changed_1pct']:8.3f} s  "
+        f"{f['dagster_changed_1pct'] / full:6.3f} x full"
+    )
+    db = f["dagster_backlog"]
+    print(
+        f"dagster.materialize, backlog of {f['dagster_backlog_changes']:,}: "
+        f"{f['dagster_backlog_changes'] / db['seconds']:,.0f} changes/s in {db['runs']} runs"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--changes", type=int, default=None, help="backlog size (--rows)")
+    parser.add_argument("--budget", type=int, default=250_000, help="changes per run")
+    parser.add_argument("--rss-changes", type=int, default=0, help="a second backlog, RSS only")
+    parser.add_argument("--child", nargs=4, metavar=("SRC", "TGT", "SLOT", "BUDGET"))
+    args = parser.parse_args()
+    if args.child:
+        source, target, slot, budget = args.child
+        print(json.dumps(drain(source, target, slot, int(budget) or None)))
+        return
+    args.changes = args.changes or args.rows
+    made: list[str] = []
+    try:
+        report(measure(args, made))
+    finally:
+        for dsn in made:
+            if dsn == made[0]:
+                drop_logical_database(dsn)
+            else:
+                pg.drop_database(dsn)
+
+
+if __name__ == "__main__":
+    main()

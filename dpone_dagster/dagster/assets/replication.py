@@ -1,0 +1,218 @@
+"""``replication_assets``: one multi-asset that keeps a group of tables current from the WAL.
+
+A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.replicate`: it checks the
+tables, the slot and the options when the definitions load, builds one spec per table (keys by
+the translator, each naming its tables, slot and publication) and its ``dpone_slot_healthy``
+check spec, and an op whose body is ``yield from source.replicate(context, ...)``. The asset is
+not subsettable: one slot feeds every table, and a source transaction that touched several
+tables is applied whole.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.dagster.assets.snapshot_copy import copy_specs
+from dpone_dagster.dagster.events.replication import ReplicationEvent
+from dpone_dagster.dagster.metadata.replication import (
+    DEFAULT_RETAINED_WAL_WARN_BYTES,
+    SLOT_CHECK_NAME,
+)
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
+from dpone_dagster.dagster.run_plane.instance import check_instance_storage
+from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import SchemaChanges
+from dpone_dagster.replication.plan import ReplicationGroup
+
+
+class ReplicationRunConfig(dg.Config):
+    """The run config of a replication group's op (the Launchpad's ``config`` of the op)."""
+
+    resync: bool = Field(
+        default=False,
+        description=(
+            "Start the group over: drop its slot, create it again and copy the tables under "
+            "its snapshot. The way back from a lost slot (replication_slot_lost)."
+        ),
+    )
+    adopt: bool = Field(
+        default=False,
+        description=(
+            "On the first run, take over targets another dpone asset filled (backfill_asset, "
+            "incremental_asset) after checking them, instead of refusing them."
+        ),
+    )
+
+
+def default_slot(keys: Sequence[dg.AssetKey]) -> str:
+    """The slot of a group whose slot is not named: ``dpone_`` and a digest of its asset keys
+    (a valid slot name: lower-case letters, digits and ``_``, at most 63 bytes).
+
+    Examples:
+        >>> default_slot([dg.AssetKey(["shop", "orders"])])
+        'dpone_5b5a87a7c4b8'
+    """
+    names = "\n".join(sorted(k.to_user_string() for k in keys))
+    return f"dpone_{hashlib.sha256(names.encode()).hexdigest()[:12]}"
+
+
+def _coerced(
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]], warn_bytes: int
+) -> list[CopyTableSpec]:
+    """The group's tables, each replicated into the target table of its own name.
+
+    Raises:
+        DponeError: ``plan_invalid`` for a renamed target or a threshold that is not a positive
+            number of bytes; the translator's codes for bad names.
+    """
+    if isinstance(warn_bytes, bool) or not (isinstance(warn_bytes, int) and warn_bytes > 0):
+        raise DponeError(
+            "plan_invalid",
+            f"retained_wal_warn_bytes must be a positive number of bytes, not {warn_bytes!r}.",
+            ["Leave it unset (1 GiB), or give e.g. 10 * 2**30."],
+        )
+    coerced = coerce_tables(tables)
+    renamed = [s.source for s in coerced if s.target_table != s.source_table]
+    if renamed:
+        raise DponeError(
+            "plan_invalid",
+            f"A replication group writes each table into the target table of its own name; "
+            f"{', '.join(renamed)} name another target.",
+            ["Drop target= from those tables, or copy them with another asset factory."],
+        )
+    return coerced
+
+
+def replication_assets(
+    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
+    *,
+    slot: str | None = None,
+    publication: str | None = None,
+    deletes: Deletes | str = Deletes.HARD,
+    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    max_changes_per_run: int | None = None,
+    retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES,
+    translator: DponeTranslator | None = None,
+    name: str | None = None,
+    group_name: str | None = None,
+    pool: str | None = None,
+    op_tags: Mapping[str, Any] | None = None,
+) -> dg.AssetsDefinition:
+    """One multi-asset that replicates ``tables`` through one logical slot and publication.
+
+    Each materialization drains the slot up to the source's LSN at its start (within
+    ``max_changes_per_run``), applies the changes in commit order to every table (a source
+    transaction in one target transaction, the applied position in the ledger in the same
+    transaction), advances the slot after the commit, and ends: schedule it (every minute), or
+    run it from a sensor on the slot's lag. The first run creates the publication and the slot
+    and copies the tables under the slot's snapshot.
+
+    Args:
+        tables: ``"schema.table"`` strings (or :class:`~dpone_dagster.CopyTableSpec`); the
+            targets are named as the sources.
+        slot: The logical replication slot (lower-case letters, digits and ``_``);
+            :func:`default_slot` of the asset keys by default.
+        publication: The publication; the slot's name by default.
+        deletes: ``hard`` (default: a source delete deletes the target row) or ``soft`` (sets
+            the soft-delete column instead).
+        schema_changes: ``evolve`` (a column added, widened or dropped at the source changes
+            the target in the data's transaction) or ``freeze`` (any difference fails with
+            ``schema_change_incompatible``).
+        max_changes_per_run: The per-run budget of changes (a run stops at the first
+            transaction boundary past it; the next run goes on); unlimited by default.
+        retained_wal_warn_bytes: ``dpone_slot_healthy`` warns above this much WAL retained by
+            the slot (1 GiB by default).
+        translator: Maps each table to its asset spec (key ``[schema, table]`` by default).
+        name: The op's name (``replication_<slot>`` by default).
+        group_name: The asset group of every table.
+        pool: Dagster concurrency pool limiting runs that read the source.
+        op_tags: Tags of the op.
+
+    Returns:
+        A multi-asset that is not subsettable (resource keys ``source``, ``target``,
+        ``ledger``; run config :class:`ReplicationRunConfig`: ``resync``, ``adopt``), with a
+        ``dpone_slot_healthy`` check on every table. Selecting some of its tables alone fails
+        when the job is built, naming the op.
+
+    Raises:
+        DponeError: at definition time, for a bad table name (``identifier_invalid``), two
+            tables under one target or key (``plan_invalid``), a bad slot, publication or
+            option (the engine's codes).
+
+    Examples:
+        .. code-block:: python
+
+            shop = replication_assets(
+                ["shop.orders", "shop.order_lines", "shop.customers"], slot="dpone_shop"
+            )
+            defs = dg.Definitions(
+                assets=[shop],
+                schedules=[dg.ScheduleDefinition(name="shop_every_minute", target=shop,
+                           cron_schedule="* * * * *")],
+                jobs=[drop_replication_job(shop)],
+                resources={"source": ..., "target": ..., "ledger": LedgerResource()},
+            )
+    """
+    tr = translator or DponeTranslator()
+    coerced = _coerced(tables, retained_wal_warn_bytes)
+    slot_name = slot or default_slot([tr.get_asset_key(s) for s in coerced])
+    group = ReplicationGroup(  # the engine's own checks of the names and options, at load
+        tables=tuple(s.source_table for s in coerced), slot=slot_name,
+        publication=publication or slot_name, deletes=Deletes.parse(deletes),
+        schema_changes=SchemaChanges.parse(schema_changes),
+        max_changes_per_run=max_changes_per_run,
+    )  # fmt: skip
+    check_instance_storage()
+    names = DponeMetadataSet(slot=group.slot, publication=group.publication)
+    specs = copy_specs(coerced, tr, dict(names))
+    op_name = name or f"replication_{group.slot}"
+
+    @dg.multi_asset(
+        name=op_name,
+        specs=[
+            s.replace_attributes(
+                description=f"{s.description} Replicated through slot {group.slot} with the "
+                "other tables of the group, materialized together."
+            )
+            for s in specs
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                SLOT_CHECK_NAME,
+                asset=s.key,
+                description=f"Slot {group.slot} is not lost or unreserved, and retains at most "
+                f"{retained_wal_warn_bytes} bytes of WAL.",
+            )
+            for s in specs
+        ],
+        can_subset=False,  # one slot feeds every table: a subset would split transactions
+        pool=pool,
+        op_tags=op_tags,
+        group_name=group_name,
+    )
+    def _replication(
+        context: dg.AssetExecutionContext,
+        config: ReplicationRunConfig,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        ledger: LedgerResource,
+    ) -> Iterator[ReplicationEvent]:
+        yield from source.replicate(
+            context, target=target, ledger=ledger, deletes=group.deletes,
+            schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
+            retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
+            adopt=config.adopt,
+        )  # fmt: skip
+
+    return _replication

@@ -1,0 +1,220 @@
+"""A replication group's events: ``source.replicate(context, target=target, ledger=ledger)``.
+
+One materialization runs the group's engine once
+(:class:`~dpone_dagster.replication.Replication`): the first run (or a resync) copies the tables
+under the snapshot the slot was created with; every run then drains the slot up to the source's
+LSN at its start, within the per-run budget, and applies the changes in commit order. It yields
+one ``MaterializeResult`` per table (its changes by kind; the group's transactions, lag and slot
+as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check. A lost slot yields
+the failed checks, then fails the run with ``replication_slot_lost``, whose next action is the
+resync.
+"""
+
+from collections.abc import Iterator, Mapping
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+import psycopg
+
+from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.receipts import log_schema_changes
+from dpone_dagster.dagster.metadata.replication import (
+    SLOT_CHECK_NAME,
+    replication_metadata,
+    slot_check,
+)
+from dpone_dagster.dagster.metadata.sets import read_metadata
+from dpone_dagster.dagster.translator import CopyTableSpec
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres.connection import connect
+from dpone_dagster.postgres.failures import database_error
+from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.report import ReplicationReport
+from dpone_dagster.replication.slot import SlotStatus, slot_status
+
+if TYPE_CHECKING:
+    from dpone_dagster.dagster.resources import (
+        LedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+    )
+
+ReplicationEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
+
+
+@dataclass(frozen=True)
+class GroupSpecs:
+    """What a replication multi-asset's specs say: its tables by key, its slot and publication."""
+
+    tables: Mapping[dg.AssetKey, CopyTableSpec]
+    slot: str
+    publication: str
+
+
+def group_specs(assets_def: dg.AssetsDefinition) -> GroupSpecs:
+    """The group of a multi-asset built by :func:`~dpone_dagster.replication_assets`.
+
+    Raises:
+        DponeFailure: ``plan_invalid`` when a spec names no table, or the specs name more than
+            one slot or publication.
+    """
+    tables: dict[dg.AssetKey, CopyTableSpec] = {}
+    groups = set()
+    for key, spec in assets_def.specs_by_key.items():
+        names = read_metadata(spec.metadata, "source_table", "table", "slot", "publication")
+        if names.source_table is None:
+            continue  # not a replicated table (a user's own spec beside them)
+        tables[key] = CopyTableSpec(source=names.source_table, target=names.table)
+        groups.add((names.slot, names.publication))
+    if not tables or len(groups) != 1 or None in next(iter(groups)):
+        raise DponeFailure(
+            DponeError(
+                "plan_invalid",
+                f"Asset {assets_def.node_def.name} does not name one slot and one publication "
+                "for its tables.",
+                ["Build the asset with replication_assets(...)."],
+            )
+        )
+    [(slot, publication)] = groups
+    return GroupSpecs(tables, str(slot), str(publication))
+
+
+def _subset_refused(context: dg.AssetExecutionContext, group: GroupSpecs) -> DponeError | None:
+    """The error for a run that selected only some of the group's tables (one slot feeds every
+    table: applying part of a source transaction would split it)."""
+    missing = [k.to_user_string() for k in group.tables if k not in context.selected_asset_keys]
+    if not missing:
+        return None
+    return DponeError(
+        "plan_invalid",
+        f"A replication group is materialized whole: slot {group.slot} feeds every table of it, "
+        f"and this run leaves out {', '.join(missing)}.",
+        [
+            "Select every table of the group (in a selection: "
+            "AssetSelection.assets(key).required_multi_asset_neighbors()).",
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class ReplicationEvents:
+    """The events of one run of a replication group: iterating them runs it.
+
+    :meth:`~dpone_dagster.PostgresSourceResource.replicate` returns one; the attributes are its
+    arguments (``ledger`` resolved to the default ledger when it was not given).
+    """
+
+    context: dg.AssetExecutionContext
+    _: KW_ONLY
+    source: "PostgresSourceResource"
+    target: "PostgresTargetResource"
+    ledger: "LedgerResource"
+    deletes: Deletes
+    schema_changes: SchemaChanges
+    max_changes_per_run: int | None
+    retained_wal_warn_bytes: int
+    resync: bool = False
+    adopt: bool = False
+
+    def __iter__(self) -> Iterator[ReplicationEvent]:
+        """Runs the group once; yields each table's check (when declared), then its
+        materialization.
+
+        Raises:
+            DponeFailure: any replication error, with its code and next actions;
+                ``replication_slot_lost`` after the failed ``dpone_slot_healthy`` checks.
+        """
+        context = self.context
+        group = group_specs(context.assets_def)
+        refused = _subset_refused(context, group)
+        if refused is not None:
+            raise DponeFailure(refused)
+        try:
+            report = self._engine(group).run()
+        except (DponeError, psycopg.Error) as exc:
+            # The engine codes its own errors; a bare database error is named by its kind.
+            error = exc if isinstance(exc, DponeError) else database_error(exc, "source")
+            if error.code == "replication_slot_lost":
+                yield from self._checks(group, self._slot_now(group.slot))
+                error = DponeError(
+                    error.code, error.message, [self._resync_action(), *error.next_actions]
+                )
+            raise DponeFailure(error) from exc
+        for table in report.tables:
+            log_schema_changes(context.log, table.table.qualified, table.schema_changes)
+        for removed in report.tables_removed:
+            context.log.warning(
+                f"dpone: {removed.qualified} left the group: publication {group.publication} "
+                "no longer sends its changes; its target table is kept as it is."
+            )
+        yield from self._checks(group, report.slot)
+        yield from self._materializations(group, report)
+
+    def _engine(self, group: GroupSpecs) -> Replication:
+        """The group's engine, with the factory's settings."""
+        spec = ReplicationGroup(
+            tables=tuple(s.source_table for s in group.tables.values()),
+            slot=group.slot,
+            publication=group.publication,
+            deletes=self.deletes,
+            schema_changes=self.schema_changes,
+            max_changes_per_run=self.max_changes_per_run,
+        )
+        return Replication(
+            spec, source=self.source.dsn, target=self.target.dsn,
+            ledger=self.ledger.config(self.target), options=self.source.options,
+            target_options=self.target.options, adopt=self.adopt, resync=self.resync,
+        )  # fmt: skip
+
+    def _resync_action(self) -> str:
+        """The resync, as a Dagster user launches it."""
+        op = self.context.op_def.name
+        return (
+            f"Resync: launch the run again with the op's config resync: true (Launchpad: "
+            f"ops: {{{op}: {{config: {{resync: true}}}}}}); the slot is created again and the "
+            "tables are copied under its snapshot."
+        )
+
+    def _slot_now(self, slot: str) -> SlotStatus | None:
+        """The slot as the source reports it now (for the checks of a failed run)."""
+        try:
+            with connect(self.source.dsn, self.source.options, side="source") as conn:
+                return slot_status(conn, slot)
+        except (DponeError, psycopg.Error) as exc:
+            self.context.log.warning(f"dpone: the slot {slot} could not be read: {exc}")
+            return None
+
+    def _checks(self, group: GroupSpecs, status: SlotStatus | None) -> Iterator[ReplicationEvent]:
+        """``dpone_slot_healthy`` of every table that declares it."""
+        selected = self.context.selected_asset_check_keys
+        for key in group.tables:
+            if dg.AssetCheckKey(key, SLOT_CHECK_NAME) in selected:
+                yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes)
+
+    def _materializations(
+        self, group: GroupSpecs, report: ReplicationReport
+    ) -> Iterator[ReplicationEvent]:
+        """One materialization per table: its changes, the group's figures, its table set."""
+        by_source = {t.table: t for t in report.tables}
+        specs = self.context.assets_def.specs_by_key
+        standard = table_catalog_metadata(
+            self.target.dsn,
+            self.target.options,
+            [(s.target_table, source_key_of(specs[k]), None) for k, s in group.tables.items()],
+            self.context.log,
+            source=(
+                self.source.dsn,
+                self.source.options,
+                [s.source_table for s in group.tables.values()],
+            ),
+        )
+        for (key, spec), table_set in zip(group.tables.items(), standard, strict=True):
+            metadata = replication_metadata(
+                report, by_source.get(spec.source_table), spec.source_table
+            )
+            yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **table_set})

@@ -1,0 +1,115 @@
+"""What a replication group's run says: each table's materialization and the
+``dpone_slot_healthy`` check of the group's slot.
+
+The slot is an operational object: a slot nobody drains keeps WAL on the source's disk until it
+fills, and a slot the server invalidated (``max_slot_wal_keep_size``) has lost changes. The
+check warns when the slot retains more WAL than a threshold and fails (error) when its
+``wal_status`` is ``unreserved`` (the server may remove WAL it still needs at the next
+checkpoint) or ``lost`` (it has).
+"""
+
+from typing import Any
+
+import dagster as dg
+
+from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.replication.changes import lsn_text
+from dpone_dagster.replication.report import ReplicationReport, TableChanges
+from dpone_dagster.replication.slot import SlotStatus
+
+SLOT_CHECK_NAME = "dpone_slot_healthy"
+"""The name of the asset check on a replicated table's slot."""
+
+DEFAULT_RETAINED_WAL_WARN_BYTES = 1 << 30
+"""Retained WAL above which ``dpone_slot_healthy`` warns by default: 1 GiB."""
+
+AT_RISK = ("unreserved", "lost")
+"""The ``wal_status`` values that fail the check: WAL the slot needs is, or may be, gone."""
+
+
+def slot_metadata(status: SlotStatus) -> dict[str, Any]:
+    """The slot's figures as numbers (``safe_wal_size`` left out when unlimited)."""
+    return dict(
+        DponeMetadataSet(
+            slot=status.slot,
+            wal_status=status.wal_status,
+            safe_wal_size=status.safe_wal_size,
+            lag_bytes=status.lag_bytes,
+            retained_wal_bytes=status.retained_bytes,
+        )
+    )
+
+
+def slot_check(
+    key: dg.AssetKey, slot: str, status: SlotStatus | None, warn_bytes: int
+) -> dg.AssetCheckResult:
+    """``dpone_slot_healthy`` of one table of the group.
+
+    Fails with severity ``ERROR`` when the slot is missing, ``unreserved`` or ``lost``; with
+    severity ``WARN`` when it retains more than ``warn_bytes`` of WAL; passes otherwise.
+    """
+    threshold = dict(DponeMetadataSet(retained_wal_warn_bytes=warn_bytes))
+    if status is None:
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"Slot {slot} does not exist on the source.",
+            metadata={**threshold, **DponeMetadataSet(slot=slot)},
+        )  # fmt: skip
+    metadata = {**slot_metadata(status), **threshold}
+    retained = status.retained_bytes
+    if status.wal_status in AT_RISK:
+        what = "has lost WAL it needed" if status.wal_status == "lost" else "may lose WAL"
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"Slot {slot} is {status.wal_status}: it {what} "
+            "(max_slot_wal_keep_size); resync the group.",
+            metadata=metadata,
+        )  # fmt: skip
+    if retained > warn_bytes:
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"Slot {slot} retains {retained} bytes of WAL, over {warn_bytes}: run "
+            "the group more often, or drop the slot if the group is gone.",
+            metadata=metadata,
+        )  # fmt: skip
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=SLOT_CHECK_NAME, passed=True, metadata=metadata
+    )
+
+
+def replication_metadata(
+    report: ReplicationReport, table: TableChanges | None, source_table: TableName
+) -> dict[str, Any]:
+    """A table's materialization: its changes by kind (none when the run had none for it), the
+    group's run and slot, as numbers."""
+    copied = None
+    if report.initial_copy is not None:
+        copied = next(
+            (t.rows_loaded for t in report.initial_copy.tables if t.source == source_table),
+            None,
+        )
+    metadata: dict[str, Any] = {
+        **DponeMetadataSet(
+            publication=report.group.publication,
+            rows_inserted=table.inserted if table else 0,
+            rows_updated=table.updated if table else 0,
+            rows_deleted=table.deleted if table else 0,
+            rows_truncated=table.truncated if table else 0,
+            transactions=report.transactions,
+            transactions_skipped=report.skipped_transactions,
+            applied_lsn=lsn_text(report.applied_lsn),
+            upto_lsn=lsn_text(report.upto_lsn),
+            budget_reached=report.budget_reached,
+            initial_copy=report.initial_copy is not None,
+            rows_loaded=copied,
+            lag_seconds=report.lag_seconds,
+        ),
+        **slot_metadata(report.slot),
+    }
+    metadata.update(schema_change_metadata(table.schema_changes if table else ()))
+    return metadata
