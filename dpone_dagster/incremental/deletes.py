@@ -1,7 +1,8 @@
 """Deleting (``hard``) or marking (``soft``) the target rows whose key the source has lost.
 
-The keys come from :func:`.compare.compare` (key digests per range, drilled into differing
-ranges only). A ``soft`` mark is a ``timestamptz`` column of the target (created if missing):
+The keys come from the one drill-down compare (:func:`dpone_dagster.reconcile.compare.compare`:
+key digests per range, drilled into differing ranges only). A ``soft`` mark is a
+``timestamptz`` column of the target (created if missing):
 NULL for a live row, the source snapshot's time once its key is gone; a key that arrives again
 clears it.
 """
@@ -17,8 +18,8 @@ from dpone_dagster.postgres.catalog import table_columns
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import under_lock_wait
+from dpone_dagster.reconcile.compare import Key
 
-from .compare import Key
 from .shape import StreamShape
 
 

@@ -2,7 +2,8 @@
 source at or below the run's mark.
 
 Both come from the final batch's source snapshot and target transaction (after its merge): a
-verified run compares whole rows (:func:`.compare.compare`), which also finds the deletes;
+verified run compares whole rows (the one drill-down compare,
+:func:`dpone_dagster.reconcile.compare.compare`), which also finds the deletes;
 otherwise the deletes come from counting key ranges (:mod:`.ranges`, for an integer key) or from
 comparing the key sets' digests. A difference is explained when the source row's cursor lies
 above the mark (changed or inserted since: the next run's) or when the target holds a key the
@@ -17,8 +18,8 @@ from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
-from .compare import Comparison, Key, compare
 from .deletes import apply_deletes
 from .plan import above
 from .ranges import range_scan
@@ -93,7 +94,7 @@ def _find_deletes(
     """The keys the target holds and the source lost, and the keys that crossed the wire."""
     scan = None if mark is None else range_scan(src, tgt, shape, mark)
     if scan is None:
-        found = compare(src, tgt, shape, rows=False)
+        found = compare(*shape.sides(src, tgt, rows=False))
         return sorted(found.target_only), found.keys_compared
     return scan.deleted, scan.keys_compared
 
@@ -145,7 +146,7 @@ def _full_check(
     at: datetime,
 ) -> tuple[list[Key], int, Verification]:  # fmt: skip
     """Both whole tables compared: the keys the source lost, the keys compared, the verdict."""
-    found = compare(src, tgt, shape, rows=True)
+    found = compare(*shape.sides(src, tgt, rows=True))
     verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
     verification = verification.model_copy(update={"proved_at": at})
     return sorted(found.target_only), found.keys_compared, verification
@@ -237,4 +238,4 @@ def check_target(
         lower: Rows above it are the next run's (``None``: every row is).
     """
     _without_jit(src, tgt)
-    return _verdict(src, shape, compare(src, tgt, shape, rows=True), lower, kept=True)
+    return _verdict(src, shape, compare(*shape.sides(src, tgt, rows=True)), lower, kept=True)
