@@ -23,7 +23,7 @@ from dpone_dagster.reconcile.compare import Key
 from .shape import StreamShape
 
 
-def _matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
+def matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
     """``FROM unnest(...) AS d(k0, ...) WHERE t.key = d.k...`` for ``keys`` (text arrays)."""
     aliases = [sql.Identifier(f"k{i}") for i in range(len(shape.key))]
     unnest = sql.SQL("unnest({}) AS d({})").format(
@@ -41,13 +41,13 @@ def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: 
     """Deletes (``soft``: marks with ``at``) the target rows of ``keys``; the rows affected."""
     if not keys:
         return 0
-    matching, params = _matching(shape, keys)
+    among, params = matching(shape, keys)
     if shape.soft_column is None:
-        statement = sql.SQL("DELETE FROM {} AS t USING {}").format(shape.target.ident, matching)
+        statement = sql.SQL("DELETE FROM {} AS t USING {}").format(shape.target.ident, among)
         return tgt.execute(statement, params).rowcount
     soft = sql.Identifier(shape.soft_column)
     statement = sql.SQL("UPDATE {} AS t SET {} = %s FROM {} AND t.{} IS NULL").format(
-        shape.target.ident, soft, matching, soft
+        shape.target.ident, soft, among, soft
     )
     return tgt.execute(statement, [at, *params]).rowcount
 

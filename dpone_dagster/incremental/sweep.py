@@ -134,6 +134,10 @@ class SweepPosition(Document):
     differing: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
 
 
+KeyRange = tuple[Key | None, Key | None]
+"""A range of the key, ``(after, end]`` (``None``: open)."""
+
+
 @dataclass(frozen=True)
 class Differences:
     """Keys a comparison found differing, classified.
@@ -161,7 +165,8 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class SliceResult:
-    """What the sweep's slices of this run verified, and the position after them."""
+    """What the sweep's slices of this run verified, and the position after them (``differing``:
+    the key ranges ``(after, end]`` in which this run found unexplained differences)."""
 
     rows: int
     ranges: int
@@ -169,6 +174,7 @@ class SliceResult:
     keys_compared: int
     found: Differences
     position: SweepPosition
+    differing: tuple[KeyRange, ...] = ()
 
 
 def _key_cols(shape: StreamShape, alias: str = "") -> sql.Composed:
@@ -420,7 +426,8 @@ def sweep_slices(
     gone: list[Key] = []
     unexplained: list[Key] = []
     pos = position
-    recheck: list[tuple[Key | None, Key | None]] = []
+    recheck: list[KeyRange] = []
+    named: list[KeyRange] = []
     for after, end in position.differing:  # ranges that differed: verified until they agree
         diff = slicer.compare(after, end)
         found = _classify(src, shape, diff, mark, gone_allowed=gone_allowed)
@@ -429,6 +436,7 @@ def sweep_slices(
         unexplained += found.unexplained
         if found.unexplained:
             recheck.append((after, end))
+            named.append((after, end))
     pos = pos.model_copy(update={"differing": tuple(recheck)})
     while True:
         after = pos.after
@@ -442,6 +450,8 @@ def sweep_slices(
             unexplained += found.unexplained
             compared += diff.keys_compared
             clean = not found.unexplained
+            if not clean:
+                named.append((after, end))
         if not clean and len(pos.differing) < MAX_DIFFERING:
             pos = pos.model_copy(update={"differing": (*pos.differing, (after, end))})
         dirty = pos.dirty or not clean or bool(recheck)
@@ -463,7 +473,7 @@ def sweep_slices(
             break
     total = max(math.ceil(estimate / size), position.slices + ranges, 1)
     found = Differences(later, tuple(gone), tuple(sorted(unexplained)))
-    return SliceResult(rows, ranges, total, compared, found, pos)
+    return SliceResult(rows, ranges, total, compared, found, pos, tuple(named))
 
 
 class SweepLedger:
