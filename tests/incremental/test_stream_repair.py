@@ -42,7 +42,8 @@ def _corrupt(target: str) -> None:
     pg.execute(target, "DELETE FROM shop.orders WHERE id = 800")
     pg.execute(
         target,
-        "INSERT INTO shop.orders (id, updated_at, note, amount) VALUES (800, '2000-01-01', 'forged', 0)",
+        "INSERT INTO shop.orders (id, updated_at, note, amount)"
+        " VALUES (800, '2000-01-01', 'forged', 0)",
     )
 
 
