@@ -420,6 +420,7 @@ _KINDS = {
     bool: "bool",
     dg.JsonMetadataValue: "JSON",
     dg.MarkdownMetadataValue: "Markdown",
+    dg.TimestampMetadataValue: "timestamp",
 }
 
 
