@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar, cast
 
 from psycopg import sql
@@ -269,10 +269,13 @@ def compare(source: Side, target: Side, rows: Rows, *, direct: bool = False) -> 
             return Comparison(ranges_differing=len(first))
         codes = [c for _, c in leaves]
     have, held = both(lambda: src.keys(codes), lambda: tgt.keys(codes))
-    return Comparison(
+    found = Comparison(
         source_only={k: v[1] for k, v in have.items() if k not in held},
         target_only={k for k in held if k not in have},
         differing={k: v[1] for k, v in have.items() if k in held and held[k][0] != v[0]},
         keys_compared=len(have) + len(held),
-        ranges_differing=len(first) if codes is not None else int(have != held),
+        ranges_differing=len(first),
     )
+    if codes is None:  # sent at once: the whole side is one range
+        return replace(found, ranges_differing=int(not found.empty))
+    return found
