@@ -7,8 +7,10 @@ direct COPY meets a row that exists (a unique violation); the reconciliation's r
 takes it.
 
 The reconciliation's repair with ``on_changed="repair"`` takes :func:`apply_repair` instead:
-the same staging, then the target's rows of the range are made equal to the staged ones
-(rows gone from the source deleted, changed rows updated, missing rows inserted).
+the one drill-down compare (:func:`dpone_dagster.reconcile.compare.compare`) names the keys of
+the range that differ, only the source rows of those keys are staged, and only those keys of
+the target are rewritten (rows gone from the source deleted, changed rows updated, missing rows
+inserted): every other row of the range is left as it is.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import RelayResult, copy_out_statement, relay
+from dpone_dagster.reconcile.compare import DIRECT_ROWS, Comparison, Key, Rows, Side, compare
 
 from .shape import TableShape
 
@@ -81,7 +84,7 @@ def _stage(
     target: Connection,
     shape: TableShape,
     copy_out: sql.Composed,
-    params: Sequence[str],
+    params: Sequence[object],
 ) -> RelayResult:
     """COPYs the source's rows of ``copy_out`` into a temporary staging table of the target."""
     cols = column_list(shape.columns)
@@ -188,20 +191,61 @@ class Repaired:
     deleted: int
 
 
-def _delete_gone(
-    target: Connection, shape: TableShape, after: str | None, upper: str | None
+def _keys_in(
+    shape: TableShape, alias: str, keys: Sequence[Key]
+) -> tuple[sql.Composed, list[object]]:
+    """``<alias>.key = <one of keys>`` (the keys as text, cast to each key column's type): an
+    ``EXISTS`` over one text array per key column, and its parameters."""
+    by_name = {c.name: c for c in shape.columns}
+    names = [sql.Identifier(f"dpone_k{i}") for i in range(len(shape.key))]
+    equal = sql.SQL(" AND ").join(
+        sql.SQL("{} = CAST(u.{} AS {})").format(
+            sql.Identifier(alias, k), n, sql.SQL(by_name[k].type_sql)
+        )
+        for k, n in zip(shape.key, names, strict=True)
+    )
+    query = sql.SQL("EXISTS (SELECT 1 FROM unnest({}) AS u({}) WHERE {})").format(
+        sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in shape.key),
+        sql.SQL(", ").join(names),
+        equal,
+    )
+    return query, [[key[i] for key in keys] for i in range(len(shape.key))]
+
+
+def _delete_keys(
+    target: Connection, shape: TableShape, after: str | None, upper: str | None, keys: list[Key]
 ) -> int:
-    """Deletes the target's rows of the range whose key the staged rows do not hold."""
+    """Deletes the target's rows of the range ``(after, upper]`` with one of ``keys``."""
+    if not keys:
+        return 0
     where, params = shape.where(after, upper)
+    among, keyed = _keys_in(shape, "t", keys)
     return target.execute(
-        sql.SQL(
-            "DELETE FROM {target} AS t WHERE {where}"
-            " AND NOT EXISTS (SELECT 1 FROM {stage} AS s WHERE {match})"
-        ).format(
-            target=shape.target.ident, where=where, stage=_STAGE, match=_key_match(shape, "s", "t")
-        ),
-        params,
+        sql.SQL("DELETE FROM {} AS t WHERE {} AND {}").format(shape.target.ident, where, among),
+        [*params, *keyed],
     ).rowcount
+
+
+def differing_keys(
+    source: Connection, target: Connection, shape: TableShape, after: str | None,
+    upper: str | None, *, rows: int,
+) -> Comparison:  # fmt: skip
+    """The keys of the range ``(after, upper]`` whose rows differ between the source (its open
+    snapshot) and the target (its open transaction): the one drill-down compare, whole rows.
+
+    Args:
+        rows: The most rows either side holds in the range (a small range sends its keys at
+            once, :data:`~dpone_dagster.reconcile.compare.DIRECT_ROWS`).
+    """
+    where, params = shape.where(after, upper)
+    by_name = {c.name: c for c in shape.columns}
+    compared = Rows(tuple(by_name[k] for k in shape.key), shape.columns)
+    return compare(
+        Side(source, shape.source, where, tuple(params)),
+        Side(target, shape.target, where, tuple(params)),
+        compared,
+        direct=rows <= DIRECT_ROWS,
+    )
 
 
 def _update_changed(target: Connection, shape: TableShape) -> int:
@@ -221,21 +265,35 @@ def _update_changed(target: Connection, shape: TableShape) -> int:
 
 
 def apply_repair(
-    source: Connection, target: Connection, shape: TableShape, after: str | None, upper: str | None
-) -> Repaired:
-    """Makes the target's range ``(after, upper]`` hold exactly the source's rows of it.
+    source: Connection, target: Connection, shape: TableShape, after: str | None,
+    upper: str | None, *, rows: int,
+) -> Repaired:  # fmt: skip
+    """Makes the target's range ``(after, upper]`` hold exactly the source's rows of it,
+    rewriting only the keys that differ.
 
-    The source's rows are read in ``source``'s open transaction (the reconciliation's snapshot)
-    and staged; then, in ``target``'s open transaction and set-based: the range's rows whose key
-    is not staged are deleted, rows whose values differ are updated, missing rows are inserted.
-    Deleting first lets a row the source moved to another range of the run be inserted there.
+    The one drill-down compare (:func:`differing_keys`) names the keys whose rows differ, in
+    ``source``'s open transaction (the reconciliation's snapshot) and ``target``'s (which sees
+    the repairs of earlier ranges); only the source rows of those keys are staged; then,
+    set-based: the range's target rows whose key the source's range lacks are deleted, rows
+    whose values differ are updated, missing rows are inserted. Deleting first lets a row the
+    source moved to another range of the run be inserted there.
+
+    Args:
+        rows: The most rows either side holds in the range (see :func:`differing_keys`).
 
     Returns:
         The rows relayed, inserted, updated and deleted.
     """
-    select, params = shape.select_range(shape.source, after, upper)
-    relayed = _stage(source, target, shape, copy_out_statement(select, shape.fmt), params)
-    deleted = _delete_gone(target, shape, after, upper)
+    found = differing_keys(source, target, shape, after, upper, rows=rows)
+    copy = found.to_copy
+    among, keyed = _keys_in(shape, "s", copy)
+    where, range_params = shape.where(after, upper)
+    select = sql.SQL("SELECT {} FROM {} AS s WHERE {} AND {}").format(
+        column_list(shape.columns), shape.source.ident, where, among
+    )
+    copy_out = copy_out_statement(select, shape.fmt)
+    relayed = _stage(source, target, shape, copy_out, [*range_params, *keyed])
+    deleted = _delete_keys(target, shape, after, upper, sorted(found.target_only))
     updated = _update_changed(target, shape)
     inserted = _insert_missing(target, shape)
     target.execute(sql.SQL("DROP TABLE {}").format(_STAGE))

@@ -25,9 +25,11 @@ still differs (a row the source changed or deleted after its batch was copied, a
 holds that the source does not) is reported with ``backfill_record_changed``, stored in the
 ledger's range checks, and the run becomes ``blocked``: never silently accepted.
 
-With ``on_changed="repair"`` the history may change: a differing range is rewritten from the
-same source snapshot (rows gone from the source deleted, changed rows updated, missing rows
-inserted), so every range ends equal to the source at that ONE snapshot, and the run is
+With ``on_changed="repair"`` the history may change: in a differing range, the one drill-down
+compare (:mod:`dpone_dagster.reconcile.compare`) names the keys that differ, and only those are
+rewritten from the same source snapshot (rows gone from the source deleted, changed rows
+updated, missing rows inserted; every other row of the range left as it is), so every range
+ends equal to the source at that ONE snapshot, and the run is
 labelled ``repaired_to_one_snapshot``.
 """
 
@@ -189,12 +191,13 @@ def _check(
 
 def _repair(
     sessions: Sessions, shape: TableShape, rng: BatchReceipt, target_query: Query,
-    source: Digest, on_changed: OnChanged,
+    source: Digest, before: Digest, on_changed: OnChanged,
 ) -> RangeCheck:  # fmt: skip
     """Repairs one differing range from the source's open snapshot and digests it again.
 
     ``on_changed="fail"`` only inserts missing rows (a changed row is reported, never
-    overwritten); ``"repair"`` also updates changed rows and deletes rows gone from the source.
+    overwritten); ``"repair"`` rewrites only the keys that differ (the one drill-down compare:
+    changed rows updated, rows gone from the source deleted, missing rows inserted).
     """
     tgt, after, upper = sessions.target, rng.after, rng.observation.upper
     inserted = updated = deleted = 0
@@ -202,7 +205,8 @@ def _repair(
     try:
         with tgt.transaction(savepoint_name="dpone_repair"):
             if on_changed is OnChanged.REPAIR:
-                done = apply_repair(sessions.source, tgt, shape, after, upper)
+                rows = max(source.count, before.count)
+                done = apply_repair(sessions.source, tgt, shape, after, upper, rows=rows)
                 inserted, updated, deleted = done.inserted, done.updated, done.deleted
             else:
                 select, params = shape.select_range(shape.source, after, upper)
@@ -291,7 +295,7 @@ def _check_ranges(
             checks.append(_check(rng, s, t, detail="Not repaired (repair=False)."))
             continue
         query = measured.target_queries[rng.sequence]
-        checks.append(_repair(sessions, shape, rng, query, s, on_changed))
+        checks.append(_repair(sessions, shape, rng, query, s, t, on_changed))
     return checks
 
 

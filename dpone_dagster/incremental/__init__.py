@@ -9,8 +9,9 @@ another engine: a stream that continues another engine's copy is given a
 :class:`~dpone_dagster.core.handoff.Handoff`.
 """
 
+from dpone_dagster.reconcile.compare import Comparison
+
 from .batch import BatchOutcome
-from .compare import Comparison
 from .engine import (
     DEFAULT_FILLFACTOR,
     DEFAULT_SOFT_DELETE_COLUMN,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from psycopg import IsolationLevel
 
@@ -40,6 +41,7 @@ from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .deletes import ensure_soft_column, revive
+from .repair import repair_keys
 from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, Sweep, SweepLedger
@@ -140,6 +142,7 @@ def copy_batch(
     deletes: Deletes,
     verify: bool = False,
     check: tuple[CheckScope, Sweep] = (CheckScope.FULL, Sweep()),
+    repair: bool = False,
     on_phase: PhaseHook = lambda _: None,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     fillfactor: int | None = None,
@@ -154,7 +157,8 @@ def copy_batch(
     commit. A target the batch creates takes ``fillfactor`` and brings the user-defined types
     its columns need (the extensions they come from only when named in ``create_extensions``).
     A verified run's final batch checks it as ``check`` says (its scope and the sweep's
-    budget, :class:`.verify.RunCheck`).
+    budget, :class:`.verify.RunCheck`); with ``repair``, the keys it finds differing for no
+    known reason are rewritten from the source in the same transaction (:mod:`.repair`).
 
     Returns:
         The committed batch, or ``None`` when the run was already complete.
@@ -182,7 +186,9 @@ def copy_batch(
             done: list[BatchOutcome] = []
 
             def finish(conn: Connection) -> None:
-                done.append(_finish(conn, ledger, shape, state, rows, load, deletes, verify, check))
+                done.append(
+                    _finish(conn, ledger, shape, state, rows, load, deletes, verify, check, repair)
+                )
                 on_phase("commit")
 
             load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
@@ -232,9 +238,10 @@ def _finish(
     deletes: Deletes,
     verify: bool,
     check: tuple[CheckScope, Sweep],
+    repair: bool,
 ) -> BatchOutcome:
-    """After the final batch, finds deletes and verifies (as asked); then writes the receipt
-    and the new state."""
+    """After the final batch, finds deletes and verifies (as asked), repairs what differs (with
+    ``repair``); then writes the receipt and the new state."""
     run = state.run
     assert run is not None
     final = rows.rows < rows.size
@@ -246,6 +253,8 @@ def _finish(
                        run.lower)  # fmt: skip
         found = final_check(rows.src, conn, shape, deletes=deletes, verify=verify, how=how,
                             mark=run.mark, at=at)  # fmt: skip
+        if repair and found.unexplained and found.verification is not None:
+            found = _repaired(rows.src, conn, shape, rows.plan, found, at)
     sink = load.tables[0].sink_result
     inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
     receipt = StreamReceipt(
@@ -269,6 +278,21 @@ def _finish(
     return BatchOutcome(
         after, receipt, plan.schema_changes, plan.target_types, plan.virtual_as_stored
     )
+
+
+def _repaired(
+    src: Connection, tgt: Connection, shape: StreamShape, plan: TablePlan, found: FinalCheck,
+    at: datetime,
+) -> FinalCheck:  # fmt: skip
+    """Rewrites the keys ``found`` names from the source; the check, labelled repaired."""
+    done = repair_keys(src, tgt, shape, plan, found.unexplained, at)
+    check = found.verification
+    assert check is not None
+    repaired = check.model_copy(
+        update={"ok": True, "unexplained": 0, "repaired_keys": len(found.unexplained),
+                "repaired_rows": done.rows, "repaired_ranges": check.differing_ranges}
+    )  # fmt: skip
+    return replace(found, verification=repaired, unexplained=())
 
 
 def complete_run(state: StreamState, run: RunInProgress) -> StreamState:

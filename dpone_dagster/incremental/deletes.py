@@ -1,7 +1,8 @@
 """Deleting (``hard``) or marking (``soft``) the target rows whose key the source has lost.
 
-The keys come from :func:`.compare.compare` (key digests per range, drilled into differing
-ranges only). A ``soft`` mark is a ``timestamptz`` column of the target (created if missing):
+The keys come from the one drill-down compare (:func:`dpone_dagster.reconcile.compare.compare`:
+key digests per range, drilled into differing ranges only). A ``soft`` mark is a
+``timestamptz`` column of the target (created if missing):
 NULL for a live row, the source snapshot's time once its key is gone; a key that arrives again
 clears it.
 """
@@ -16,12 +17,12 @@ from psycopg import sql
 from dpone_dagster.postgres import soft_deletes
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.reconcile.compare import Key
 
-from .compare import Key
 from .shape import StreamShape
 
 
-def _matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
+def matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
     """``FROM unnest(...) AS d(k0, ...) WHERE t.key = d.k...`` for ``keys`` (text arrays)."""
     aliases = [sql.Identifier(f"k{i}") for i in range(len(shape.key))]
     unnest = sql.SQL("unnest({}) AS d({})").format(
@@ -39,13 +40,13 @@ def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: 
     """Deletes (``soft``: marks with ``at``) the target rows of ``keys``; the rows affected."""
     if not keys:
         return 0
-    matching, params = _matching(shape, keys)
+    among, params = matching(shape, keys)
     if shape.soft_column is None:
-        statement = sql.SQL("DELETE FROM {} AS t USING {}").format(shape.target.ident, matching)
+        statement = sql.SQL("DELETE FROM {} AS t USING {}").format(shape.target.ident, among)
         return tgt.execute(statement, params).rowcount
     soft = sql.Identifier(shape.soft_column)
     statement = sql.SQL("UPDATE {} AS t SET {} = %s FROM {} AND t.{} IS NULL").format(
-        shape.target.ident, soft, matching, soft
+        shape.target.ident, soft, among, soft
     )
     return tgt.execute(statement, [at, *params]).rowcount
 

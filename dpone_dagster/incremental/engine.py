@@ -93,6 +93,10 @@ class IncrementalSync:
             exactly, and a rolling slice of the key so that every range is verified within the
             ``sweep``'s bound, :mod:`.sweep`) or ``full`` (both whole tables, every run).
         sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
+        repair: Rewrite the rows the check finds differing for no reason the stream knows (the
+            target changed behind its back) from the final batch's source snapshot, through
+            the ``merge`` sink and the delete path, in the final batch's transaction
+            (:mod:`.repair`); the check then says what it repaired and passes. Needs ``verify``.
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
         options: Session options (of both sides, unless ``target_options`` is given).
@@ -102,7 +106,8 @@ class IncrementalSync:
         on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
 
     Raises:
-        EngineError: ``incremental_options_invalid`` for a bad option.
+        EngineError: ``incremental_options_invalid`` for a bad option (``repair`` without
+            ``verify``).
 
     Examples:
         Keep ``analytics.orders`` current with ``shop.orders``, deleting what the source lost::
@@ -130,6 +135,7 @@ class IncrementalSync:
         verify: bool = False,
         check: CheckScope | str = CheckScope.RUN,
         sweep: Sweep | None = None,
+        repair: bool = False,
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
         options: ConnectionOptions | None = None,
@@ -155,6 +161,13 @@ class IncrementalSync:
         self.target_options = target_options or options
         self.verify, self.fillfactor = verify, fillfactor
         self.check_scope, self.sweep = CheckScope.parse(check), sweep or Sweep()
+        if repair and not verify:
+            raise engine_error(
+                "incremental_options_invalid",
+                "repair=True without verify=True: only the check finds what to repair.",
+                ["Pass verify=True with repair=True (or leave repair off)."],
+            )
+        self.repair = bool(repair)
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
         )
@@ -347,9 +360,9 @@ class IncrementalSync:
         meanwhile).
 
         Raises:
-            KeysGoneError: ``sweep`` deletes and the slice found target keys the source lost; the
-                position is not saved, and the caller runs a batch that deletes them with a
-                receipt.
+            KeysGoneError: ``sweep`` deletes and the slice found target keys the source lost, or
+                ``repair`` and it found rows that differ; the position is not saved, and the
+                caller runs a batch that deletes or repairs them with a receipt.
         """
         sweeping = self.deletes is Deletes.SWEEP
         checked = self.verify and self.check_scope is CheckScope.RUN
@@ -367,6 +380,8 @@ class IncrementalSync:
                 found = idle_check(src, tgt, shape, how, state.mark)
                 if sweeping and found is not None and found.deleted_kept:
                     raise KeysGoneError(found.deleted_kept)  # both transactions roll back
+                if self.repair and found is not None and not found.ok:
+                    raise KeysGoneError(found.unexplained)  # a batch repairs them
         return found if checked else None
 
     def _checked_idle(
@@ -389,7 +404,7 @@ class IncrementalSync:
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
             batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
-            check=(self.check_scope, self.sweep),
+            check=(self.check_scope, self.sweep), repair=self.repair,
             on_phase=self.on_phase, schema_changes=self.schema_changes,
             fillfactor=self.fillfactor, create_extensions=self.create_extensions,
         )  # fmt: skip
@@ -446,8 +461,9 @@ class IncrementalSync:
 
 
 class KeysGoneError(Exception):
-    """An idle ``sweep`` slice found target keys the source lost (how many): a batch deletes
-    them, with its receipt."""
+    """An idle slice found what only a batch writes (how many keys): target keys the source
+    lost under ``sweep`` deletes, or rows to rewrite under ``repair=True``; a batch deletes or
+    repairs them, with its receipt."""
 
 
 def check_options(

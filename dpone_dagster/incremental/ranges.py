@@ -20,6 +20,13 @@ target yet; such rows are read through the cursor's index and subtracted from th
 counts, so the two counts are equal exactly when the range holds no deleted key and no row
 changed since the mark (which then only costs a look at its keys). The source side reads in the
 caller's snapshot, the target in the caller's transaction.
+
+Why this is not the one drill-down compare (:func:`dpone_dagster.reconcile.compare.compare`): a
+delete changes a range's key count, so counts answer the question, and a count over a range of
+the key is an index-only scan that reads no row, where a digest hashes every row of the range
+(the key hash's ranges are spread over the whole table: every level reads every row). Both drill
+with the same skeleton (:func:`dpone_dagster.reconcile.compare.drill`), over ranges of key values
+here, ranges of the key's hash there.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.reconcile.compare import Key, both, drill
 
-from .compare import Key, both
 from .shape import StreamShape
 
 INTEGER_KEYS = frozenset({"int2", "int4", "int8"})
@@ -162,21 +169,25 @@ def _count_both(source: _Side, target: _Side, ranges: list[Range]) -> tuple[list
 
 
 def _drill(source: _Side, target: _Side, ranges: list[Range], fresh: list[int]) -> RangeScan:
-    leaves: list[Range] = []
-    counted, parts = 0, SPLIT
-    while ranges:
-        have, held = _count_both(source, target, ranges)
-        counted += len(ranges)
-        deeper = []
-        for r, s, t in zip(ranges, have, held, strict=True):
+    counted = 0
+    held_rows: dict[Range, int] = {}
+
+    def differing(level: list[Range]) -> list[Range]:
+        nonlocal counted
+        have, held = _count_both(source, target, level)
+        counted += len(level)
+        found = []
+        for r, s, t in zip(level, have, held, strict=True):
             moved = bisect.bisect_left(fresh, r[1]) - bisect.bisect_left(fresh, r[0])
-            if t == s - moved:
-                continue
-            if t <= LEAF_ROWS or r[1] - r[0] <= LEAF_ROWS:
-                leaves.append(r)
-            else:
-                deeper += _split(r, parts)
-        ranges, parts = deeper, SPLIT
+            if t != s - moved:
+                held_rows[r] = t
+                found.append(r)
+        return found
+
+    def leaf(r: Range) -> bool:
+        return held_rows[r] <= LEAF_ROWS or r[1] - r[0] <= LEAF_ROWS
+
+    leaves = drill(ranges, differing, lambda r: _split(r, SPLIT), leaf)
     if not leaves:
         return RangeScan([], 0, counted)
     have_keys, held_keys = both(lambda: source.keys(leaves), lambda: target.keys(leaves))

@@ -24,6 +24,7 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
+from dpone_dagster.reconcile.compare import Rows, Side
 
 from .state import Checkpoint
 
@@ -49,6 +50,28 @@ class StreamShape(TablePair):
     def cursor_is_time(self) -> bool:
         """The cursor is a date or a timestamp (a ``lookback`` applies, a lag is measured)."""
         return self.cursor.type_name in ("date", "timestamp", "timestamptz")
+
+    def live(self) -> sql.Composable:
+        """The target's live rows: those a ``soft`` delete has not marked."""
+        if self.soft_column is None:
+            return sql.SQL("true")
+        return sql.SQL("{} IS NULL").format(sql.Identifier(self.soft_column))
+
+    def sides(
+        self, src: Connection, tgt: Connection, *, rows: bool,
+        where: sql.Composable | None = None, params: Sequence[object] = (),
+    ) -> tuple[Side, Side, Rows]:  # fmt: skip
+        """Both sides of the one drill-down compare (:func:`dpone_dagster.reconcile.compare.
+        compare`): the source's rows and the target's live ones (both restricted by ``where``),
+        whole rows (``rows``) or the key only, the source's cursor sent with a difference."""
+        mine: sql.Composable = sql.SQL("true") if where is None else where
+        live = sql.SQL("({}) AND {}").format(mine, self.live())
+        compared = Rows(self.key, self.columns if rows else (), self.cursor)
+        return (
+            Side(src, self.source, mine, tuple(params)),
+            Side(tgt, self.target, live, tuple(params)),
+            compared,
+        )
 
     def cast(self, column: Column) -> sql.Composed:
         """A bind parameter cast from text to ``column``'s type."""

@@ -112,6 +112,12 @@ class Verification(Document):
             ``swept_from``); ``None`` until one has.
         swept_from: ``run``: when that sweep began.
         proved_at: The source snapshot's time the comparison proved equality at.
+        differing_ranges: ``run``: the sweep's key ranges ``(after, end]`` (each bound a key as
+            text, ``None``: open) in which the check found rows differing, unexplained.
+        repaired_keys: Keys the run rewrote from the source because they differed
+            (``repair=True``, :mod:`.repair`); they are not counted in ``unexplained``.
+        repaired_rows: Target rows those repairs wrote (inserted, updated, deleted).
+        repaired_ranges: ``run``: the sweep's key ranges those keys lay in.
     """
 
     ok: bool
@@ -130,6 +136,10 @@ class Verification(Document):
     swept_at: datetime | None = None
     swept_from: datetime | None = None
     proved_at: datetime | None = None
+    differing_ranges: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
+    repaired_keys: Count = 0
+    repaired_rows: Count = 0
+    repaired_ranges: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
 
 
 class StreamReceipt(Document):

@@ -39,9 +39,9 @@ from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerStore, as_json
 from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.postgres.connection import Connection
-from dpone_dagster.reconcile.digest import row_hash
+from dpone_dagster.reconcile.compare import Comparison, Key, both, compare
+from dpone_dagster.reconcile.digest import digest_query, row_hash, run_digest
 
-from .compare import Key, both
 from .shape import StreamShape
 
 RUN_KEYS_LIMIT = 200_000
@@ -134,6 +134,10 @@ class SweepPosition(Document):
     differing: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
 
 
+KeyRange = tuple[Key | None, Key | None]
+"""A range of the key, ``(after, end]`` (``None``: open)."""
+
+
 @dataclass(frozen=True)
 class Differences:
     """Keys a comparison found differing, classified.
@@ -161,7 +165,8 @@ class RunKeys:
 
 @dataclass(frozen=True)
 class SliceResult:
-    """What the sweep's slices of this run verified, and the position after them."""
+    """What the sweep's slices of this run verified, and the position after them (``differing``:
+    the key ranges ``(after, end]`` in which this run found unexplained differences)."""
 
     rows: int
     ranges: int
@@ -169,6 +174,7 @@ class SliceResult:
     keys_compared: int
     found: Differences
     position: SweepPosition
+    differing: tuple[KeyRange, ...] = ()
 
 
 def _key_cols(shape: StreamShape, alias: str = "") -> sql.Composed:
@@ -190,12 +196,6 @@ def _key_value(shape: StreamShape) -> sql.Composed:
             sql.SQL("CAST(%s::text AS {})").format(sql.SQL(k.type_sql)) for k in shape.key
         )
     )
-
-
-def _live(shape: StreamShape) -> sql.Composable:
-    if shape.soft_column is None:
-        return sql.SQL("true")
-    return sql.SQL("{} IS NULL").format(sql.Identifier(shape.soft_column))
 
 
 def _cursor_above(
@@ -234,15 +234,14 @@ def _cursor_above(
 def _classify(
     src: Connection,
     shape: StreamShape,
-    have: dict[Key, str],
-    held: dict[Key, str],
+    found: Comparison,
     mark: str | None,
     *,
     gone_allowed: bool,
 ) -> Differences:
-    """Classifies the keys whose hashes differ between ``have`` (source) and ``held`` (target)."""
-    differing = [k for k, h in have.items() if held.get(k) != h]
-    target_only = [k for k in held if k not in have]
+    """Classifies the keys that differ between the source and the target."""
+    differing = found.to_copy
+    target_only = sorted(found.target_only)
     later = _cursor_above(src, shape, differing + target_only, mark)
     gone = tuple(sorted(k for k in target_only if k not in later)) if gone_allowed else ()
     unexplained = [k for k in differing if k not in later]
@@ -274,7 +273,7 @@ def _target_differing(
         uk=sql.SQL(", ").join(sql.SQL("u.{}").format(sql.Identifier(c)) for c in cols),
         h=h, t=shape.target.ident, on=on,
         arrays=sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in cols),
-        names=sql.SQL(", ").join(sql.Identifier(c) for c in cols), live=_live(shape),
+        names=sql.SQL(", ").join(sql.Identifier(c) for c in cols), live=shape.live(),
     )  # fmt: skip
     return sorted(tuple(r[0]) for r in tgt.execute(query, [*columns, hashes]))
 
@@ -377,38 +376,22 @@ class _Slicer:
         found = self.src.execute(query, [*params, rows - 1]).fetchall()
         return tuple(found[0][0]) if len(found) == 2 else None
 
-    def digest(self, conn: Connection, table: sql.Composable, live: sql.Composable,
-               after: Key | None, end: Key | None) -> tuple[int, str]:  # fmt: skip
+    def compare(self, after: Key | None, end: Key | None) -> Comparison:
+        """The slice ``(after, end]`` compared: its digests first (one ``(count, sum)`` per side);
+        when they differ, key by key (the one drill-down compare; a slice is at most the
+        budget's size, so its keys are sent at once)."""
         where, params = self._range(after, end)
-        query = sql.SQL("SELECT count(*), coalesce(sum({h}), 0)::text FROM {t} WHERE {w} AND {l}")
-        row = conn.execute(query.format(h=self.h, t=table, w=where, l=live), params).fetchone()
-        assert row is not None
-        return int(row[0]), str(row[1])
-
-    def hashes(self, conn: Connection, table: sql.Composable, live: sql.Composable,
-               after: Key | None, end: Key | None) -> dict[Key, str]:  # fmt: skip
-        where, params = self._range(after, end)
-        query = sql.SQL("SELECT {kt}, {h}::text FROM {t} WHERE {w} AND {l}").format(
-            kt=_key_text(self.shape), h=self.h, t=table, w=where, l=live
-        )
-        return {tuple(r[0]): str(r[1]) for r in conn.execute(query, params)}
-
-    def compare(
-        self, after: Key | None, end: Key | None
-    ) -> tuple[bool, dict[Key, str], dict[Key, str]]:
-        """Whether the range's digests agree; else both sides' row hashes."""
-        src_t, tgt_t = self.shape.source.ident, self.shape.target.ident
+        source, target, rows = self.shape.sides(self.src, self.tgt, rows=True, where=where,
+                                                params=params)  # fmt: skip
         a, b = both(
-            lambda: self.digest(self.src, src_t, sql.SQL("true"), after, end),
-            lambda: self.digest(self.tgt, tgt_t, _live(self.shape), after, end),
+            lambda: run_digest(self.src, *digest_query(self.shape.source, self.h, where, params)),
+            lambda: run_digest(
+                self.tgt, *digest_query(self.shape.target, self.h, target.where, params)
+            ),
         )
         if a == b:
-            return True, {}, {}
-        have, held = both(
-            lambda: self.hashes(self.src, src_t, sql.SQL("true"), after, end),
-            lambda: self.hashes(self.tgt, tgt_t, _live(self.shape), after, end),
-        )
-        return False, have, held
+            return Comparison()
+        return compare(source, target, rows, direct=True)
 
 
 def sweep_slices(
@@ -443,28 +426,32 @@ def sweep_slices(
     gone: list[Key] = []
     unexplained: list[Key] = []
     pos = position
-    recheck: list[tuple[Key | None, Key | None]] = []
+    recheck: list[KeyRange] = []
+    named: list[KeyRange] = []
     for after, end in position.differing:  # ranges that differed: verified until they agree
-        equal, have, held = slicer.compare(after, end)
-        found = _classify(src, shape, have, held, mark, gone_allowed=gone_allowed)
-        later, compared = later + found.later, compared + len(have) + len(held)
+        diff = slicer.compare(after, end)
+        found = _classify(src, shape, diff, mark, gone_allowed=gone_allowed)
+        later, compared = later + found.later, compared + diff.keys_compared
         gone += found.gone
         unexplained += found.unexplained
         if found.unexplained:
             recheck.append((after, end))
+            named.append((after, end))
     pos = pos.model_copy(update={"differing": tuple(recheck)})
     while True:
         after = pos.after
         end = slicer.end(after, size)
-        equal, have, held = slicer.compare(after, end)
+        diff = slicer.compare(after, end)
         clean = True
-        if not equal:
-            found = _classify(src, shape, have, held, mark, gone_allowed=gone_allowed)
+        if not diff.empty:
+            found = _classify(src, shape, diff, mark, gone_allowed=gone_allowed)
             later += found.later
             gone += found.gone
             unexplained += found.unexplained
-            compared += len(have) + len(held)
+            compared += diff.keys_compared
             clean = not found.unexplained
+            if not clean:
+                named.append((after, end))
         if not clean and len(pos.differing) < MAX_DIFFERING:
             pos = pos.model_copy(update={"differing": (*pos.differing, (after, end))})
         dirty = pos.dirty or not clean or bool(recheck)
@@ -486,7 +473,7 @@ def sweep_slices(
             break
     total = max(math.ceil(estimate / size), position.slices + ranges, 1)
     found = Differences(later, tuple(gone), tuple(sorted(unexplained)))
-    return SliceResult(rows, ranges, total, compared, found, pos)
+    return SliceResult(rows, ranges, total, compared, found, pos, tuple(named))
 
 
 class SweepLedger:

@@ -2,7 +2,8 @@
 source at or below the run's mark.
 
 Both come from the final batch's source snapshot and target transaction (after its merge): a
-verified run compares whole rows (:func:`.compare.compare`), which also finds the deletes;
+verified run compares whole rows (the one drill-down compare,
+:func:`dpone_dagster.reconcile.compare.compare`), which also finds the deletes;
 otherwise the deletes come from counting key ranges (:mod:`.ranges`, for an integer key) or from
 comparing the key sets' digests. A difference is explained when the source row's cursor lies
 above the mark (changed or inserted since: the next run's) or when the target holds a key the
@@ -17,8 +18,8 @@ from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
-from .compare import Comparison, Key, compare
 from .deletes import apply_deletes
 from .plan import above
 from .ranges import range_scan
@@ -37,11 +38,13 @@ from .sweep import (
 
 @dataclass(frozen=True)
 class FinalCheck:
-    """What the final batch found and did: rows deleted, keys compared, the verification."""
+    """What the final batch found and did: rows deleted, keys compared, the verification, and
+    every key that differs for no known reason (what a repair rewrites)."""
 
     deleted: int = 0
     keys_compared: int = 0
     verification: Verification | None = None
+    unexplained: tuple[Key, ...] = ()
 
 
 def _without_jit(*conns: Connection) -> None:
@@ -52,7 +55,7 @@ def _without_jit(*conns: Connection) -> None:
 
 def _verdict(
     src: Connection, shape: StreamShape, found: Comparison, mark: str | None, *, kept: bool
-) -> Verification:
+) -> tuple[Verification, list[Key]]:
     candidates = {**found.source_only, **found.differing}
     keys = list(candidates)
     later = above(src, shape, [candidates[k] for k in keys], mark)
@@ -65,7 +68,7 @@ def _verdict(
         deleted_kept=len(found.target_only) if kept else 0,
         unexplained=len(unexplained),
         examples=tuple(sorted(unexplained)[:20]),
-    )
+    ), sorted(unexplained)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def _find_deletes(
     """The keys the target holds and the source lost, and the keys that crossed the wire."""
     scan = None if mark is None else range_scan(src, tgt, shape, mark)
     if scan is None:
-        found = compare(src, tgt, shape, rows=False)
+        found = compare(*shape.sides(src, tgt, rows=False))
         return sorted(found.target_only), found.keys_compared
     return scan.deleted, scan.keys_compared
 
@@ -108,10 +111,11 @@ def _run_check(
     at: datetime,
     deletes: Deletes,
     verify: bool,
-) -> tuple[Verification | None, int] | None:
+) -> tuple[Verification | None, int, list[Key]] | None:
     """The run's keys (when ``verify``) and this run's slice of the sweep, whose target-only
     keys ``sweep`` deletes; ``(verification, rows deleted)`` (``None``: the run copied too many
-    rows for its keys to be looked up; compare whole tables)."""
+    rows for its keys to be looked up; compare whole tables), and the keys that differ,
+    unexplained."""
     own = run_keys(src, tgt, shape, check.lower, mark) if verify else RunKeys(0, Differences())
     if own.checked is None:
         return None
@@ -124,7 +128,7 @@ def _run_check(
     if deletes is Deletes.SWEEP:
         deleted = apply_deletes(tgt, shape, swept.found.gone, at)
     if not verify:
-        return None, deleted
+        return None, deleted, []
     unexplained = sorted({*own.found.unexplained, *swept.found.unexplained})
     pos = swept.position
     kept = len(swept.found.gone) if deletes is Deletes.IGNORE else 0
@@ -135,20 +139,21 @@ def _run_check(
         scope=CheckScope.RUN.value, keys_checked=own.checked, ranges_checked=swept.ranges,
         ranges_total=swept.ranges_total, rows_swept=swept.rows,
         sweep_started_at=pos.started_at, swept_at=pos.last_full_at,
-        swept_from=pos.last_full_started_at, proved_at=at,
+        swept_from=pos.last_full_started_at, proved_at=at, differing_ranges=swept.differing,
     )  # fmt: skip
-    return verification, deleted
+    return verification, deleted, unexplained
 
 
 def _full_check(
     src: Connection, tgt: Connection, shape: StreamShape, deletes: Deletes, mark: str | None,
     at: datetime,
-) -> tuple[list[Key], int, Verification]:  # fmt: skip
-    """Both whole tables compared: the keys the source lost, the keys compared, the verdict."""
-    found = compare(src, tgt, shape, rows=True)
-    verification = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
+) -> tuple[list[Key], int, Verification, list[Key]]:  # fmt: skip
+    """Both whole tables compared: the keys the source lost, the keys compared, the verdict and
+    the keys that differ, unexplained."""
+    found = compare(*shape.sides(src, tgt, rows=True))
+    verification, unexplained = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
     verification = verification.model_copy(update={"proved_at": at})
-    return sorted(found.target_only), found.keys_compared, verification
+    return sorted(found.target_only), found.keys_compared, verification, unexplained
 
 
 def final_check(
@@ -182,23 +187,23 @@ def final_check(
     _without_jit(src, tgt)
     exact = deletes is Deletes.HARD or deletes is Deletes.SOFT
     if how.scope is CheckScope.FULL and verify:
-        gone, keys_compared, whole = _full_check(src, tgt, shape, deletes, mark, at)
+        gone, keys_compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
         deleted = apply_deletes(tgt, shape, gone, at) if deletes is not Deletes.IGNORE else 0
-        return FinalCheck(deleted, keys_compared, whole)
+        return FinalCheck(deleted, keys_compared, whole, tuple(odd))
     gone, keys_compared = _find_deletes(src, tgt, shape, mark) if exact else ([], 0)
     deleted = apply_deletes(tgt, shape, gone, at) if exact else 0
     if not verify and deletes is not Deletes.SWEEP:
         return FinalCheck(deleted, keys_compared)
     checked = _run_check(src, tgt, shape, how, mark=mark, at=at, deletes=deletes, verify=verify)
     if checked is not None:
-        run, swept_out = checked
+        run, swept_out, odd = checked
         keys = keys_compared + (run.keys_compared if run else 0)
-        return FinalCheck(deleted + swept_out, keys, run)
+        return FinalCheck(deleted + swept_out, keys, run, tuple(odd))
     # Too many of the run's keys to look up: both whole tables (the deletes left included).
-    gone, compared, whole = _full_check(src, tgt, shape, deletes, mark, at)
+    gone, compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
     if deletes is Deletes.SWEEP:
         deleted += apply_deletes(tgt, shape, gone, at)
-    return FinalCheck(deleted, keys_compared + compared, whole)
+    return FinalCheck(deleted, keys_compared + compared, whole, tuple(odd))
 
 
 def idle_check(
@@ -237,4 +242,4 @@ def check_target(
         lower: Rows above it are the next run's (``None``: every row is).
     """
     _without_jit(src, tgt)
-    return _verdict(src, shape, compare(src, tgt, shape, rows=True), lower, kept=True)
+    return _verdict(src, shape, compare(*shape.sides(src, tgt, rows=True)), lower, kept=True)[0]

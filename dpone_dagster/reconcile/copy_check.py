@@ -36,6 +36,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime
 from typing import TypeVar
 
 import psycopg
@@ -87,6 +88,7 @@ def reconcile_copy(
     source_options: ConnectionOptions | None = None,
     target_options: ConnectionOptions | None = None,
     row_versions: bool = True,
+    snapshot_taken_at: datetime | None = None,
 ) -> list[TableReconciliation]:
     """Compares each copied table's source inside ``snapshot_token`` with its target.
 
@@ -102,6 +104,10 @@ def reconcile_copy(
         target_options: Options of the target session.
         row_versions: Prove tables by row versions where the load vouched for them (else hash
             every table).
+        snapshot_taken_at: When the exporting session took the snapshot (its
+            :class:`~dpone_dagster.postgres.SnapshotSession` evidence's ``acquired_at``): each
+            result's ``proved_at``. Not given: the earliest ``snapshot_acquired_at`` of the
+            report's receipts (``None`` for plans).
 
     Returns:
         One result per table, in the copy's order.
@@ -132,10 +138,26 @@ def reconcile_copy(
             proved = _prove(pool, source.conn, target, tables) if row_versions else {}
             hashed = [t for i, t in enumerate(tables) if i not in proved]
             digests = iter(_digest(pool, source.conn, target, hashed, open_source))
+    at = snapshot_taken_at or _acquired_at(copied)
     return [
-        judge(t, sink, proved[i]) if i in proved else judge(t, sink, *next(digests))
+        replace(
+            judge(t, sink, proved[i]) if i in proved else judge(t, sink, *next(digests)),
+            proved_at=at,
+        )
         for i, t in enumerate(tables)
     ]
+
+
+def _acquired_at(copied: CopyReport | Sequence[TablePlan]) -> datetime | None:
+    """The earliest snapshot time a copy's receipts record (``None`` for plans)."""
+    if not isinstance(copied, CopyReport):
+        return None
+    times = [
+        t.extraction_receipt.snapshot_acquired_at
+        for t in copied.tables
+        if t.extraction_receipt is not None and t.extraction_receipt.snapshot_acquired_at
+    ]
+    return min(times, default=None)
 
 
 def _tables(

@@ -8,6 +8,7 @@ what was read against it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from dpone_dagster.postgres import Column, Sink, TableName
@@ -43,6 +44,8 @@ class TableReconciliation:
             key is among the snapshot's (``contains``).
         passed: The guarantee holds.
         detail: One sentence on what was found.
+        proved_at: The point in time the check proved its guarantee at: when the copy's snapshot
+            was taken (the source server's clock), ``None`` when unknown.
     """
 
     source_table: TableName
@@ -54,6 +57,7 @@ class TableReconciliation:
     target: Digest
     passed: bool
     detail: str
+    proved_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ dpone_reconciled check."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -44,6 +45,18 @@ def _materialize(
     return dg.materialize(
         [asset], resources=resources(stream.source, stream.target, **ledger), raise_on_error=False
     )
+
+
+def _proved_at(md: dict[str, Any]) -> datetime:
+    """A check's ``dpone/proved_at``: a timestamp metadata value (seconds since the epoch)."""
+    value = md["dpone/proved_at"]
+    assert isinstance(value, float)
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _same_time(text: str, at: datetime) -> bool:
+    """``text`` (ISO 8601) names ``at`` (a float timestamp keeps microseconds to about one)."""
+    return abs((datetime.fromisoformat(text) - at).total_seconds()) < 1e-5
 
 
 def _metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
@@ -192,15 +205,16 @@ def test_the_default_check_says_what_it_verified_run_by_run(stream: Stream) -> N
     passed, md = run()
     assert passed and md["dpone/check_scope"] == "run" and md["dpone/keys_checked"] == 2000
     assert (md["dpone/ranges_checked"], md["dpone/ranges_total"]) == (1, 4)
-    assert "dpone/swept_at" not in md and md["dpone/proved_at"]  # an empty value is left out
-    assert md["dpone/guarantee"] == (
-        f"this run exact; table not yet swept (sweep begun at {md['dpone/proved_at']})"
-    )
-    begun = md["dpone/proved_at"]
+    assert "dpone/swept_at" not in md  # an empty value is left out
+    begun = _proved_at(md)  # a timestamp value: the check's point in time
+    prefix = "this run exact; table not yet swept (sweep begun at "
+    assert md["dpone/guarantee"].startswith(prefix) and md["dpone/guarantee"].endswith(")")
+    assert _same_time(md["dpone/guarantee"][len(prefix) : -1], begun)
     pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 1700")
     pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id = 3")
     passed, md = run()  # keys (500, 1000]: the tampered row is not claimed
-    assert passed and md["dpone/keys_checked"] == 1 and md["dpone/sweep_started_at"] == begun
+    assert passed and md["dpone/keys_checked"] == 1
+    assert _same_time(md["dpone/sweep_started_at"], begun)
     passed, md = run()  # (1000, 1500]
     assert passed and md["dpone/keys_checked"] == 0
     passed, md = run()  # (1500, +inf): the last range, caught; that sweep is no full sweep
@@ -210,5 +224,45 @@ def test_the_default_check_says_what_it_verified_run_by_run(stream: Stream) -> N
     for _ in range(4):  # repaired: a clean sweep, range by range
         passed, md = run()
         assert passed
-    assert md["dpone/swept_at"] == md["dpone/proved_at"] and "dpone/sweep_started_at" not in md
+    assert _same_time(md["dpone/swept_at"], _proved_at(md))
+    assert "dpone/sweep_started_at" not in md
     assert md["dpone/guarantee"] == f"this run exact; table swept at {md['dpone/swept_at']}"
+
+
+def test_a_check_names_the_ranges_and_keys_that_differ_and_repair_rewrites_only_them(
+    stream: Stream,
+) -> None:
+    from dpone_dagster.incremental import Sweep
+
+    sweep = Sweep(rows=500)  # slices (-inf, 500], (500, 1000], ...
+    plain = incremental_asset("shop.orders", cursor="updated_at", sweep=sweep)
+    mending = incremental_asset("shop.orders", cursor="updated_at", sweep=sweep, repair=True)
+
+    def run(asset: dg.AssetsDefinition) -> tuple[bool, dict[str, Any]]:
+        result = _materialize(stream, asset)
+        assert result.success
+        [check] = result.get_asset_check_evaluations()
+        assert isinstance(check.metadata["dpone/proved_at"], dg.TimestampMetadataValue)
+        return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+
+    assert run(plain)[0]
+    pg.execute(stream.target, "UPDATE shop.orders SET note = 'x' WHERE id IN (600, 900)")
+    passed, md = run(plain)
+    assert not passed and (md["dpone/unexplained"], md["dpone/examples"]) == (2, [["600"], ["900"]])
+    assert md["dpone/differing_ranges"] == [{"after": ["500"], "through": ["1000"]}]
+    assert "dpone/repaired_keys" not in md
+    versions = dict(pg.fetch_all(stream.target, "SELECT id, xmin::text FROM shop.orders"))
+    passed, md = run(mending)
+    assert passed and (md["dpone/repaired_keys"], md["dpone/repaired_rows"]) == (2, 2)
+    assert md["dpone/repaired_ranges"] == [{"after": ["500"], "through": ["1000"]}]
+    now = dict(pg.fetch_all(stream.target, "SELECT id, xmin::text FROM shop.orders"))
+    assert {k for k, v in now.items() if versions.get(k) != v} == {600, 900}
+    stream.assert_equal()
+    passed, md = run(plain)
+    assert passed and "dpone/repaired_keys" not in md
+
+
+def test_repair_without_the_check_is_refused_when_definitions_load() -> None:
+    with pytest.raises(DponeError) as caught:
+        incremental_asset("shop.orders", cursor="updated_at", reconcile=False, repair=True)
+    assert caught.value.code == "incremental_options_invalid"

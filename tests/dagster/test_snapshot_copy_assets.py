@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import dagster as dg
@@ -75,6 +76,11 @@ def test_every_strategy_copies_all_tables_under_one_snapshot(
     checks = result.get_asset_check_evaluations()
     assert len(checks) == 2 and all(c.passed for c in checks)
     assert {c.metadata["dpone/guarantee"].value for c in checks} == {"equal"}
+    for check in checks:  # the point in time proved: the held snapshot's, before any read
+        proved = check.metadata["dpone/proved_at"]
+        assert isinstance(proved, dg.TimestampMetadataValue)
+        started = md[check.asset_key]["dpone/extraction_started_at"]
+        assert proved.value <= datetime.fromisoformat(str(started)).timestamp()
     labels = {m["dpone/snapshot_label"] for m in md.values()}
     tokens = {m["dpone/snapshot_token_digest"] for m in md.values()}
     assert labels == {"single_snapshot"}

@@ -15,6 +15,7 @@ from typing import Any
 import dagster as dg
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events import IncrementalEvent
 from dpone_dagster.dagster.metadata.freshness import (
     freshness_check_spec,
@@ -67,6 +68,7 @@ def incremental_asset(
     sweep: Sweep | None = None,
     cron_schedule: str | None = None,
     freshness_policy: dg.FreshnessPolicy | None = None,
+    repair: bool = False,
 ) -> dg.AssetsDefinition:
     """An asset that copies, on each materialization, what changed in ``table`` since the last.
 
@@ -111,6 +113,13 @@ def incremental_asset(
         freshness_policy: The asset's Dagster freshness policy. With either option the asset
             also carries the ``dpone_fresh`` check, which judges the policy by the lag each run
             reports (``dpone/lag_seconds``), where Dagster judges it by materialization times.
+        repair: When the check finds rows that differ for no reason the stream knows (the
+            target changed behind its back), rewrite exactly those keys from the final batch's
+            source snapshot through the stream's own merge and delete path, in its transaction;
+            the check then passes, saying what it repaired (``dpone/repaired_keys``,
+            ``dpone/repaired_ranges``). Off (default): the check fails naming the keys and the
+            sweep's key ranges (``dpone/examples``, ``dpone/differing_ranges``). Needs
+            ``reconcile``.
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -147,6 +156,12 @@ def incremental_asset(
     )
     check_options(lookback, settle_timeout, fillfactor)
     scope = CheckScope.parse(check)
+    if repair and not reconcile:
+        raise engine_error(
+            "incremental_options_invalid",
+            "repair=True with reconcile=False: only the check finds what to repair.",
+            ["Leave reconcile on with repair=True (or leave repair off)."],
+        )
     check_identifier(soft_delete_column, what="soft-delete column")
     check_instance_storage()
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
@@ -185,7 +200,7 @@ def incremental_asset(
             soft_delete_column=soft_delete_column, batch_size=how[1], lookback=lookback,
             continue_from_backfill=continue_from_backfill, settle_timeout=settle_timeout,
             reconcile=reconcile, schema_changes=how[2], fillfactor=fillfactor, check=scope,
-            sweep=sweep,
+            sweep=sweep, repair=repair,
         )  # fmt: skip
 
     return _incremental

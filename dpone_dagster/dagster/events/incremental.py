@@ -117,6 +117,7 @@ class IncrementalEvents:
     fillfactor: int
     check: CheckScope = CheckScope.RUN
     sweep: Sweep | None = None
+    repair: bool = False
 
     def __iter__(self) -> Iterator[IncrementalEvent]:
         """Runs the stream once; yields the check (when selected), then the materialization.
@@ -186,7 +187,7 @@ class IncrementalEvents:
             batch_size=self.batch_size, lookback=self.lookback,
             handoff=backfill_handoff if self.continue_from_backfill else None,
             settle_timeout=self.settle_timeout, verify=self.reconcile, check=self.check,
-            sweep=self.sweep,
+            sweep=self.sweep, repair=self.repair,
             ledger_schema=self.ledger.schema_name, options=self.source.options,
             target_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),

@@ -256,6 +256,7 @@ def _checks(
     results = reconcile_copy(
         source.dsn, target.dsn, subset, held.token,
         source_options=source.options, target_options=target.options,
+        snapshot_taken_at=held.evidence.acquired_at,
     )  # fmt: skip
     for key, result in zip(checked, results, strict=True):
         yield copy_check_result(key, result)

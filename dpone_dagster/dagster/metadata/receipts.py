@@ -206,6 +206,7 @@ def copy_check_result(key: dg.AssetKey, result: TableReconciliation) -> dg.Asset
                 target_rows=result.target.count,
                 source_digest=result.source.hash,
                 target_digest=result.target.hash,
+                proved_at=_timestamp(result.proved_at),
             )
         ),
     )
@@ -469,23 +470,52 @@ def verification_check(
         asset_key=key,
         check_name=CHECK_NAME,
         passed=check.ok,
-        description=description + ("." if check.ok else f": {check.unexplained} row(s) are not."),
+        description=description + _verdict_words(check),
         metadata=dict(
             DponeMetadataSet(
                 verified=True,
                 guarantee=guarantee,
                 check_scope=check.scope,
-                proved_at=_iso(check.proved_at),
+                proved_at=_timestamp(check.proved_at),
                 keys_compared=check.keys_compared,
                 ranges_differing=check.ranges_differing,
                 changed_since_mark=check.changed_since_mark,
                 deleted_kept=check.deleted_kept,
                 unexplained=check.unexplained,
                 examples=dg.MetadataValue.json([list(k) for k in check.examples]),
+                differing_ranges=_ranges(check.differing_ranges),
+                repaired_keys=check.repaired_keys or None,
+                repaired_rows=check.repaired_rows or None,
+                repaired_ranges=_ranges(check.repaired_ranges),
             )
         )
         | scope,
     )
+
+
+def _verdict_words(check: Verification) -> str:
+    if not check.ok:
+        return f": {check.unexplained} row(s) are not."
+    if check.repaired_keys:
+        return f" ({check.repaired_keys} key(s) that differed were repaired from the source)."
+    return "."
+
+
+KeyRanges = tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...]
+
+
+def _ranges(ranges: KeyRanges) -> dg.JsonMetadataValue | None:
+    """Key ranges ``(after, through]`` as JSON (left out when there are none)."""
+    if not ranges:
+        return None
+    return dg.MetadataValue.json(
+        [{"after": None if a is None else list(a), "through": None if b is None else list(b)}
+         for a, b in ranges]
+    )  # fmt: skip
+
+
+def _timestamp(at: datetime | None) -> dg.TimestampMetadataValue | None:
+    return None if at is None else dg.MetadataValue.timestamp(at)
 
 
 def _iso(at: datetime | None) -> str:

@@ -378,8 +378,20 @@ class DponeMetadataSet(NamespacedMetadataSet):
     swept_at: str | None = None
     """When the last clean full sweep completed, ISO 8601; left out until one has (check of a
     stream, ``run``)."""
-    proved_at: str | None = None
-    """The source snapshot's time the check proved equality at, ISO 8601 (check of a
+    proved_at: dg.TimestampMetadataValue | None = None
+    """The point in time the check proved equality at: its source snapshot's time (check of a
+    stream, check of a snapshot copy)."""
+    differing_ranges: dg.JsonMetadataValue | None = None
+    """The sweep's key ranges in which the check found rows differing for no known reason, each
+    ``{"after": key, "through": key}`` (a key as the text of its columns; ``null``: open) (check
+    of a stream, ``run``)."""
+    repaired_keys: int | None = None
+    """Keys the run rewrote from the source because its check found them differing
+    (``repair=True``) (check of a stream)."""
+    repaired_rows: int | None = None
+    """Target rows those repairs wrote: inserted, updated, deleted (check of a stream)."""
+    repaired_ranges: dg.JsonMetadataValue | None = None
+    """The sweep's key ranges the repaired keys lay in, as ``differing_ranges`` (check of a
     stream)."""
 
     # The dpone_fresh check of a stream, and the dpone_partitions_fresh check of a backfill.
@@ -484,6 +496,7 @@ _KINDS = {
     bool: "bool",
     dg.JsonMetadataValue: "JSON",
     dg.MarkdownMetadataValue: "Markdown",
+    dg.TimestampMetadataValue: "timestamp",
 }
 
 

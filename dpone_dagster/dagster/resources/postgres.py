@@ -239,6 +239,7 @@ class PostgresSourceResource(PostgresResource):
         fillfactor: int = DEFAULT_FILLFACTOR,
         check: CheckScope | str = CheckScope.RUN,
         sweep: Sweep | None = None,
+        repair: bool = False,
     ) -> IncrementalEvents:
         """Runs the asset's incremental stream once.
 
@@ -268,6 +269,8 @@ class PostgresSourceResource(PostgresResource):
             check: ``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both
                 whole tables); see :func:`~dpone_dagster.incremental_asset`.
             sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
+            repair: Rewrite what the check finds differing (see
+                :func:`~dpone_dagster.incremental_asset`); needs ``reconcile``.
 
         Returns:
             The run's events; iterating them runs it.
@@ -294,7 +297,7 @@ class PostgresSourceResource(PostgresResource):
             deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
             lookback=lookback, continue_from_backfill=continue_from_backfill,
             settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
-            fillfactor=fillfactor, check=CheckScope.parse(check), sweep=sweep,
+            fillfactor=fillfactor, check=CheckScope.parse(check), sweep=sweep, repair=repair,
         )  # fmt: skip
 
     def replicate(

@@ -235,6 +235,8 @@ class IncrementalStreamModel(InlineAttributes):
         sweep_runs: A full sweep in about this many runs (288: a day at five minutes).
         sweep_rows: Instead, rows per run, whatever the table's size.
         sweep_seconds: Instead, seconds per run.
+        repair: Rewrite the keys the check finds differing (the target changed behind the
+            stream's back) from the source, in the run; the check then passes saying so.
         group_name: The asset's group.
         pool: Concurrency pool.
         cron_schedule: When set, a schedule named after the asset materializes it (with its
@@ -259,6 +261,7 @@ class IncrementalStreamModel(InlineAttributes):
     sweep_runs: int = DEFAULT_SWEEP_RUNS
     sweep_rows: int | None = None
     sweep_seconds: float | None = None
+    repair: bool = False
     group_name: str | None = None
     pool: str | None = None
     cron_schedule: str | None = None
@@ -424,6 +427,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             check=stream.check,
             sweep=Sweep(stream.sweep_runs, stream.sweep_rows, stream.sweep_seconds),
             cron_schedule=stream.cron_schedule,
+            repair=stream.repair,
         )
         schedules = []
         if stream.cron_schedule is not None:
