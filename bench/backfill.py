@@ -3,6 +3,7 @@
     .venv/bin/python bench/backfill.py                   # 1,000,000 rows, 50,000-row batches
     .venv/bin/python bench/backfill.py --repeat 5        # five alternating rounds: best, median
     .venv/bin/python bench/backfill.py --rows 3000000    # the flat-memory check at 3M rows
+    .venv/bin/python bench/backfill.py --rows 100000 --json bench/results/backfill.json
 
 It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops them.
 Each round measures, on the same mixed-type table (16 columns, about 320 bytes per row in binary
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
+from bench import result_file  # noqa: E402
 from dpone_dagster.backfill import (  # noqa: E402
     Backfill,
     BackfillRun,
@@ -226,6 +228,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds")
     parser.add_argument("--child", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
     parser.add_argument("--dagster", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
@@ -235,6 +238,7 @@ def main() -> None:
         return
     rows = args.rows
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_dst")
+    began = result_file.machine(target)
     rounds: list[dict[str, float]] = []
     try:
         pg.create_mixed_table(source, rows=rows)
@@ -332,6 +336,50 @@ def main() -> None:
         f"seed row-by-row ({seed_rows:,} rows) {seed:.2f} s, {seed_rate:,.0f} rows/s, "
         f"{seed_rate / statistics.median(raw_rates):.3f} of the raw pipe"
     )
+    if args.json:
+        result_file.write(
+            args.json, "backfill", began, _table(rounds, rows, seed_rate / statistics.median(
+                raw_rates)), table_rows=rows, batch=args.batch, repeat=args.repeat,
+        )  # fmt: skip
+
+
+def _table(rounds: list[dict[str, float]], rows: int, seed_share: float) -> list[dict[str, Any]]:
+    """The printed figures as the result table's rows (``--json``): best and median over the
+    rounds (best: the highest ratio, the lowest time)."""
+
+    def col(key: str) -> list[float]:
+        return [r[key] for r in rounds]
+
+    def ratio(key: str, target: str = "") -> dict[str, Any]:
+        values = col(key)
+        return {"best": f"{max(values):.2f}", "median": f"{statistics.median(values):.2f}",
+                "target": target}  # fmt: skip
+
+    def seconds(key: str) -> dict[str, Any]:
+        values = col(key)
+        return {"best": f"{min(values):.2f} s", "median": f"{statistics.median(values):.2f} s",
+                "target": ""}  # fmt: skip
+
+    rates = [rows / r for r in col("raw")]
+    return [
+        {"measure": "raw binary COPY pipe (rows/s)", "best": f"{max(rates):,.0f}",
+         "median": f"{statistics.median(rates):,.0f}", "target": ""},
+        {"measure": "backfill batches, of the raw pipe's rows/s", **ratio("batches_ratio")},
+        {"measure": "final reconciliation", **seconds("reconcile")},
+        {"measure": "the same, every range hashed", **seconds("hash_all")},
+        {"measure": "to done (batches + reconciliation)", **ratio("done_ratio", "0.70")},
+        {"measure": "dagster.materialize of the asset, with its check",
+         **ratio("dagster_ratio", "0.75")},
+        {"measure": "one checkpoint early / late (ms)",
+         "best": f"{statistics.median(col('cp_early')):.3f} / "
+                 f"{statistics.median(col('cp_late')):.3f}",
+         "median": f"ratio {statistics.median(col('cp_ratio')):.2f}", "target": ""},
+        {"measure": "client peak RSS; the Dagster process (MB)",
+         "best": f"{max(col('rss')):.0f}; {max(col('dagster_rss')):.0f}", "median": "",
+         "target": ""},
+        {"measure": "seed row-by-row, of the raw pipe", "best": f"{seed_share:.3f}",
+         "median": "", "target": ""},
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
     .venv/bin/python bench/incremental.py --repeat 3       # three rounds of each run: medians
     .venv/bin/python bench/incremental.py --rss-rows 3000000   # the flat-memory check
     .venv/bin/python bench/incremental.py --check --repeat 1   # the check's added cost, 1M, 3M
+    .venv/bin/python bench/incremental.py --rows 100000 --rss-rows 0 \
+        --json bench/results/incremental.json   # the docs page's table, small
 
 It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and drops them.
 On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90 bytes a row):
@@ -71,6 +73,7 @@ from psycopg import conninfo, sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import result_file  # noqa: E402
 from bench.snapshot_copy import psql_pipe  # noqa: E402
 from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
 from dpone_dagster.postgres import copy_tables  # noqa: E402
@@ -421,9 +424,19 @@ def _other_scenarios(
     runs.setdefault("deletes_100_hard", []).append(timed_run(source, target, cold=False))
 
 
+def _row(name: str, seconds: float, full: float, limit: float | None = None) -> dict[str, Any]:
+    """One row of the result table (``--json``): a run's median and its ratio to the full copy."""
+    ratio = seconds / full
+    verdict = "" if limit is None else f"{limit:.2f}: {'met' if ratio <= limit else 'missed'}"
+    return {"run": name, "seconds": round(seconds, 3), "of_full_copy": round(ratio, 3),
+            "limit": verdict}  # fmt: skip
+
+
 def report(
     results: list[dict[str, Any]], full: float, raw: float, rows: int, beside: Beside
-) -> None:
+) -> list[dict[str, Any]]:
+    """Prints the runs' figures; returns them as the result table's rows."""
+    table = [_row("full batched_copy", full, full)]
     print(f"raw psql COPY pipe of {rows:,} rows: {raw:.2f} s ({rows / raw:,.0f} rows/s)")
     share = raw / full
     print(f"full batched_copy of {rows:,} rows: {full:.2f} s ({rows / full:,.0f} rows/s, "
@@ -439,6 +452,7 @@ def report(
             extra = (f"; {r['deleted']} deleted, {r['keys_compared']} keys crossed the wire"
                      f" ({100 * r['keys_compared'] / rows:.3f}% of the table)")  # fmt: skip
         speed = f"{r['rows'] / r['seconds']:>9,.0f} rows/s" if r["rows"] else " " * 16
+        table.append(_row(r["name"], r["seconds"], full, limit))
         print(f"  {r['name']:<24} {r['seconds']:7.3f} s  ratio {ratio:6.3f}  "
               f"rows {r['rows']:>9,} {speed}{extra}{verdict}")  # fmt: skip
         if r["name"] == "changed_1pct" and r["phases"]:
@@ -453,6 +467,7 @@ def report(
                 f"{n} {1000 * statistics.median(f[1][n] for f in beside.floor):.0f} ms"
                 for n in ("read", "merge", "commit")
             )
+            table.append(_row("floor (one MERGE)", floor, full))
             print(f"  {'floor (one MERGE)':<24} {floor:7.3f} s  ratio {floor / full:6.3f}  "
                   f"the same changes by one relay and one MERGE over open sessions, no ledger "
                   f"(the engine takes {r['seconds'] / floor:.2f} of it)")  # fmt: skip
@@ -465,8 +480,10 @@ def report(
     )  # fmt: skip
     for name, runs, what in dagster:
         seconds = statistics.median(runs)
+        table.append(_row(name, seconds, full))
         print(f"  {name:<24} {seconds:7.3f} s  ratio {seconds / full:6.3f}  dagster.materialize "
               f"of incremental_asset {what}")  # fmt: skip
+    return table
 
 
 def rss_check(source: str, rows: int, rss_rows: int, made: list[str]) -> None:
@@ -608,6 +625,7 @@ def main() -> None:
         help="only the stream check's added cost, at --rows and --check-rows",
     )
     parser.add_argument("--check-rows", type=int, default=3_000_000)
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     parser.add_argument(
         "--sweep-rows",
         type=int,
@@ -636,6 +654,7 @@ def main() -> None:
         full_target = pg.create_database("dpone_bench_full")
         target = pg.create_database("dpone_bench_tgt")
         made += [full_target, target]
+        began = result_file.machine(target)
         raw = raw_pipe(source, full_target)
         before = full_batched_copy(source, full_target)
         # The full copy's table is the denominator's output: it must not take the buffers the
@@ -644,7 +663,12 @@ def main() -> None:
         beside = Beside()
         results = measure(source, target, args.rows, args.repeat, made, beside)
         full = (before + full_batched_copy(source, full_target)) / 2
-        report(results, full, raw, args.rows, beside)
+        table = report(results, full, raw, args.rows, beside)
+        if args.json:
+            result_file.write(
+                args.json, "incremental", began, table, table_rows=args.rows,
+                repeat=args.repeat, raw_pipe_seconds=round(raw, 2),
+            )  # fmt: skip
         if args.rss_rows:
             rss_check(source, args.rows, args.rss_rows, made)
     finally:

@@ -3,6 +3,7 @@ decode rate, a full ``batched_copy`` and the incremental stream's floor, in one 
 
     .venv/bin/python bench/replication.py                   # 1,000,000 rows, 1,000,000 changes
     .venv/bin/python bench/replication.py --rows 100000     # small
+    .venv/bin/python bench/replication.py --rows 100000 --json bench/results/replication.json
     .venv/bin/python bench/replication.py --rss-changes 3000000   # peak RSS at 1M and at 3M
 
 The source is a database on the replication tests' server (``wal_level = logical``: the
@@ -54,6 +55,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import result_file  # noqa: E402
 from bench.incremental import (  # noqa: E402
     FILL,
     ORDERS,
@@ -269,21 +271,38 @@ def measure(args: argparse.Namespace, made: list[str]) -> dict[str, Any]:
     return figures
 
 
-def report(f: dict[str, Any]) -> None:
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def report(f: dict[str, Any]) -> list[dict[str, Any]]:
+    """Prints the figures; returns them as the result table's rows (``--json``)."""
     full = f["full_copy"]
+    table: list[dict[str, Any]] = []
+
+    def row(run: str, figure: str, ratio: str = "", goal: str = "") -> None:
+        table.append({"run": run, "figure": figure, "ratio": ratio, "goal": goal})
+
     print(f"shop.orders, {f['rows']:,} rows; full batched_copy {full:.2f} s (mean of two)")
+    row("full batched_copy (mean of two)", f"{full:.2f} s")
     first = f["initial_copy"]
     print(f"initial copy (first run)          {first:8.2f} s  {first / full:6.3f} x full")
+    row("initial copy (the first run)", f"{first:.2f} s", f"{first / full:.3f} of the full copy")
     for name in ("nothing_changed", "deletes_100"):
         ratio = f[name] / full
         mark = "ok" if ratio <= LIMITS[name] else "OVER"
         print(f"{name:<34}{f[name]:8.3f} s  {ratio:6.3f} x full  (goal <= {LIMITS[name]}: {mark})")
+        row(name, f"{f[name]:.3f} s", f"{ratio:.3f} of the full copy",
+            f"{LIMITS[name]}: {_met(ratio <= LIMITS[name])}")  # fmt: skip
     over = f["changed_1pct"] / f["floor_1pct"]
     print(
         f"changed_1pct ({f['changed_1pct_changes']:,} changes)      {f['changed_1pct']:8.3f} s  "
         f"{f['changed_1pct'] / full:6.3f} x full  {over:5.2f} x floor {f['floor_1pct']:.3f} s "
         f"(goal <= {FLOOR_LIMIT}: {'ok' if over <= FLOOR_LIMIT else 'OVER'})"
     )
+    row(f"changed_1pct ({f['changed_1pct_changes']:,} changes)", f"{f['changed_1pct']:.3f} s",
+        f"{over:.2f} of the floor ({f['floor_1pct']:.3f} s)",
+        f"{FLOOR_LIMIT}: {_met(over <= FLOOR_LIMIT)}")  # fmt: skip
     decode = f["decode_changes"] / f["decode_seconds"]
     applied = f["backlog"]["changes"] / f["backlog"]["seconds"]
     print(
@@ -292,30 +311,42 @@ def report(f: dict[str, Any]) -> None:
         f"{applied / decode:.2f} of decode (goals >= {DECODE_SHARE}, >= {CHANGES_PER_SECOND:,}/s); "
         f"peak RSS {f['backlog']['rss_mb']:.0f} MB"
     )
+    row(f"backlog of {f['backlog_changes']:,} changes, {f['backlog']['runs']} runs",
+        f"{applied:,.0f} changes/s, peak RSS {f['backlog']['rss_mb']:.0f} MB",
+        f"{applied / decode:.2f} of the server's decode ({decode:,.0f}/s)",
+        f">= {DECODE_SHARE} and {CHANGES_PER_SECOND:,}/s: "
+        f"{_met(applied / decode >= DECODE_SHARE and applied >= CHANGES_PER_SECOND)}")  # fmt: skip
     if "backlog_rss" in f:
         big = f["backlog_rss"]
         print(
             f"backlog {f['backlog_rss_changes']:,} changes: peak RSS {big['rss_mb']:.0f} MB "
             f"({big['changes'] / big['seconds']:,.0f} changes/s)"
         )
+        row(f"backlog of {f['backlog_rss_changes']:,} changes",
+            f"peak RSS {big['rss_mb']:.0f} MB")  # fmt: skip
     single = f["single_transaction"]
     print(
         f"one transaction of {single['changes']:,} rows: {single['seconds']:.2f} s, peak RSS "
         f"{single['rss_mb']:.0f} MB (goal < {SINGLE_TRANSACTION_MB})"
     )
-    print(
-        f"dagster.materialize, nothing changed {f['dagster_nothing_changed']:8.3f} s  "
-        f"{f['dagster_nothing_changed'] / full:6.3f} x full"
-    )
-    print(
-        f"dagster.materialize, 1% changed      {f['dagster_changed_1pct']:8.3f} s  "
-        f"{f['dagster_changed_1pct'] / full:6.3f} x full"
-    )
+    small = single["rss_mb"] < SINGLE_TRANSACTION_MB
+    row(f"one transaction of {single['changes']:,} rows",
+        f"{single['seconds']:.2f} s, peak RSS {single['rss_mb']:.0f} MB", "",
+        f"< {SINGLE_TRANSACTION_MB} MB: {_met(small)}")  # fmt: skip
+    for name, what in (("dagster_nothing_changed", "nothing changed"),
+                       ("dagster_changed_1pct", "1% changed")):  # fmt: skip
+        print(f"dagster.materialize, {what:<16}{f[name]:8.3f} s  {f[name] / full:6.3f} x full")
+        row(f"dagster.materialize, {what}", f"{f[name]:.3f} s",
+            f"{f[name] / full:.3f} of the full copy")  # fmt: skip
     db = f["dagster_backlog"]
+    rate = f["dagster_backlog_changes"] / db["seconds"]
     print(
         f"dagster.materialize, backlog of {f['dagster_backlog_changes']:,}: "
-        f"{f['dagster_backlog_changes'] / db['seconds']:,.0f} changes/s in {db['runs']} runs"
+        f"{rate:,.0f} changes/s in {db['runs']} runs"
     )
+    row(f"dagster.materialize, backlog of {f['dagster_backlog_changes']:,} changes",
+        f"{rate:,.0f} changes/s in {db['runs']} runs")  # fmt: skip
+    return table
 
 
 def main() -> None:
@@ -325,15 +356,24 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=250_000, help="changes per run")
     parser.add_argument("--rss-changes", type=int, default=0, help="a second backlog, RSS only")
     parser.add_argument("--child", nargs=4, metavar=("SRC", "TGT", "SLOT", "BUDGET"))
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     args = parser.parse_args()
     if args.child:
         source, target, slot, budget = args.child
         print(json.dumps(drain(source, target, slot, int(budget) or None)))
         return
     args.changes = args.changes or args.rows
+    began = result_file.machine(pg.admin_dsn())  # the targets' server
+    source_version = str(pg.fetch_one(logical_admin_dsn(), "SHOW server_version"))
     made: list[str] = []
     try:
-        report(measure(args, made))
+        figures = measure(args, made)
+        table = report(figures)
+        if args.json:
+            result_file.write(
+                args.json, "replication", began, table, table_rows=args.rows,
+                budget=args.budget, source_postgresql=source_version,
+            )  # fmt: skip
     finally:
         for dsn in made:
             if dsn == made[0]:

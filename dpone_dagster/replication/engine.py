@@ -229,6 +229,7 @@ class Replication:
             removed = self._follow_group(sessions, state)
         assert state is not None
         assert state.applied_lsn is not None
+        read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
         run = _Run(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                    state.applied_commit_time)  # fmt: skip
@@ -240,8 +241,10 @@ class Replication:
         status = slot_status(control, group.slot)
         assert status is not None
         self._progress("advanced", run)
-        lag = None if run.applied_at is None else (
-            datetime.now(UTC) - run.applied_at).total_seconds()  # fmt: skip
+        # Drained to upto, the target holds the source as of the run's read, however quiet the
+        # source; stopped by the budget, only as of the newest transaction applied.
+        held = run.applied_at if run.budget_reached else read_at
+        lag = None if held is None else (datetime.now(UTC) - held).total_seconds()
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,
             applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,

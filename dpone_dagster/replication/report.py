@@ -82,8 +82,10 @@ class ReplicationReport:
         transactions: Source transactions this run applied.
         tables: The changes applied per table, in the group's order.
         lag_bytes: The source's current LSN minus the slot's confirmed position, after the run.
-        lag_seconds: Seconds between the newest applied transaction's commit and the end of the
-            run (``None``: no transaction applied yet).
+        lag_seconds: How old the source state the target holds is, at the end of the run: from
+            the run's read of ``upto_lsn`` (every transaction before it is applied, however
+            quiet the source), or, when ``budget_reached``, from the newest applied
+            transaction's commit.
         slot: The slot after its advance.
         budget_reached: The run read ``max_changes_per_run`` messages and stopped after the
             transaction that reached it: more may be waiting (the next run says).

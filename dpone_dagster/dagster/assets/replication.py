@@ -19,6 +19,7 @@ from pydantic import Field
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.assets.snapshot_copy import copy_specs
 from dpone_dagster.dagster.events.replication import ReplicationEvent
+from dpone_dagster.dagster.metadata.freshness import freshness_check_spec, stream_freshness_policy
 from dpone_dagster.dagster.metadata.replication import (
     DEFAULT_RETAINED_WAL_WARN_BYTES,
     SLOT_CHECK_NAME,
@@ -108,6 +109,8 @@ def replication_assets(
     group_name: str | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
+    cron_schedule: str | None = None,
+    freshness_policy: dg.FreshnessPolicy | None = None,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -138,23 +141,32 @@ def replication_assets(
         group_name: The asset group of every table.
         pool: Dagster concurrency pool limiting runs that read the source.
         op_tags: Tags of the op.
+        cron_schedule: The schedule the group runs on (the same string as its
+            ``ScheduleDefinition``'s): every table's freshness policy is derived from it (warn
+            when the data is 1.5 intervals old, fail at 2) unless ``freshness_policy`` is given.
+        freshness_policy: Every table's Dagster freshness policy. With either option each table
+            also carries the ``dpone_fresh`` check, which judges the policy by the lag the run
+            reports for it (``dpone/lag_seconds``), where Dagster judges it by materialization
+            times.
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
         ``ledger``; run config :class:`ReplicationRunConfig`: ``resync``, ``adopt``), with a
-        ``dpone_slot_healthy`` check on every table. Selecting some of its tables alone fails
-        when the job is built, naming the op.
+        ``dpone_slot_healthy`` check on every table (and ``dpone_fresh`` with a policy).
+        Selecting some of its tables alone fails when the job is built, naming the op.
 
     Raises:
         DponeError: at definition time, for a bad table name (``identifier_invalid``), two
             tables under one target or key (``plan_invalid``), a bad slot, publication or
-            option (the engine's codes).
+            option (the engine's codes; ``replication_options_invalid`` for a bad
+            ``cron_schedule``).
 
     Examples:
         .. code-block:: python
 
             shop = replication_assets(
-                ["shop.orders", "shop.order_lines", "shop.customers"], slot="dpone_shop"
+                ["shop.orders", "shop.order_lines", "shop.customers"], slot="dpone_shop",
+                cron_schedule="* * * * *",
             )
             defs = dg.Definitions(
                 assets=[shop],
@@ -173,6 +185,9 @@ def replication_assets(
         schema_changes=SchemaChanges.parse(schema_changes),
         max_changes_per_run=max_changes_per_run,
     )  # fmt: skip
+    policy = stream_freshness_policy(
+        cron_schedule, freshness_policy, refusal="replication_options_invalid"
+    )
     check_instance_storage()
     names = DponeMetadataSet(slot=group.slot, publication=group.publication)
     specs = copy_specs(coerced, tr, dict(names))
@@ -183,7 +198,8 @@ def replication_assets(
         specs=[
             s.replace_attributes(
                 description=f"{s.description} Replicated through slot {group.slot} with the "
-                "other tables of the group, materialized together."
+                "other tables of the group, materialized together.",
+                freshness_policy=policy,
             )
             for s in specs
         ],
@@ -195,7 +211,8 @@ def replication_assets(
                 f"{retained_wal_warn_bytes} bytes of WAL.",
             )
             for s in specs
-        ],
+        ]
+        + ([] if policy is None else [freshness_check_spec(s.key) for s in specs]),
         can_subset=False,  # one slot feeds every table: a subset would split transactions
         pool=pool,
         op_tags=op_tags,

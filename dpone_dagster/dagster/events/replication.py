@@ -5,7 +5,9 @@ One materialization runs the group's engine once
 under the snapshot the slot was created with; every run then drains the slot up to the source's
 LSN at its start, within the per-run budget, and applies the changes in commit order. It yields
 one ``MaterializeResult`` per table (its changes by kind; the group's transactions, lag and slot
-as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check. A lost slot yields
+as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check and, for a group with a
+freshness policy, the ``dpone_fresh`` check judging it by the table's lag
+(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`). A lost slot yields
 the failed checks, then fails the run with ``replication_slot_lost``, whose next action is the
 resync.
 """
@@ -20,6 +22,7 @@ import psycopg
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
+from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
@@ -217,4 +220,6 @@ class ReplicationEvents:
             metadata = replication_metadata(
                 report, by_source.get(spec.source_table), spec.source_table
             )
-            yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **table_set})
+            metadata = {**metadata, **table_set}
+            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+            yield from stream_freshness(self.context, key, metadata)

@@ -177,9 +177,9 @@ class DponeMetadataSet(NamespacedMetadataSet):
     lag_seconds: float | None = None
     """How old the source state the target now holds is: the seconds from the start of the read
     the target now reflects (a partition: its newest batch; a stream: the newest mark, taken by
-    this run even when it found nothing new; a replication group: the commit time of the newest
-    transaction applied) to the report (copy, partition, generic, incremental, kafka,
-    replication; the ``dpone_fresh`` check judges it)."""
+    this run even when it found nothing new; a replication group: its read of the source's LSN,
+    or the newest applied commit when the budget stopped it) to the report (copy, partition,
+    generic, incremental, kafka, replication; the ``dpone_fresh`` check judges it)."""
     cursor_lag_seconds: float | None = None
     """For a stream with a time cursor, the source clock at the newest mark minus the newest
     cursor value copied: how far the newest change copied is behind the mark; it grows while
