@@ -30,9 +30,9 @@ MARK = "dpone demo: dropped and made anew by every run of demo/run"
 TABLES = ["live.orders", "live.order_lines", "live.products"]
 """The replication group's tables (the same names in the target)."""
 
-SCHEMA = f"""
+SCHEMA = """
 CREATE SCHEMA live;
-COMMENT ON SCHEMA live IS '{MARK}';
+COMMENT ON SCHEMA live IS 'dpone demo: dropped and made anew by every run of demo/run';
 CREATE TABLE live.products (
     id bigint PRIMARY KEY,
     sku varchar(32) NOT NULL,
@@ -60,8 +60,8 @@ INSERT INTO live.orders SELECT g, 'customer ' || g, g * 3 FROM generate_series(1
 INSERT INTO live.order_lines
 SELECT o, l, 1 + (o + l) % 10, l FROM generate_series(1, 20) AS o, generate_series(1, 2) AS l;
 """
-"""The group's tables: ``products.description`` is a 12,800-character value stored out of line
-(``STORAGE EXTERNAL``: TOASTed, uncompressed)."""
+"""The group's tables (the schema's comment is :data:`MARK`): ``products.description`` is a
+12,800-character value stored out of line (``STORAGE EXTERNAL``: TOASTed, uncompressed)."""
 
 CHANGES = [
     # One transaction over two tables: an order and its two lines.
