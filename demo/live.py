@@ -86,9 +86,16 @@ def slot_name() -> str:
 
 
 def _wal_level(dsn: str) -> str:
-    with psycopg.connect(dsn, connect_timeout=5) as conn:
-        found = conn.execute("SHOW wal_level").fetchone()
-    return str(found[0]) if found else ""
+    """The server's ``wal_level``, read in ``dsn``'s database or, when it is not made yet (the
+    demo's, before its first run), in ``postgres``; ``""`` when neither answers."""
+    for where in (dsn, conninfo.make_conninfo(dsn, dbname="postgres")):
+        try:
+            with psycopg.connect(where, connect_timeout=5) as conn:
+                found = conn.execute("SHOW wal_level").fetchone()
+            return str(found[0]) if found else ""
+        except psycopg.OperationalError:
+            continue
+    return ""
 
 
 def logical_source() -> embedded.ServerChoice:
