@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from psycopg import conninfo
 
 from dpone_dagster.embedded import demo_database
@@ -47,6 +48,7 @@ def assert_a_story(done: subprocess.CompletedProcess[str]) -> None:
     ], lines  # fmt: skip
 
 
+@pytest.mark.timeout(900)  # two demos (with their replication step) and the webserver
 def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     make_database: Any, tmp_path: Path
 ) -> None:
