@@ -48,7 +48,7 @@ def assert_a_story(done: subprocess.CompletedProcess[str]) -> None:
     ], lines  # fmt: skip
 
 
-@pytest.mark.timeout(900)  # two demos (with their replication step) and the webserver
+@pytest.mark.timeout(1200)  # two demos (with their replication step) and the webserver
 def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     make_database: Any, tmp_path: Path
 ) -> None:
