@@ -28,12 +28,14 @@ def say(step: str, what: str, why: str) -> None:
     print(f"{step:<15} {what} -- {why}")
 
 
-def materialize(select: str, *more: str, env: Mapping[str, str] | None = None) -> None:
-    """Materializes ``select`` with the dagster CLI, quietly; on failure, prints what the CLI
-    said and exits with its status."""
+def materialize(
+    select: str, *more: str, env: Mapping[str, str] | None = None, where: str = "definitions.py"
+) -> None:
+    """Materializes ``select`` of the code location ``where`` with the dagster CLI, quietly; on
+    failure, prints what the CLI said and exits with its status."""
     dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
     done = subprocess.run(
-        [dagster, "asset", "materialize", "-f", "definitions.py", "--select", select,
+        [dagster, "asset", "materialize", "-f", where, "--select", select,
          "--config-json", QUIET, *more],
         capture_output=True, text=True, check=False,
         env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from psycopg import conninfo
 
+from dpone_dagster.embedded import demo_database
 from tests.helpers import pg
 from tests.helpers.dagster_server import DagsterDev, free_port
+from tests.helpers.logical import drop_logical_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,11 +43,12 @@ def assert_a_story(done: subprocess.CompletedProcess[str]) -> None:
         assert noise not in done.stdout + done.stderr, (noise, done.stdout, done.stderr)
     steps = [line.split()[0] for line in lines if " -- " in line]
     assert steps == [
-        "seed", "snapshot", "schema", "backfill", "stream", "stream", "open", "stream", "kafka",
-        "kafka", "summary",
+        "seed", "snapshot", "schema", "backfill", "stream", "stream", "open", "stream",
+        "replication", "kafka", "kafka", "summary",
     ], lines  # fmt: skip
 
 
+@pytest.mark.timeout(1200)  # two demos (with their replication step) and the webserver
 def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
     make_database: Any, tmp_path: Path
 ) -> None:
@@ -59,14 +63,23 @@ def test_the_demo_materializes_every_demo_asset_and_prints_how_to_see_its_runs(
         "DAGSTER_HOME": str(tmp_path / "home"),
         "DPONE_DEMO_PORT": str(port),
     }
-    done = run_demo(env)
-    assert_a_story(done)
-    assert_the_story_happened(done.stdout, source, target)
-    again = run_demo(env)  # the second run resets what the first changed: the same story
-    assert_a_story(again)
-    assert again.stdout == done.stdout
-    assert_the_story_happened(again.stdout, source, target)
-    assert_the_printed_command_shows_the_runs(again.stdout, port, tmp_path)
+    logical = subprocess.run(
+        [sys.executable, "-c", "from demo.live import logical_source as s; print(s().dsn)"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.strip()  # fmt: skip
+    try:
+        done = run_demo(env)
+        assert_a_story(done)
+        assert_the_story_happened(done.stdout, source, target)
+        assert_the_group_replicated(done.stdout, logical, target, env)
+        again = run_demo(env)  # the second run resets what the first changed: the same story
+        assert_a_story(again)
+        assert again.stdout == done.stdout
+        assert_the_story_happened(again.stdout, source, target)
+        assert_the_group_replicated(again.stdout, logical, target, env)
+        assert_the_printed_command_shows_the_runs(again.stdout, port, tmp_path)
+    finally:
+        drop_logical_database(logical)  # the embedded server's demo database of this home
 
 
 def test_two_demo_homes_name_two_pairs_of_databases(tmp_path: Path) -> None:
@@ -125,6 +138,27 @@ def assert_the_story_happened(stdout: str, source: str, target: str) -> None:
     assert "summary         every count is equal" in stdout
 
 
+def assert_the_group_replicated(
+    stdout: str, logical: str, target: str, env: dict[str, str]
+) -> None:
+    """The replication group equals its logical source, the story names what arrived, and the
+    demo's slot is gone: no slot left retaining the source's WAL."""
+    for table in ("orders", "order_lines", "products"):
+        assert pg.table_fingerprint(logical, "live", table, None) == pg.table_fingerprint(
+            target, "live", table, None
+        )
+    assert pg.fetch_one(logical, "SHOW wal_level") == "logical"
+    assert (
+        "then 3 source transactions applied (one over two tables): 3 inserted, 1 updated, "
+        "1 deleted; TOASTed description of product 3 equals the source's; slot lag under 1 MiB"
+        in stdout
+    ), stdout
+    home = env["DAGSTER_HOME"]
+    slot = "dpone_demo_" + demo_database("source", home).rsplit("_", 1)[1]
+    left = "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s"
+    assert pg.fetch_one(logical, left, (slot,)) == 0
+
+
 def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: Path) -> None:
     """Starts the webserver with exactly the command the demo printed, from another directory
     and without the demo's environment, and asks its GraphQL API for the demo's runs."""
@@ -141,12 +175,15 @@ def assert_the_printed_command_shows_the_runs(stdout: str, port: int, tmp_path: 
     finally:
         server.stop()
     # Each demo: the shop copy, the customers' copy after the evolution, the backfill's range in
-    # one run, three runs of the incremental stock stream and two of the Kafka topic.
-    assert len(runs) == 16, runs
-    runs = runs[:8]  # the second demo's
+    # one run, three runs of the incremental stock stream, two of the replication group (its own
+    # code location) and two of the Kafka topic.
+    assert len(runs) == 20, runs
+    runs = runs[:10]  # the second demo's
     assert {r["status"] for r in runs} == {"SUCCESS"}
     selected = [{tuple(a["path"]) for a in r["assetSelection"]} for r in reversed(runs)]
     assert ("shop", "orders") in selected[0]
     assert selected[1:3] == [{("shop", "customers")}, {("events", "page_views")}]
     assert selected[3:6] == [{("shop", "stock")}] * 3
-    assert selected[6:] == [{("events", "clicks")}] * 2
+    group = {("live", "orders"), ("live", "order_lines"), ("live", "products")}
+    assert selected[6:8] == [group] * 2
+    assert selected[8:] == [{("events", "clicks")}] * 2
