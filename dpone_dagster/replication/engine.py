@@ -278,8 +278,17 @@ class Replication:
                 f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
             )
         removed = tuple(t for t in state.tables if t not in group.tables)
-        # Every run: a publication dropped by hand would make the slot's reads silently empty.
-        ensure_publication(sessions.source, group.publication, group.tables)
+        if slot_status(sessions.source, group.slot) is None:  # before the publication is touched
+            raise engine_error(
+                "replication_slot_missing",
+                f"The source has no replication slot {group.slot!r}, which the ledger's group "
+                "reads; nothing was changed.",
+            )
+        # Every run: a publication dropped by hand would make the slot's reads silently empty;
+        # one made again here carries the group's mark, so that a resync knows it as its own.
+        ensure_publication(
+            sessions.source, group.publication, group.tables, comment=self.owner_comment
+        )
         if removed:
             tgt = sessions.target
             with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):

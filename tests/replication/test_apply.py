@@ -6,6 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import psycopg
+import pytest
+
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.replication.slot import drop_replication
 from tests.helpers import crash, pg
 from tests.replication.group import Group
 
@@ -102,4 +107,32 @@ def test_a_budget_stops_at_a_transaction_boundary_and_the_next_runs_drain(
         if not report.budget_reached:
             break
     assert applied == 6 and runs >= 3
+    group.assert_equal()
+
+
+def test_a_group_whose_slot_was_dropped_changes_nothing_and_a_resync_makes_it_whole(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """The ledger still holds the group, its slot and publication are gone: a run fails with
+    ``replication_slot_missing`` before it touches the source (no publication made again), and
+    a run with ``resync=True`` creates both and copies the tables, changes made while there was
+    no slot included."""
+    src = logical_source_dsn
+    pg.execute(src, ORDERS)
+    pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n' || g, g FROM generate_series(1, 100) g")
+    group = Group(src, target_dsn, ("shop.orders", "shop.lines"))
+    group.run()
+    with psycopg.connect(src, autocommit=True) as conn:
+        drop_replication(conn, slot=group.slot, publication=group.slot + "_pub")
+    pg.execute(src, "UPDATE shop.orders SET note = 'while no slot' WHERE id <= 5")
+    with pytest.raises(DponeError) as caught:
+        group.run()
+    assert caught.value.code == "replication_slot_missing"
+    assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
+    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    again = group.run(resync=True)
+    assert again.initial_copy is not None
+    group.assert_equal()
+    pg.execute(src, "DELETE FROM shop.orders WHERE id = 1")
+    group.run()
     group.assert_equal()
