@@ -62,7 +62,7 @@ def default_slot(keys: Sequence[dg.AssetKey]) -> str:
 
     Examples:
         >>> default_slot([dg.AssetKey(["shop", "orders"])])
-        'dpone_5b5a87a7c4b8'
+        'dpone_644f7b8cf5ac'
     """
     names = "\n".join(sorted(k.to_user_string() for k in keys))
     return f"dpone_{hashlib.sha256(names.encode()).hexdigest()[:12]}"
