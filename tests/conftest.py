@@ -30,11 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 APART = (
+    "tests/dagster/test_metadata_sets.py::",
+    "tests/dagster/test_replication_assets.py::",
+    "tests/dagster/test_replication_freshness.py::",
+    "tests/replication/",
     "tests/test_demo.py::",
     "tests/test_embedded.py::test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere",
 )
-"""The tests that run a whole process tree of their own (the demo, twice; a fresh clone's
-install, demo and slice of the suite): they run on the second worker."""
+"""The tests that run on the second worker, one after another in collection order: every test
+that makes replication slots on the logical test server (one of them loses a slot for real by
+lowering ``max_slot_wal_keep_size`` server-wide for a moment, so no other slot may live beside
+it), then the tests that run a whole process tree of their own (the demo, twice, whose
+replication step holds a slot too; a fresh clone's install, demo and slice of the suite)."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
