@@ -145,7 +145,7 @@ class _Dropper:
         with self._ready:
             self._queue.append(dsn)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="drop-databases", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="drops", daemon=True)
                 self._thread.start()
             self._ready.notify_all()
 
@@ -159,7 +159,7 @@ class _Dropper:
                 dsn, self._busy = self._queue.pop(0), True
             try:
                 drop_database(dsn)
-            except Exception as exc:  # noqa: BLE001 - kept, raised by wait()
+            except Exception as exc:  # kept: wait() raises it
                 self._errors.append(exc)
 
     def wait(self) -> None:
