@@ -192,7 +192,8 @@ class Replication:
         Raises:
             EngineError: ``replica_identity_missing``, ``replication_target_exists``,
                 ``replication_group_changed``, ``replication_slot_lost`` and the other slot
-                codes, ``replication_toast_unresolved``.
+                codes, ``replication_toast_unresolved``, ``replication_row_missing`` (a keyless
+                table's row the target lost, :mod:`.keyless`).
             SchemaChangeError: ``schema_change_incompatible``; nothing of that target
                 transaction was committed.
             DponeError: a database failure (its code from the database-failure catalog, else

@@ -162,9 +162,9 @@ def _added(plan: TablePlan, staging: TableName, added: TableName, removals: bool
     names = plan.column_names
     columns = column_list(names)
     if not removals:
-        return sql.SQL(
-            "CREATE UNLOGGED TABLE {n} AS SELECT {c} FROM {s} AS s ORDER BY s._dpone_seq"
-        ).format(n=added.ident, c=columns, s=staging.ident)
+        return sql.SQL("CREATE UNLOGGED TABLE {n} AS SELECT {c} FROM {s} AS s").format(
+            n=added.ident, c=columns, s=staging.ident
+        )
     of_s = sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(n)) for n in names)
     return sql.SQL(
         "CREATE UNLOGGED TABLE {n} AS SELECT {c} FROM ("

@@ -10,7 +10,6 @@ happened, and is applied in the data's transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dpone_dagster.core.deletes import Deletes

@@ -120,7 +120,8 @@ def test_an_unchanged_toasted_value_under_full_takes_the_old_rows_value(
     report = group.run()
     assert report.tables[0].updated == 1
     group.assert_equal()
-    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.docs WHERE length(body) = 12800") == 4
+    whole = "SELECT count(*) FROM public.docs WHERE length(body) = 12800"
+    assert pg.fetch_one(target_dsn, whole) == 4
 
 
 def test_a_column_added_between_runs_still_finds_the_old_rows(
