@@ -189,7 +189,7 @@ EVENTS = """
 CREATE SCHEMA shop;
 CREATE TABLE shop.events (kind text, n int, note text);
 ALTER TABLE shop.events REPLICA IDENTITY FULL;
-INSERT INTO shop.events SELECT 'k' || g % 50, g % 7, NULL FROM generate_series(1, 20000) g;
+INSERT INTO shop.events SELECT 'k' || g %% 50, g %% 7, NULL FROM generate_series(1, 20000) g;
 """
 
 
