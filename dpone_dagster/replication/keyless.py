@@ -125,12 +125,16 @@ class KeylessApply(TableApply):
         statement = sql.SQL(
             "WITH net AS MATERIALIZED ("
             "SELECT {image_s} AS image, sum({sign}) AS d FROM {s} AS s GROUP BY 1),"
-            " gone AS (SELECT x.tableoid, x.ctid FROM ("
-            "SELECT t.tableoid, t.ctid, -n.d AS n, row_number() OVER (PARTITION BY n.image) AS rn"
-            " FROM {t} AS t JOIN net AS n ON {image_t} = n.image AND n.d < 0) AS x"
+            # The target's rows of those images (one scan, hashed), then that many of each.
+            " matched AS MATERIALIZED (SELECT t.tableoid, t.ctid, n.image, -n.d AS n"
+            " FROM {t} AS t JOIN net AS n ON {image_t} = n.image AND n.d < 0),"
+            " gone AS MATERIALIZED (SELECT x.tableoid, x.ctid FROM (SELECT m.*,"
+            " row_number() OVER (PARTITION BY m.image) AS rn FROM matched AS m) AS x"
             " WHERE x.rn <= x.n),"
-            " deleted AS (DELETE FROM {t} AS t USING gone AS g"
-            " WHERE t.tableoid = g.tableoid AND t.ctid = g.ctid RETURNING 1)"
+            # Found again by ctid (a TID scan); the tableoid tells partitions apart.
+            " deleted AS (DELETE FROM {t} AS t WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM gone))"
+            " AND EXISTS (SELECT 1 FROM gone AS g WHERE g.tableoid = t.tableoid"
+            " AND g.ctid = t.ctid) RETURNING 1)"
             " SELECT (SELECT coalesce(sum(-d), 0) FROM net WHERE d < 0)::int8,"
             " (SELECT count(*) FROM deleted)::int8"
         ).format(image_s=_image("s", names), sign=_SIGN, s=staging.ident,
