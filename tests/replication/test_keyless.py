@@ -16,6 +16,7 @@ from dpone_dagster.replication.changes import UNCHANGED, Update
 from dpone_dagster.replication.pgoutput import decode
 from tests.helpers import crash, pg
 from tests.replication.group import Group, ledger_state
+from tests.replication.test_change_kinds import HOSTILE, HOSTILE_ROWS
 
 KEYLESS = """
 CREATE TABLE public.k (a int, b text, c numeric, j json);
@@ -77,6 +78,30 @@ def test_equal_rows_are_changed_one_at_a_time_in_the_batchs_order(
     assert report.tables[0].truncated == 1
     group.assert_equal()
     assert pg.fetch_all(target_dsn, "SELECT a, b FROM public.k") == [(8, "after")]
+
+
+def test_hostile_rows_without_a_key_are_found_by_their_values(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """The hostile types (arrays, enums, domains, NaN and infinities, bytea, json, which has no
+    ``=``, intervals, escapes) name their rows exactly: every row updated, one deleted, equal
+    copies inserted."""
+    src = logical_source_dsn
+    pg.execute(src, HOSTILE)
+    pg.execute(src, "ALTER TABLE public.h DROP CONSTRAINT h_pkey, REPLICA IDENTITY FULL")
+    pg.execute(src, HOSTILE_ROWS)
+    group = Group(src, target_dsn, ("public.h",))
+    group.run()
+    pg.execute(src, HOSTILE_ROWS)  # equal copies of both rows
+    pg.execute(src, "UPDATE public.h SET t = t || E'\\\\x'")
+    pg.execute(src, "DELETE FROM public.h WHERE ctid = (SELECT ctid FROM public.h WHERE id = 2"
+                    " LIMIT 1)")  # fmt: skip
+    report = group.run()
+    assert (report.tables[0].inserted, report.tables[0].updated, report.tables[0].deleted) == (
+        2, 4, 1
+    )  # fmt: skip
+    group.assert_equal()
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.h") == 3
 
 
 DOCS = """
