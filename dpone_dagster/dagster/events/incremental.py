@@ -27,7 +27,6 @@ from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
@@ -43,6 +42,8 @@ from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
+
+from .tail import materialized, table_set
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import (
@@ -155,17 +156,13 @@ class IncrementalEvents:
         if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
             yield incremental_check(key, result)
         if key in context.selected_asset_keys:
-            [standard] = table_catalog_metadata(
-                target.dsn,
-                target.options,
-                [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
-                context.log,
-                not_copied=[soft] if soft else [],
+            standard = table_set(
+                context, target, key, target_table, not_copied=[soft] if soft else [],
                 source=(self.source.dsn, self.source.options, [table]),
+            )  # fmt: skip
+            yield from materialized(
+                context, key, {**incremental_metadata(result, rows), **standard}
             )
-            metadata = {**incremental_metadata(result, rows), **standard}
-            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
-            yield from stream_freshness(context, key, metadata)
 
     def _sync(
         self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str
