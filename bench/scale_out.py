@@ -57,7 +57,6 @@ from tests.helpers.celery_plane import (  # noqa: E402
     CeleryPlane,
     RedisSpace,
     instance_env,
-    wait_for,
     write_workspace,
 )
 
@@ -210,7 +209,8 @@ def one_round(source: str, workers: int, rows: int, batch: int) -> dict[str, flo
             before = meter.read()
             launched = time.time()
             webserver.launch_backfill(["public", "mixed"], keys)
-            wait_for(f"the backfill on {workers} workers", done, 1800, every=0.5)
+            pg.wait_until(done, timeout=1800, what=f"the backfill on {workers} workers is done",
+                          interval=0.5)  # fmt: skip
             after = meter.read()
         records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
         starts = [r.start_time for r in records if r.start_time]

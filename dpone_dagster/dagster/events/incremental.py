@@ -33,6 +33,7 @@ from dpone_dagster.dagster.metadata.receipts import (
     incremental_check,
     incremental_metadata,
     log_schema_changes,
+    progress_observation,
     verification_check,
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
@@ -81,17 +82,11 @@ def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
 
 def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
     receipt = done.receipt
-    return dg.AssetObservation(
-        asset_key=key,
-        metadata=dict(
-            DponeMetadataSet(
-                progress_batch=receipt.sequence,
-                progress_run=receipt.run,
-                progress_rows=receipt.rows,
-                progress_checkpoint=receipt.last.cursor if receipt.last else None,
-            )
-        ),
-    )
+    figures = DponeMetadataSet(
+        progress_batch=receipt.sequence, progress_run=receipt.run, progress_rows=receipt.rows,
+        progress_checkpoint=receipt.last.cursor if receipt.last else None,
+    )  # fmt: skip
+    return progress_observation(key, figures)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.reconcile import Proof
 
-from .parts import CHECK_NAME, rate_metadata, snapshot_digests
+from .parts import CHECK_NAME, progress_observation, rate_metadata, snapshot_digests
 from .sets import DponeMetadataSet
 
 
@@ -133,20 +133,13 @@ def batch_observation(key: dg.AssetKey, partition: str, batch: BatchResult) -> d
     """A committed batch, as the UI shows it while the partition runs (``dpone/progress_*``
     keys, plotted apart from the partition's materialization)."""
     progress = batch.run.progress
-    return dg.AssetObservation(
-        asset_key=key,
-        partition=partition,
-        metadata=dict(
-            DponeMetadataSet(
-                progress_checkpoint=progress.checkpoint,
-                progress_copied=progress.copied_count,
-                progress_high_water_mark=progress.source_high_water_mark,
-                progress_remaining=progress.remaining_estimate,
-                progress_batch=batch.receipt.sequence,
-                progress_replayed=batch.replayed,
-            )
-        ),
-    )
+    figures = DponeMetadataSet(
+        progress_checkpoint=progress.checkpoint, progress_copied=progress.copied_count,
+        progress_high_water_mark=progress.source_high_water_mark,
+        progress_remaining=progress.remaining_estimate, progress_batch=batch.receipt.sequence,
+        progress_replayed=batch.replayed,
+    )  # fmt: skip
+    return progress_observation(key, figures, partition)
 
 
 def backfill_check(

@@ -138,3 +138,11 @@ def snapshot_digests(tokens: Sequence[str]) -> str | None:
 def timestamp_value(at: datetime | None) -> dg.TimestampMetadataValue | None:
     """``at`` as a timestamp the UI shows in the reader's zone (None stays None)."""
     return None if at is None else dg.MetadataValue.timestamp(at)
+
+
+def progress_observation(
+    key: dg.AssetKey, progress: DponeMetadataSet, partition: str | None = None
+) -> dg.AssetObservation:
+    """A committed batch's observation, as the UI shows it while the run goes on: its
+    ``dpone/progress_*`` keys (``progress``), plotted apart from the materialization's figures."""
+    return dg.AssetObservation(asset_key=key, partition=partition, metadata=dict(progress))
