@@ -16,16 +16,16 @@ whole topic into a fresh ``append`` table (value ``jsonb``: the messages are par
 ``COPY``, inserted, the offsets committed with them), then the raw rate again. The ratio is the
 copy's messages per second over the mean of the two raw rates. Peak RSS is that of a child
 process running ``copy_topic`` of the first ``--messages`` (and then of ``--rss-messages``, the
-topic grown to that many) into a fresh table, from ``wait4``. With ``--json PATH`` it also
-writes that table, the command and the machine (``bench/result_file.py``) for
-``docs/benchmarks.py``.
+topic grown to that many) into a fresh table: the child's own ``VmHWM`` (``wait4``'s
+``ru_maxrss`` would carry this parent's peak into the child: ``tests/helpers/memory.py``). With
+``--json PATH`` it also writes that table, the command and the machine
+(``bench/result_file.py``) for ``docs/benchmarks.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -43,6 +43,7 @@ from dpone_dagster.embedded_kafka import start_broker  # noqa: E402
 from dpone_dagster.postgres import TableName  # noqa: E402
 from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for  # noqa: E402
 from tests.helpers import pg  # noqa: E402
+from tests.helpers.memory import own_peak_mb  # noqa: E402
 
 TOPIC = "bench"
 PARTITIONS = 4
@@ -120,10 +121,10 @@ def rss_child(bootstrap: str, target: str, table: str) -> tuple[int, float]:
     )
     assert proc.stdout is not None
     output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
+    if proc.wait() != 0:
         raise SystemExit(f"child failed: {output}")
-    return int(output.split()[0]), usage.ru_maxrss / 1024
+    messages, peak_mb = output.split()[:2]
+    return int(messages), float(peak_mb)
 
 
 def main() -> None:
@@ -135,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         messages, _ = copy(*args.child)
-        print(messages)
+        print(messages, own_peak_mb())
         return
     broker = start_broker()
     target = pg.create_database("dpone_bench_kafka")
