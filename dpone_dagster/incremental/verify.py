@@ -31,6 +31,7 @@ from .sweep import (
     RunKeys,
     Sweep,
     SweepLedger,
+    cursor_above,
     run_keys,
     sweep_slices,
 )
@@ -121,8 +122,8 @@ def _run_check(
         return None
     position = check.sweeps.fetch(tgt, check.stream_id)
     allowed = deletes is Deletes.IGNORE or deletes is Deletes.SWEEP
-    swept = sweep_slices(src, tgt, shape, position, check.sweep, mark=mark, at=at,
-                         gone_allowed=allowed)  # fmt: skip
+    swept = sweep_slices(src, tgt, shape, position, check.sweep, at=at, gone_allowed=allowed,
+                         later=lambda keys: cursor_above(src, shape, keys, mark))  # fmt: skip
     check.sweeps.save(tgt, swept.position)
     deleted = 0
     if deletes is Deletes.SWEEP:
