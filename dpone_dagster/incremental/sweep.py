@@ -20,6 +20,8 @@ transaction: a crashed run leaves it where the last committed one put it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from psycopg import sql
 
 from dpone_dagster.core.errors import EngineError

@@ -7,7 +7,10 @@ LSN at its start, within the per-run budget, and applies the changes in commit o
 one ``MaterializeResult`` per table (its changes by kind; the group's transactions, lag and slot
 as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check and, for a group with a
 freshness policy, the ``dpone_fresh`` check judging it by the table's lag
-(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`). A lost slot yields
+(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`), and, when the group is
+reconciled, the ``dpone_reconciled`` check of each table (the keys the run applied and a slice of
+the rolling sweep, :mod:`dpone_dagster.replication.verify`). A run that selects the checks alone
+applies nothing: ``dpone_reconciled`` compares both whole tables as they are. A lost slot yields
 the failed checks, then fails the run with ``replication_slot_lost``, whose next action is the
 resync.
 """
@@ -20,10 +23,16 @@ import dagster as dg
 import psycopg
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
-from dpone_dagster.dagster.metadata.receipts import log_schema_changes
+from dpone_dagster.dagster.metadata.receipts import (
+    CHECK_NAME,
+    log_schema_changes,
+    verification_check,
+)
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
     replication_metadata,
@@ -34,6 +43,7 @@ from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
+from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
@@ -123,6 +133,8 @@ class ReplicationEvents:
     retained_wal_warn_bytes: int
     resync: bool = False
     adopt: bool = False
+    reconcile: bool = False
+    sweep: Sweep | None = None
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -134,6 +146,9 @@ class ReplicationEvents:
         """
         context = self.context
         group = group_specs(context.assets_def)
+        if not any(k in context.selected_asset_keys for k in group.tables):
+            yield from self._checked_alone(group)  # the checks alone: copy nothing
+            return
         refused = _subset_refused(context, group)
         if refused is not None:
             raise DponeFailure(refused)
@@ -156,7 +171,34 @@ class ReplicationEvents:
                 "no longer sends its changes; its target table is kept as it is."
             )
         yield from self._checks(group, report.slot)
+        yield from self._verifications(group, report.checks, "The run was not checked.")
         yield from self._materializations(group, report)
+
+    def _reconciled(self, group: GroupSpecs) -> list[dg.AssetKey]:
+        """The tables whose ``dpone_reconciled`` check this run reports."""
+        selected = self.context.selected_asset_check_keys
+        return [k for k in group.tables if dg.AssetCheckKey(k, CHECK_NAME) in selected]
+
+    def _verifications(
+        self, group: GroupSpecs, checks: Mapping[TableName, Verification], missing: str
+    ) -> Iterator[ReplicationEvent]:
+        """``dpone_reconciled`` of every table that declares it (``missing``: the description
+        of a table without a verification)."""
+        for key in self._reconciled(group):
+            yield verification_check(key, checks.get(group.tables[key].source_table), missing)
+
+    def _checked_alone(self, group: GroupSpecs) -> Iterator[ReplicationEvent]:
+        """A run of the checks alone: both whole tables of every table compared, nothing
+        written; ``dpone_slot_healthy`` on the slot as it is."""
+        try:
+            checks = self._engine(group).check() if self._reconciled(group) else {}
+        except (DponeError, psycopg.Error) as exc:
+            error = exc if isinstance(exc, DponeError) else database_error(exc, "source")
+            raise DponeFailure(error) from exc
+        yield from self._checks(group, self._slot_now(group.slot))
+        yield from self._verifications(group, checks, "No run has completed yet.")
+        for key in group.tables:
+            yield from stream_freshness(self.context, key, None)
 
     def _engine(self, group: GroupSpecs) -> Replication:
         """The group's engine, with the factory's settings."""
@@ -172,6 +214,7 @@ class ReplicationEvents:
             spec, source=self.source.dsn, target=self.target.dsn,
             ledger=self.ledger.config(self.target), options=self.source.options,
             target_options=self.target.options, adopt=self.adopt, resync=self.resync,
+            reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
         )  # fmt: skip
 
     def _resync_action(self) -> str:
