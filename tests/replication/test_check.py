@@ -1,0 +1,127 @@
+"""The replication group's check (``reconcile=True``) against real servers: every key a run
+applied, exactly, and a rolling sweep of each table's key, proved at the applied position while
+writers go on writing (a key a change committed after it is left to the next run, counted); a
+target row edited behind the engine's back fails the check naming its key; the sweep finds a
+difference in a key no run touched within its stated number of runs; the check run alone
+compares both whole tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.core.verification import Verification
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
+from tests.helpers import pg
+from tests.replication.group import Group
+
+ORDERS = TableName("shop", "orders")
+SLICE = Sweep(rows=500)
+"""2,500 source rows in slices of 500: a full sweep in five runs."""
+
+
+def _shop(src: str) -> None:
+    pg.execute(src, "CREATE SCHEMA shop")
+    pg.execute(src, "CREATE TABLE shop.orders (id bigint PRIMARY KEY, note text)")
+    pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n' || g FROM generate_series(1, 2500) g")
+    pg.execute(src, "ANALYZE shop.orders")  # the row estimate a full sweep's ranges come from
+
+
+def _checked(group: Group, **kwargs: Any) -> Replication:
+    """The group's engine with its check (slices of 500 rows)."""
+    return Replication(group.group(), source=group.source, target=group.target, reconcile=True,
+                       sweep=SLICE, **kwargs)  # fmt: skip
+
+
+def _check(report: ReplicationReport) -> Verification:
+    check = report.checks[ORDERS]
+    assert check.applied_lsn is not None and check.proved_at is not None
+    return check
+
+
+def test_writers_after_the_runs_position_are_left_to_the_next_run_and_counted(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    first = _check(_checked(group).run())  # the initial copy: no applied key, a slice
+    assert first.ok and (first.keys_checked, first.ranges_checked) == (0, 1)
+    pg.execute(src, "UPDATE shop.orders SET note = 'run' WHERE id BETWEEN 10 AND 20")
+    pg.execute(src, "DELETE FROM shop.orders WHERE id = 30")
+
+    def write_on(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
+        seen.append(progress.phase)
+        if progress.phase == "advanced" and seen.count("advanced") == 2:  # the slot is at L
+            # Writers after the run's position: the run's own keys 10..15 change again, and a
+            # key of this run's slice ((500, 1000]) is deleted; the check sees them all.
+            pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 10 AND 15")
+            pg.execute(src, "DELETE FROM shop.orders WHERE id = 700")
+            pg.execute(src, "INSERT INTO shop.orders VALUES (600000, 'new')")
+
+    report = _checked(group, on_progress=write_on).run()
+    check = _check(report)
+    assert report.tables[0].updated == 11 and report.tables[0].deleted == 1
+    assert check.ok, check
+    assert check.scope == "run" and check.keys_checked == 12  # 10..20 and the deleted 30
+    assert check.ranges_checked == 1 and check.ranges_total == 5
+    assert check.changed_since_mark == 7  # 10..15 (the run's) and 700 (the slice's)
+    assert check.unexplained == 0
+    again = _check(_checked(group).run())  # the next run applies them: nothing left over
+    assert again.ok and again.changed_since_mark == 0 and again.keys_checked == 8
+    group.assert_equal()
+
+
+def test_a_target_row_edited_behind_the_engines_back_fails_the_check_naming_the_key(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    _checked(group).run()
+    # A target trigger garbles one row the apply writes: the run's own key now differs.
+    pg.execute(
+        target_dsn,
+        "CREATE FUNCTION shop.garble() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN IF NEW.id = 15 THEN NEW.note := 'garbled'; END IF; RETURN NEW; END $$;"
+        " CREATE TRIGGER garble BEFORE UPDATE ON shop.orders FOR EACH ROW"
+        " EXECUTE FUNCTION shop.garble()",
+    )
+    pg.execute(src, "UPDATE shop.orders SET note = 'run' WHERE id BETWEEN 10 AND 20")
+    check = _check(_checked(group).run())
+    assert not check.ok
+    assert (check.keys_checked, check.unexplained, check.examples) == (11, 1, (("15",),))
+    assert check.changed_since_mark == 0
+    # Nothing changed since: the key that differs is verified again, and fails again.
+    again = _check(_checked(group).run())
+    assert (again.ok, again.keys_checked, again.examples) == (False, 1, (("15",),))
+
+
+def test_the_sweep_finds_a_difference_no_run_touched_within_its_stated_runs(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    first = _check(_checked(group).run())
+    assert first.ranges_total == 5
+    pg.execute(target_dsn, "UPDATE shop.orders SET note = 'edited' WHERE id = 2222")
+    found: Verification | None = None
+    for _ in range(first.ranges_total):
+        check = _check(_checked(group).run())
+        assert check.keys_checked == 0  # no run touched a key
+        if not check.ok:
+            found = check
+            break
+    assert found is not None, "the sweep did not reach key 2222 within 5 runs"
+    assert found.examples == (("2222",),) and found.unexplained == 1
+    assert found.differing_ranges == ((("2000",), None),)  # the last, open-ended slice
+    # The check run alone compares both whole tables, and writes nothing.
+    whole = _checked(group).check()[ORDERS]
+    assert whole.scope == "full" and not whole.ok and whole.examples == (("2222",),)
+    pg.execute(target_dsn, "UPDATE shop.orders SET note = 'n2222' WHERE id = 2222")
+    assert _checked(group).check()[ORDERS].ok
+    later = _check(_checked(group).run())  # the range is verified again: it agrees now
+    assert later.ok and later.differing_ranges == ()
