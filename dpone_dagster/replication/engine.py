@@ -280,7 +280,7 @@ class Replication:
         # source; stopped by the budget, only as of the newest transaction applied.
         held = run.applied_at if run.budget_reached else read_at
         lag = None if held is None else (datetime.now(UTC) - held).total_seconds()
-        checks = {}
+        checks: Mapping[TableName, Verification] = {}
         if self.record_keys is not None:  # the check: after the slot's advance, to the applied LSN
             checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
         return ReplicationReport(

@@ -133,9 +133,12 @@ class SlotChanges:
                         return wanted
                 elif isinstance(message, (Insert, Update, Delete)):
                     where = positions.get(message.relation)
-                    if where is not None:
-                        for row in _rows(message):
-                            found.update(k for k in [self._key(row, where)] if k in wanted)
+                    if where is None:
+                        continue  # another table's change
+                    for row in _rows(message):
+                        named = self._key(row, where)
+                        if named is not None and named in wanted:
+                            found.add(named)
         finally:
             changes.close()
         return found
