@@ -29,6 +29,7 @@ from dpone_dagster import (
 )
 from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.jobs import replication_check_job
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME, slot_check
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
@@ -326,14 +327,14 @@ def check_metadata(
     return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
 
 
-def test_the_groups_check_says_what_it_verified_and_runs_alone_on_whole_tables(
+def test_the_groups_check_says_what_it_verified_and_its_job_checks_whole_tables(
     logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
     make_database: Any,
 ) -> None:
     """``dpone_reconciled`` of a replicated table: the run's keys, the sweep's ranges of how
     many, the guarantee's label with the last full sweep's time once one completed, the applied
-    position and the point in time proved; selecting the check alone applies nothing and
-    compares both whole tables, failing on a row edited in the target."""
+    position and the point in time proved; the check alone (``replication_check_job``) applies
+    nothing and compares both whole tables, failing on a row edited in the target."""
     src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
     pg.execute(
         src, "CREATE SCHEMA shop; CREATE TABLE shop.orders (id bigint PRIMARY KEY, note text)"
@@ -359,14 +360,19 @@ def test_the_groups_check_says_what_it_verified_and_runs_alone_on_whole_tables(
     assert fourth["dpone/ranges_checked"] == 1  # the next sweep begins
 
     pg.execute(tgt, "UPDATE shop.orders SET note = 'edited' WHERE id = 1234")
-    alone = dg.materialize(
-        [shop], selection=dg.AssetSelection.checks_for_assets(shop),
-        resources=resources(src, tgt), raise_on_error=False,
-    )  # fmt: skip
-    assert not alone.get_asset_materialization_events()
-    passed, md = check_metadata(alone, KEY)
-    assert not passed and md["dpone/check_scope"] == "full"
+    job = replication_check_job(shop)  # the check alone: the multi-asset is not subsettable
+    defs = dg.Definitions(assets=[shop], jobs=[job], resources=resources(src, tgt))
+    instance = dg.DagsterInstance.ephemeral()
+    alone = defs.resolve_job_def(job.name).execute_in_process(instance=instance)
+    assert alone.success and not alone.get_asset_materialization_events()
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(KEY, CHECK_NAME)]
+    )[dg.AssetCheckKey(KEY, CHECK_NAME)]
+    evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+    md = {k: getattr(v, "value", v) for k, v in evaluation.metadata.items()}
+    assert not evaluation.passed and md["dpone/check_scope"] == "full"
     assert md["dpone/examples"] == [["1234"]] and md["dpone/guarantee"] == "equal_at_applied_lsn"
+    assert rows(src, "shop.orders") != rows(tgt, "shop.orders")  # it applied nothing
 
 
 def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_whole(

@@ -157,8 +157,9 @@ def replication_assets(
             table's key (so that every range is verified within ``sweep``'s bound), against the
             source as of the applied position (a key a change committed after it is still in
             the slot: left to the next run, and counted, ``dpone/changed_after_applied``); the
-            cost follows the run. The check run alone (the assets not selected) compares both
-            whole tables. Any other difference fails the check naming its keys and ranges.
+            cost follows the run; any other difference fails the check naming its keys and
+            ranges. The check run alone, on whole tables, is
+            :func:`~dpone_dagster.dagster.jobs.replication_check_job`.
         sweep: The rolling slice's per-run budget
             (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
             runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).

@@ -9,10 +9,10 @@ as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check and, f
 freshness policy, the ``dpone_fresh`` check judging it by the table's lag
 (:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`), and, when the group is
 reconciled, the ``dpone_reconciled`` check of each table (the keys the run applied and a slice of
-the rolling sweep, :mod:`dpone_dagster.replication.verify`). A run that selects the checks alone
-applies nothing: ``dpone_reconciled`` compares both whole tables as they are. A lost slot yields
-the failed checks, then fails the run with ``replication_slot_lost``, whose next action is the
-resync.
+the rolling sweep, :mod:`dpone_dagster.replication.verify`). The check alone, on whole tables, is
+:func:`~dpone_dagster.dagster.jobs.replication_check_job` (the multi-asset is not
+subsettable). A lost slot yields the failed checks, then fails the run with
+``replication_slot_lost``, whose next action is the resync.
 """
 
 from collections.abc import Iterator, Mapping
@@ -114,6 +114,33 @@ def _subset_refused(context: dg.AssetExecutionContext, group: GroupSpecs) -> Dpo
     )
 
 
+def group_engine(
+    group: GroupSpecs,
+    *,
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    ledger: "LedgerResource",
+    deletes: Deletes,
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
+    max_changes_per_run: int | None = None,
+    **engine: Any,
+) -> Replication:
+    """The engine of the group the specs name, on the resources' databases (``engine``: the
+    other options of :class:`~dpone_dagster.replication.Replication`)."""
+    spec = ReplicationGroup(
+        tables=tuple(s.source_table for s in group.tables.values()),
+        slot=group.slot,
+        publication=group.publication,
+        deletes=deletes,
+        schema_changes=schema_changes,
+        max_changes_per_run=max_changes_per_run,
+    )
+    return Replication(
+        spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
+        options=source.options, target_options=target.options, **engine,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ReplicationEvents:
     """The events of one run of a replication group: iterating them runs it.
@@ -146,9 +173,6 @@ class ReplicationEvents:
         """
         context = self.context
         group = group_specs(context.assets_def)
-        if not any(k in context.selected_asset_keys for k in group.tables):
-            yield from self._checked_alone(group)  # the checks alone: copy nothing
-            return
         refused = _subset_refused(context, group)
         if refused is not None:
             raise DponeFailure(refused)
@@ -187,33 +211,12 @@ class ReplicationEvents:
         for key in self._reconciled(group):
             yield verification_check(key, checks.get(group.tables[key].source_table), missing)
 
-    def _checked_alone(self, group: GroupSpecs) -> Iterator[ReplicationEvent]:
-        """A run of the checks alone: both whole tables of every table compared, nothing
-        written; ``dpone_slot_healthy`` on the slot as it is."""
-        try:
-            checks = self._engine(group).check() if self._reconciled(group) else {}
-        except (DponeError, psycopg.Error) as exc:
-            error = exc if isinstance(exc, DponeError) else database_error(exc, "source")
-            raise DponeFailure(error) from exc
-        yield from self._checks(group, self._slot_now(group.slot))
-        yield from self._verifications(group, checks, "No run has completed yet.")
-        for key in group.tables:
-            yield from stream_freshness(self.context, key, None)
-
     def _engine(self, group: GroupSpecs) -> Replication:
         """The group's engine, with the factory's settings."""
-        spec = ReplicationGroup(
-            tables=tuple(s.source_table for s in group.tables.values()),
-            slot=group.slot,
-            publication=group.publication,
-            deletes=self.deletes,
-            schema_changes=self.schema_changes,
-            max_changes_per_run=self.max_changes_per_run,
-        )
-        return Replication(
-            spec, source=self.source.dsn, target=self.target.dsn,
-            ledger=self.ledger.config(self.target), options=self.source.options,
-            target_options=self.target.options, adopt=self.adopt, resync=self.resync,
+        return group_engine(
+            group, source=self.source, target=self.target, ledger=self.ledger,
+            deletes=self.deletes, schema_changes=self.schema_changes,
+            max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
             reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
         )  # fmt: skip
 

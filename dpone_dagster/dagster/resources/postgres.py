@@ -324,8 +324,7 @@ class PostgresSourceResource(PostgresResource):
         the tables under the slot's snapshot; every run applies the changes committed up to the
         source's LSN at its start, in commit order, then yields each table's
         ``dpone_slot_healthy`` and ``dpone_reconciled`` checks (when declared) and its
-        materialization. A run that selects the checks alone applies nothing: its
-        ``dpone_reconciled`` compares both whole tables as they are.
+        materialization.
 
         Args:
             context: The multi-asset's execution context.
