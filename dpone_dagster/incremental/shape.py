@@ -17,7 +17,7 @@ from psycopg import sql
 
 from dpone_dagster.core.cursors import is_cursor_type
 from dpone_dagster.core.errors import cursor_not_found, engine_error
-from dpone_dagster.core.sweep import keyed_sides, live_rows
+from dpone_dagster.core.keyed import keyed_sides, live_rows
 from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog

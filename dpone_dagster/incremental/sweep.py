@@ -7,7 +7,7 @@ deletes):
 
 1. **The run's keys.** Every source row whose cursor lies in the run's ``(lower, mark]`` (read
    through the cursor's index) is looked up by its key in the target and their row hashes are
-   compared (:func:`dpone_dagster.core.sweep.differing_keys`). A key the run copied that the
+   compared (:func:`dpone_dagster.core.keyed.differing_keys`). A key the run copied that the
    source changed again after the mark has its cursor above the mark: it is the next run's, and
    counted (``changed_since_mark``). A run with more than :data:`RUN_KEYS_LIMIT` such rows is
    verified whole instead (:func:`.compare.compare`).
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from dpone_dagster.core.errors import EngineError
+from dpone_dagster.core.keyed import differing_keys, key_cols, key_text
 from dpone_dagster.core.sweep import (
     DEFAULT_SWEEP_RUNS,
     MAX_DIFFERING,
@@ -36,9 +37,6 @@ from dpone_dagster.core.sweep import (
     Sweep,
     SweepLedger,
     SweepPosition,
-    differing_keys,
-    key_cols,
-    key_text,
     slice_rows,
     sweep_slices,
 )

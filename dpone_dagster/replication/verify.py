@@ -11,7 +11,7 @@ run applies meanwhile):
    apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows.
    The check reads them back in chunks of :data:`KEYS_CHUNK` with the target's row hash of each
    (a key the target no longer holds hashes to nothing), and the source returns only the keys
-   whose row differs (:func:`~dpone_dagster.core.sweep.differing_keys`). No run's key set is
+   whose row differs (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
    held in Python: a chunk at a time. Checked keys are then removed (those that differ for no
    known reason stay, so the next check fails on them again until they agree).
 2. **The rolling slice** (:func:`~dpone_dagster.core.sweep.sweep_slices`) of each table, its
@@ -37,17 +37,10 @@ from datetime import datetime
 from psycopg import IsolationLevel, sql
 from psycopg._encodings import pg2pyenc
 
+from dpone_dagster.core.keyed import KeyedTables, differing_keys
 from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.sessions import transaction
-from dpone_dagster.core.sweep import (
-    KeyedTables,
-    Later,
-    Sweep,
-    SweepLedger,
-    classify,
-    differing_keys,
-    sweep_slices,
-)
+from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection
