@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
@@ -24,7 +25,6 @@ from .deletes import apply_deletes
 from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
-from .state import Verification
 from .sweep import (
     CheckScope,
     Differences,

@@ -108,32 +108,31 @@ class SlotChanges:
         found: set[Key] = set()
         positions: dict[int, list[int]] = {}
         after = False
+        truncated = False
         changes = read_changes(self.control, slot=self.group.slot,
                                publication=self.group.publication, upto_lsn=self.upto,
                                max_changes=None)  # fmt: skip
-        try:
-            for _, message in changes:
-                if isinstance(message, Begin):
-                    after = message.final_lsn > self.applied
-                elif isinstance(message, Relation):
-                    if (message.schema, message.name) == (table.schema, table.name):
-                        names = [c.name for c in message.columns]
-                        positions[message.oid] = [names.index(k) for k in key]
-                elif not after:
-                    continue
-                elif isinstance(message, Truncate):
-                    if any(oid in positions for oid in message.relations):
-                        return wanted
-                elif isinstance(message, (Insert, Update, Delete)):
-                    where = positions.get(message.relation)
-                    if where is None:
-                        continue  # another table's change
-                    for row in _rows(message):
-                        named = self._key(row, where)
-                        if named is not None and named in wanted:
-                            found.add(named)
-        finally:
-            changes.close()
+        for _, message in changes:  # read to its end: the peek's transaction ends with it
+            if isinstance(message, Begin):
+                after = message.final_lsn > self.applied
+            elif isinstance(message, Relation):
+                if (message.schema, message.name) == (table.schema, table.name):
+                    names = [c.name for c in message.columns]
+                    positions[message.oid] = [names.index(k) for k in key]
+            elif not after or truncated:
+                continue
+            elif isinstance(message, Truncate):
+                truncated = any(oid in positions for oid in message.relations)
+            elif isinstance(message, (Insert, Update, Delete)):
+                where = positions.get(message.relation)
+                if where is None:
+                    continue  # another table's change
+                for row in _rows(message):
+                    named = self._key(row, where)
+                    if named is not None and named in wanted:
+                        found.add(named)
+        if truncated:
+            return wanted
         return found
 
     def _key(self, row: Row, where: list[int]) -> Key | None:
