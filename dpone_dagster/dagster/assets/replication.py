@@ -97,6 +97,33 @@ def _coerced(
     return coerced
 
 
+def _check_specs(
+    specs: Sequence[dg.AssetSpec], slot: str, warn_bytes: int,
+    policy: dg.FreshnessPolicy | None, reconcile: bool,
+) -> list[dg.AssetCheckSpec]:  # fmt: skip
+    """Every table's checks: ``dpone_slot_healthy``, ``dpone_fresh`` with a policy and
+    ``dpone_reconciled`` with ``reconcile``."""
+    healthy = [
+        dg.AssetCheckSpec(
+            SLOT_CHECK_NAME, asset=s.key,
+            description=f"Slot {slot} is not lost or unreserved, and retains at most "
+            f"{warn_bytes} bytes of WAL.",
+        )
+        for s in specs
+    ]  # fmt: skip
+    fresh = [] if policy is None else [freshness_check_spec(s.key) for s in specs]
+    reconciled = [
+        dg.AssetCheckSpec(
+            CHECK_NAME, asset=s.key,
+            description="Target equals source at the applied position: the run's keys, and a "
+            "rolling slice of the table's key.",
+        )
+        for s in specs
+        if reconcile
+    ]  # fmt: skip
+    return healthy + fresh + reconciled
+
+
 def replication_assets(
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
     *,
@@ -219,26 +246,7 @@ def replication_assets(
             )
             for s in specs
         ],
-        check_specs=[
-            dg.AssetCheckSpec(
-                SLOT_CHECK_NAME,
-                asset=s.key,
-                description=f"Slot {group.slot} is not lost or unreserved, and retains at most "
-                f"{retained_wal_warn_bytes} bytes of WAL.",
-            )
-            for s in specs
-        ]
-        + ([] if policy is None else [freshness_check_spec(s.key) for s in specs])
-        + [
-            dg.AssetCheckSpec(
-                CHECK_NAME,
-                asset=s.key,
-                description="Target equals source at the applied position: the run's keys, "
-                "and a rolling slice of the table's key.",
-            )
-            for s in specs
-            if reconcile
-        ],
+        check_specs=_check_specs(specs, group.slot, retained_wal_warn_bytes, policy, reconcile),
         can_subset=False,  # one slot feeds every table: a subset would split transactions
         pool=pool,
         op_tags=op_tags,
