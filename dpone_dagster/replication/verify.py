@@ -161,7 +161,7 @@ class _Table:
 
 def _keyed(src: Connection, tgt: Connection, table: TableName, soft: str | None) -> KeyedTables:
     """The table's compared columns: the source's (generated ones left out) that the target
-    has, and the source's key."""
+    has, the source's key, and the target's soft-delete column (``soft``, once it exists)."""
     found = table_catalog(src, table)
     have = {
         str(r[0])
@@ -173,7 +173,8 @@ def _keyed(src: Connection, tgt: Connection, table: TableName, soft: str | None)
     }
     columns = tuple(c for c in found.columns if not c.generated and c.name in have)
     by_name = {c.name: c for c in found.columns}
-    return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), soft)
+    marked = soft if soft in have else None  # added with the first delete: until then, none
+    return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), marked)
 
 
 def _run_keys(

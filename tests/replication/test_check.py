@@ -33,10 +33,10 @@ def _shop(src: str) -> None:
     pg.execute(src, "ANALYZE shop.orders")  # the row estimate a full sweep's ranges come from
 
 
-def _checked(group: Group, **kwargs: Any) -> Replication:
+def _checked(group: Group, deletes: str = "hard", **kwargs: Any) -> Replication:
     """The group's engine with its check (slices of 500 rows)."""
-    return Replication(group.group(), source=group.source, target=group.target, reconcile=True,
-                       sweep=SLICE, **kwargs)  # fmt: skip
+    return Replication(group.group(deletes=deletes), source=group.source, target=group.target,
+                       reconcile=True, sweep=SLICE, **kwargs)  # fmt: skip
 
 
 def _check(report: ReplicationReport) -> Verification:
@@ -123,6 +123,28 @@ def test_the_check_passes_run_after_run_with_a_writer_writing_throughout(
     last = _check(_checked(group).run())
     assert last.ok and last.changed_since_mark == 0
     group.assert_equal()
+
+
+def test_key_changes_and_soft_deletes_are_checked_as_the_target_holds_them(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A key change is checked at both keys (the old one is gone on both sides), and under
+    ``soft`` deletes a marked row is not the target's: the check passes; a marked row revived
+    behind the engine's back fails it, naming the key."""
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    _checked(group, deletes="soft").run()
+    pg.execute(src, "UPDATE shop.orders SET id = 9001 WHERE id = 5")  # a key change
+    pg.execute(src, "DELETE FROM shop.orders WHERE id BETWEEN 40 AND 44")
+    check = _check(_checked(group, deletes="soft").run())
+    assert check.ok, check
+    assert check.keys_checked == 7  # 5 and 9001, 40..44
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM shop.orders WHERE id BETWEEN 40 AND 44"
+                        " AND _dpone_deleted_at IS NOT NULL") == 5  # fmt: skip
+    pg.execute(target_dsn, "UPDATE shop.orders SET _dpone_deleted_at = NULL WHERE id = 42")
+    whole = _checked(group, deletes="soft").check()[ORDERS]
+    assert not whole.ok and whole.examples == (("42",),)
 
 
 def test_a_target_row_edited_behind_the_engines_back_fails_the_check_naming_the_key(
