@@ -78,6 +78,32 @@ def test_writers_after_the_runs_position_are_left_to_the_next_run_and_counted(
     group.assert_equal()
 
 
+def test_a_truncate_after_the_runs_position_leaves_every_key_to_the_next_run(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A ``TRUNCATE`` committed after the run's position: every key that differs (the run's, and
+    the whole slice) is left to the next run, which empties the target; both checks pass."""
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    _checked(group).run()
+    pg.execute(src, "UPDATE shop.orders SET note = 'run' WHERE id <= 5")
+
+    def truncate(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
+        seen.append(progress.phase)
+        if progress.phase == "advanced" and seen.count("advanced") == 2:
+            pg.execute(src, "TRUNCATE shop.orders")
+
+    check = _check(_checked(group, on_progress=truncate).run())
+    assert check.ok, check
+    # The run's 5 keys, and the slice: the source holds no key after 500 any more, so it is the
+    # last one, open-ended: the target's keys 501..2500.
+    assert check.changed_since_mark == 5 + 2000 and check.differing_ranges == ()
+    emptied = _check(_checked(group).run())
+    assert emptied.ok and emptied.changed_since_mark == 0
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM shop.orders") == 0
+
+
 def test_the_check_passes_run_after_run_with_a_writer_writing_throughout(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
