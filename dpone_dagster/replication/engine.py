@@ -131,7 +131,9 @@ class Replication:
         on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
         reconcile: Check each run (:mod:`.verify`): the keys it applied, exactly, and a rolling
-            slice of each table's key; the report carries each table's verification.
+            slice of each table's key; the report carries each table's verification (none for
+            a run stopped by ``max_changes_per_run``: the first run that drains the slot checks
+            its keys too).
         sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
 
     Raises:
@@ -281,7 +283,10 @@ class Replication:
         held = run.applied_at if run.budget_reached else read_at
         lag = None if held is None else (datetime.now(UTC) - held).total_seconds()
         checks: Mapping[TableName, Verification] = {}
-        if self.record_keys is not None:  # the check: after the slot's advance, to the applied LSN
+        # The check, after the slot's advance, at the applied LSN; a run stopped by its budget
+        # leaves its keys recorded for the first run that drains the slot (its check would
+        # peek the whole backlog the slot still holds).
+        if self.record_keys is not None and not run.budget_reached:
             checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,

@@ -173,6 +173,27 @@ def test_key_changes_and_soft_deletes_are_checked_as_the_target_holds_them(
     assert not whole.ok and whole.examples == (("42",),)
 
 
+def test_a_run_stopped_by_its_budget_leaves_its_keys_to_the_run_that_drains_the_slot(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A run stopped by ``max_changes_per_run`` reports no check (its check would peek the whole
+    backlog); its keys stay recorded, and the run that drains the slot checks them with its
+    own."""
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    _checked(group).run()
+    for ids in ("1 AND 3", "4 AND 9"):
+        pg.execute(src, f"UPDATE shop.orders SET note = 'b' WHERE id BETWEEN {ids}")
+    budget = Replication(group.group(max_changes_per_run=1), source=src, target=target_dsn,
+                         reconcile=True, sweep=SLICE)  # fmt: skip
+    stopped = budget.run()
+    assert stopped.budget_reached and stopped.checks == {}
+    drained = _check(_checked(group).run())
+    assert drained.ok and drained.keys_checked == 9  # 1..3 of the stopped run, 4..9 its own
+    group.assert_equal()
+
+
 def test_a_target_row_edited_behind_the_engines_back_fails_the_check_naming_the_key(
     logical_source_dsn: str, target_dsn: str
 ) -> None:

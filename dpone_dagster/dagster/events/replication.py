@@ -114,6 +114,13 @@ def _subset_refused(context: dg.AssetExecutionContext, group: GroupSpecs) -> Dpo
     )
 
 
+_UNCHECKED = (
+    "The run stopped at max_changes_per_run (dpone/budget_reached): its keys stay recorded and "
+    "are checked by the first run that drains the slot."
+)
+"""The ``dpone_reconciled`` description of a run stopped by its budget (not verified)."""
+
+
 def group_engine(
     group: GroupSpecs,
     *,
@@ -195,7 +202,7 @@ class ReplicationEvents:
                 "no longer sends its changes; its target table is kept as it is."
             )
         yield from self._checks(group, report.slot)
-        yield from self._verifications(group, report.checks, "The run was not checked.")
+        yield from self._verifications(group, report.checks, _UNCHECKED)
         yield from self._materializations(group, report)
 
     def _reconciled(self, group: GroupSpecs) -> list[dg.AssetKey]:
