@@ -303,7 +303,7 @@ def replication_check_job(
             checks = engine.check()
         for key, spec in group.tables.items():
             found = verification_check(
-                key, checks.get(spec.source_table), "No run has completed yet."
+                key, checks.get(spec.source_table), "No run has completed yet, or the table has no key."
             )
             evaluation = dg.AssetCheckEvaluation(
                 asset_key=key, check_name=CHECK_NAME, passed=found.passed,

@@ -66,6 +66,8 @@ def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
     (a changed key's old key too: it is staged as a delete)."""
 
     def record(conn: Connection, plan: TablePlan, net: TableName) -> None:
+        if not plan.target_key:
+            return  # a table without a primary key is not checked by key
         keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
                                   for k in plan.target_key)  # fmt: skip
         insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
@@ -159,10 +161,15 @@ class _Table:
     later: Later
 
 
-def _keyed(src: Connection, tgt: Connection, table: TableName, soft: str | None) -> KeyedTables:
+def _keyed(
+    src: Connection, tgt: Connection, table: TableName, soft: str | None
+) -> KeyedTables | None:
     """The table's compared columns: the source's (generated ones left out) that the target
-    has, the source's key, and the target's soft-delete column (``soft``, once it exists)."""
+    has, the source's key, and the target's soft-delete column (``soft``, once it exists);
+    ``None`` for a table without a primary key (not checked by key)."""
     found = table_catalog(src, table)
+    if not found.key:
+        return None
     have = {
         str(r[0])
         for r in tgt.execute(
@@ -255,7 +262,8 @@ def verify_group(
         full: Compare both whole tables instead of the run's keys and a slice.
 
     Returns:
-        Each table's verification (none before the group's initial copy completed).
+        Each table's verification (none before the group's initial copy completed, none for a
+        table without a primary key).
     """
     group, ledger = how.group, how.ledger
     encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
@@ -277,6 +285,8 @@ def verify_group(
             slot = SlotChanges(control, group, applied, upto, encoding)
             for name in group.tables:
                 keyed = _keyed(src, tgt, name, group.soft_column)
+                if keyed is None:
+                    continue
                 later = _later(slot, keyed)
                 table = _Table(keyed, f"{group.slot}:{name.qualified}", later)
                 checks[name] = (

@@ -119,6 +119,8 @@ _UNCHECKED = (
     "are checked by the first run that drains the slot."
 )
 """The ``dpone_reconciled`` description of a run stopped by its budget (not verified)."""
+_KEYLESS = "The table has no primary key: the check compares rows by key, so it is not checked."
+"""The ``dpone_reconciled`` description of a table without a primary key (not verified)."""
 
 
 def group_engine(
@@ -202,7 +204,8 @@ class ReplicationEvents:
                 "no longer sends its changes; its target table is kept as it is."
             )
         yield from self._checks(group, report.slot)
-        yield from self._verifications(group, report.checks, _UNCHECKED)
+        unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
+        yield from self._verifications(group, report.checks, unchecked)
         yield from self._materializations(group, report)
 
     def _reconciled(self, group: GroupSpecs) -> list[dg.AssetKey]:
