@@ -302,9 +302,8 @@ def replication_check_job(
                                   deletes=how)  # fmt: skip
             checks = engine.check()
         for key, spec in group.tables.items():
-            found = verification_check(
-                key, checks.get(spec.source_table), "No run has completed yet, or the table has no key."
-            )
+            missing = "No run has completed yet, or the table has no primary key."
+            found = verification_check(key, checks.get(spec.source_table), missing)
             evaluation = dg.AssetCheckEvaluation(
                 asset_key=key, check_name=CHECK_NAME, passed=found.passed,
                 metadata=found.metadata, description=found.description,
