@@ -67,6 +67,10 @@ def _text(value: bytes) -> bytes:
     )  # fmt: skip
 
 
+NetHook = Callable[[Connection, TablePlan, TableName], None]
+"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`)."""
+
+
 @dataclass
 class Counts:
     """Changes of one table, by kind, as the source made them."""
@@ -97,7 +101,7 @@ class TableApply:
     soft_column: str | None
     dsn: str
     encoding: str
-    on_net: Callable[[Connection, TablePlan, TableName], None] | None = None
+    on_net: NetHook | None = None
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
     _buffer: list[bytes] = field(default_factory=list)

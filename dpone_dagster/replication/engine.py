@@ -49,6 +49,7 @@ from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
 from .apply import TableApply, evolve
 from .changes import Begin, Commit, Delete, Insert, Lsn, Relation, Truncate, Update
+from .keyless import table_apply
 from .plan import ReplicationGroup, refuse_keyless, relation_plan
 from .reader import read_changes
 from .report import ReplicationProgress, ReplicationReport, TableChanges
@@ -203,7 +204,8 @@ class Replication:
         Raises:
             EngineError: ``replica_identity_missing``, ``replication_target_exists``,
                 ``replication_group_changed``, ``replication_slot_lost`` and the other slot
-                codes, ``replication_toast_unresolved``.
+                codes, ``replication_toast_unresolved``, ``replication_row_missing`` (a keyless
+                table's row the target lost, :mod:`.keyless`).
             SchemaChangeError: ``schema_change_incompatible``; nothing of that target
                 transaction was committed.
             DponeError: a database failure (its code from the database-failure catalog, else
@@ -346,7 +348,7 @@ class Replication:
         src, tgt, group = sessions.source, sessions.target, self.group
         check_replication_setup(src, slot=group.slot, publication=group.publication,
                                 tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
-        refuse_keyless(src, group.tables)
+        refuse_keyless(src, group)
         filled = _filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
@@ -525,8 +527,8 @@ class Replication:
                 )
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
-        applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                              reading.encoding, on_net=self.record_keys)  # fmt: skip
+        applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
+                               reading.encoding, on_net=self.record_keys)  # fmt: skip
         target.tables[oid] = applying
         return applying
 

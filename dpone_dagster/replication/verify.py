@@ -30,7 +30,7 @@ same rule, and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -49,6 +49,7 @@ from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
+from .apply import NetHook
 from .changes import Begin, Delete, Insert, Lsn, Relation, Row, Truncate, Update, lsn_text
 from .plan import ReplicationGroup
 from .reader import read_changes
@@ -56,9 +57,6 @@ from .state import GroupLedger
 
 KEYS_CHUNK = 10_000
 """Keys of the run read, looked up on the source and compared per round trip."""
-
-NetHook = Callable[[Connection, TablePlan, TableName], None]
-"""The apply path's hook (:attr:`~.apply.TableApply.on_net`)."""
 
 
 def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
