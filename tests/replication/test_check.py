@@ -194,6 +194,27 @@ def test_a_run_stopped_by_its_budget_leaves_its_keys_to_the_run_that_drains_the_
     group.assert_equal()
 
 
+def test_a_keyless_table_of_the_group_is_applied_and_left_out_of_the_check(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A table without a primary key (``REPLICA IDENTITY FULL``) beside a keyed one: the run
+    applies both, the keyed table is checked, the keyless one has no verification (the check
+    compares by key) and records no key."""
+    src = logical_source_dsn
+    _shop(src)
+    pg.execute(src, "CREATE TABLE shop.log (at int, what text)")
+    pg.execute(src, "ALTER TABLE shop.log REPLICA IDENTITY FULL")
+    group = Group(src, target_dsn, ("shop.orders", "shop.log"))
+    _checked(group).run()
+    pg.execute(src, "INSERT INTO shop.log VALUES (1, 'a'), (1, 'a'), (2, 'b')")
+    pg.execute(src, "UPDATE shop.orders SET note = 'k' WHERE id = 3")
+    report = _checked(group).run()
+    assert set(report.checks) == {ORDERS}
+    assert _check(report).ok and _check(report).keys_checked == 1
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.replication_keys") == 0
+    group.assert_equal()
+
+
 def test_a_target_row_edited_behind_the_engines_back_fails_the_check_naming_the_key(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
