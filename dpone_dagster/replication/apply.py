@@ -28,7 +28,7 @@ the old columns are applied, then the target evolves (:mod:`.plan`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,6 +67,10 @@ def _text(value: bytes) -> bytes:
     )  # fmt: skip
 
 
+NetHook = Callable[[Connection, TablePlan, TableName], None]
+"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`)."""
+
+
 @dataclass
 class Counts:
     """Changes of one table, by kind, as the source made them."""
@@ -87,6 +91,9 @@ class TableApply:
         soft_column: The soft-delete column under ``soft`` deletes, else None.
         dsn: The target's DSN (a broken session's staging table is dropped from a new one).
         encoding: The source database's encoding: the staged text is in it.
+        on_net: Called with the session, the plan and the table of each key's last change,
+            before that net effect is applied (the check's record of the keys a run applied,
+            :func:`~.verify.key_recorder`); ``None``: nothing is recorded.
     """
 
     conn: Connection
@@ -94,6 +101,7 @@ class TableApply:
     soft_column: str | None
     dsn: str
     encoding: str
+    on_net: NetHook | None = None
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
     _buffer: list[bytes] = field(default_factory=list)
@@ -214,6 +222,8 @@ class TableApply:
         if self._unchanged:
             resolve_unchanged(self)
         net, rows = self._net()
+        if self.on_net is not None:  # the check's hook: the keys this net effect touches
+            self.on_net(self.conn, self.plan, net)
         rows -= self._deletes(net)
         self._upserts(net, rows)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))

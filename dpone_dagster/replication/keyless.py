@@ -47,19 +47,21 @@ from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
 
-from .apply import TableApply
+from .apply import NetHook, TableApply
 from .changes import UNCHANGED, Row
 
 
 def table_apply(
-    conn: Connection, plan: TablePlan, soft_column: str | None, dsn: str, encoding: str
-) -> TableApply:
+    conn: Connection, plan: TablePlan, soft_column: str | None, dsn: str, encoding: str,
+    on_net: NetHook | None = None,
+) -> TableApply:  # fmt: skip
     """The apply of one table's changes: by key (:class:`~.apply.TableApply`) for a table with
     a primary key, by the old rows' images (:class:`KeylessApply`) for one without (its plan
     has no source key: :func:`~.plan.relation_plan` refused it unless ``REPLICA IDENTITY
-    FULL``)."""
-    kind = TableApply if plan.key else KeylessApply
-    return kind(conn, plan, soft_column, dsn, encoding)
+    FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only)."""
+    if not plan.key:
+        return KeylessApply(conn, plan, soft_column, dsn, encoding)
+    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net)
 
 
 @dataclass
