@@ -7,7 +7,9 @@ logs each statement with its duration), then runs, one after the other:
 
 - the raw binary ``psql | psql`` pipe (``bench/pipe.py``) into the emptied target table;
 - ``copy_tables(..., strategy=..., sink="replace")``, in this process;
-- with ``--dagster``, ``dagster.materialize`` of ``snapshot_copy_assets`` and its check.
+- with ``--dagster``, ``dagster.materialize`` of ``snapshot_copy_assets`` and its check;
+- with ``--backfill``, ``Backfill(..., cursor="id").run()`` (its default batches, then its
+  reconciliation) into the emptied target table, its ledger in the target.
 
 For each it prints its seconds, the WAL the server wrote meanwhile (``pg_current_wal_lsn()``
 before and after: the whole server's, so run it where nothing else writes) and, from the
@@ -17,6 +19,7 @@ session into another logs on both sides over the same wall time: the phases over
 
     .venv/bin/python bench/copy_phases.py
     .venv/bin/python bench/copy_phases.py --rows 3000000 --dagster
+    .venv/bin/python bench/copy_phases.py --backfill
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tests.helpers import pg  # noqa: E402
 LOG = "/var/log/postgresql/postgresql-15-main.log"
 _DURATION = re.compile(
     r"@(\S+) LOG:  duration: ([\d.]+) ms  (?:statement|execute [^:]*|parse [^:]*|bind [^:]*): (.*)"
-)  # noqa: E501
+)
 _DIGITS = re.compile(r"\d+")
 
 
@@ -88,6 +91,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--strategy", default="batched_copy", choices=[s.value for s in Strategy])
     parser.add_argument("--dagster", action="store_true", help="also the Dagster asset + check")
+    parser.add_argument("--backfill", action="store_true", help="also the backfill, to done")
     parser.add_argument("--log", default=LOG, help="the server's log file")
     args = parser.parse_args()
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_tgt")
@@ -124,6 +128,13 @@ def main() -> None:
             }
             measured("dagster.materialize + check", target, log,
                      lambda: timed_materialize([assets], resources)[0])  # fmt: skip
+        if args.backfill:
+            from dpone_dagster.backfill import Backfill
+
+            pg.execute(target, "DROP TABLE public.mixed")
+            pg.create_mixed_table(target, rows=0)
+            measured("backfill to done", target, log, lambda: Backfill(
+                source, target, "public.mixed", cursor="id").run())  # fmt: skip
     finally:
         pg.drop_database(source)
         pg.drop_database(target)
