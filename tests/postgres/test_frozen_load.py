@@ -26,8 +26,9 @@ def test_a_replace_writes_its_rows_frozen_so_their_first_read_dirties_no_page(
     """A ``replace`` (a new target, then a swap of an existing one) loads its staging table with
     ``COPY ... FREEZE``: when the load commits, its rows are frozen and their pages all-visible,
     so the first read after it (the check's, a user's), once the load's pages were written out,
-    dirties no page to set hint bits, and an index-only scan fetches no heap row; a binary load's rows still carry the load's transaction id, so row
-    versions prove them without hashing."""
+    dirties no page to set hint bits, and an index-only scan fetches no heap row; a binary
+    load's rows still carry the load's transaction id, so row versions prove them without
+    hashing."""
     pg.create_mixed_table(source_dsn, rows=ROWS)
     for _ in ("create", "swap"):
         report = copy_tables(
