@@ -91,20 +91,9 @@ def apply_sink(
     return result
 
 
-INDEX_BUILD_MEMORY = "256MB"
-"""The least ``maintenance_work_mem`` the swap's primary-key build runs with, for the load's
-transaction only (a session, role or server setting that is higher is kept): PostgreSQL's
-default of 64MB, shared by the build's parallel workers, sorts the keys of a few million rows
-on disk."""
-
-_INDEX_MEMORY = """SELECT set_config('maintenance_work_mem', %s, true)
-WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes(%s)"""
-
-
 def _swap(conn: Connection, plan: TablePlan, staging: TableName, rows: int) -> SinkResult:
     temporary_pk = f"{staging.name}_pkey"
     if plan.target_key:
-        conn.execute(_INDEX_MEMORY, (INDEX_BUILD_MEMORY, INDEX_BUILD_MEMORY))
         conn.execute(
             sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY ({})").format(
                 staging.ident, sql.Identifier(temporary_pk), column_list(plan.target_key)
