@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from bench import pipe, result_file  # noqa: E402
-from bench.backfill_report import Summary, phase_lines, print_round  # noqa: E402
+from bench.backfill_report import Summary, phase_lines, phase_ms, print_round  # noqa: E402
 from dpone_dagster.backfill import (  # noqa: E402
     Backfill,
     BackfillRun,
@@ -375,7 +375,7 @@ def main() -> None:
         result_file.write(
             args.json, "backfill", began, summary.table(seed_rows / seed), table_rows=rows,
             batch=args.batch, repeat=args.repeat, raw_pipe_spread=f"{pipe.spread(pipes):.0%}",
-            max_spread=f"{args.max_spread:.0%}",
+            max_spread=f"{args.max_spread:.0%}", batch_phases_ms=phase_ms(rounds),
         )  # fmt: skip
 
 

@@ -85,9 +85,10 @@ class Summary:
         return {"best": f"{min(values):.2f} s", "median": f"{statistics.median(values):.2f} s",
                 "target": "", "pipe_seconds": "", "pipe_spread": ""}  # fmt: skip
 
-    def table(self, seed_share: float) -> list[dict[str, Any]]:
-        """The result table's rows."""
+    def table(self, seed_rate: float) -> list[dict[str, Any]]:
+        """The result table's rows (``seed_rate``: the seed's rows/s)."""
         rates = [self.rows / r for r in self.col("raw")]
+        seed_share = seed_rate / statistics.median(rates)
         blank = {"target": "", "pipe_seconds": "", "pipe_spread": ""}
         return [
             {"measure": "raw binary COPY pipe (rows/s)", "best": f"{max(rates):,.0f}",
@@ -116,8 +117,7 @@ class Summary:
 
     def lines(self, seed_rate: float) -> list[str]:
         """The printed summary (the table's rows, one a line)."""
-        rates = [self.rows / r for r in self.col("raw")]
-        rows = self.table(seed_rate / statistics.median(rates))
+        rows = self.table(seed_rate)
         out = []
         for row in rows:
             beside = f"  pipe {row['pipe_seconds']} s, spread {row['pipe_spread']}"
@@ -128,3 +128,12 @@ class Summary:
                 + (beside if row["pipe_seconds"] else "")
             )
         return out
+
+
+def phase_ms(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Milliseconds per batch of each phase (medians over the rounds), for the result file."""
+    stats = [r["stats"] for r in rounds]
+    batches = stats[0]["batches"]
+    phases = {k: [s["phases"][k] for s in stats] for k in stats[0]["phases"]}
+    phases["content hash alone"] = [s["content_hash_seconds"] for s in stats]
+    return {k: round(statistics.median(v) / batches * 1000, 1) for k, v in phases.items()}
