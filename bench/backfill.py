@@ -13,7 +13,7 @@ COPY), one after the other:
   into an empty target with the same primary key, right before and right after each measured
   path (raw, backfill, raw, Dagster path, raw, ...): a path's ratio is the mean of the two raw
   times around it over its own time, since this machine's speed drifts;
-* the backfill, in a child process (its peak RSS comes from ``wait4``), from an empty target:
+* the backfill, in a child process (its peak RSS is its own ``VmHWM``), from an empty target:
   ``Backfill.batches()`` to the mark (each batch under its own snapshot, counted, hashed,
   committed with its receipt), then ``Backfill.reconcile()`` (every batch range on both servers,
   under one snapshot each: proven by row versions where nobody wrote it since its batch, else
@@ -73,6 +73,7 @@ from dpone_dagster.backfill import (  # noqa: E402
 from dpone_dagster.postgres.copy import RELAY_WRITE  # noqa: E402
 from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
+from tests.helpers.memory import own_peak_mb  # noqa: E402
 
 SAMPLES = 400
 WARMUP = 20
@@ -176,6 +177,7 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
                 "checkpoints": {
                     str(k): statistics.median(v[WARMUP:]) * 1000 for k, v in ledger.timings.items()
                 },
+                "rss_mb": own_peak_mb(),
             }
         )
     )
@@ -201,7 +203,7 @@ def child_dagster(source: str, target: str, rows: int) -> None:
         "ledger": LedgerResource(),
     }
     seconds, _ = timed_materialize([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"seconds": seconds}))
+    print(json.dumps({"seconds": seconds, "rss_mb": own_peak_mb()}))
 
 
 def child_cold(source: str, target: str, rows: int) -> None:
@@ -225,7 +227,7 @@ def child_cold(source: str, target: str, rows: int) -> None:
         "ledger": LedgerResource(),
     }
     materialize_definitions([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"rows": rows}))
+    print(json.dumps({"rows": rows, "rss_mb": own_peak_mb()}))
 
 
 def raw_pipe(source: str, target: str) -> float:

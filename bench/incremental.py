@@ -79,6 +79,7 @@ from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa
 from dpone_dagster.postgres import copy_tables  # noqa: E402
 from dpone_dagster.postgres.copy import relay  # noqa: E402
 from tests.helpers import pg  # noqa: E402
+from tests.helpers.memory import own_peak_mb as peak_rss_mb  # noqa: E402
 
 ORDERS = """
 CREATE SCHEMA IF NOT EXISTS shop;
@@ -99,14 +100,6 @@ SELECT g, now() - interval '1 day' + g * interval '1 millisecond' / 20, g %% 997
 FROM generate_series(%s::bigint, %s::bigint) g
 """
 LIMITS = {"changed_1pct": 0.10, "nothing_changed": 0.02, "deletes_100_hard": 0.25}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size (VmHWM), in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def make_source(rows: int) -> str:

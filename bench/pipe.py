@@ -15,7 +15,6 @@ its exit, as a Dagster run worker pays it.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import time
@@ -83,7 +82,11 @@ def refusal(name: str, pipes: Sequence[float], limit: float = MAX_SPREAD) -> str
 
 def cold_process(argv: Sequence[str]) -> tuple[float, Any, float]:
     """Runs ``argv`` as a fresh process: (seconds from its start to its exit, the JSON of its
-    last output line, its peak RSS in MB from ``wait4``).
+    last output line, its peak RSS in MB: the ``rss_mb`` it printed, its own ``VmHWM``).
+
+    ``wait4``'s ``ru_maxrss`` is not the child's figure: Linux carries the parent's high-water
+    mark into a child across ``execve`` (``tests/helpers/memory.py``), so a child reports at
+    least this process's peak. A child that prints no ``rss_mb`` is refused.
 
     Raises:
         SystemExit: the process failed.
@@ -92,8 +95,11 @@ def cold_process(argv: Sequence[str]) -> tuple[float, Any, float]:
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    status = proc.wait()
     seconds = time.perf_counter() - started
     if status != 0:
         raise SystemExit(f"{argv[1:3]} failed: {output}")
-    return seconds, json.loads(output.strip().splitlines()[-1]), usage.ru_maxrss / 1024
+    figures = json.loads(output.strip().splitlines()[-1])
+    if "rss_mb" not in figures:
+        raise SystemExit(f"{argv[1:3]} printed no rss_mb (its own VmHWM): {output}")
+    return seconds, figures, float(figures["rss_mb"])

@@ -52,6 +52,7 @@ from dpone_dagster.postgres import (  # noqa: E402
     copy_tables,
 )
 from tests.helpers import pg  # noqa: E402
+from tests.helpers.memory import own_peak_mb as peak_rss_mb  # noqa: E402
 
 STRATEGIES = (
     "batched_copy",
@@ -73,14 +74,6 @@ TARGETS = {
     "cold:partitioned_copy": 1.0,
 }
 CHOICES = (*STRATEGIES, "cold:partitioned_copy")
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size (VmHWM), in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def child_dagster(strategy: str, source: str, target: str) -> None:
@@ -116,7 +109,8 @@ def child_cold(strategy: str, source: str, target: str) -> None:
     [check] = result.get_asset_check_evaluations()
     [event] = result.get_asset_materialization_events()
     rows = event.materialization.metadata["dagster/row_count"].value
-    print(json.dumps({"rows": rows, "proof": check.metadata["dpone/proof"].value}))
+    print(json.dumps({"rows": rows, "proof": check.metadata["dpone/proof"].value,
+                      "rss_mb": peak_rss_mb()}))  # fmt: skip
 
 
 def child(strategy: str, source: str, target: str, workers: int) -> None:
