@@ -3,6 +3,7 @@ incremental stream's and the replication group's ``dpone_reconciled``."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from .documents import Count, Document
@@ -45,6 +46,8 @@ class Verification(Document):
         repaired_ranges: ``run``: the sweep's key ranges those keys lay in.
         applied_lsn: A replication group's check: the applied position the target was proved
             at (changes after it are the next run's); ``None`` for an incremental stream.
+        seconds: What the comparisons took (the run's keys, the sweep's slice, or both whole
+            tables), as the check's own cost: the figure that follows the run, not the table.
     """
 
     ok: bool
@@ -68,3 +71,9 @@ class Verification(Document):
     repaired_rows: Count = 0
     repaired_ranges: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
     applied_lsn: str | None = None
+    seconds: float | None = None
+
+
+def timed(verification: Verification, started: float) -> Verification:
+    """``verification`` with ``seconds`` since ``started`` (a ``time.monotonic()`` reading)."""
+    return verification.model_copy(update={"seconds": round(time.monotonic() - started, 3)})

@@ -13,11 +13,12 @@ verification.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.verification import Verification
+from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
@@ -188,20 +189,25 @@ def final_check(
     _without_jit(src, tgt)
     exact = deletes is Deletes.HARD or deletes is Deletes.SOFT
     if how.scope is CheckScope.FULL and verify:
+        started = time.monotonic()
         gone, keys_compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
+        whole = timed(whole, started)
         deleted = apply_deletes(tgt, shape, gone, at) if deletes is not Deletes.IGNORE else 0
         return FinalCheck(deleted, keys_compared, whole, tuple(odd))
     gone, keys_compared = _find_deletes(src, tgt, shape, mark) if exact else ([], 0)
     deleted = apply_deletes(tgt, shape, gone, at) if exact else 0
     if not verify and deletes is not Deletes.SWEEP:
         return FinalCheck(deleted, keys_compared)
+    started = time.monotonic()
     checked = _run_check(src, tgt, shape, how, mark=mark, at=at, deletes=deletes, verify=verify)
     if checked is not None:
         run, swept_out, odd = checked
         keys = keys_compared + (run.keys_compared if run else 0)
+        run = None if run is None else timed(run, started)
         return FinalCheck(deleted + swept_out, keys, run, tuple(odd))
     # Too many of the run's keys to look up: both whole tables (the deletes left included).
     gone, compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
+    whole = timed(whole, started)
     if deletes is Deletes.SWEEP:
         deleted += apply_deletes(tgt, shape, gone, at)
     return FinalCheck(deleted, keys_compared + compared, whole, tuple(odd))
@@ -223,9 +229,10 @@ def idle_check(
     row = src.execute("SELECT statement_timestamp()").fetchone()  # the snapshot's start
     assert row is not None
     _without_jit(src, tgt)
+    started = time.monotonic()
     checked = _run_check(src, tgt, shape, how, mark=mark, at=row[0], deletes=Deletes.IGNORE,
                          verify=True)  # fmt: skip
-    return None if checked is None else checked[0]
+    return None if checked is None or checked[0] is None else timed(checked[0], started)
 
 
 def check_target(
@@ -243,4 +250,6 @@ def check_target(
         lower: Rows above it are the next run's (``None``: every row is).
     """
     _without_jit(src, tgt)
-    return _verdict(src, shape, compare(*shape.sides(src, tgt, rows=True)), lower, kept=True)[0]
+    started = time.monotonic()
+    found = compare(*shape.sides(src, tgt, rows=True))
+    return timed(_verdict(src, shape, found, lower, kept=True)[0], started)

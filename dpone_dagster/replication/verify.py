@@ -30,18 +30,22 @@ same rule, and writes nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg import IsolationLevel, sql
+
+# psycopg has no public name for a server encoding's Python codec (``conn.info.encoding`` is
+# the client encoding's); pgoutput sends values in the database's own encoding.
 from psycopg._encodings import pg2pyenc
 
 from dpone_dagster.core.keyed import KeyedTables, differing_keys
 from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
-from dpone_dagster.core.verification import Verification
+from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
@@ -287,10 +291,12 @@ def verify_group(
                     continue
                 later = _later(slot, keyed)
                 table = _Table(keyed, f"{group.slot}:{name.qualified}", later)
-                checks[name] = (
+                started = time.monotonic()
+                checks[name] = timed(
                     _full(src, tgt, table, at, applied)
                     if full
-                    else _by_run(src, tgt, table, how, at, applied)
+                    else _by_run(src, tgt, table, how, at, applied),
+                    started,
                 )
     return checks
 

@@ -205,6 +205,7 @@ def test_the_default_check_says_what_it_verified_run_by_run(stream: Stream) -> N
     passed, md = run()
     assert passed and md["dpone/check_scope"] == "run" and md["dpone/keys_checked"] == 2000
     assert (md["dpone/ranges_checked"], md["dpone/ranges_total"]) == (1, 4)
+    assert 0 < md["dpone/check_seconds"] < 60  # the comparisons' own time, plotted run by run
     assert "dpone/swept_at" not in md  # an empty value is left out
     begun = _proved_at(md)  # a timestamp value: the check's point in time
     prefix = "this run exact; table not yet swept (sweep begun at "

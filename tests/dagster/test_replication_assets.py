@@ -356,6 +356,7 @@ def test_the_groups_check_says_what_it_verified_and_its_job_checks_whole_tables(
     assert md["dpone/applied_lsn"] == table_metadata(third, KEY)["dpone/applied_lsn"]
     assert md["dpone/changed_after_applied"] == 0 and md["dpone/unexplained"] == 0
     assert isinstance(md["dpone/proved_at"], float)
+    assert 0 < md["dpone/check_seconds"] < 60  # the comparisons' own time
     fourth = check_metadata(dg.materialize([shop], resources=resources(src, tgt)), KEY)[1]
     assert fourth["dpone/ranges_checked"] == 1  # the next sweep begins
 

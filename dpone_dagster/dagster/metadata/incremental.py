@@ -125,6 +125,7 @@ def verification_check(
                 guarantee=guarantee,
                 check_scope=check.scope,
                 proved_at=timestamp_value(check.proved_at),
+                check_seconds=check.seconds,
                 keys_compared=check.keys_compared,
                 ranges_differing=check.ranges_differing,
                 deleted_kept=check.deleted_kept,

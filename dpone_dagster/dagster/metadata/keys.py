@@ -369,6 +369,9 @@ class DponeMetadataSet(NamespacedMetadataSet):
     proved_at: dg.TimestampMetadataValue | None = None
     """The point in time the check proved equality at: its source snapshot's time (check of a
     stream, check of a snapshot copy)."""
+    check_seconds: float | None = None
+    """What the check's comparisons took (the run's keys and the sweep's slice, or both whole
+    tables): its own cost, which follows the run's changes (check of a stream)."""
     differing_ranges: dg.JsonMetadataValue | None = None
     """The sweep's key ranges in which the check found rows differing for no known reason, each
     ``{"after": key, "through": key}`` (a key as the text of its columns; ``null``: open) (check
