@@ -12,7 +12,10 @@ A sink applies a loaded staging table to the target inside the target's transact
 - ``append`` inserts the staged rows.
 - ``merge`` inserts new keys and updates rows whose values changed, by primary key: one
   ``MERGE`` on PostgreSQL 15 and later, ``INSERT ... ON CONFLICT DO UPDATE`` where ``MERGE``
-  cannot be used or cannot be counted (see :func:`_merge_statement`).
+  cannot be used or cannot be counted (see :func:`_merge_statement`). With ``changes_only``
+  (every staged row is a change the target takes: a replication's net effect) it writes each
+  staged row without comparing it to the target's, and a batch that is a large share of the
+  target is joined by the planner's choice (a hash join) instead of one key lookup per row.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def apply_sink(
     staged_rows: int,
     *,
     new_keys_expected: bool = False,
+    changes_only: bool = False,
 ) -> SinkResult:
     """Applies a loaded staging table to the target, in ``conn``'s current transaction.
 
@@ -70,6 +74,9 @@ def apply_sink(
         new_keys_expected: For ``merge``: the staged keys are probably all new to the target
             (an initial load), so a plain ``INSERT`` is tried first, under a savepoint; the
             first key already there undoes it and the merge runs as usual.
+        changes_only: For ``merge``: every staged row is a change (a netted batch of a
+            replication): a matched row is updated without comparing it to the target's, and
+            ``rows_updated`` counts every matched row.
 
     Returns:
         What the sink did, with the rows the target gained or changed.
@@ -81,7 +88,8 @@ def apply_sink(
         plan.target.ident, names, names, staging.ident
     )
     if sink == "merge":
-        result = _merge(conn, plan, staging, insert, new_keys_expected)
+        how = _Merging(new_keys_expected, changes_only, staged_rows)
+        result = _merge(conn, plan, staging, insert, how)
     else:
         if sink == "replace":
             conn.execute(sql.SQL("DELETE FROM {}").format(plan.target.ident))
@@ -130,14 +138,29 @@ def _swap_in(conn: Connection, plan: TablePlan, staging: TableName, temporary_pk
             )
 
 
+@dataclass(frozen=True)
+class _Merging:
+    """How a merge runs: what the caller knows of the staged rows."""
+
+    new_keys_expected: bool
+    changes_only: bool
+    staged_rows: int
+
+
+LOOKUP_SHARE = 8
+"""A ``changes_only`` merge looks each staged key up through the target's key index while the
+staged rows are fewer than the target's rows over this; a larger batch is joined by the
+planner's choice (a hash join reads the target once instead)."""
+
+
 def _merge(
     conn: Connection,
     plan: TablePlan,
     staging: TableName,
     insert: sql.Composed,
-    new_keys_expected: bool,
+    how: _Merging,
 ) -> SinkResult:
-    if new_keys_expected and plan.target_key:
+    if how.new_keys_expected and plan.target_key:
         # A plain INSERT costs less than half of INSERT ... ON CONFLICT (no speculative
         # insertion, no RETURNING); a savepoint keeps the load's transaction if a key exists.
         try:
@@ -146,10 +169,10 @@ def _merge(
         except psycopg.errors.UniqueViolation:
             pass
     if conn.info.server_version >= MERGE_SINCE:
-        merged = _merge_statement(conn, plan, staging)
+        merged = _merge_statement(conn, plan, staging, how)
         if merged is not None:
             return merged
-    return _upsert(conn, plan, insert)
+    return _upsert(conn, plan, insert, how.changes_only)
 
 
 MERGE_SINCE = 150000
@@ -224,30 +247,37 @@ WITH target AS (SELECT %s::regclass AS relid),
                 WHERE p.isleaf)
 SELECT sum(pg_stat_get_xact_tuples_inserted(relid))::bigint,
        sum(pg_stat_get_xact_tuples_updated(relid))::bigint,
-       current_setting('enable_hashjoin'), current_setting('enable_mergejoin')
-FROM tables
+       current_setting('enable_hashjoin'), current_setting('enable_mergejoin'),
+       coalesce(sum(greatest(c.reltuples, 0)) FILTER (WHERE c.relkind <> 'p'), 0)::float8
+FROM tables LEFT JOIN pg_catalog.pg_class AS c ON c.oid = tables.relid
 """
 _JOIN_METHODS = (
     "SELECT set_config('enable_hashjoin', %s, true), set_config('enable_mergejoin', %s, true)"
 )
 
 
-def _merge_statement(conn: Connection, plan: TablePlan, staging: TableName) -> SinkResult | None:
+def _merge_statement(
+    conn: Connection, plan: TablePlan, staging: TableName, how: _Merging
+) -> SinkResult | None:
     """``MERGE`` of the staged rows by key, under a savepoint; ``None`` when it cannot be used
     here (the savepoint undid it): a key a concurrent writer inserted meanwhile, a target with
     rules, or counters that do not add up (a trigger writing the target, ``track_counts`` off).
 
     Each staged row is looked up through the target's key index, as ``ON CONFLICT`` does, but
-    without its speculative insertion and row locks.
+    without its speculative insertion and row locks (a ``changes_only`` batch of at least the
+    target's rows over :data:`LOOKUP_SHARE` is joined as the planner chooses).
     """
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     names = column_list(plan.columns)
     keys = plan.target_key
     matched: sql.Composable = sql.SQL("")
     if others:
-        matched = sql.SQL("WHEN MATCHED AND {} THEN UPDATE SET {} ").format(
-            _changed(plan, others, "t", "s"), _set_from("s", others)
+        when = (
+            sql.SQL("")
+            if how.changes_only
+            else sql.SQL("AND {} ").format(_changed(plan, others, "t", "s"))
         )
+        matched = sql.SQL("WHEN MATCHED {}THEN UPDATE SET {} ").format(when, _set_from("s", others))
     statement = sql.SQL(
         "MERGE INTO {} AS t USING {} AS s ON ({}) = ({}) {}"
         "WHEN NOT MATCHED THEN INSERT ({}) OVERRIDING SYSTEM VALUE VALUES ({})"
@@ -257,19 +287,25 @@ def _merge_statement(conn: Connection, plan: TablePlan, staging: TableName) -> S
     )  # fmt: skip
     try:
         with conn.transaction():
-            return _counted_merge(conn, plan.target, statement)
+            return _counted_merge(conn, plan.target, statement, how)
     except _MERGE_UNUSABLE:
         return None
 
 
-def _counted_merge(conn: Connection, target: TableName, statement: sql.Composed) -> SinkResult:
+def _counted_merge(
+    conn: Connection, target: TableName, statement: sql.Composed, how: _Merging
+) -> SinkResult:
     """Runs ``statement`` with a nested-loop join over the target's key (the planner would hash
-    the whole target to join a batch of a few thousand rows); its inserted and updated rows."""
+    the whole target to join a batch of a few thousand rows), or as the planner chooses for a
+    large ``changes_only`` batch; its inserted and updated rows."""
     row = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
     assert row is not None
-    conn.execute(_JOIN_METHODS, ("off", "off"))
+    lookups = not how.changes_only or how.staged_rows * LOOKUP_SHARE < float(row[4])
+    if lookups:
+        conn.execute(_JOIN_METHODS, ("off", "off"))
     merged = conn.execute(statement).rowcount
-    conn.execute(_JOIN_METHODS, (row[2], row[3]))
+    if lookups:
+        conn.execute(_JOIN_METHODS, (row[2], row[3]))
     after = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
     assert after is not None
     inserted = int(after[0]) - int(row[0])
@@ -279,7 +315,9 @@ def _counted_merge(conn: Connection, target: TableName, statement: sql.Composed)
     return SinkResult("merge", inserted, updated)
 
 
-def _upsert(conn: Connection, plan: TablePlan, insert: sql.Composed) -> SinkResult:
+def _upsert(
+    conn: Connection, plan: TablePlan, insert: sql.Composed, changes_only: bool
+) -> SinkResult:
     """``INSERT ... ON CONFLICT DO UPDATE``: the merge where ``MERGE`` cannot be used.
 
     A row it inserted has no ``xmax``. A partitioned target cannot return that system column,
@@ -288,7 +326,9 @@ def _upsert(conn: Connection, plan: TablePlan, insert: sql.Composed) -> SinkResu
     """
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     action: sql.Composable
-    if others:
+    if others and changes_only:
+        action = sql.SQL("DO UPDATE SET {}").format(_set_from("excluded", others))
+    elif others:
         action = sql.SQL("DO UPDATE SET {} WHERE {}").format(
             _set_from("excluded", others), _changed(plan, others, "t", "excluded")
         )

@@ -48,12 +48,14 @@ from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
 from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 
-from .changes import UNCHANGED, Row
+from .changes import UNCHANGED, Value
 
 FLUSH_BYTES: Final = 4 << 20
 """Staged text a table buffers before it is written to its staging table."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
+_ESCAPED: Final = re.compile(rb"[\\\n\r]")
+"""What ``COPY`` text escapes, but the tab (a line's tabs are counted instead)."""
 _NULL: Final = b"\\N"
 
 
@@ -111,6 +113,9 @@ class TableApply:
         self.key = tuple(names.index(k) for k in self.plan.target_key)
         self.width = len(names)
         self._empty_key = (_NULL,) * len(self.key)
+        self._no_old_key = b"\t\\N" * len(self.key)
+        self._at_time: datetime | None = None
+        self._at_text = _NULL
 
     # -- staging -----------------------------------------------------------------------------
 
@@ -138,53 +143,77 @@ class TableApply:
         self._guard = self._stack.enter_context(owned_staging_handle(table))
         return table
 
-    def _row(self, op: bytes, values: Row, at: bytes = _NULL, old: Row | None = None) -> None:
+    def _row(
+        self,
+        op: bytes,
+        values: Sequence[Value],
+        at: bytes = _NULL,
+        old: Sequence[Value] | None = None,
+    ) -> None:
         self._seq += 1
-        flags = _NULL
-        if UNCHANGED in values:
-            flags = b"".join(b"1" if v is UNCHANGED else b"0" for v in values)
-            self._unchanged.update(i for i, v in enumerate(values) if v is UNCHANGED)
-            values = tuple(None if v is UNCHANGED else v for v in values)
-        present = [v for v in values if v is not None]
-        parts: list[bytes] = [_NULL if v is None else v for v in values]  # type: ignore[misc]
-        if _SPECIAL.search(b"".join(present)) is not None:  # type: ignore[arg-type]
-            parts = [_NULL if v is None else _text(v) for v in values]  # type: ignore[arg-type]
-        olds = self._empty_key
-        if old is not None and flags is not _NULL:
-            olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
-            self._old_keys = True
-        line = b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
+        try:  # the hot path: every value present (a NULL or an unchanged value is no bytes)
+            body = b"\t".join(values)  # type: ignore[arg-type]
+        except TypeError:
+            line = self._line(op, values, at, old)
+        else:
+            if body.count(9) != self.width - 1 or _ESCAPED.search(body) is not None:
+                body = b"\t".join([_text(v) for v in values])  # type: ignore[arg-type]
+            line = b"%d\t%b\t\\N\t%b\t%b%b\n" % (self._seq, op, at, body, self._no_old_key)
         self._buffer.append(line)
         self._size += len(line)
         self.staged += 1
         if self._size >= FLUSH_BYTES:
             self.flush()
 
-    def insert(self, new: Row) -> None:
+    def _line(
+        self, op: bytes, values: Sequence[Value], at: bytes, old: Sequence[Value] | None
+    ) -> bytes:
+        """A staged row's line when a value is NULL or an unchanged TOASTed value."""
+        flags = _NULL
+        if any(v is UNCHANGED for v in values):
+            flags = b"".join(b"1" if v is UNCHANGED else b"0" for v in values)
+            self._unchanged.update(i for i, v in enumerate(values) if v is UNCHANGED)
+            values = [None if v is UNCHANGED else v for v in values]
+        parts: list[bytes] = [_NULL if v is None else v for v in values]  # type: ignore[misc]
+        if _SPECIAL.search(b"".join([v for v in values if v is not None])) is not None:  # type: ignore[misc]
+            parts = [_NULL if v is None else _text(v) for v in values]  # type: ignore[arg-type]
+        olds = self._empty_key
+        if old is not None and flags is not _NULL:
+            olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
+            self._old_keys = True
+        return b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
+
+    def insert(self, new: Sequence[Value]) -> None:
         """Stages an inserted row."""
         self.counts.inserted += 1
         self._row(b"I", new)
 
-    def update(self, new: Row, old: Row | None, at: datetime) -> None:
+    def update(self, new: Sequence[Value], old: Sequence[Value] | None, at: datetime) -> None:
         """Stages an updated row; a changed key is staged as the delete of the old key first
         (at the commit time ``at``, for ``soft``)."""
         self.counts.updated += 1
         if old is not None and any(old[i] != new[i] for i in self.key):
-            self._row(b"D", self._key_only(old), at.isoformat().encode())
+            self._row(b"D", self._key_only(old), self._at(at))
             self._row(b"U", new, old=old)
         else:
             self._row(b"U", new)
 
-    def delete(self, old: Row, at: datetime) -> None:
+    def delete(self, old: Sequence[Value], at: datetime) -> None:
         """Stages a deleted row (its key; the commit time for ``soft``)."""
         self.counts.deleted += 1
-        self._row(b"D", self._key_only(old), at.isoformat().encode())
+        self._row(b"D", self._key_only(old), self._at(at))
 
-    def _key_only(self, old: Row) -> Row:
-        values: list[bytes | None] = [None] * self.width
+    def _at(self, at: datetime) -> bytes:
+        """``at`` as staged text (kept for the transaction's next changes)."""
+        if at is not self._at_time:
+            self._at_time, self._at_text = at, at.isoformat().encode()
+        return self._at_text
+
+    def _key_only(self, old: Sequence[Value]) -> list[Value]:
+        values: list[Value] = [None] * self.width
         for i in self.key:
-            values[i] = old[i]  # type: ignore[assignment]
-        return tuple(values)
+            values[i] = old[i]
+        return values
 
     def flush(self) -> None:
         """Writes the buffered rows to the staging table."""
@@ -257,7 +286,7 @@ class TableApply:
         drops ``net``)."""
         if self.soft_column is not None:
             revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
-        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)
+        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows, changes_only=True)
 
     def truncate(self, at: datetime) -> None:
         """A ``TRUNCATE`` of the table at this point of the batch."""
