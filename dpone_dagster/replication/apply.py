@@ -27,6 +27,7 @@ the old columns are applied, then the target evolves (:mod:`.plan`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
@@ -50,8 +52,8 @@ from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_fo
 
 from .changes import UNCHANGED, Value
 
-FLUSH_BYTES: Final = 4 << 20
-"""Staged text a table buffers before it is written to its staging table."""
+FLUSH_BYTES: Final = 1 << 20
+"""Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
 _ESCAPED: Final = re.compile(rb"[\\\n\r]")
@@ -79,6 +81,45 @@ class Counts:
     truncated: int = 0
 
 
+class StagingCopy:
+    """The one ``COPY`` a target session runs into a staging table, kept open while that
+    table's rows stream in, so that the server writes them while the next ones are decoded.
+
+    A session runs one statement at a time: whatever else it runs (another table's staging,
+    the net effect, the ledger, a plan's catalog reads) ends the open ``COPY`` first
+    (:meth:`end`).
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._into: TableName | None = None
+        self._copy: psycopg.Copy | None = None
+        self._stack = ExitStack()
+
+    def write(self, into: TableName, statement: sql.Composed, data: bytes) -> None:
+        """Writes ``data`` into the ``COPY`` of ``statement`` into ``into`` (started here, the
+        open one into another table ended first)."""
+        if self._into != into:
+            self.end()
+            self._copy = self._stack.enter_context(self.conn.cursor().copy(statement))
+            self._into = into
+        assert self._copy is not None
+        self._copy.write(data)
+
+    def end(self) -> None:
+        """Ends the open ``COPY``, if any: its rows are in its staging table."""
+        if self._into is not None:
+            self._into, self._copy = None, None
+            self._stack.close()
+
+    def abandon(self) -> None:
+        """On a failure: the open ``COPY`` fails (its transaction is rolled back after)."""
+        if self._into is not None:
+            self._into, self._copy = None, None
+            with contextlib.suppress(psycopg.Error):
+                self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
+
+
 @dataclass
 class TableApply:
     """One table's changes in the target transaction in progress.
@@ -89,6 +130,8 @@ class TableApply:
         soft_column: The soft-delete column under ``soft`` deletes, else None.
         dsn: The target's DSN (a broken session's staging table is dropped from a new one).
         encoding: The source database's encoding: the staged text is in it.
+        copy: The session's staging ``COPY``, shared by the tables of the target transaction
+            (one of its own when omitted).
     """
 
     conn: Connection
@@ -96,6 +139,7 @@ class TableApply:
     soft_column: str | None
     dsn: str
     encoding: str
+    copy: StagingCopy | None = None
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
     _buffer: list[bytes] = field(default_factory=list)
@@ -116,6 +160,8 @@ class TableApply:
         self._no_old_key = b"\t\\N" * len(self.key)
         self._at_time: datetime | None = None
         self._at_text = _NULL
+        self._copying = self.copy or StagingCopy(self.conn)
+        self._statement: sql.Composed | None = None
 
     # -- staging -----------------------------------------------------------------------------
 
@@ -216,18 +262,20 @@ class TableApply:
         return values
 
     def flush(self) -> None:
-        """Writes the buffered rows to the staging table."""
+        """Writes the buffered rows into the staging table's ``COPY`` (left open for the next
+        rows: :meth:`apply` ends it)."""
         if not self._buffer:
             return
-        names = [
-            sql.Identifier(n) for n in ("_dpone_seq", "_dpone_op", "_dpone_u", "_dpone_at")
-        ] + [sql.Identifier(n) for n in self.plan.column_names]
-        names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
-            self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
-        )
-        with self.conn.cursor().copy(statement) as copy:
-            copy.write(b"".join(self._buffer))
+        if self._statement is None:
+            self._copying.end()  # the staging table is created on the session
+            names = [
+                sql.Identifier(n) for n in ("_dpone_seq", "_dpone_op", "_dpone_u", "_dpone_at")
+            ] + [sql.Identifier(n) for n in self.plan.column_names]
+            names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
+            self._statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
+                self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
+            )
+        self._copying.write(self.staging, self._statement, b"".join(self._buffer))
         self._buffer.clear()
         self._size = 0
 
@@ -238,6 +286,7 @@ class TableApply:
         if self._staging is None and not self._buffer:
             return
         self.flush()
+        self._copying.end()
         if self.soft_column is not None:
             ensure_soft_column(self.conn, self.plan.target, self.soft_column)
         if self._unchanged:
@@ -296,6 +345,7 @@ class TableApply:
             self._buffer.clear()
             self._size = 0
             self._unchanged.clear()
+            self._copying.end()
             if self._staging is not None:
                 self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
             statement = sql.SQL("TRUNCATE {}").format(target.ident)
@@ -312,17 +362,21 @@ class TableApply:
     def close(self) -> None:
         """Drops the staging table (the transaction's end; on a failure, the guard's drop)."""
         if self._staging is not None and not self.conn.closed and not self.conn.broken:
+            self._copying.end()
             self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.staging.ident))
             if self._guard is not None:
                 self._guard.transfer(None)  # dropped in the transaction, with its rows
         self._stack.close()
         self._staging = None
+        self._statement = None
 
     def abandon(self) -> None:
         """On a failure: the staging guard drops the staging table (from a new session if
         this one broke)."""
+        self._copying.abandon()
         self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
         self._staging = None
+        self._statement = None
 
 
 def _equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:

@@ -45,7 +45,7 @@ from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
-from .apply import TableApply, evolve
+from .apply import StagingCopy, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .pgoutput import decode, row_change
 from .plan import ReplicationGroup, refuse_keyless, relation_plan
@@ -65,18 +65,22 @@ _ROW_KINDS = frozenset(b"IUD")
 
 @dataclass
 class _Target:
-    """The target transaction in progress: its tables and the source transactions it holds."""
+    """The target transaction in progress: its tables, their staging ``COPY`` and the source
+    transactions it holds."""
 
+    copy: StagingCopy
     tables: dict[int, TableApply] = field(default_factory=dict)
     transactions: int = 0
     staged: int = 0
     last: tuple[Lsn, Lsn, datetime] | None = None
 
     def close(self) -> None:
+        self.copy.end()
         for table in self.tables.values():
             table.close()
 
     def abandon(self) -> None:
+        self.copy.abandon()
         for table in self.tables.values():
             table.abandon()
 
@@ -473,6 +477,7 @@ class Replication:
             return None  # a table outside the group
         name, relation = known
         sessions, run = reading.sessions, reading.run
+        target.copy.end()  # the plan reads the target's catalog on the session
         plan = reading.plans.get(oid)
         if plan is None:
             plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
@@ -485,7 +490,7 @@ class Replication:
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
         applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                              reading.encoding)  # fmt: skip
+                              reading.encoding, target.copy)  # fmt: skip
         target.tables[oid] = applying
         return applying
 
@@ -502,7 +507,7 @@ class Replication:
         if state.applied_lsn > run.applied:
             run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
             run.applied_at = state.applied_commit_time
-        return _Target()
+        return _Target(StagingCopy(tgt))
 
     def _commit(self, sessions: Sessions, control: Connection, target: _Target, run: _Run) -> None:
         """Applies the target transaction's net effect with the applied position, commits,
