@@ -1,7 +1,7 @@
 """The apply path: a table's changes streamed into staging, then their net effect applied by key.
 
 Inside one target transaction (a group of whole source transactions), each table's changes are
-written, in commit order, into an ``UNLOGGED`` staging table through ``COPY`` (text format: the
+written, in commit order, into a ``TEMPORARY`` staging table through ``COPY`` (text format: the
 values exactly as the source's server sent them, escaped for ``COPY`` and nothing else), a
 buffer of a few megabytes at a time, so a transaction of any size passes in bounded memory.
 Each staged row carries its order (``_dpone_seq``), its kind (``_dpone_op``: ``I``, ``U``,
@@ -184,8 +184,8 @@ class TableApply:
                   for i, c in enumerate(keys)),
             ]
         )  # fmt: skip
-        name = staging_name_for(plan.target)
-        table = PostgresStagingTable(self.conn, name, columns=definition, dsn=self.dsn)
+        table = PostgresStagingTable(self.conn, _temporary_name(plan.target), columns=definition,
+                                     dsn=self.dsn, temporary=True)  # fmt: skip
         self._guard = self._stack.enter_context(owned_staging_handle(table))
         return table
 
@@ -302,9 +302,9 @@ class TableApply:
         """The last staged row of each key, in a table of its own (one sort of the staging
         table); its rows."""
         keys = column_list(self.plan.target_key)
-        net = staging_name_for(self.plan.target)
+        net = _temporary_name(self.plan.target)
         statement = sql.SQL(
-            "CREATE UNLOGGED TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
+            "CREATE TEMPORARY TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
             " FROM {s} ORDER BY {k}, _dpone_seq DESC"
         ).format(n=net.ident, k=keys, c=column_list(self.plan.column_names),
                  s=self.staging.ident)  # fmt: skip
@@ -377,6 +377,12 @@ class TableApply:
         self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
         self._staging = None
         self._statement = None
+
+
+def _temporary_name(target: TableName) -> TableName:
+    """A staging name in ``pg_temp``: the staging and net tables live in the target
+    transaction of one session, so they are temporary (no WAL, no file sync at creation)."""
+    return TableName("pg_temp", staging_name_for(target).name)
 
 
 def _equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:

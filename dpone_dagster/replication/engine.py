@@ -55,8 +55,10 @@ from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
 
-BATCH_CHANGES = 200_000
-"""Changes a target transaction gathers (whole source transactions) before it commits."""
+BATCH_CHANGES = 500_000
+"""Changes a target transaction gathers (whole source transactions) before it commits: each
+commit costs a netting, a merge per table and a slot advance, so a run of a budget up to this
+applies in one."""
 STAGE_EVERY = 10_000
 """Staged changes between two ``stage`` progress reports."""
 _ROW_KINDS = frozenset(b"IUD")
@@ -526,6 +528,9 @@ class Replication:
         run.applied, run.applied_end, run.applied_at = target.last
         run.transactions += target.transactions
         self._progress("committed", run)
+        # Also when the run advances again right after (to its upto LSN): that second advance
+        # moves the slot's restart point up to this one's, so the next peek does not decode
+        # this run's WAL again.
         advance_slot(control, self.group.slot, run.applied_end)
         self._progress("advanced", run)
 
