@@ -476,4 +476,4 @@ def test_a_changes_only_merge_writes_every_staged_row_without_comparing_it(
         after = xmins(target_dsn, "public.items")
         assert {i for i in before if after[i] != before[i]} == rewritten
         assert counts(result) == (2, updated)
-        assert same_items(source_dsn, target_dsn)
+        assert same_items(source_dsn, target_dsn, "id <= 12")
