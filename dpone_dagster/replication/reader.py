@@ -12,7 +12,7 @@ messages however large the backlog or a transaction is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from typing import Any, Final
 
@@ -109,7 +109,7 @@ def _peek(
     fetch_rows: int,
     *,
     with_lsn: bool,
-) -> Iterator[tuple[Any, ...]]:
+) -> Generator[tuple[Any, ...], None, None]:
     """The peek's rows: ``(lsn, data)``, or ``(data,)`` without ``with_lsn``."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise ValueError("read_changes needs an idle session (no transaction open)")
