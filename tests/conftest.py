@@ -74,19 +74,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             pytest.exit(problem, returncode=3)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Every test database queued for dropping is dropped before the session (or worker) ends."""
+    pg.wait_for_drops()
+
+
 @pytest.fixture
 def make_database() -> Iterator[Callable[[str], str]]:
     """A factory of fresh databases (DSNs), all dropped when the test ends."""
-    made: list[str] = []
+    made: list[tuple[str, bool]] = []
+    shared = {None, pg.admin_dsn(), pg.target_admin_dsn()}
 
     def make(prefix: str = "dpone_t", server: str | None = None) -> str:
         dsn = pg.create_database(prefix, server)
-        made.append(dsn)
+        made.append((dsn, server in shared))
         return dsn
 
     yield make
-    for dsn in made:
-        pg.drop_database(dsn)
+    for dsn, on_shared_server in made:
+        if on_shared_server:  # off the test's path: a drop waits for a checkpoint
+            pg.drop_database_later(dsn)
+        else:  # a server of the test's own may be gone by the session's end
+            pg.drop_database(dsn)
 
 
 @pytest.fixture

@@ -199,6 +199,14 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "to copy the group again.",
         ),
     ),
+    "replication_row_missing": (
+        "An update or delete of a table without a primary key names a row (its old values) the "
+        "target does not hold; nothing of the run's transaction was committed.",
+        (
+            "The target table was changed outside the replication: run once with resync=True "
+            "to copy the group again.",
+        ),
+    ),
     "replication_failed": (
         "The replication run failed; nothing of its last target transaction was committed.",
         (

@@ -209,7 +209,7 @@ class TableApply:
         self._size += len(line)
         self.staged += 1
         if self._size >= FLUSH_BYTES:
-            self.flush()
+            self._write()
 
     def _line(
         self, op: bytes, values: Sequence[Value], at: bytes, old: Sequence[Value] | None
@@ -262,8 +262,14 @@ class TableApply:
         return values
 
     def flush(self) -> None:
-        """Writes the buffered rows into the staging table's ``COPY`` (left open for the next
-        rows: :meth:`apply` ends it)."""
+        """Writes the buffered rows into the staging table and ends its ``COPY``: the staging
+        table holds every row staged so far."""
+        self._write()
+        self._copying.end()
+
+    def _write(self) -> None:
+        """Writes the buffered rows into the staging table's ``COPY``, left open for the next
+        rows (the hot path)."""
         if not self._buffer:
             return
         if self._statement is None:
@@ -286,7 +292,6 @@ class TableApply:
         if self._staging is None and not self._buffer:
             return
         self.flush()
-        self._copying.end()
         if self.soft_column is not None:
             ensure_soft_column(self.conn, self.plan.target, self.soft_column)
         if self._unchanged:

@@ -47,6 +47,7 @@ from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
 from .apply import StagingCopy, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
+from .keyless import table_apply
 from .pgoutput import decode, row_change
 from .plan import ReplicationGroup, refuse_keyless, relation_plan
 from .reader import read_messages
@@ -200,7 +201,8 @@ class Replication:
         Raises:
             EngineError: ``replica_identity_missing``, ``replication_target_exists``,
                 ``replication_group_changed``, ``replication_slot_lost`` and the other slot
-                codes, ``replication_toast_unresolved``.
+                codes, ``replication_toast_unresolved``, ``replication_row_missing`` (a keyless
+                table's row the target lost, :mod:`.keyless`).
             SchemaChangeError: ``schema_change_incompatible``; nothing of that target
                 transaction was committed.
             DponeError: a database failure (its code from the database-failure catalog, else
@@ -312,7 +314,7 @@ class Replication:
         src, tgt, group = sessions.source, sessions.target, self.group
         check_replication_setup(src, slot=group.slot, publication=group.publication,
                                 tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
-        refuse_keyless(src, group.tables)
+        refuse_keyless(src, group)
         filled = _filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
@@ -491,8 +493,8 @@ class Replication:
                 )
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
-        applying = TableApply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                              reading.encoding, target.copy)  # fmt: skip
+        applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
+                               reading.encoding, target.copy)  # fmt: skip
         target.tables[oid] = applying
         return applying
 

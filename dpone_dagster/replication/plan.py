@@ -10,7 +10,6 @@ happened, and is applied in the data's transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dpone_dagster.core.deletes import Deletes
@@ -109,32 +108,57 @@ def _refuse_options(group: ReplicationGroup) -> None:
 
 
 _KEYLESS = (
-    "SELECT t.schema || '.' || t.name FROM unnest(%s::text[], %s::text[]) AS t(schema, name)"
+    "SELECT t.schema || '.' || t.name, c.relreplident::text"
+    " FROM unnest(%s::text[], %s::text[]) AS t(schema, name)"
     " JOIN pg_namespace n ON n.nspname = t.schema"
     " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.name"
     " WHERE NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)"
 )
 
 
-def refuse_keyless(conn: Connection, tables: Sequence[TableName]) -> None:
-    """Refuses, before anything is created, a table without a primary key: the apply path
-    applies each key's net effect (:mod:`.apply`), so even under ``REPLICA IDENTITY FULL`` a
-    table needs one (:func:`~.setup.check_replication_setup` refuses the other tables the slot
-    cannot name).
+def refuse_keyless(conn: Connection, group: ReplicationGroup) -> None:
+    """Refuses, before anything is created, a table without a primary key that the keyless
+    apply (:mod:`.keyless`) cannot replicate exactly: one without ``REPLICA IDENTITY FULL``
+    (the slot would not send the old row's full image that identifies it), and any keyless
+    table under ``soft`` deletes (:func:`refuse_keyless_table`).
 
     Raises:
-        EngineError: ``replica_identity_missing``, naming each table.
+        EngineError: ``replica_identity_missing`` or ``replication_options_invalid``, naming
+            each table.
     """
+    tables = group.tables
     rows = conn.execute(_KEYLESS, ([t.schema for t in tables], [t.name for t in tables]))
-    keyless = [str(r[0]) for r in rows.fetchall()]
-    if keyless:
+    for name, identity in rows.fetchall():
+        refuse_keyless_table(str(name), str(identity), group)
+
+
+def refuse_keyless_table(table: str, identity: str, group: ReplicationGroup) -> None:
+    """Refuses the keyless ``table`` whose replica identity is ``identity`` (``relreplident``,
+    or a Relation message's) unless it is ``f`` (``FULL``) and the group's deletes ``hard``.
+
+    A keyless table may hold equal rows, so a soft-deleted row could not be told from its live
+    duplicates (nor revived by key): ``deletes="soft"`` needs a primary key on every table.
+
+    Raises:
+        EngineError: ``replica_identity_missing``, ``replication_options_invalid``.
+    """
+    if identity != "f":
         raise engine_error(
             "replica_identity_missing",
-            f"No primary key: {', '.join(keyless)} (the replication applies each table's "
-            "changes by its primary key, REPLICA IDENTITY FULL or not).",
-            ["Add a primary key to each table (ALTER TABLE ... ADD PRIMARY KEY (...)), then "
-             "run again."],
-        )  # fmt: skip
+            f"No primary key and REPLICA IDENTITY {_IDENTITIES.get(identity, identity)}: "
+            f"{table} (a table without a key is replicated by its old rows' full images, which "
+            "the slot sends only under REPLICA IDENTITY FULL).",
+        )
+    if group.soft_column is not None:
+        raise engine_error(
+            "replication_options_invalid",
+            f"deletes='soft' and {table} has no primary key: a soft-deleted row of a table "
+            "without a key cannot be told from its live duplicates.",
+            ["Add a primary key to the table, or use deletes='hard' for this group."],
+        )
+
+
+_IDENTITIES = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
 
 
 _FORMAT_TYPES = (
@@ -176,12 +200,19 @@ def relation_plan(
     """The merge plan of ``table`` into its target from ``relation``: the schema-change policy
     decides what the target takes (its ``ALTER TABLE`` runs in the data's transaction).
 
+    A table without a primary key is planned with the ``append`` sink (its changes are applied
+    by :mod:`.keyless`), after :func:`refuse_keyless_table`.
+
     Raises:
         SchemaChangeError: ``schema_change_incompatible``.
         CopyPlanError: ``merge_needs_primary_key`` for a target without the source's key.
+        EngineError: ``replica_identity_missing``, ``replication_options_invalid``
+            (:func:`refuse_keyless_table`).
     """
     catalog = relation_columns(src, table, relation)
+    if not catalog.key:  # applied by the old rows' images (.keyless), never merged by key
+        refuse_keyless_table(str(table), relation.replica_identity, group)
     plan = new_target_plan(TableMapping(table, table), catalog, src, tgt)
     own = () if group.soft_column is None else (group.soft_column,)
     rules = TargetRules(group.schema_changes, own)
-    return plan_target(tgt, plan, Sink.MERGE, rules=rules)
+    return plan_target(tgt, plan, Sink.MERGE if catalog.key else Sink.APPEND, rules=rules)

@@ -6,7 +6,8 @@ stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once, ``kafka`` 
 ``BOOTSTRAP/TOPIC``) runs the stream ``TOPIC -> events.clicks`` (append) in runs of at most
 BATCH_SIZE messages until one reads nothing, ``replication`` runs the replication group
 ``shop.orders`` + ``shop.lines`` (slot ``dpone_crash``, BATCH_SIZE changes per target transaction)
-once. It prints one line per
+once, ``replication_keyless`` the group of the keyless ``shop.events`` (slot
+``dpone_crash_keyless``) once. It prints one line per
 phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
 (``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
 read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
@@ -87,8 +88,23 @@ def kafka(source: str, target: str, batch_size: int, phases: Phases) -> int:
 
 
 def replication(source: str, target: str, batch_size: int, phases: Phases) -> int:
-    """Runs the replication group once; the changes it applied (``copy`` lines: the initial
-    copy's start and each block of staged changes, inside a source transaction)."""
+    """Runs the replication group ``shop.orders`` + ``shop.lines`` once; the changes it
+    applied (``copy`` lines: the initial copy's start and each block of staged changes, inside
+    a source transaction)."""
+    return _replicate(("shop.orders", "shop.lines"), "dpone_crash", source, target, batch_size,
+                      phases)  # fmt: skip
+
+
+def replication_keyless(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Runs the replication group of the keyless ``shop.events`` (slot
+    ``dpone_crash_keyless``) once, as :func:`replication` does."""
+    return _replicate(("shop.events",), "dpone_crash_keyless", source, target, batch_size,
+                      phases)  # fmt: skip
+
+
+def _replicate(
+    tables: tuple[str, ...], slot: str, source: str, target: str, batch_size: int, phases: Phases
+) -> int:
     from dpone_dagster.replication.engine import Replication
     from dpone_dagster.replication.plan import ReplicationGroup
     from dpone_dagster.replication.report import ReplicationProgress
@@ -103,10 +119,8 @@ def replication(source: str, target: str, batch_size: int, phases: Phases) -> in
         elif step.phase == "advanced":
             print("advanced", flush=True)
 
-    group = ReplicationGroup(
-        (TableName("shop", "orders"), TableName("shop", "lines")), slot="dpone_crash",
-        publication="dpone_crash",
-    )  # fmt: skip
+    group = ReplicationGroup(tuple(TableName.parse(t) for t in tables), slot=slot,
+                             publication=slot)  # fmt: skip
     job = Replication(group, source=source, target=target, on_progress=on_progress,
                       batch_changes=batch_size)  # fmt: skip
     report = job.run()
@@ -118,6 +132,7 @@ ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
     "incremental": incremental,
     "kafka": kafka,
     "replication": replication,
+    "replication_keyless": replication_keyless,
 }
 
 

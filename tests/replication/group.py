@@ -17,6 +17,15 @@ from dpone_dagster.replication.report import ReplicationReport
 from tests.helpers import pg
 
 
+def ledger_state(target: str) -> tuple[str | None, int]:
+    """The phase of the target's one replication group and the source transactions its ledger
+    counts as applied (``(None, 0)`` before its ledger row exists)."""
+    if not pg.table_exists(target, "dpone_ledger", "replication_groups"):
+        return None, 0
+    rows = pg.fetch_all(target, "SELECT phase, transactions FROM dpone_ledger.replication_groups")
+    return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
 class Group:
     """The group ``tables`` of ``source`` into ``target`` (slot ``slot``)."""

@@ -13,7 +13,7 @@ import psycopg
 
 from dpone_dagster.replication.slot import slot_status
 from tests.helpers import crash, pg
-from tests.replication.group import Group
+from tests.replication.group import Group, ledger_state
 
 SHOP = """
 CREATE SCHEMA shop;
@@ -21,14 +21,6 @@ CREATE TABLE shop.orders (id bigint PRIMARY KEY, note text, amount numeric(12,2)
 CREATE TABLE shop.lines (id bigint PRIMARY KEY, order_id bigint, qty int);
 """
 TABLES = ("shop.orders", "shop.lines")
-
-
-def _ledger(target: str) -> tuple[str | None, int]:
-    """The group's phase and the source transactions its ledger counts as applied."""
-    if not pg.table_exists(target, "dpone_ledger", "replication_groups"):
-        return None, 0
-    rows = pg.fetch_all(target, "SELECT phase, transactions FROM dpone_ledger.replication_groups")
-    return (str(rows[0][0]), int(rows[0][1])) if rows else (None, 0)  # type: ignore[call-overload]
 
 
 def _mutate(src: str, rng: random.Random, round_: int, big: bool) -> int:
@@ -84,13 +76,13 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     ]
     expected, outcomes = 0, []
     for i, (mode, nth) in enumerate(plan):
-        phase, _ = _ledger(target_dsn)
+        phase, _ = ledger_state(target_dsn)
         if i >= 2:
             made = _mutate(src, rng, i, big=True)
             expected += made if phase == "streaming" else 0
         child = crash.start_child("replication", src, target_dsn, 30_000)
         outcomes.append((mode, crash.kill_at(child, mode, nth, rng, timer=1.5, inside_copy=0.05)))
-        phase, applied = _ledger(target_dsn)
+        phase, applied = ledger_state(target_dsn)
         assert applied <= expected, f"seed {seed}: {outcomes}: {applied} > {expected}"
     killed = sum(1 for _, o in outcomes if o == "killed")
     assert killed >= 12, f"seed {seed}: {outcomes}"
@@ -98,7 +90,7 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     report = group.run(batch_changes=30_000)
     assert report.initial_copy is None
     group.assert_equal()
-    phase, applied = _ledger(target_dsn)
+    phase, applied = ledger_state(target_dsn)
     assert (phase, applied) == ("streaming", expected), f"seed {seed}: {outcomes}"
     assert pg.staging_tables(target_dsn) == []
 
