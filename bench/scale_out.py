@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale_out.py                        # 1, 2 and 4 workers
     .venv/bin/python bench/scale_out.py --workers 1 2 --rows 200000
+    .venv/bin/python bench/scale_out.py --json bench/results/scale_out.json   # for the docs
 
 It creates its own databases on ``DPONE_TEST_PG_DSN`` (default: local postgres) and its own Redis
 database (``DPONE_TEST_REDIS_URL``), and drops them. The source is the mixed-type table of
@@ -22,6 +23,9 @@ materialized. It prints:
   machine's busy cores, over the window;
 * the median run and the median of its one step (the backfill itself): the difference is what
   a run costs around its work (the worker loading the code location, run and step events).
+
+With ``--json PATH`` it also writes that table, the command and the machine
+(``bench/result_file.py``) for ``docs/benchmarks.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,18 +50,21 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus  # noqa: E402
 from dagster._core.storage.dagster_run import RunsFilter  # noqa: E402
 from psycopg import conninfo  # noqa: E402
 
+from bench import result_file  # noqa: E402
 from bench.backfill import fresh_target, raw_pipe  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.celery_plane import (  # noqa: E402
     CeleryPlane,
     RedisSpace,
     instance_env,
-    wait_for,
     write_workspace,
 )
 
 PARTITIONS = 16
 TICK = os.sysconf("SC_CLK_TCK")
+_CPU = ("pg_source", "pg_target", "redis", "workers", "daemon", "webserver")
+"""The parts whose CPU seconds the table shows, in its order."""
+_CPU_COLUMN = "CPU s: pg source / pg target / Redis / Celery workers / daemon / webserver"
 
 
 def children(pid: int) -> list[int]:
@@ -201,7 +209,8 @@ def one_round(source: str, workers: int, rows: int, batch: int) -> dict[str, flo
             before = meter.read()
             launched = time.time()
             webserver.launch_backfill(["public", "mixed"], keys)
-            wait_for(f"the backfill on {workers} workers", done, 1800, every=0.5)
+            pg.wait_until(done, timeout=1800, what=f"the backfill on {workers} workers is done",
+                          interval=0.5)  # fmt: skip
             after = meter.read()
         records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
         starts = [r.start_time for r in records if r.start_time]
@@ -237,9 +246,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     args = parser.parse_args()
     source = pg.create_database("dpone_scale_src")
     raw_target = pg.create_database("dpone_scale_raw")
+    began = result_file.machine(source)
     try:
         pg.create_mixed_table(source, rows=args.rows)
         pg.execute(source, "VACUUM ANALYZE public.mixed")
@@ -250,22 +261,48 @@ def main() -> None:
     finally:
         pg.drop_database(source)
         pg.drop_database(raw_target)
-    print_table(results, raw, args.rows)
+    rows = table_rows(results, raw)
+    print_table(rows, args.rows)
+    if args.json:
+        result_file.write(
+            args.json, "scale_out", began, rows, table_rows=args.rows, partitions=PARTITIONS,
+            batch=args.batch, raw_pipe_rows_per_second=round(raw),
+        )  # fmt: skip
 
 
-def print_table(results: dict[int, dict[str, float]], raw: float, rows: int) -> None:
+def table_rows(results: dict[int, dict[str, float]], raw: float) -> list[dict[str, Any]]:
+    """Each worker count's figures, rounded as printed (the result table's rows)."""
     one = results.get(1)
+    rows = []
+    for n, f in results.items():
+        speed = f["copied"] / f["wall"]
+        rows.append({
+            "workers": n,
+            "wall_s": f"{f['wall']:.1f}",
+            "rows_per_s": f"{speed:,.0f}",
+            "vs_1_worker": f"{one['wall'] / f['wall']:.2f}" if one else "-",
+            "vs_raw_pipe": f"{speed / raw:.3f}",
+            "median_run_s": f"{f['run_median']:.1f}",
+            "median_step_s": f"{f['step_median']:.1f}",
+            "daemon_tick_s": f"{f['tick']:.1f}",
+            _CPU_COLUMN: " / ".join(f"{f[k]:.1f}" for k in _CPU),
+            "busy_cores": f"{f['machine'] / (f['wall'] + f['tick']):.2f}",
+        })  # fmt: skip
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], copied: int) -> None:
+    """The figures as two tables: speed, and where the CPU went."""
     print(
-        f"\n{PARTITIONS} partitions, {rows:,} rows, one run per partition\n"
+        f"\n{PARTITIONS} partitions, {copied:,} rows, one run per partition\n"
         "workers | wall s | rows/s | vs 1 worker | vs raw pipe | median run s | median step s"
         " | daemon tick s"
     )
-    for n, f in results.items():
-        speed = f["copied"] / f["wall"]
-        ratio = f"{one['wall'] / f['wall']:.2f}" if one else "-"
+    for r in rows:
         print(
-            f"{n:7} | {f['wall']:6.1f} | {speed:9,.0f} | {ratio:>11} | {speed / raw:11.3f} |"
-            f" {f['run_median']:12.1f} | {f['step_median']:13.1f} | {f['tick']:13.1f}"
+            f"{r['workers']:7} | {r['wall_s']:>6} | {r['rows_per_s']:>9} | {r['vs_1_worker']:>11} |"
+            f" {r['vs_raw_pipe']:>11} | {r['median_run_s']:>12} | {r['median_step_s']:>13} |"
+            f" {r['daemon_tick_s']:>13}"
         )
     print(
         "\nCPU seconds from the launch to the last run's end: PostgreSQL backends of the source"
@@ -273,16 +310,10 @@ def print_table(results: dict[int, dict[str, float]], raw: float, rows: int) -> 
         "Redis, the Celery workers, the daemon and the webserver (with their code servers); "
         f"busy = the whole machine's busy CPU seconds per second, of {os.cpu_count()} cores "
         "(other users of the machine included)\n"
-        "workers | pg source | pg target | redis | celery workers | daemon"
-        " | webserver | busy cores"
+        f"workers | {_CPU_COLUMN} | busy cores"
     )
-    for n, f in results.items():
-        window = f["wall"] + f["tick"]
-        print(
-            f"{n:7} | {f['pg_source']:9.1f} | {f['pg_target']:9.1f} | {f['redis']:5.1f} |"
-            f" {f['workers']:14.1f} | {f['daemon']:6.1f} | {f['webserver']:9.1f} |"
-            f" {f['machine'] / window:10.2f}"
-        )
+    for r in rows:
+        print(f"{r['workers']:7} | {r[_CPU_COLUMN]} | {r['busy_cores']:>10}")
 
 
 if __name__ == "__main__":

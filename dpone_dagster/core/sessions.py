@@ -8,7 +8,8 @@ savepoint. Leaving the block commits; an exception (an interrupt too) rolls back
 What a ``with`` block cannot end (a session still busy with a COPY, or one whose connection
 broke) :meth:`Sessions.abandon` ends: such a session is closed and the server rolls its
 transaction back. Callers that hold several sessions call it on every failure, so no transaction
-outlives a failed step.
+outlives a failed step; an engine's run ends through :func:`fail_run`, which does that and codes a
+database error.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 
 import psycopg
 from psycopg import IsolationLevel, pq
 
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
 from dpone_dagster.postgres.identifiers import TableName
@@ -149,3 +152,37 @@ class Sessions:
         """Closes every session (the server rolls back any transaction still open)."""
         for conn in self._distinct():
             conn.close()
+
+
+def fail_run(
+    sessions: Sessions,
+    exc: BaseException,
+    outage: str,
+    *,
+    sources: Sequence[TableName] = (),
+    targets: Sequence[TableName] = (),
+) -> NoReturn:
+    """Ends an engine run that raised ``exc`` (called in its ``except BaseException``): the
+    sessions are abandoned (:meth:`Sessions.abandon`) and the failure raised again; a database
+    error is raised as its stable error (:meth:`Sessions.database_failure`, read before the
+    rollbacks; the engine's ``outage`` code when the catalog names no kind), chained to it.
+
+    Args:
+        sessions: The run's sessions (the caller closes them in its ``finally``).
+        exc: What the run raised (an interrupt too).
+        outage: The engine's code of a database outage (``replication_failed``,
+            ``incremental_failed``).
+        sources: The run's source tables (a privilege error naming one is the source's).
+        targets: Its target tables.
+
+    Raises:
+        DponeError: for a ``psycopg.Error``.
+        BaseException: ``exc`` itself, for any other failure.
+    """
+    if isinstance(exc, psycopg.Error):
+        coded = engine_error(outage, redact(str(exc)).strip())
+        error = sessions.database_failure(exc, coded, sources=sources, targets=targets)
+        sessions.abandon()
+        raise error from exc
+    sessions.abandon()
+    raise exc

@@ -25,7 +25,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
-from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
+from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.extensions import extension_names
@@ -285,13 +285,9 @@ class IncrementalSync:
                 target_types=TargetTypes.merged([o.target_types for o in outcomes]),
                 virtual_as_stored=tuple(c for o in outcomes for c in o.virtual_as_stored),
             )  # fmt: skip
-        except psycopg.Error as exc:
-            error = self._database_failure(exc, sessions)
-            sessions.abandon()
-            raise error from exc
-        except BaseException:
-            sessions.abandon()
-            raise
+        except BaseException as exc:
+            fail_run(sessions, exc, "incremental_failed", sources=[self.source],
+                     targets=[self.target])  # fmt: skip
         finally:
             sessions.close()
 

@@ -26,13 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-import psycopg
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
-from dpone_dagster.lifecycle import DponeError, redact
+from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
@@ -211,15 +210,9 @@ class Replication:
         sessions, control = self._open()
         try:
             return self._run(sessions, control)
-        except psycopg.Error as exc:
-            outage = engine_error("replication_failed", redact(str(exc)).strip())
-            error = sessions.database_failure(exc, outage, sources=list(self.group.tables),
-                                              targets=list(self.group.tables))  # fmt: skip
-            sessions.abandon()
-            raise error from exc
-        except BaseException:
-            sessions.abandon()
-            raise
+        except BaseException as exc:
+            tables = list(self.group.tables)
+            fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
         finally:
             sessions.close()
             control.close()

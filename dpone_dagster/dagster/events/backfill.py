@@ -27,7 +27,6 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     backfill_check,
@@ -42,6 +41,7 @@ from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.reconcile import Proof
 
 from .progress import ProgressReporter
+from .tail import table_set
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import (
@@ -242,15 +242,11 @@ class _PartitionRunner:
 
     def _catalog_metadata(self) -> dict[str, Any]:
         """The target table's standard table set (name, column schema, column lineage)."""
-        spec = self.context.assets_def.specs_by_key[self.what.key]
-        [standard] = table_catalog_metadata(
-            self.target.dsn,
-            self.target.options,
-            [(self.what.target, source_key_of(spec), None)],
-            self.context.log,
-            source=(self.source.dsn, self.source.options, [self.what.source]),
-        )
-        return standard
+        what, source = self.what, self.source
+        return table_set(
+            self.context, self.target, what.key, what.target,
+            source=(source.dsn, source.options, [what.source]),
+        )  # fmt: skip
 
     def _check_only(self, partition: str, rng: CursorRange) -> dict[str, Any]:
         """Reconciles (without repairing) a partition the ledger holds at its mark; a partition

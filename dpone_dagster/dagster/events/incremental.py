@@ -27,13 +27,13 @@ from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import (
     CHECK_NAME,
     incremental_check,
     incremental_metadata,
     log_schema_changes,
+    progress_observation,
     verification_check,
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
@@ -43,6 +43,8 @@ from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.schema_change import SchemaChanges
+
+from .tail import materialized, table_set
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import (
@@ -80,17 +82,11 @@ def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
 
 def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
     receipt = done.receipt
-    return dg.AssetObservation(
-        asset_key=key,
-        metadata=dict(
-            DponeMetadataSet(
-                progress_batch=receipt.sequence,
-                progress_run=receipt.run,
-                progress_rows=receipt.rows,
-                progress_checkpoint=receipt.last.cursor if receipt.last else None,
-            )
-        ),
-    )
+    figures = DponeMetadataSet(
+        progress_batch=receipt.sequence, progress_run=receipt.run, progress_rows=receipt.rows,
+        progress_checkpoint=receipt.last.cursor if receipt.last else None,
+    )  # fmt: skip
+    return progress_observation(key, figures)
 
 
 @dataclass(frozen=True)
@@ -155,17 +151,13 @@ class IncrementalEvents:
         if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
             yield incremental_check(key, result)
         if key in context.selected_asset_keys:
-            [standard] = table_catalog_metadata(
-                target.dsn,
-                target.options,
-                [(target_table, source_key_of(context.assets_def.specs_by_key[key]), None)],
-                context.log,
-                not_copied=[soft] if soft else [],
+            standard = table_set(
+                context, target, key, target_table, not_copied=[soft] if soft else [],
                 source=(self.source.dsn, self.source.options, [table]),
+            )  # fmt: skip
+            yield from materialized(
+                context, key, {**incremental_metadata(result, rows), **standard}
             )
-            metadata = {**incremental_metadata(result, rows), **standard}
-            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
-            yield from stream_freshness(context, key, metadata)
 
     def _sync(
         self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str

@@ -19,14 +19,14 @@ import dagster as dg
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events.source_copy import report_metadata
 from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
-from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
+
+from .tail import materialized, table_set
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
@@ -111,10 +111,5 @@ class KafkaCopyEvents:
                 f"dpone: partition {partition} of {report.topic}: the ledger's offset {resume} "
                 f"was no longer on the broker; restarted at {restart} ({what})."
             )
-        upstream = source_key_of(context.assets_def.specs_by_key[context.asset_key])
-        [standard] = table_catalog_metadata(
-            target.dsn, target.options, [(table, upstream, None)], context.log
-        )
-        metadata = {**kafka_metadata(report), **standard}
-        yield dg.MaterializeResult(asset_key=context.asset_key, metadata=metadata)
-        yield from stream_freshness(context, context.asset_key, metadata)
+        standard = table_set(context, target, context.asset_key, table)
+        yield from materialized(context, context.asset_key, {**kafka_metadata(report), **standard})

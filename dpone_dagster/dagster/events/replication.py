@@ -21,8 +21,6 @@ import psycopg
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
-from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
@@ -39,6 +37,8 @@ from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
+
+from .tail import materialized, table_sets
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import (
@@ -204,22 +204,13 @@ class ReplicationEvents:
     ) -> Iterator[ReplicationEvent]:
         """One materialization per table: its changes, the group's figures, its table set."""
         by_source = {t.table: t for t in report.tables}
-        specs = self.context.assets_def.specs_by_key
-        standard = table_catalog_metadata(
-            self.target.dsn,
-            self.target.options,
-            [(s.target_table, source_key_of(specs[k]), None) for k, s in group.tables.items()],
-            self.context.log,
-            source=(
-                self.source.dsn,
-                self.source.options,
-                [s.source_table for s in group.tables.values()],
-            ),
-        )
+        standard = table_sets(
+            self.context, self.target, [(k, s.target_table) for k, s in group.tables.items()],
+            source=(self.source.dsn, self.source.options,
+                    [s.source_table for s in group.tables.values()]),
+        )  # fmt: skip
         for (key, spec), table_set in zip(group.tables.items(), standard, strict=True):
             metadata = replication_metadata(
                 report, by_source.get(spec.source_table), spec.source_table
             )
-            metadata = {**metadata, **table_set}
-            yield dg.MaterializeResult(asset_key=key, metadata=metadata)
-            yield from stream_freshness(self.context, key, metadata)
+            yield from materialized(self.context, key, {**metadata, **table_set})

@@ -18,7 +18,6 @@ import dagster as dg
 from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.dagster.failures import dagster_failures
-from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
     log_schema_changes,
     rate_metadata,
@@ -29,6 +28,8 @@ from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
+
+from .tail import table_set
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import PostgresTargetResource
@@ -105,8 +106,5 @@ class SourceCopyEvents:
             f"dpone: {report.rows_loaded} rows from {report.source_label} into {table} "
             f"({report.sink_method}); outcome {report.outcome.value}"
         )
-        upstream = source_key_of(context.assets_def.specs_by_key[context.asset_key])
-        [standard] = table_catalog_metadata(
-            target.dsn, target.options, [(table, upstream, None)], context.log
-        )
+        standard = table_set(context, target, context.asset_key, table)
         yield dg.MaterializeResult(metadata={**report_metadata(report), **standard})

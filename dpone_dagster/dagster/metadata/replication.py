@@ -52,34 +52,40 @@ def slot_check(
     """
     threshold = dict(DponeMetadataSet(retained_wal_warn_bytes=warn_bytes))
     if status is None:
+        metadata = {**threshold, **DponeMetadataSet(slot=slot)}
+    else:
+        metadata = {**slot_metadata(status), **threshold}
+    failure = _slot_failure(slot, status, warn_bytes)
+    if failure is None:
         return dg.AssetCheckResult(
-            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"Slot {slot} does not exist on the source.",
-            metadata={**threshold, **DponeMetadataSet(slot=slot)},
-        )  # fmt: skip
-    metadata = {**slot_metadata(status), **threshold}
-    retained = status.retained_bytes
+            asset_key=key, check_name=SLOT_CHECK_NAME, passed=True, metadata=metadata
+        )
+    severity, description = failure
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=SLOT_CHECK_NAME, passed=False, severity=severity,
+        description=description, metadata=metadata,
+    )  # fmt: skip
+
+
+def _slot_failure(
+    slot: str, status: SlotStatus | None, warn_bytes: int
+) -> tuple[dg.AssetCheckSeverity, str] | None:
+    """Why the slot fails its check, and how badly (``None``: it passes)."""
+    if status is None:
+        return dg.AssetCheckSeverity.ERROR, f"Slot {slot} does not exist on the source."
     if status.wal_status in AT_RISK:
         what = "has lost WAL it needed" if status.wal_status == "lost" else "may lose WAL"
-        return dg.AssetCheckResult(
-            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=f"Slot {slot} is {status.wal_status}: it {what} "
-            "(max_slot_wal_keep_size); resync the group.",
-            metadata=metadata,
-        )  # fmt: skip
+        return dg.AssetCheckSeverity.ERROR, (
+            f"Slot {slot} is {status.wal_status}: it {what} "
+            "(max_slot_wal_keep_size); resync the group."
+        )
+    retained = status.retained_bytes
     if retained > warn_bytes:
-        return dg.AssetCheckResult(
-            asset_key=key, check_name=SLOT_CHECK_NAME, passed=False,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=f"Slot {slot} retains {retained} bytes of WAL, over {warn_bytes}: run "
-            "the group more often, or drop the slot if the group is gone.",
-            metadata=metadata,
-        )  # fmt: skip
-    return dg.AssetCheckResult(
-        asset_key=key, check_name=SLOT_CHECK_NAME, passed=True, metadata=metadata
-    )
+        return dg.AssetCheckSeverity.WARN, (
+            f"Slot {slot} retains {retained} bytes of WAL, over {warn_bytes}: run "
+            "the group more often, or drop the slot if the group is gone."
+        )
+    return None
 
 
 def replication_metadata(

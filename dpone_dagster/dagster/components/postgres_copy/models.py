@@ -1,0 +1,210 @@
+"""The entries of a ``PostgresCopyComponent``'s YAML: a snapshot copy, a backfill (with its
+partitions) and an incremental stream, each resolved into the arguments of its asset factory.
+"""
+
+# No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import dagster as dg
+
+from dpone_dagster.backfill import OnChanged
+from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.dagster.partitions import cursor_range_partitions
+from dpone_dagster.dagster.translator import CopyTableSpec
+from dpone_dagster.incremental import (
+    DEFAULT_FILLFACTOR,
+    DEFAULT_SOFT_DELETE_COLUMN,
+    CheckScope,
+)
+from dpone_dagster.incremental.sweep import DEFAULT_SWEEP_RUNS
+from dpone_dagster.postgres import (
+    BACKFILL_BATCH_SIZE,
+    INCREMENTAL_BATCH_SIZE,
+    SchemaChanges,
+    Sink,
+    Strategy,
+)
+
+from .attributes import InlineAttributes, ResolvedTableAttributes, TableModel
+
+
+def _resolve_tables(context: dg.ResolutionContext, entries: list[Any]) -> list[str | TableModel]:
+    """A table as its SQL name, or as an entry with its own target and asset attributes."""
+    return [
+        entry if isinstance(entry, str) else TableModel.resolve_from_model(context, entry)
+        for entry in entries
+    ]
+
+
+ResolvedTables = Annotated[
+    list[str | TableModel],
+    dg.Resolver(_resolve_tables, model_field_type=list[str | TableModel.model()]),  # type: ignore[misc]
+]
+"""Tables from YAML: plain names and entries with attributes, mixed in one list."""
+
+
+@dataclass
+class SnapshotCopyModel(dg.Resolvable):
+    """One snapshot copy: the tables read under one snapshot, and how.
+
+    Attributes:
+        tables: Source tables as SQL names (``shop.orders``, ``'shop."Order Items"'``), or
+            entries with ``source``, ``target`` and the table's own asset attributes.
+        targets: Optional renames: source name -> target name.
+        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
+            ``internal_query``.
+        sink: ``replace``, ``append`` or ``merge``.
+        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
+            keeps dropped columns, with the data) or ``freeze`` (any difference is refused).
+        workers: Worker sessions of ``partitioned_copy``.
+        name: The op's name.
+        group_name: The assets' group.
+        pool: Concurrency pool.
+    """
+
+    tables: ResolvedTables
+    targets: dict[str, str] | None = None
+    strategy: Strategy = Strategy.BATCHED_COPY
+    sink: Sink = Sink.REPLACE
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
+    workers: int = 4
+    name: str | None = None
+    group_name: str | None = None
+    pool: str | None = None
+
+
+@dataclass
+class RangePartitionsModel(dg.Resolvable):
+    """``cursor_range_partitions(start, stop, step)``."""
+
+    start: int
+    stop: int
+    step: int
+
+
+@dataclass
+class DailyPartitionsModel(dg.Resolvable):
+    """``DailyPartitionsDefinition(start_date, end_date)`` for a timestamp cursor."""
+
+    start_date: str
+    end_date: str | None = None
+
+
+@dataclass(kw_only=True)
+class BackfillModel(InlineAttributes):
+    """One partitioned backfill, with its asset's attributes.
+
+    Attributes:
+        table: The source table.
+        cursor: The column batches are ordered by.
+        range_partitions: Integer cursor ranges (or ``daily_partitions`` for a timestamp).
+        daily_partitions: One partition per day of a timestamp cursor.
+        batch_size: Rows per committed batch.
+        target: The target table (the source's name by default).
+        group_name: The asset's group.
+        pool: Concurrency pool.
+        on_changed: ``fail`` (default) or ``repair``: what the reconciliation does with rows
+            the source changed or deleted after their batch was copied (``backfill_asset``).
+        attributes: The asset's attributes (Dagster's: ``key``, ``description``, ``tags``,
+            ``kinds``, ``owners``...), over the component's.
+    """
+
+    table: str
+    cursor: str
+    range_partitions: RangePartitionsModel | None = None
+    daily_partitions: DailyPartitionsModel | None = None
+    batch_size: int = BACKFILL_BATCH_SIZE
+    target: str | None = None
+    group_name: str | None = None
+    pool: str | None = None
+    on_changed: OnChanged = OnChanged.FAIL
+    attributes: ResolvedTableAttributes = field(default_factory=dict)
+
+    def spec(self) -> CopyTableSpec:
+        """The table spec this backfill names."""
+        return CopyTableSpec(source=self.table, target=self.target)
+
+    def all_attributes(self) -> Mapping[str, Any]:
+        """The asset's attributes: those written inline (deprecated), then ``attributes``."""
+        return {**self.inline_attributes(f"backfill {self.table}"), **self.attributes}
+
+    def partitions_def(self) -> dg.PartitionsDefinition:
+        """The partitions the YAML asked for (exactly one kind)."""
+        if (self.range_partitions is None) == (self.daily_partitions is None):
+            raise ValueError(
+                f"backfill of {self.table}: give exactly one of range_partitions or "
+                "daily_partitions"
+            )
+        if self.range_partitions is not None:
+            r = self.range_partitions
+            return cursor_range_partitions(r.start, r.stop, r.step)
+        assert self.daily_partitions is not None
+        d = self.daily_partitions
+        return dg.DailyPartitionsDefinition(start_date=d.start_date, end_date=d.end_date)
+
+
+@dataclass(kw_only=True)
+class IncrementalStreamModel(InlineAttributes):
+    """One incremental stream (``incremental_asset``), with its asset's attributes.
+
+    Attributes:
+        table: The source table.
+        cursor: The column that grows when a row is inserted or updated (indexed, never NULL).
+        deletes: ``ignore`` (default), ``hard``, ``soft`` or ``sweep`` (found by the rolling
+            sweep, at most one full sweep late).
+        soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
+        batch_size: Rows per committed batch.
+        target: The target table (the source's name by default).
+        lookback_seconds: Seconds below the mark every run reads again (a cursor set from a
+            client clock that may run behind the server's).
+        continue_from_backfill: Start an empty stream at the mark of a complete backfill of
+            the same table and cursor.
+        settle_timeout: Seconds a run waits for transactions open at its mark.
+        schema_changes: ``evolve`` (default) or ``freeze``.
+        fillfactor: The ``fillfactor`` of a target the first run creates (100 packs pages full).
+        check: What the ``dpone_reconciled`` check compares: ``run`` (default: the run's keys
+            and a slice of the rolling sweep) or ``full`` (both whole tables, every run).
+        sweep_runs: A full sweep in about this many runs (288: a day at five minutes).
+        sweep_rows: Instead, rows per run, whatever the table's size.
+        sweep_seconds: Instead, seconds per run.
+        repair: Rewrite the keys the check finds differing (the target changed behind the
+            stream's back) from the source, in the run; the check then passes saying so.
+        group_name: The asset's group.
+        pool: Concurrency pool.
+        cron_schedule: When set, a schedule named after the asset materializes it (with its
+            checks) on this cron expression, and the asset carries the freshness policy it
+            implies and the ``dpone_fresh`` check (see ``incremental_asset``).
+        attributes: The asset's attributes (Dagster's: ``key``, ``description``, ``tags``,
+            ``kinds``, ``owners``...), over the component's.
+    """
+
+    table: str
+    cursor: str
+    deletes: Deletes = Deletes.IGNORE
+    soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN
+    batch_size: int = INCREMENTAL_BATCH_SIZE
+    target: str | None = None
+    lookback_seconds: float | None = None
+    continue_from_backfill: bool = False
+    settle_timeout: float = 30.0
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
+    fillfactor: int = DEFAULT_FILLFACTOR
+    check: CheckScope = CheckScope.RUN
+    sweep_runs: int = DEFAULT_SWEEP_RUNS
+    sweep_rows: int | None = None
+    sweep_seconds: float | None = None
+    repair: bool = False
+    group_name: str | None = None
+    pool: str | None = None
+    cron_schedule: str | None = None
+    attributes: ResolvedTableAttributes = field(default_factory=dict)
+
+    def spec(self) -> CopyTableSpec:
+        """The table spec this stream names."""
+        return CopyTableSpec(source=self.table, target=self.target)
+
+    def all_attributes(self) -> Mapping[str, Any]:
+        """The asset's attributes: those written inline (deprecated), then ``attributes``."""
+        return {**self.inline_attributes(f"stream {self.table}"), **self.attributes}

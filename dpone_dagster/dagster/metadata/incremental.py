@@ -1,0 +1,172 @@
+"""An incremental stream's metadata: a run's materialization (its counts, marks and lag as
+numbers) and the ``dpone_reconciled`` result of its verification."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+import dagster as dg
+
+# TableMetadataSet has no top-level name in dagster 1.13 (see .catalog).
+from dagster._core.definitions.metadata import TableMetadataSet
+
+from dpone_dagster.incremental import IncrementalResult, Verification
+
+from .parts import (
+    CHECK_NAME,
+    created_metadata,
+    schema_change_metadata,
+    snapshot_digests,
+    timestamp_value,
+)
+from .sets import DponeMetadataSet
+
+
+def _stream_summary(result: IncrementalResult) -> dict[str, Any]:
+    """What the run's batch receipts add up to."""
+    receipts = result.receipts
+    if not receipts:
+        return {"batches": 0}
+    first, last = receipts[0], receipts[-1]
+    started = first.extraction.extraction_started_at
+    completed = last.extraction.extraction_completed_at
+    return {
+        "batches": len(receipts),
+        "first_sequence": first.sequence,
+        "last_sequence": last.sequence,
+        "after_cursor": first.after.cursor if first.after else None,
+        "last_cursor": last.last.cursor if last.last else None,
+        "snapshots": len({r.extraction.source_token for r in receipts}),
+        "extraction_started_at": started.isoformat() if started else None,
+        "extraction_completed_at": completed.isoformat() if completed else None,
+    }
+
+
+def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[str, Any]:
+    """Everything an incremental run's materialization says (counts and the lag as numbers)."""
+    tokens = sorted({t for t in result.snapshot_tokens if t})
+    notices = [{"code": n.code, "message": n.message} for n in result.notices]
+    metadata: dict[str, Any] = {
+        **TableMetadataSet(row_count=target_rows),
+        **DponeMetadataSet(
+            stream_id=result.stream_id,
+            run=result.run or 0,
+            rows_read=result.rows,
+            rows_inserted=result.inserted,
+            rows_updated=result.updated,
+            rows_deleted=result.deleted,
+            old_mark=result.old_mark,
+            new_mark=result.new_mark,
+            batches=result.batches,
+            batches_committed_now=result.batches_here,
+            resumed=result.resumed,
+            keys_compared=result.keys_compared,
+            snapshot_label=result.snapshot_label.value,
+            snapshot_token_digest=snapshot_digests(tokens),
+            receipts_summary=dg.MetadataValue.json(_stream_summary(result)),
+            lag_seconds=(
+                None if result.as_of is None else (datetime.now(UTC) - result.as_of).total_seconds()
+            ),
+            cursor_lag_seconds=result.lag_seconds,
+            notices=dg.MetadataValue.json(notices) if notices else None,
+        ),
+    }
+    metadata.update(schema_change_metadata(result.schema_changes))
+    metadata.update(created_metadata(result.target_types, result.virtual_as_stored))
+    return metadata
+
+
+def incremental_check(key: dg.AssetKey, result: IncrementalResult) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of an incremental run: its final batch's verification.
+
+    A run with nothing to verify (no batch: nothing changed and no deletes or verification
+    asked for) passes with ``dpone/verified`` false.
+    """
+    nothing = "Nothing ran this time; the previous run's check stands."
+    return verification_check(key, result.verification, nothing)
+
+
+def verification_check(
+    key: dg.AssetKey, check: Verification | None, nothing: str
+) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of a verification (``None``: nothing was verified, the
+    check passes with ``dpone/verified`` false and ``nothing`` as its description)."""
+    if check is None:
+        return dg.AssetCheckResult(
+            asset_key=key, check_name=CHECK_NAME, passed=True, description=nothing,
+            metadata=dict(DponeMetadataSet(verified=False)),
+        )  # fmt: skip
+    guarantee, scope = "equal_at_or_below_mark", {}
+    description = "Every source row at or below the mark is in the target, equal"
+    if check.scope == "run":
+        guarantee = stream_guarantee(check)
+        description = f"{guarantee}: every key of the run, and {check.ranges_checked} of " \
+            f"{check.ranges_total} key range(s) of the sweep, are in the target, equal"  # fmt: skip
+        scope = dict(
+            DponeMetadataSet(
+                keys_checked=check.keys_checked, ranges_checked=check.ranges_checked,
+                ranges_total=check.ranges_total, rows_swept=check.rows_swept,
+                sweep_started_at=_iso(check.sweep_started_at), swept_at=_iso(check.swept_at),
+            )
+        )  # fmt: skip
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=CHECK_NAME,
+        passed=check.ok,
+        description=description + _verdict_words(check),
+        metadata=dict(
+            DponeMetadataSet(
+                verified=True,
+                guarantee=guarantee,
+                check_scope=check.scope,
+                proved_at=timestamp_value(check.proved_at),
+                keys_compared=check.keys_compared,
+                ranges_differing=check.ranges_differing,
+                changed_since_mark=check.changed_since_mark,
+                deleted_kept=check.deleted_kept,
+                unexplained=check.unexplained,
+                examples=dg.MetadataValue.json([list(k) for k in check.examples]),
+                differing_ranges=_ranges(check.differing_ranges),
+                repaired_keys=check.repaired_keys or None,
+                repaired_rows=check.repaired_rows or None,
+                repaired_ranges=_ranges(check.repaired_ranges),
+            )
+        )
+        | scope,
+    )
+
+
+def _verdict_words(check: Verification) -> str:
+    if not check.ok:
+        return f": {check.unexplained} row(s) are not."
+    if check.repaired_keys:
+        return f" ({check.repaired_keys} key(s) that differed were repaired from the source)."
+    return "."
+
+
+KeyRanges = tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...]
+
+
+def _ranges(ranges: KeyRanges) -> dg.JsonMetadataValue | None:
+    """Key ranges ``(after, through]`` as JSON (left out when there are none)."""
+    if not ranges:
+        return None
+    return dg.MetadataValue.json(
+        [{"after": None if a is None else list(a), "through": None if b is None else list(b)}
+         for a, b in ranges]
+    )  # fmt: skip
+
+
+def _iso(at: datetime | None) -> str:
+    return "" if at is None else at.isoformat()
+
+
+def stream_guarantee(check: Verification) -> str:
+    """The label of a ``run`` check's guarantee: ``this run exact; table swept at <when the
+    last full sweep completed>`` (``...; table not yet swept (since <when the sweep began>)``
+    before the first full sweep)."""
+    if check.swept_at is not None:
+        return f"this run exact; table swept at {check.swept_at.isoformat()}"
+    since = check.sweep_started_at or check.proved_at
+    return "this run exact; table not yet swept" + (
+        "" if since is None else f" (sweep begun at {since.isoformat()})"
+    )
