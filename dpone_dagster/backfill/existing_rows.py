@@ -3,10 +3,11 @@
 The range is copied (same snapshot, same COPY stream, same hash) into a temporary staging table,
 then new rows are inserted, rows equal to the target's are counted as duplicates, and a row that
 differs is refused with ``backfill_record_changed``. The copier takes this path only when a
-direct COPY meets a row that exists (a unique violation); the reconciliation's repair always
-takes it.
+direct COPY meets a row that exists (a unique violation).
 
-The reconciliation's repair with ``on_changed="repair"`` takes :func:`apply_repair` instead:
+The reconciliation's repair with ``on_changed="fail"`` takes :func:`apply_missing`: the one
+drill-down compare names the keys of the range that differ first, and only their source rows
+are staged (then applied as above). With ``on_changed="repair"`` it takes :func:`apply_repair`:
 the one drill-down compare (:func:`dpone_dagster.reconcile.compare.compare`) names the keys of
 the range that differ, only the source rows of those keys are staged, and only those keys of
 the target are rewritten (rows gone from the source deleted, changed rows updated, missing rows
@@ -161,6 +162,14 @@ def apply_existing(
             (unless ``overwrite``).
     """
     relayed = _stage(source, target, shape, copy_out, params)
+    return _apply_staged(target, shape, relayed, overwrite=overwrite)
+
+
+def _apply_staged(
+    target: Connection, shape: TableShape, relayed: RelayResult, *, overwrite: bool
+) -> Staged:
+    """The staged rows applied: new ones inserted, equal ones counted, a differing one refused
+    (or, ``overwrite``, replaced); the staging table dropped."""
     equal, changed, first_key = _compare(target, shape)
     if changed and not overwrite:
         raise engine_error(
@@ -172,6 +181,29 @@ def apply_existing(
     inserted = _insert_missing(target, shape)
     target.execute(sql.SQL("DROP TABLE {}").format(_STAGE))
     return Staged(relayed, inserted, equal)
+
+
+def apply_missing(
+    source: Connection, target: Connection, shape: TableShape, after: str | None,
+    upper: str | None, *, rows: int,
+) -> Staged:  # fmt: skip
+    """The reconciliation's repair with ``on_changed="fail"``: inserts the source rows of the
+    range ``(after, upper]`` that the target lacks, and refuses a row the target holds with
+    other values, as :func:`apply_existing` does, but stages only the keys that differ.
+
+    The one drill-down compare (:func:`differing_keys`) names them first (in the sessions' open
+    transactions), so a range that lacks a few rows stages those rows, not the range.
+
+    Args:
+        rows: The most rows either side holds in the range (see :func:`differing_keys`).
+
+    Raises:
+        EngineError: ``backfill_record_changed`` when a source row of the range differs from the
+            target's row of its key (wherever its cursor puts it).
+    """
+    found = differing_keys(source, target, shape, after, upper, rows=rows)
+    relayed = _stage_keys(source, target, shape, after, upper, found.to_copy)
+    return _apply_staged(target, shape, relayed, overwrite=False)
 
 
 @dataclass(frozen=True)
@@ -210,6 +242,20 @@ def _keys_in(
         equal,
     )
     return query, [[key[i] for key in keys] for i in range(len(shape.key))]
+
+
+def _stage_keys(
+    source: Connection, target: Connection, shape: TableShape, after: str | None,
+    upper: str | None, keys: Sequence[Key],
+) -> RelayResult:  # fmt: skip
+    """Stages the source's rows of the range ``(after, upper]`` with one of ``keys``."""
+    among, keyed = _keys_in(shape, "s", keys)
+    where, range_params = shape.where(after, upper)
+    select = sql.SQL("SELECT {} FROM {} AS s WHERE {} AND {}").format(
+        column_list(shape.columns), shape.source.ident, where, among
+    )
+    copy_out = copy_out_statement(select, shape.fmt)
+    return _stage(source, target, shape, copy_out, [*range_params, *keyed])
 
 
 def _delete_keys(
@@ -285,14 +331,7 @@ def apply_repair(
         The rows relayed, inserted, updated and deleted.
     """
     found = differing_keys(source, target, shape, after, upper, rows=rows)
-    copy = found.to_copy
-    among, keyed = _keys_in(shape, "s", copy)
-    where, range_params = shape.where(after, upper)
-    select = sql.SQL("SELECT {} FROM {} AS s WHERE {} AND {}").format(
-        column_list(shape.columns), shape.source.ident, where, among
-    )
-    copy_out = copy_out_statement(select, shape.fmt)
-    relayed = _stage(source, target, shape, copy_out, [*range_params, *keyed])
+    relayed = _stage_keys(source, target, shape, after, upper, found.to_copy)
     deleted = _delete_keys(target, shape, after, upper, sorted(found.target_only))
     updated = _update_changed(target, shape)
     inserted = _insert_missing(target, shape)

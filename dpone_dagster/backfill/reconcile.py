@@ -19,8 +19,9 @@ receipt's ``sha256`` over the COPY stream binds what one batch snapshot sent; th
 compares what the source and the target hold at the end, both digested the same way, and keeps
 the receipt's hash beside its own (``receipt_hash``) for the record.
 
-A range that differs is repaired from the same source snapshot through the staged apply (rows
-missing from the target are inserted; equal rows are left alone) and digested again. Whatever
+A range that differs is repaired from the same source snapshot through the staged apply (the one
+drill-down compare names the keys that differ; only their rows are staged; rows missing from the
+target are inserted, equal rows are left alone) and digested again. Whatever
 still differs (a row the source changed or deleted after its batch was copied, a row the target
 holds that the source does not) is reported with ``backfill_record_changed``, stored in the
 ledger's range checks, and the run becomes ``blocked``: never silently accepted.
@@ -48,7 +49,6 @@ from dpone_dagster.core.ledger import LedgerStore
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.connection import Connection
-from dpone_dagster.postgres.copy import copy_out_statement
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile import Digest, Proof
 from dpone_dagster.reconcile.digest import digest_query, require_row_hash, row_hash, run_digest
@@ -61,7 +61,7 @@ from dpone_dagster.reconcile.row_versions import (
 )
 
 from .chain import verify_chain
-from .existing_rows import apply_existing, apply_repair
+from .existing_rows import apply_missing, apply_repair
 from .ledger import RunLedger
 from .protocol import BackfillStatus, BatchReceipt
 from .reconcile_model import OnChanged, RangeCheck, RangeOutcome, ReconciliationReport
@@ -204,14 +204,14 @@ def _repair(
     code, detail = None, ""
     try:
         with tgt.transaction(savepoint_name="dpone_repair"):
+            rows = max(source.count, before.count)
             if on_changed is OnChanged.REPAIR:
-                rows = max(source.count, before.count)
                 done = apply_repair(sessions.source, tgt, shape, after, upper, rows=rows)
                 inserted, updated, deleted = done.inserted, done.updated, done.deleted
-            else:
-                select, params = shape.select_range(shape.source, after, upper)
-                copy_out = copy_out_statement(select, shape.fmt)
-                inserted = apply_existing(sessions.source, tgt, shape, copy_out, params).inserted
+            else:  # only the keys the drill-down names are staged
+                inserted = apply_missing(
+                    sessions.source, tgt, shape, after, upper, rows=rows
+                ).inserted
     except EngineError as exc:  # the range's rows are left as they were
         code, detail = exc.code, exc.message
     target = run_digest(tgt, *target_query)

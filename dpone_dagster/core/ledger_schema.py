@@ -91,6 +91,16 @@ class LedgerTables:
         return self.table("replication_groups")
 
     @property
+    def replication_sweeps(self) -> sql.Identifier:
+        """Replicated tables' rolling sweeps: one position per table of a group."""
+        return self.table("replication_sweeps")
+
+    @property
+    def replication_keys(self) -> sql.Identifier:
+        """Replicated tables' keys applied since their last check (``UNLOGGED``)."""
+        return self.table("replication_keys")
+
+    @property
     def version(self) -> sql.Identifier:
         """The migrations applied to this ledger."""
         return self.table("ledger_version")
@@ -98,13 +108,15 @@ class LedgerTables:
     def sql(self, text: str) -> sql.Composed:
         """``text`` with ``{runs}``, ``{batch_receipts}``, ``{range_checks}``, ``{streams}``,
         ``{stream_receipts}``, ``{kafka_offsets}``, ``{stream_sweeps}``,
-        ``{replication_groups}`` and ``{version}`` replaced by the tables' names."""
+        ``{replication_groups}``, ``{replication_sweeps}``, ``{replication_keys}`` and
+        ``{version}`` replaced by the tables' names."""
         return sql.SQL(text).format(
             **{
                 name: getattr(self, name)
                 for name in ("runs", "batch_receipts", "range_checks", "streams",
                              "stream_receipts", "kafka_offsets", "stream_sweeps",
-                             "replication_groups", "version")
+                             "replication_groups", "replication_sweeps", "replication_keys",
+                             "version")
                 if "{" + name + "}" in text
             }
         )  # fmt: skip
@@ -212,11 +224,30 @@ row is written before the slot is created (it marks the slot as this ledger's), 
 position (the commit LSN of the last applied source transaction, and the end of its commit
 record) commits in the same target transaction as the rows of that transaction."""
 
+_MIGRATION_5: Final = (
+    """CREATE TABLE IF NOT EXISTS {replication_sweeps} (
+    stream_id text PRIMARY KEY,
+    sweep_json jsonb NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)""",
+    """CREATE UNLOGGED TABLE IF NOT EXISTS {replication_keys} (
+    slot text NOT NULL,
+    source_table text NOT NULL,
+    key text[] NOT NULL
+)""",
+)
+"""The replication group's check (``replication/verify.py``): each table's rolling sweep
+position (keyed ``<slot>:<schema.table>``), and the keys each target transaction applied (written
+with its rows, read and emptied by the check). ``UNLOGGED``: appending a run's keys costs no WAL;
+a crash of the target server empties it, and the keys it held are then verified by the sweep
+only."""
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _MIGRATION_1,
     _MIGRATION_2,
     _MIGRATION_3,
     _MIGRATION_4,
+    _MIGRATION_5,
 )
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""

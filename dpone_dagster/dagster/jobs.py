@@ -1,5 +1,6 @@
 """``build_extraction_job``: a snapshot copy as a job of ``acquire -> extract -> load -> settle``;
-``drop_replication_job``: the job that ends a replication group (drops its slot and publication).
+``drop_replication_job``: the job that ends a replication group (drops its slot and publication);
+``replication_check_job``: a group's ``dpone_reconciled`` check run alone, on whole tables.
 
 The steps hand a live copy (source sessions, a target session, artifacts) to each other. A live
 session cannot be pickled, so the job runs on Dagster's in-process executor, the source resource
@@ -20,16 +21,23 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from dpone_dagster.dagster.events.replication import group_specs
+from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.dagster.events.replication import group_engine, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyHow, copy_failure
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
+    CHECK_NAME,
     log_schema_changes,
     table_metadata,
+    verification_check,
 )
 from dpone_dagster.dagster.metadata.sets import DponeRunTags
-from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
+from dpone_dagster.dagster.resources import (
+    LedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+)
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.lifecycle import DponeError
@@ -239,5 +247,71 @@ def drop_replication_job(
     @dg.job(name=job_name, tags=dict(DponeRunTags(slot=group.slot)))
     def _job() -> None:
         drop()
+
+    return _job
+
+
+def replication_check_job(
+    replication: dg.AssetsDefinition,
+    *,
+    deletes: Deletes | str = Deletes.HARD,
+    name: str | None = None,
+) -> dg.JobDefinition:
+    """A job that runs a replication group's ``dpone_reconciled`` check alone, on whole tables.
+
+    The multi-asset is not subsettable, so its checks cannot be selected without its tables:
+    this job is the check run alone (as the stream's check run alone), to launch from the UI or
+    on a schedule of its own. Its one op compares both whole tables of every table of the group
+    with the source, applying nothing (:meth:`~dpone_dagster.replication.Replication.check`: a
+    difference whose key a transaction changed after the applied position, still in the slot,
+    is left to the next run), and records each table's ``dpone_reconciled`` evaluation (scope
+    ``full``).
+
+    Args:
+        replication: The multi-asset :func:`~dpone_dagster.replication_assets` built.
+        deletes: The group's ``deletes`` as given to the factory (``soft``: rows the soft-delete
+            column marks are not the target's).
+        name: The job's name (``check_<op name>`` by default).
+
+    Returns:
+        The job (resource keys ``source``, ``target``, ``ledger``).
+
+    Raises:
+        DponeFailure: at definition time, ``plan_invalid`` for an asset that names no group;
+            in the run, the engine's codes.
+
+    Examples:
+        .. code-block:: python
+
+            shop = replication_assets(["shop.orders"], slot="dpone_shop")
+            defs = dg.Definitions(assets=[shop], jobs=[replication_check_job(shop)], ...)
+    """
+    group = group_specs(replication)
+    job_name = name or f"check_{replication.node_def.name}"
+    how = Deletes.parse(deletes)
+
+    @dg.op(name=f"{job_name}_op", tags=dict(DponeRunTags(slot=group.slot)))
+    def check(
+        context: dg.OpExecutionContext,
+        source: PostgresSourceResource,
+        target: PostgresTargetResource,
+        ledger: LedgerResource,
+    ) -> None:
+        with dagster_failures():
+            engine = group_engine(group, source=source, target=target, ledger=ledger,
+                                  deletes=how)  # fmt: skip
+            checks = engine.check()
+        for key, spec in group.tables.items():
+            missing = "No run has completed yet, or the table has no primary key."
+            found = verification_check(key, checks.get(spec.source_table), missing)
+            evaluation = dg.AssetCheckEvaluation(
+                asset_key=key, check_name=CHECK_NAME, passed=found.passed,
+                metadata=found.metadata, description=found.description,
+            )  # fmt: skip
+            context.log_event(evaluation)  # type: ignore[arg-type]  # Dagster logs any evaluation
+
+    @dg.job(name=job_name, tags=dict(DponeRunTags(slot=group.slot)))
+    def _job() -> None:
+        check()
 
     return _job

@@ -9,6 +9,7 @@ another engine: a stream that continues another engine's copy is given a
 :class:`~dpone_dagster.core.handoff.Handoff`.
 """
 
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.reconcile.compare import Comparison
 
 from .batch import BatchOutcome
@@ -26,7 +27,6 @@ from .state import (
     StreamLedger,
     StreamReceipt,
     StreamState,
-    Verification,
 )
 from .sweep import CheckScope, Sweep, SweepPosition
 

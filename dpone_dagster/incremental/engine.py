@@ -26,6 +26,7 @@ from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.extensions import extension_names
@@ -39,7 +40,7 @@ from .mark import check_no_null_cursor, take_mark
 from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
-from .state import StreamLedger, StreamReceipt, StreamState, Verification
+from .state import StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, Sweep, SweepLedger
 from .verify import RunCheck, check_target, idle_check
 

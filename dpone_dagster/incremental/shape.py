@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dpone_dagster.core.cursors import is_cursor_type
 from dpone_dagster.core.errors import cursor_not_found, engine_error
+from dpone_dagster.core.keyed import keyed_sides, live_rows
 from dpone_dagster.core.tables import TablePair
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
@@ -53,25 +54,16 @@ class StreamShape(TablePair):
 
     def live(self) -> sql.Composable:
         """The target's live rows: those a ``soft`` delete has not marked."""
-        if self.soft_column is None:
-            return sql.SQL("true")
-        return sql.SQL("{} IS NULL").format(sql.Identifier(self.soft_column))
+        return live_rows(self.soft_column)
 
     def sides(
         self, src: Connection, tgt: Connection, *, rows: bool,
         where: sql.Composable | None = None, params: Sequence[object] = (),
     ) -> tuple[Side, Side, Rows]:  # fmt: skip
-        """Both sides of the one drill-down compare (:func:`dpone_dagster.reconcile.compare.
-        compare`): the source's rows and the target's live ones (both restricted by ``where``),
-        whole rows (``rows``) or the key only, the source's cursor sent with a difference."""
-        mine: sql.Composable = sql.SQL("true") if where is None else where
-        live = sql.SQL("({}) AND {}").format(mine, self.live())
-        compared = Rows(self.key, self.columns if rows else (), self.cursor)
-        return (
-            Side(src, self.source, mine, tuple(params)),
-            Side(tgt, self.target, live, tuple(params)),
-            compared,
-        )
+        """Both sides of the one drill-down compare (:func:`dpone_dagster.core.sweep.
+        keyed_sides`), the source's cursor sent with a difference."""
+        return keyed_sides(self, src, tgt, rows=rows, where=where, params=params,
+                           cursor=self.cursor)  # fmt: skip
 
     def cast(self, column: Column) -> sql.Composed:
         """A bind parameter cast from text to ``column``'s type."""

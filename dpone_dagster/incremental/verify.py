@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
@@ -24,13 +25,13 @@ from .deletes import apply_deletes
 from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
-from .state import Verification
 from .sweep import (
     CheckScope,
     Differences,
     RunKeys,
     Sweep,
     SweepLedger,
+    cursor_above,
     run_keys,
     sweep_slices,
 )
@@ -121,8 +122,8 @@ def _run_check(
         return None
     position = check.sweeps.fetch(tgt, check.stream_id)
     allowed = deletes is Deletes.IGNORE or deletes is Deletes.SWEEP
-    swept = sweep_slices(src, tgt, shape, position, check.sweep, mark=mark, at=at,
-                         gone_allowed=allowed)  # fmt: skip
+    swept = sweep_slices(src, tgt, shape, position, check.sweep, at=at, gone_allowed=allowed,
+                         later=lambda keys: cursor_above(src, shape, keys, mark))  # fmt: skip
     check.sweeps.save(tgt, swept.position)
     deleted = 0
     if deletes is Deletes.SWEEP:

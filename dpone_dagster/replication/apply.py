@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,6 +69,10 @@ def _text(value: bytes) -> bytes:
         value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
         .replace(b"\r", b"\\r")
     )  # fmt: skip
+
+
+NetHook = Callable[[Connection, TablePlan, TableName], None]
+"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`)."""
 
 
 @dataclass
@@ -132,6 +136,9 @@ class TableApply:
         encoding: The source database's encoding: the staged text is in it.
         copy: The session's staging ``COPY``, shared by the tables of the target transaction
             (one of its own when omitted).
+        on_net: Called with the session, the plan and the table of each key's last change,
+            before that net effect is applied (the check's record of the keys a run applied,
+            :func:`~.verify.key_recorder`); ``None``: nothing is recorded.
     """
 
     conn: Connection
@@ -140,6 +147,7 @@ class TableApply:
     dsn: str
     encoding: str
     copy: StagingCopy | None = None
+    on_net: NetHook | None = None
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
     _buffer: list[bytes] = field(default_factory=list)
@@ -297,6 +305,8 @@ class TableApply:
         if self._unchanged:
             resolve_unchanged(self)
         net, rows = self._net()
+        if self.on_net is not None:  # the check's hook: the keys this net effect touches
+            self.on_net(self.conn, self.plan, net)
         rows -= self._deletes(net)
         self._upserts(net, rows)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))

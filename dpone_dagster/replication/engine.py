@@ -22,7 +22,7 @@ committed but not yet confirmed to the slot is read again by the next run and sk
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -31,6 +31,8 @@ from psycopg import IsolationLevel, sql
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
+from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
     Connection,
@@ -54,6 +56,7 @@ from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
+from .verify import CheckContext, key_recorder, verify_group
 
 BATCH_CHANGES = 500_000
 """Changes a target transaction gathers (whole source transactions) before it commits: each
@@ -136,6 +139,11 @@ class Replication:
         target_options: Options of the target's sessions.
         on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
+        reconcile: Check each run (:mod:`.verify`): the keys it applied, exactly, and a rolling
+            slice of each table's key; the report carries each table's verification (none for
+            a run stopped by ``max_changes_per_run``: the first run that drains the slot checks
+            its keys too).
+        sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
 
     Raises:
         EngineError: ``replication_options_invalid`` for a ledger outside the target.
@@ -154,6 +162,8 @@ class Replication:
         target_options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
         batch_changes: int = BATCH_CHANGES,
+        reconcile: bool = False,
+        sweep: Sweep | None = None,
     ) -> None:
         ledger = ledger or LedgerConfig()
         if not ledger.in_target:
@@ -169,6 +179,8 @@ class Replication:
         self.options, self.target_options = options, target_options or options
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
+        self.checking = CheckContext(group, self.ledger, sweep or Sweep())
+        self.record_keys = key_recorder(self.ledger.store.tables, group.slot) if reconcile else None
 
     @property
     def owner_comment(self) -> str:
@@ -217,6 +229,30 @@ class Replication:
             sessions.close()
             control.close()
 
+    def check(self) -> Mapping[TableName, Verification]:
+        """Compares both whole tables of every table of the group with the source, writing
+        nothing (the check run alone, :mod:`.verify`): a difference is explained when a change
+        to its key committed after the applied position (it is still in the slot).
+
+        Returns:
+            Each table's verification (none before the group's initial copy completed).
+
+        Raises:
+            DponeError: a database failure (its code), ``replication_slot_missing`` and the
+                other slot codes of the peek.
+        """
+        sessions, control = self._open()
+        try:
+            self.ledger.ensure(sessions.target)
+            return verify_group(sessions.source, sessions.target, control, self.checking,
+                                full=True)  # fmt: skip
+        except BaseException as exc:
+            tables = list(self.group.tables)
+            fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
+        finally:
+            sessions.close()
+            control.close()
+
     def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
         tgt, group = sessions.target, self.group
         self.ledger.ensure(tgt)
@@ -249,13 +285,19 @@ class Replication:
         # source; stopped by the budget, only as of the newest transaction applied.
         held = run.applied_at if run.budget_reached else read_at
         lag = None if held is None else (datetime.now(UTC) - held).total_seconds()
+        checks: Mapping[TableName, Verification] = {}
+        # The check, after the slot's advance, at the applied LSN; a run stopped by its budget
+        # leaves its keys recorded for the first run that drains the slot (its check would
+        # peek the whole backlog the slot still holds).
+        if self.record_keys is not None and not run.budget_reached:
+            checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,
             applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,
             tables=tuple(run.counts.get(t) or TableChanges(t) for t in group.tables),
             lag_bytes=status.lag_bytes, lag_seconds=lag, slot=status,
             budget_reached=run.budget_reached, skipped_transactions=run.skipped,
-            adopted=adopted, tables_removed=removed,
+            adopted=adopted, tables_removed=removed, checks=checks,
         )  # fmt: skip
 
     def _progress(self, phase: str, run: _Run, staged: int = 0) -> None:
@@ -487,7 +529,8 @@ class Replication:
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
         applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                               reading.encoding, target.copy)  # fmt: skip
+                               reading.encoding, on_net=self.record_keys,
+                               copy=target.copy)  # fmt: skip
         target.tables[oid] = applying
         return applying
 

@@ -47,7 +47,7 @@ from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
 
-from .apply import StagingCopy, TableApply
+from .apply import NetHook, StagingCopy, TableApply
 from .changes import UNCHANGED, Value
 
 
@@ -57,14 +57,17 @@ def table_apply(
     soft_column: str | None,
     dsn: str,
     encoding: str,
+    on_net: NetHook | None = None,
     copy: StagingCopy | None = None,
 ) -> TableApply:
     """The apply of one table's changes: by key (:class:`~.apply.TableApply`) for a table with
     a primary key, by the old rows' images (:class:`KeylessApply`) for one without (its plan
     has no source key: :func:`~.plan.relation_plan` refused it unless ``REPLICA IDENTITY
-    FULL``); ``copy`` is the session's staging ``COPY`` the target transaction's tables share."""
-    kind = TableApply if plan.key else KeylessApply
-    return kind(conn, plan, soft_column, dsn, encoding, copy)
+    FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only);
+    ``copy``: the session's staging ``COPY`` the target transaction's tables share."""
+    if not plan.key:
+        return KeylessApply(conn, plan, soft_column, dsn, encoding, copy=copy)
+    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net, copy=copy)
 
 
 @dataclass

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.schema_change import ColumnChange
@@ -93,6 +95,7 @@ class ReplicationReport:
             ledger's, after a crash between the target's commit and the advance) and skipped.
         tables_removed: Tables that left the group since the last run (no longer published;
             their target tables are kept as they are).
+        checks: Each table's check, when the run was checked (``reconcile``, :mod:`.verify`).
     """
 
     group: ReplicationGroup
@@ -109,6 +112,7 @@ class ReplicationReport:
     skipped_transactions: int
     adopted: bool = False
     tables_removed: tuple[TableName, ...] = ()
+    checks: Mapping[TableName, Verification] = field(default_factory=dict)
 
     @property
     def changes(self) -> int:

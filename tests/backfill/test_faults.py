@@ -242,7 +242,7 @@ def test_hostile_names_reach_only_the_intended_table(source_dsn: str, target_dsn
         for n in (
             "backfill_runs", "backfill_batch_receipts", "backfill_range_checks",
             "incremental_streams", "incremental_batch_receipts", "incremental_sweeps",
-            "kafka_offsets", "replication_groups",
+            "kafka_offsets", "replication_groups", "replication_sweeps", "replication_keys",
             "ledger_version",
         )
     }  # fmt: skip

@@ -6,6 +6,7 @@ hashes); these tests show that nothing the old client-side stream hash caught sl
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from dpone_dagster.backfill import (
@@ -13,6 +14,10 @@ from dpone_dagster.backfill import (
     BackfillReconciliationError,
     BackfillStatus,
 )
+from dpone_dagster.backfill.existing_rows import apply_missing
+from dpone_dagster.backfill.shape import resolve_shape
+from dpone_dagster.core.sessions import prepare_session
+from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile import DIGEST_ALGORITHM, Proof
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
@@ -74,6 +79,25 @@ def test_a_differing_a_missing_and_an_extra_row_are_found_repaired_or_reported(
     pg.execute(pair.target, "UPDATE mixed SET qty = qty - 1 WHERE id = 1500")
     pg.execute(pair.target, "DELETE FROM mixed WHERE id = 2600")
     assert b.reconcile().ok and b.load().status is BackfillStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert pair.fingerprints()[0] == pair.fingerprints()[1]
+
+
+def test_a_range_that_lacks_rows_stages_only_the_rows_the_drill_down_names(pair: Pair) -> None:
+    """``on_changed="fail"``'s repair of a range compares by the one drill-down compare first:
+    of a 1,000-row range that lacks two rows, only those two are staged and inserted."""
+    backfill(pair).run()
+    pg.execute(pair.target, "DELETE FROM mixed WHERE id IN (700, 701)")
+    table = TableName("public", "mixed")
+    with (
+        psycopg.connect(pair.source, autocommit=True) as src,
+        psycopg.connect(pair.target, autocommit=True) as tgt,
+    ):
+        prepare_session(src)
+        prepare_session(tgt)
+        shape = resolve_shape(src, tgt, table, table, "id")
+        with tgt.transaction():
+            staged = apply_missing(src, tgt, shape, None, "1000", rows=1000)
+    assert (staged.relayed.rows_in, staged.inserted) == (2, 2)
     assert pair.fingerprints()[0] == pair.fingerprints()[1]
 
 

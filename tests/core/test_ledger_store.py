@@ -21,7 +21,7 @@ from tests.helpers import pg
 TABLES = {
     "backfill_runs", "backfill_batch_receipts", "backfill_range_checks",
     "incremental_streams", "incremental_batch_receipts", "kafka_offsets", "incremental_sweeps",
-    "replication_groups", "ledger_version",
+    "replication_groups", "replication_sweeps", "replication_keys", "ledger_version",
 }  # fmt: skip
 
 # The backfill's tables as the release before the shared ledger created them (no version table).

@@ -27,7 +27,10 @@ from dpone_dagster import (
     embedded,
     replication_assets,
 )
+from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
+from dpone_dagster.dagster.jobs import replication_check_job
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME, slot_check
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.lifecycle import DponeError
@@ -295,8 +298,10 @@ def test_a_group_replicates_every_table_with_plotted_metadata_and_is_not_subsett
     assert isinstance(md["dpone/lag_seconds"], float)
     assert table_metadata(second, customers)["dpone/rows_updated"] == 1
     checks = second.get_asset_check_evaluations()
-    assert {c.asset_key for c in checks} == {orders, customers}
-    assert all(c.check_name == SLOT_CHECK_NAME and c.passed for c in checks)
+    assert {(c.asset_key, c.check_name) for c in checks} == {
+        (k, n) for k in (orders, customers) for n in (SLOT_CHECK_NAME, CHECK_NAME)
+    }
+    assert all(c.passed for c in checks)
     for table in ("shop.orders", "shop.customers"):
         assert rows(tgt, table) == rows(src, table)
 
@@ -309,6 +314,65 @@ def test_a_group_replicates_every_table_with_plotted_metadata_and_is_not_subsett
     )
     with pytest.raises(dg.DagsterInvalidDefinitionError):
         defs.resolve_job_def("orders_alone")
+
+
+def check_metadata(
+    result: dg.ExecuteInProcessResult, key: dg.AssetKey
+) -> tuple[bool, dict[str, Any]]:
+    """``dpone_reconciled`` of ``key``: whether it passed, and its metadata's values."""
+    [check] = [
+        c for c in result.get_asset_check_evaluations()
+        if c.asset_key == key and c.check_name == CHECK_NAME
+    ]  # fmt: skip
+    return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+
+
+def test_the_groups_check_says_what_it_verified_and_its_job_checks_whole_tables(
+    logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
+    make_database: Any,
+) -> None:
+    """``dpone_reconciled`` of a replicated table: the run's keys, the sweep's ranges of how
+    many, the guarantee's label with the last full sweep's time once one completed, the applied
+    position and the point in time proved; the check alone (``replication_check_job``) applies
+    nothing and compares both whole tables, failing on a row edited in the target."""
+    src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
+    pg.execute(
+        src, "CREATE SCHEMA shop; CREATE TABLE shop.orders (id bigint PRIMARY KEY, note text)"
+    )
+    pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n' || g FROM generate_series(1, 1500) g")
+    pg.execute(src, "ANALYZE shop.orders")
+    shop = replication_assets(["shop.orders"], slot=unique_slot("dpone_c"), sweep=Sweep(rows=500))
+    first = dg.materialize([shop], resources=resources(src, tgt))
+    passed, md = check_metadata(first, KEY)
+    assert passed and md["dpone/check_scope"] == "run"
+    assert md["dpone/guarantee"].startswith("this run exact; table not yet swept")
+    assert (md["dpone/ranges_checked"], md["dpone/ranges_total"]) == (1, 3)
+    pg.execute(src, "UPDATE shop.orders SET note = 'x' WHERE id <= 7")
+    dg.materialize([shop], resources=resources(src, tgt))
+    third = dg.materialize([shop], resources=resources(src, tgt))  # the third slice: swept
+    passed, md = check_metadata(third, KEY)
+    assert passed and md["dpone/keys_checked"] == 0 and md["dpone/swept_at"]
+    assert md["dpone/guarantee"] == f"this run exact; table swept at {md['dpone/swept_at']}"
+    assert md["dpone/applied_lsn"] == table_metadata(third, KEY)["dpone/applied_lsn"]
+    assert md["dpone/changed_after_applied"] == 0 and md["dpone/unexplained"] == 0
+    assert isinstance(md["dpone/proved_at"], float)
+    fourth = check_metadata(dg.materialize([shop], resources=resources(src, tgt)), KEY)[1]
+    assert fourth["dpone/ranges_checked"] == 1  # the next sweep begins
+
+    pg.execute(tgt, "UPDATE shop.orders SET note = 'edited' WHERE id = 1234")
+    job = replication_check_job(shop)  # the check alone: the multi-asset is not subsettable
+    defs = dg.Definitions(assets=[shop], jobs=[job], resources=resources(src, tgt))
+    instance = dg.DagsterInstance.ephemeral()
+    alone = defs.resolve_job_def(job.name).execute_in_process(instance=instance)
+    assert alone.success and not alone.get_asset_materialization_events()
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(KEY, CHECK_NAME)]
+    )[dg.AssetCheckKey(KEY, CHECK_NAME)]
+    evaluation = record.event.dagster_event.event_specific_data  # type: ignore[union-attr]
+    md = {k: getattr(v, "value", v) for k, v in evaluation.metadata.items()}
+    assert not evaluation.passed and md["dpone/check_scope"] == "full"
+    assert md["dpone/examples"] == [["1234"]] and md["dpone/guarantee"] == "equal_at_applied_lsn"
+    assert rows(src, "shop.orders") != rows(tgt, "shop.orders")  # it applied nothing
 
 
 def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_whole(

@@ -15,6 +15,7 @@ import pytest
 
 from dpone_dagster import replication_assets
 from dpone_dagster.dagster.metadata.freshness import FRESH_CHECK_NAME, freshness_check
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME
 from dpone_dagster.lifecycle import DponeError
 from tests.dagster.test_replication_assets import SHOP, resources, table_metadata
@@ -62,7 +63,9 @@ def test_each_table_carries_the_schedules_policy_and_dpone_fresh_judges_its_own_
         assert policy.fail_window.to_timedelta() == timedelta(minutes=10)  # type: ignore[attr-defined]
         assert policy.warn_window.to_timedelta() == timedelta(minutes=7.5)  # type: ignore[attr-defined]
     assert {(k.asset_key, k.name) for k in shop.check_keys} == {
-        (key, name) for key in (ORDERS, CUSTOMERS) for name in (SLOT_CHECK_NAME, FRESH_CHECK_NAME)
+        (key, name)
+        for key in (ORDERS, CUSTOMERS)
+        for name in (SLOT_CHECK_NAME, FRESH_CHECK_NAME, CHECK_NAME)
     }
     instance = dg.DagsterInstance.ephemeral()
 
@@ -167,11 +170,12 @@ def test_a_group_stopped_by_its_budget_is_as_old_as_its_newest_applied_commit(
 def test_a_group_without_a_schedule_or_policy_has_neither_and_a_bad_schedule_fails_at_load() -> (
     None
 ):
-    """No option: no policy and only ``dpone_slot_healthy``; a schedule Dagster cannot read is
-    refused when the definitions load with ``replication_options_invalid``."""
+    """No option: no policy and no ``dpone_fresh`` (``dpone_slot_healthy`` and
+    ``dpone_reconciled`` only); a schedule Dagster cannot read is refused when the definitions
+    load with ``replication_options_invalid``."""
     plain = replication_assets(["shop.orders", "shop.customers"])
     assert all(s.freshness_policy is None for s in plain.specs)
-    assert {k.name for k in plain.check_keys} == {SLOT_CHECK_NAME}
+    assert {k.name for k in plain.check_keys} == {SLOT_CHECK_NAME, CHECK_NAME}
     with pytest.raises(DponeError) as caught:
         replication_assets(["shop.orders"], cron_schedule="every minute")
     assert caught.value.code == "replication_options_invalid"

@@ -3,9 +3,9 @@
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.replicate`: it checks the
 tables, the slot and the options when the definitions load, builds one spec per table (keys by
 the translator, each naming its tables, slot and publication) and its ``dpone_slot_healthy``
-check spec, and an op whose body is ``yield from source.replicate(context, ...)``. The asset is
-not subsettable: one slot feeds every table, and a source transaction that touched several
-tables is applied whole.
+and ``dpone_reconciled`` check specs, and an op whose body is
+``yield from source.replicate(context, ...)``. The asset is not subsettable: one slot feeds every
+table, and a source transaction that touched several tables is applied whole.
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
@@ -17,9 +17,11 @@ import dagster as dg
 from pydantic import Field
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.dagster.assets.snapshot_copy import copy_specs
 from dpone_dagster.dagster.events.replication import ReplicationEvent
 from dpone_dagster.dagster.metadata.freshness import freshness_check_spec, stream_freshness_policy
+from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.replication import (
     DEFAULT_RETAINED_WAL_WARN_BYTES,
     SLOT_CHECK_NAME,
@@ -95,6 +97,33 @@ def _coerced(
     return coerced
 
 
+def _check_specs(
+    specs: Sequence[dg.AssetSpec], slot: str, warn_bytes: int,
+    policy: dg.FreshnessPolicy | None, reconcile: bool,
+) -> list[dg.AssetCheckSpec]:  # fmt: skip
+    """Every table's checks: ``dpone_slot_healthy``, ``dpone_fresh`` with a policy and
+    ``dpone_reconciled`` with ``reconcile``."""
+    healthy = [
+        dg.AssetCheckSpec(
+            SLOT_CHECK_NAME, asset=s.key,
+            description=f"Slot {slot} is not lost or unreserved, and retains at most "
+            f"{warn_bytes} bytes of WAL.",
+        )
+        for s in specs
+    ]  # fmt: skip
+    fresh = [] if policy is None else [freshness_check_spec(s.key) for s in specs]
+    reconciled = [
+        dg.AssetCheckSpec(
+            CHECK_NAME, asset=s.key,
+            description="Target equals source at the applied position: the run's keys, and a "
+            "rolling slice of the table's key.",
+        )
+        for s in specs
+        if reconcile
+    ]  # fmt: skip
+    return healthy + fresh + reconciled
+
+
 def replication_assets(
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
     *,
@@ -111,6 +140,8 @@ def replication_assets(
     op_tags: Mapping[str, Any] | None = None,
     cron_schedule: str | None = None,
     freshness_policy: dg.FreshnessPolicy | None = None,
+    reconcile: bool = True,
+    sweep: Sweep | None = None,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -148,11 +179,23 @@ def replication_assets(
             also carries the ``dpone_fresh`` check, which judges the policy by the lag the run
             reports for it (``dpone/lag_seconds``), where Dagster judges it by materialization
             times.
+        reconcile: Check each run and report every table's ``dpone_reconciled`` check: every
+            key the run inserted, updated or deleted, exactly, and a rolling slice of the
+            table's key (so that every range is verified within ``sweep``'s bound), against the
+            source as of the applied position (a key a change committed after it is still in
+            the slot: left to the next run, and counted, ``dpone/changed_after_applied``); the
+            cost follows the run; any other difference fails the check naming its keys and
+            ranges. The check run alone, on whole tables, is
+            :func:`~dpone_dagster.dagster.jobs.replication_check_job`.
+        sweep: The rolling slice's per-run budget
+            (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
+            runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
         ``ledger``; run config :class:`ReplicationRunConfig`: ``resync``, ``adopt``), with a
-        ``dpone_slot_healthy`` check on every table (and ``dpone_fresh`` with a policy).
+        ``dpone_slot_healthy`` check on every table (and ``dpone_fresh`` with a policy, and
+        ``dpone_reconciled`` with ``reconcile``).
         Selecting some of its tables alone fails when the job is built, naming the op.
 
     Raises:
@@ -203,16 +246,7 @@ def replication_assets(
             )
             for s in specs
         ],
-        check_specs=[
-            dg.AssetCheckSpec(
-                SLOT_CHECK_NAME,
-                asset=s.key,
-                description=f"Slot {group.slot} is not lost or unreserved, and retains at most "
-                f"{retained_wal_warn_bytes} bytes of WAL.",
-            )
-            for s in specs
-        ]
-        + ([] if policy is None else [freshness_check_spec(s.key) for s in specs]),
+        check_specs=_check_specs(specs, group.slot, retained_wal_warn_bytes, policy, reconcile),
         can_subset=False,  # one slot feeds every table: a subset would split transactions
         pool=pool,
         op_tags=op_tags,
@@ -229,7 +263,7 @@ def replication_assets(
             context, target=target, ledger=ledger, deletes=group.deletes,
             schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
-            adopt=config.adopt,
+            adopt=config.adopt, reconcile=reconcile, sweep=sweep,
         )  # fmt: skip
 
     return _replication

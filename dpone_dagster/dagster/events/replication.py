@@ -7,9 +7,12 @@ LSN at its start, within the per-run budget, and applies the changes in commit o
 one ``MaterializeResult`` per table (its changes by kind; the group's transactions, lag and slot
 as numbers the UI plots) and, per table, the ``dpone_slot_healthy`` check and, for a group with a
 freshness policy, the ``dpone_fresh`` check judging it by the table's lag
-(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`). A lost slot yields
-the failed checks, then fails the run with ``replication_slot_lost``, whose next action is the
-resync.
+(:func:`~dpone_dagster.dagster.metadata.freshness.stream_freshness`), and, when the group is
+reconciled, the ``dpone_reconciled`` check of each table (the keys the run applied and a slice of
+the rolling sweep, :mod:`dpone_dagster.replication.verify`). The check alone, on whole tables, is
+:func:`~dpone_dagster.dagster.jobs.replication_check_job` (the multi-asset is not
+subsettable). A lost slot yields the failed checks, then fails the run with
+``replication_slot_lost``, whose next action is the resync.
 """
 
 from collections.abc import Iterator, Mapping
@@ -20,8 +23,14 @@ import dagster as dg
 import psycopg
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.core.verification import Verification
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.receipts import log_schema_changes
+from dpone_dagster.dagster.metadata.receipts import (
+    CHECK_NAME,
+    log_schema_changes,
+    verification_check,
+)
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
     replication_metadata,
@@ -32,6 +41,7 @@ from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
+from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
@@ -104,6 +114,42 @@ def _subset_refused(context: dg.AssetExecutionContext, group: GroupSpecs) -> Dpo
     )
 
 
+_UNCHECKED = (
+    "The run stopped at max_changes_per_run (dpone/budget_reached): its keys stay recorded and "
+    "are checked by the first run that drains the slot."
+)
+"""The ``dpone_reconciled`` description of a run stopped by its budget (not verified)."""
+_KEYLESS = "The table has no primary key: the check compares rows by key, so it is not checked."
+"""The ``dpone_reconciled`` description of a table without a primary key (not verified)."""
+
+
+def group_engine(
+    group: GroupSpecs,
+    *,
+    source: "PostgresSourceResource",
+    target: "PostgresTargetResource",
+    ledger: "LedgerResource",
+    deletes: Deletes,
+    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
+    max_changes_per_run: int | None = None,
+    **engine: Any,
+) -> Replication:
+    """The engine of the group the specs name, on the resources' databases (``engine``: the
+    other options of :class:`~dpone_dagster.replication.Replication`)."""
+    spec = ReplicationGroup(
+        tables=tuple(s.source_table for s in group.tables.values()),
+        slot=group.slot,
+        publication=group.publication,
+        deletes=deletes,
+        schema_changes=schema_changes,
+        max_changes_per_run=max_changes_per_run,
+    )
+    return Replication(
+        spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
+        options=source.options, target_options=target.options, **engine,
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ReplicationEvents:
     """The events of one run of a replication group: iterating them runs it.
@@ -123,6 +169,8 @@ class ReplicationEvents:
     retained_wal_warn_bytes: int
     resync: bool = False
     adopt: bool = False
+    reconcile: bool = False
+    sweep: Sweep | None = None
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -156,22 +204,30 @@ class ReplicationEvents:
                 "no longer sends its changes; its target table is kept as it is."
             )
         yield from self._checks(group, report.slot)
+        unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
+        yield from self._verifications(group, report.checks, unchecked)
         yield from self._materializations(group, report)
+
+    def _reconciled(self, group: GroupSpecs) -> list[dg.AssetKey]:
+        """The tables whose ``dpone_reconciled`` check this run reports."""
+        selected = self.context.selected_asset_check_keys
+        return [k for k in group.tables if dg.AssetCheckKey(k, CHECK_NAME) in selected]
+
+    def _verifications(
+        self, group: GroupSpecs, checks: Mapping[TableName, Verification], missing: str
+    ) -> Iterator[ReplicationEvent]:
+        """``dpone_reconciled`` of every table that declares it (``missing``: the description
+        of a table without a verification)."""
+        for key in self._reconciled(group):
+            yield verification_check(key, checks.get(group.tables[key].source_table), missing)
 
     def _engine(self, group: GroupSpecs) -> Replication:
         """The group's engine, with the factory's settings."""
-        spec = ReplicationGroup(
-            tables=tuple(s.source_table for s in group.tables.values()),
-            slot=group.slot,
-            publication=group.publication,
-            deletes=self.deletes,
-            schema_changes=self.schema_changes,
-            max_changes_per_run=self.max_changes_per_run,
-        )
-        return Replication(
-            spec, source=self.source.dsn, target=self.target.dsn,
-            ledger=self.ledger.config(self.target), options=self.source.options,
-            target_options=self.target.options, adopt=self.adopt, resync=self.resync,
+        return group_engine(
+            group, source=self.source, target=self.target, ledger=self.ledger,
+            deletes=self.deletes, schema_changes=self.schema_changes,
+            max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
+            reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
         )  # fmt: skip
 
     def _resync_action(self) -> str:

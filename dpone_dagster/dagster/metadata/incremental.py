@@ -97,6 +97,12 @@ def verification_check(
         )  # fmt: skip
     guarantee, scope = "equal_at_or_below_mark", {}
     description = "Every source row at or below the mark is in the target, equal"
+    later = dict(DponeMetadataSet(changed_since_mark=check.changed_since_mark))
+    if check.applied_lsn is not None:  # a replicated table: proved at the applied position
+        guarantee = "equal_at_applied_lsn"
+        description = f"Every source row is in the target, equal, as of {check.applied_lsn}"
+        later = dict(DponeMetadataSet(applied_lsn=check.applied_lsn,
+                                      changed_after_applied=check.changed_since_mark))  # fmt: skip
     if check.scope == "run":
         guarantee = stream_guarantee(check)
         description = f"{guarantee}: every key of the run, and {check.ranges_checked} of " \
@@ -121,7 +127,6 @@ def verification_check(
                 proved_at=timestamp_value(check.proved_at),
                 keys_compared=check.keys_compared,
                 ranges_differing=check.ranges_differing,
-                changed_since_mark=check.changed_since_mark,
                 deleted_kept=check.deleted_kept,
                 unexplained=check.unexplained,
                 examples=dg.MetadataValue.json([list(k) for k in check.examples]),
@@ -131,16 +136,21 @@ def verification_check(
                 repaired_ranges=_ranges(check.repaired_ranges),
             )
         )
+        | later
         | scope,
     )
 
 
 def _verdict_words(check: Verification) -> str:
+    left = ""
+    if check.applied_lsn is not None and check.changed_since_mark:
+        left = f"; {check.changed_since_mark} key(s) changed after the applied position: left " \
+            "to the next run"  # fmt: skip
     if not check.ok:
-        return f": {check.unexplained} row(s) are not."
+        return f": {check.unexplained} row(s) are not{left}."
     if check.repaired_keys:
         return f" ({check.repaired_keys} key(s) that differed were repaired from the source)."
-    return "."
+    return f"{left}."
 
 
 KeyRanges = tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...]

@@ -241,7 +241,8 @@ class DponeMetadataSet(NamespacedMetadataSet):
     rows_truncated: int | None = None
     """Times the run emptied the table because the source truncated it (replication)."""
     applied_lsn: str | None = None
-    """Commit LSN of the newest source transaction the target holds, ``X/Y`` (replication)."""
+    """Commit LSN of the newest source transaction the target holds, ``X/Y`` (replication; on
+    its check: the position the check proved the target at)."""
     upto_lsn: str | None = None
     """The source's LSN when the run started: the run applies nothing committed after it
     (replication)."""
@@ -334,6 +335,10 @@ class DponeMetadataSet(NamespacedMetadataSet):
     changed_since_mark: int | None = None
     """Rows that differ because the source changed them after the mark (check of a
     stream)."""
+    changed_after_applied: int | None = None
+    """Keys that differ because a change to them committed after the applied position
+    (``dpone/applied_lsn``): still in the slot, left to the next run (check of a replicated
+    table)."""
     deleted_kept: int | None = None
     """Target rows whose key the source lost, kept under ``deletes="ignore"`` (check of a
     stream)."""
@@ -346,8 +351,8 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both whole
     tables) (check of a stream)."""
     keys_checked: int | None = None
-    """The run's keys verified exactly: source rows in the run's cursor range (check of a
-    stream, ``run``)."""
+    """The run's keys verified exactly: source rows in the run's cursor range, or the keys the
+    replication runs applied since the last check (check of a stream, ``run``)."""
     ranges_checked: int | None = None
     """Key ranges of the rolling sweep verified by this run (check of a stream, ``run``)."""
     ranges_total: int | None = None

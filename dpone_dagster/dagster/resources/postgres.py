@@ -312,6 +312,8 @@ class PostgresSourceResource(PostgresResource):
         retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES,
         resync: bool = False,
         adopt: bool = False,
+        reconcile: bool = True,
+        sweep: Sweep | None = None,
     ) -> ReplicationEvents:
         """Runs the multi-asset's replication group once.
 
@@ -321,7 +323,8 @@ class PostgresSourceResource(PostgresResource):
         selected. The first run (or a resync) creates the publication and the slot and copies
         the tables under the slot's snapshot; every run applies the changes committed up to the
         source's LSN at its start, in commit order, then yields each table's
-        ``dpone_slot_healthy`` check (when declared) and its materialization.
+        ``dpone_slot_healthy`` and ``dpone_reconciled`` checks (when declared) and its
+        materialization.
 
         Args:
             context: The multi-asset's execution context.
@@ -336,6 +339,10 @@ class PostgresSourceResource(PostgresResource):
                 from ``replication_slot_lost``).
             adopt: Let the first run take over targets filled by another dpone asset, after a
                 check.
+            reconcile: Check the run and report ``dpone_reconciled`` (when declared): every key
+                it applied and a rolling slice of each table's key, against the source; see
+                :func:`~dpone_dagster.replication_assets`.
+            sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
 
         Returns:
             The run's events; iterating them runs it.
@@ -359,6 +366,7 @@ class PostgresSourceResource(PostgresResource):
             deletes=Deletes.parse(deletes), schema_changes=SchemaChanges.parse(schema_changes),
             max_changes_per_run=max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=resync, adopt=adopt,
+            reconcile=reconcile, sweep=sweep,
         )  # fmt: skip
 
     def drop_replication(

@@ -1,0 +1,358 @@
+"""The replication group's check (``dpone_reconciled``): every key the run applied, exactly, and a
+rolling slice of each table's key, on the stream check's own pieces (:mod:`dpone_dagster.core.
+sweep`, the one digest, the one drill-down compare).
+
+The target holds the source as of the group's applied position ``L`` (the commit LSN of the last
+source transaction applied); the source has moved on since. The check reads the source in one
+snapshot, taken with the WAL position ``S`` it covers, and the target under the group's lock (no
+run applies meanwhile):
+
+1. **The run's keys.** Each target transaction records the keys its net effect touched (the
+   apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows.
+   The check reads them back in chunks of :data:`KEYS_CHUNK` with the target's row hash of each
+   (a key the target no longer holds hashes to nothing), and the source returns only the keys
+   whose row differs (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
+   held in Python: a chunk at a time. Checked keys are then removed (those that differ for no
+   known reason stay, so the next check fails on them again until they agree).
+2. **The rolling slice** (:func:`~dpone_dagster.core.sweep.sweep_slices`) of each table, its
+   position in the ledger's ``replication_sweeps`` (``<slot>:<schema.table>``).
+
+A key whose source row differs from the target's is a real difference only if no change to it
+arrived after ``L``: those changes are still in the slot (it is advanced only to ``L``), so the
+slot is peeked from ``L`` up to ``S`` (:class:`SlotChanges`) for the keys concerned; a key a
+transaction committed after ``L`` inserted, updated, deleted (or a ``TRUNCATE`` of its table)
+is counted as changed after the applied position, left to the next run. Every other difference
+fails the check, naming its keys and the sweep's ranges.
+
+The check run alone (:func:`verify_group` with ``full``) compares both whole tables with the
+same rule, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import IsolationLevel, sql
+from psycopg._encodings import pg2pyenc
+
+from dpone_dagster.core.keyed import KeyedTables, differing_keys
+from dpone_dagster.core.ledger_schema import LedgerTables
+from dpone_dagster.core.sessions import transaction
+from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
+from dpone_dagster.core.verification import Verification
+from dpone_dagster.postgres.catalog import table_catalog
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.reconcile.compare import Comparison, Key, compare
+from dpone_dagster.reconcile.digest import row_hash
+
+from .apply import NetHook
+from .changes import Begin, Delete, Insert, Lsn, Relation, Row, Truncate, Update, lsn_text
+from .plan import ReplicationGroup
+from .reader import read_changes
+from .state import GroupLedger
+
+KEYS_CHUNK = 10_000
+"""Keys of the run read, looked up on the source and compared per round trip."""
+
+
+def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
+    """The hook that records, in the target transaction, the keys of each net effect applied
+    (a changed key's old key too: it is staged as a delete)."""
+
+    def record(conn: Connection, plan: TablePlan, net: TableName) -> None:
+        if not plan.target_key:
+            return  # a table without a primary key is not checked by key
+        keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
+                                  for k in plan.target_key)  # fmt: skip
+        insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
+        conn.execute(
+            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(keys, net.ident),
+            (slot, plan.source.qualified),
+        )
+
+    return record
+
+
+class SlotChanges:
+    """The keys the slot holds changes to after the applied position (see the module).
+
+    Args:
+        control: An idle source session that may read the slot.
+        group: The group (its slot and publication).
+        applied: The applied position ``L``: transactions that committed at or before it are
+            the target's already.
+        upto: The check's WAL position ``S`` (its source snapshot's).
+        encoding: The source database's encoding (the slot's values are in it).
+    """
+
+    def __init__(
+        self, control: Connection, group: ReplicationGroup, applied: Lsn, upto: Lsn, encoding: str
+    ) -> None:
+        self.control, self.group = control, group
+        self.applied, self.upto = applied, upto
+        self.codec = pg2pyenc(encoding.encode())
+        self.peeks = 0
+
+    def changed(self, table: TableName, key: Sequence[str], keys: Sequence[Key]) -> set[Key]:
+        """Of ``keys`` of ``table``, those a transaction committed after the applied position
+        (and by the check's snapshot) inserted, updated or deleted (every one, after a
+        ``TRUNCATE`` of the table)."""
+        wanted = set(keys)
+        if not wanted:
+            return set()
+        self.peeks += 1
+        found: set[Key] = set()
+        positions: dict[int, list[int]] = {}
+        after = False
+        truncated = False
+        changes = read_changes(self.control, slot=self.group.slot,
+                               publication=self.group.publication, upto_lsn=self.upto,
+                               max_changes=None)  # fmt: skip
+        for _, message in changes:  # read to its end: the peek's transaction ends with it
+            if isinstance(message, Begin):
+                after = message.final_lsn > self.applied
+            elif isinstance(message, Relation):
+                if (message.schema, message.name) == (table.schema, table.name):
+                    names = [c.name for c in message.columns]
+                    positions[message.oid] = [names.index(k) for k in key]
+            elif not after or truncated:
+                continue
+            elif isinstance(message, Truncate):
+                truncated = any(oid in positions for oid in message.relations)
+            elif isinstance(message, (Insert, Update, Delete)):
+                where = positions.get(message.relation)
+                if where is None:
+                    continue  # another table's change
+                for row in _rows(message):
+                    named = self._key(row, where)
+                    if named is not None and named in wanted:
+                        found.add(named)
+        if truncated:
+            return wanted
+        return found
+
+    def _key(self, row: Row, where: list[int]) -> Key | None:
+        values = [row[i] for i in where]
+        if not all(isinstance(v, bytes) for v in values):
+            return None  # NULL or unchanged: not a key this row names
+        return tuple(v.decode(self.codec) for v in values)  # type: ignore[union-attr]
+
+
+def _rows(message: Insert | Update | Delete) -> list[Row]:
+    if isinstance(message, Insert):
+        return [message.new]
+    if isinstance(message, Delete):
+        return [message.old]
+    return [message.new] if message.old is None else [message.new, message.old]
+
+
+@dataclass(frozen=True)
+class _Table:
+    """One table of the group being checked."""
+
+    tables: KeyedTables
+    stream_id: str
+    later: Later
+
+
+def _keyed(
+    src: Connection, tgt: Connection, table: TableName, soft: str | None
+) -> KeyedTables | None:
+    """The table's compared columns: the source's (generated ones left out) that the target
+    has, the source's key, and the target's soft-delete column (``soft``, once it exists);
+    ``None`` for a table without a primary key (not checked by key)."""
+    found = table_catalog(src, table)
+    if not found.key:
+        return None
+    have = {
+        str(r[0])
+        for r in tgt.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = CAST(%s AS regclass)"
+            " AND attnum > 0 AND NOT attisdropped",
+            (table.ident.as_string(tgt),),
+        )
+    }
+    columns = tuple(c for c in found.columns if not c.generated and c.name in have)
+    by_name = {c.name: c for c in found.columns}
+    marked = soft if soft in have else None  # added with the first delete: until then, none
+    return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), marked)
+
+
+def _run_keys(
+    src: Connection, tgt: Connection, keys: sql.Identifier, table: _Table, slot: str
+) -> tuple[int, list[Key]]:
+    """The keys the runs applied since the last check, and those whose source row differs."""
+    t = table.tables
+    h = row_hash(src, t.columns)
+    on = sql.SQL(" AND ").join(
+        sql.SQL("t.{} = CAST(k.key[{}] AS {})").format(c.ident, sql.Literal(i + 1),
+                                                       sql.SQL(c.type_sql))
+        for i, c in enumerate(t.key)
+    )  # fmt: skip
+    query = sql.SQL(
+        "SELECT k.key, r.h FROM (SELECT DISTINCT key FROM {keys} WHERE slot = %s"
+        " AND source_table = %s) AS k LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t"
+        " WHERE {on} AND {live} LIMIT 1) AS r ON true"
+    ).format(keys=keys, h=h, t=t.target.ident, on=on, live=t.live())
+    checked = 0
+    differing: list[Key] = []
+    with tgt.cursor("dpone_replication_keys") as cursor:
+        cursor.execute(query, (slot, t.source.qualified))
+        while chunk := cursor.fetchmany(KEYS_CHUNK):
+            checked += len(chunk)
+            columns = [[r[0][i] for r in chunk] for i in range(len(t.key))]
+            hashes = [None if r[1] is None else int(r[1]) for r in chunk]
+            differing += differing_keys(src, t.source, t.key, sql.SQL("true"), h, columns,
+                                        hashes)  # fmt: skip
+    return checked, differing
+
+
+def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
+          kept: list[Key]) -> None:  # fmt: skip
+    """Empties the table's recorded keys, but for ``kept`` (verified again by the next check)."""
+    tgt.execute(
+        sql.SQL("DELETE FROM {} WHERE slot = %s AND source_table = %s").format(keys),
+        (slot, table.source.qualified),
+    )
+    if not kept:
+        return
+    names = [sql.Identifier(f"k{i}") for i in range(len(table.key))]
+    tgt.execute(
+        sql.SQL("INSERT INTO {} (slot, source_table, key) SELECT %s, %s, ARRAY[{}] FROM"
+                " unnest({}) AS u({})").format(
+            keys, sql.SQL(", ").join(sql.SQL("u.{}").format(n) for n in names),
+            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in names), sql.SQL(", ").join(names),
+        ),
+        (slot, table.source.qualified, *([k[i] for k in kept] for i in range(len(names)))),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a group's check runs with.
+
+    Attributes:
+        group: The group.
+        ledger: The group's ledger (its lock, its applied position, its check's tables).
+        sweep: The rolling slice's budget.
+    """
+
+    group: ReplicationGroup
+    ledger: GroupLedger
+    sweep: Sweep
+
+
+def verify_group(
+    src: Connection, tgt: Connection, control: Connection, how: CheckContext, *, full: bool
+) -> Mapping[TableName, Verification]:
+    """Checks every table of the group (see the module); ``full``: both whole tables, writing
+    nothing (the check run alone).
+
+    Args:
+        src: An idle source session (the check's snapshot is taken in it).
+        tgt: An idle target session (the check's transaction, under the group's lock).
+        control: An idle source session that may read the slot (the peeks).
+        how: The group, its ledger and the sweep's budget.
+        full: Compare both whole tables instead of the run's keys and a slice.
+
+    Returns:
+        Each table's verification (none before the group's initial copy completed, none for a
+        table without a primary key).
+    """
+    group, ledger = how.group, how.ledger
+    encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
+    checks: dict[TableName, Verification] = {}
+    with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+        ledger.lock(tgt, group.slot)
+        state = ledger.fetch(tgt, group.slot)
+        if state is None or state.phase != "streaming" or state.applied_lsn is None:
+            return checks
+        applied = state.applied_lsn
+        with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+            # The snapshot is taken by this statement, before the position is read: every
+            # transaction it sees committed before that position.
+            row = src.execute(
+                "SELECT statement_timestamp(), (pg_current_wal_insert_lsn() - '0/0')::int8"
+            ).fetchone()
+            assert row is not None
+            at, upto = row[0], int(row[1])
+            slot = SlotChanges(control, group, applied, upto, encoding)
+            for name in group.tables:
+                keyed = _keyed(src, tgt, name, group.soft_column)
+                if keyed is None:
+                    continue
+                later = _later(slot, keyed)
+                table = _Table(keyed, f"{group.slot}:{name.qualified}", later)
+                checks[name] = (
+                    _full(src, tgt, table, at, applied)
+                    if full
+                    else _by_run(src, tgt, table, how, at, applied)
+                )
+    return checks
+
+
+def _later(slot: SlotChanges, keyed: KeyedTables) -> Later:
+    names = [k.name for k in keyed.key]
+    return lambda keys: slot.changed(keyed.source, names, keys)
+
+
+def _full(
+    src: Connection, tgt: Connection, table: _Table, at: datetime, applied: Lsn
+) -> Verification:
+    """Both whole tables compared (the one drill-down compare)."""
+    found = compare(*table.tables.sides(src, tgt, rows=True))
+    d = classify(found, table.later, gone_allowed=False)
+    return Verification(
+        ok=not d.unexplained, keys_compared=found.keys_compared,
+        ranges_differing=found.ranges_differing, changed_since_mark=d.later, deleted_kept=0,
+        unexplained=len(d.unexplained), examples=d.unexplained[:20], proved_at=at,
+        applied_lsn=lsn_text(applied),
+    )  # fmt: skip
+
+
+def _by_run(
+    src: Connection, tgt: Connection, table: _Table, how: CheckContext, at: datetime,
+    applied: Lsn,
+) -> Verification:  # fmt: skip
+    """The run's keys and this run's slice of the sweep; the sweep's position and the keys left
+    to verify again are written in the check's transaction."""
+    tables = how.ledger.store.tables
+    keys = tables.replication_keys
+    checked, differing = _run_keys(src, tgt, keys, table, how.group.slot)
+    own = classify(_as_comparison(differing), table.later, gone_allowed=False)
+    sweeps = SweepLedger(how.ledger.store, tables.replication_sweeps)
+    position = sweeps.fetch(tgt, table.stream_id)
+    swept = sweep_slices(src, tgt, table.tables, position, how.sweep, later=table.later, at=at,
+                         gone_allowed=False)  # fmt: skip
+    sweeps.save(tgt, swept.position)
+    _keep(tgt, keys, how.group.slot, table.tables, list(own.unexplained))
+    unexplained = sorted({*own.unexplained, *swept.found.unexplained})
+    pos = swept.position
+    return Verification(
+        ok=not unexplained, keys_compared=2 * checked + swept.keys_compared,
+        ranges_differing=0, changed_since_mark=own.later + swept.found.later, deleted_kept=0,
+        unexplained=len(unexplained), examples=tuple(unexplained[:20]), scope="run",
+        keys_checked=checked, ranges_checked=swept.ranges, ranges_total=swept.ranges_total,
+        rows_swept=swept.rows, sweep_started_at=pos.started_at, swept_at=pos.last_full_at,
+        swept_from=pos.last_full_started_at, proved_at=at, differing_ranges=swept.differing,
+        applied_lsn=lsn_text(applied),
+    )  # fmt: skip
+
+
+def _as_comparison(differing: list[Key]) -> Comparison:
+    """The run's differing keys, as a comparison (they differ both ways: missing, extra or
+    changed are one to the classification)."""
+    return Comparison(differing=dict.fromkeys(differing, ""))
+
+
+__all__ = [
+    "KEYS_CHUNK",
+    "CheckContext",
+    "SlotChanges",
+    "key_recorder",
+    "verify_group",
+]
