@@ -27,7 +27,19 @@ COPY), one after the other:
   rows, rows))`` for its one partition, with the factory's default options
   (``BACKFILL_BATCH_SIZE`` rows per batch) and its default ``dpone_reconciled`` check, timed
   around ``materialize`` after a warm-up materialization of a trivial asset (the process has
-  loaded Dagster, as a run worker has).
+  loaded Dagster, as a run worker has);
+* what a run worker pays, in a fresh ``python`` process: it imports Dagster and the package,
+  builds the ``Definitions`` of that asset and its resources and executes their asset job for
+  the one partition; timed from the process's start to its exit (``bench/materialize.py``).
+
+Beside each ratio it prints the raw pipe's median seconds and its spread over the pipe runs
+around that path; a ratio whose pipe runs spread over 15% (``--max-spread``) is printed as
+``refused``, with why (``bench/pipe.py``). Per batch, it prints where the time goes beyond the
+relay, from the engine's own phase calls (``on_phase``): before the copy (the run's lock, the
+run and receipt read in the ledger, the batch's snapshot, its bounds and the column check), the
+copy (the relay with its content hash, the target's count and row-version evidence), the
+commit (the receipt and the run written, COMMIT), and what hashing the batch's bytes alone
+costs (SHA-256 of as many bytes, in the relay's 64 KiB writes).
 
 Then, once, the seed's row-by-row approach (select as JSON, look up, ``jsonb_populate_record``
 insert) on 20,000 rows.
@@ -36,10 +48,10 @@ insert) on 20,000 rows.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,14 +62,15 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from bench import result_file  # noqa: E402
+from bench import pipe, result_file  # noqa: E402
+from bench.backfill_report import Summary, phase_lines, phase_ms, print_round  # noqa: E402
 from dpone_dagster.backfill import (  # noqa: E402
     Backfill,
     BackfillRun,
     BatchReceipt,
     RunLedger,
 )
-from dpone_dagster.postgres import BACKFILL_BATCH_SIZE  # noqa: E402
+from dpone_dagster.postgres.copy import RELAY_WRITE  # noqa: E402
 from dpone_dagster.reconcile import Proof  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
@@ -91,14 +104,54 @@ class TimedLedger(RunLedger):
         super().record_batch(conn, before, after, receipt)
 
 
+PHASE_AFTER = {"copy": "before copy", "commit": "copy", "committed": "commit"}
+"""The phase each of the engine's phase calls ends."""
+
+
+class BatchPhases:
+    """Seconds spent in each phase of the batches, summed, from the engine's ``on_phase`` calls
+    (a phase runs from the previous call, or from :meth:`start`, to the one that ends it)."""
+
+    def __init__(self) -> None:
+        self.mark = time.perf_counter()
+        self.seconds = dict.fromkeys(PHASE_AFTER.values(), 0.0)
+
+    def start(self) -> None:
+        """The first batch starts now."""
+        self.mark = time.perf_counter()
+
+    def on_phase(self, phase: str) -> None:
+        """Ends the phase that ``phase`` closes."""
+        now = time.perf_counter()
+        self.seconds[PHASE_AFTER[phase]] += now - self.mark
+        self.mark = now
+
+
+def sha256_seconds(size: int) -> float:
+    """Seconds SHA-256 takes over ``size`` bytes fed in the relay's writes (a batch's content
+    hash costs this much of its copy)."""
+    chunk, digest = os.urandom(RELAY_WRITE), hashlib.sha256()
+    started = time.perf_counter()
+    for _ in range(-(-size // RELAY_WRITE)):
+        digest.update(chunk)
+    return time.perf_counter() - started
+
+
 def child(source: str, target: str, batch: int, rows: int) -> None:
     """Runs the backfill in this process and prints its timings as JSON."""
-    backfill = Backfill(source, target, "public.mixed", cursor="id", batch_size=batch)
+    phases = BatchPhases()
+    backfill = Backfill(
+        source, target, "public.mixed", cursor="id", batch_size=batch, on_phase=phases.on_phase
+    )
     ledger = TimedLedger(backfill.ledger.schema, [100_000, rows])
     backfill.ledger = ledger
     started = time.perf_counter()
+    backfill.plan()
+    plan_seconds = time.perf_counter() - started
+    phases.start()
     batches = sum(1 for _ in backfill.batches())
     copy_seconds = time.perf_counter() - started
+    moved = sum(r.observation.byte_count for r in backfill.receipts())
     started = time.perf_counter()
     report = backfill.reconcile()
     reconcile_seconds = time.perf_counter() - started
@@ -106,6 +159,7 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
     hashed = backfill.reconcile(row_versions=False)
     hash_seconds = time.perf_counter() - started
     backfill.close()
+    content_hash_seconds = sha256_seconds(moved)
     print(
         json.dumps(
             {
@@ -116,6 +170,9 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
                 "proven": report.proven_by(Proof.ROW_VERSIONS),
                 "ranges": len(report.ranges),
                 "hash_seconds": hash_seconds,
+                "plan_seconds": plan_seconds,
+                "phases": {**phases.seconds, "commit": phases.seconds["commit"] - ledger.sampling},
+                "content_hash_seconds": content_hash_seconds,
                 "checkpoints": {
                     str(k): statistics.median(v[WARMUP:]) * 1000 for k, v in ledger.timings.items()
                 },
@@ -147,17 +204,34 @@ def child_dagster(source: str, target: str, rows: int) -> None:
     print(json.dumps({"seconds": seconds}))
 
 
-def raw_pipe(source: str, target: str) -> float:
-    """Seconds for psql COPY TO STDOUT binary | psql COPY FROM STDIN binary."""
-    out = "COPY public.mixed TO STDOUT (FORMAT binary)"
-    inp = "COPY public.mixed FROM STDIN (FORMAT binary)"
-    started = time.perf_counter()
-    subprocess.run(
-        f"psql -X -q -d '{source}' -c '{out}' | psql -X -q -d '{target}' -c '{inp}'",
-        shell=True,
-        check=True,  # our own DSNs; the shell pipe is the point
+def child_cold(source: str, target: str, rows: int) -> None:
+    """A run worker's run of the asset's one partition: imports Dagster and the package, builds
+    the Definitions and materializes (the parent times this whole process)."""
+    from bench.materialize import materialize_definitions
+    from dpone_dagster import (
+        LedgerResource,
+        PostgresSourceResource,
+        PostgresTargetResource,
+        backfill_asset,
+        cursor_range_partitions,
     )
-    return time.perf_counter() - started
+
+    asset = backfill_asset(
+        "public.mixed", cursor="id", partitions_def=cursor_range_partitions(0, rows, rows)
+    )
+    resources = {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+        "ledger": LedgerResource(),
+    }
+    materialize_definitions([asset], resources, partition_key=f"0..{rows}")
+    print(json.dumps({"rows": rows}))
+
+
+def raw_pipe(source: str, target: str) -> float:
+    """Seconds of the raw pipe into a fresh, empty target with the same primary key."""
+    fresh_target(target)
+    return pipe.psql_pipe(source, target, "public.mixed")
 
 
 def seed_row_by_row(source: str, target: str, rows: int, batch: int = 1000) -> float:
@@ -199,25 +273,48 @@ def fresh_target(dsn: str) -> None:
 
 def run_child(
     source: str, target: str, batch: int, rows: int, mode: str = "--child"
-) -> tuple[dict[str, Any], float]:
-    """The backfill (or, with ``--dagster``, its asset) in its own process: (its timings, its
-    peak RSS in MB)."""
-    proc = subprocess.Popen(
-        [sys.executable, __file__, mode, source, target, str(batch), str(rows)],
-        stdout=subprocess.PIPE,
-        text=True,
+) -> tuple[float, dict[str, Any], float]:
+    """The backfill (``--child``), its asset after a warm-up (``--dagster``) or its asset in a
+    cold process (``--cold``), in a process of its own from an empty target: (the process's
+    seconds from start to exit, its figures, its peak RSS in MB)."""
+    fresh_target(target)
+    return pipe.cold_process(
+        [sys.executable, __file__, mode, source, target, str(batch), str(rows)]
     )
-    assert proc.stdout is not None
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
-        raise SystemExit(f"backfill child failed: {output}")
-    return json.loads(output), usage.ru_maxrss / 1024
 
 
-def spread(values: list[float], fmt: str) -> str:
-    """``best / median`` of a measurement over the rounds (best is the highest)."""
-    return f"best {max(values):{fmt}}  median {statistics.median(values):{fmt}}"
+PATHS = ("backfill", "dagster", "cold")
+"""The measured paths of a round, in order, each between two raw-pipe runs."""
+
+
+def measure_round(
+    source: str, target: str, batch: int, rows: int, first: bool, pipes: list[float]
+) -> dict[str, Any]:
+    """One round: each path of :data:`PATHS`, each followed by a raw-pipe run (appended to
+    ``pipes``, whose last run precedes the round); the round's figures."""
+    _, stats, rss = run_child(source, target, batch, rows)
+    assert stats["reconciled"], "the reconciliation found differences"
+    if first:
+        src_print = pg.table_fingerprint(source, "public", "mixed")
+        assert src_print == pg.table_fingerprint(target, "public", "mixed")
+    pipes.append(raw_pipe(source, target))
+    _, dagster, dagster_rss = run_child(source, target, batch, rows, "--dagster")
+    pipes.append(raw_pipe(source, target))
+    cold, _, cold_rss = run_child(source, target, batch, rows, "--cold")
+    pipes.append(raw_pipe(source, target))
+    around = dict(zip(PATHS, (pipes[-4:-2], pipes[-3:-1], pipes[-2:]), strict=True))
+    raw = {k: statistics.mean(v) for k, v in around.items()}
+    copy, rec = stats["copy_seconds"], stats["reconcile_seconds"]
+    cp = list(stats["checkpoints"].items())
+    return {
+        "raw": raw["backfill"], "copy": copy, "reconcile": rec, "hash_all": stats["hash_seconds"],
+        "batches_ratio": raw["backfill"] / copy, "done_ratio": raw["backfill"] / (copy + rec),
+        "dagster": dagster["seconds"], "dagster_ratio": raw["dagster"] / dagster["seconds"],
+        "dagster_rss": dagster_rss, "cold": cold, "cold_ratio": raw["cold"] / cold,
+        "cold_rss": cold_rss, "cp_at": [int(cp[0][0]), int(cp[-1][0])], "cp_early": cp[0][1],
+        "cp_late": cp[-1][1], "cp_ratio": cp[-1][1] / cp[0][1], "rss": rss,
+        "pipes": around, "stats": stats,
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -226,8 +323,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=50_000)
     parser.add_argument("--seed-rows", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds")
-    parser.add_argument("--child", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
-    parser.add_argument("--dagster", nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
+    parser.add_argument(
+        "--max-spread", type=float, default=pipe.MAX_SPREAD,
+        help="largest spread of the pipe runs around a path for which its ratio is printed",
+    )  # fmt: skip
+    for mode in ("--child", "--dagster", "--cold"):
+        parser.add_argument(mode, nargs=4, metavar=("SOURCE", "TARGET", "BATCH", "ROWS"))
     parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     args = parser.parse_args()
     if args.child:
@@ -236,150 +337,46 @@ def main() -> None:
     if args.dagster:
         child_dagster(args.dagster[0], args.dagster[1], int(args.dagster[3]))
         return
+    if args.cold:
+        child_cold(args.cold[0], args.cold[1], int(args.cold[3]))
+        return
     rows = args.rows
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_dst")
     began = result_file.machine(target)
-    rounds: list[dict[str, float]] = []
+    rounds: list[dict[str, Any]] = []
     try:
         pg.create_mixed_table(source, rows=rows)
         pg.execute(source, "VACUUM ANALYZE public.mixed")
-        fresh_target(target)
-        after = raw_pipe(source, target)
+        # raw pipe, backfill, raw pipe, Dagster path, raw pipe, cold process, raw pipe...: each
+        # path is compared with the raw pipe right before and right after it (the machine's
+        # speed drifts).
+        pipes = [raw_pipe(source, target)]
         for n in range(args.repeat):
-            # raw pipe, backfill, raw pipe, Dagster path, raw pipe...: each path is compared
-            # with the raw pipe right before and right after it (the machine's speed drifts).
-            before = after
-            fresh_target(target)
-            stats, rss = run_child(source, target, args.batch, rows)
-            assert stats["reconciled"], "the reconciliation found differences"
-            if n == 0:
-                src_print = pg.table_fingerprint(source, "public", "mixed")
-                assert src_print == pg.table_fingerprint(target, "public", "mixed")
-            fresh_target(target)
-            between = raw_pipe(source, target)
-            fresh_target(target)
-            dagster, dagster_rss = run_child(source, target, args.batch, rows, "--dagster")
-            fresh_target(target)
-            after = raw_pipe(source, target)
-            raw, raw_dagster = (before + between) / 2, (between + after) / 2
-            copy, rec = stats["copy_seconds"], stats["reconcile_seconds"]
-            cp = list(stats["checkpoints"].items())
-            rounds.append(
-                {
-                    "raw": raw,
-                    "copy": copy,
-                    "reconcile": rec,
-                    "hash_all": stats["hash_seconds"],
-                    "batches_ratio": raw / copy,
-                    "done_ratio": raw / (copy + rec),
-                    "dagster": dagster["seconds"],
-                    "dagster_ratio": raw_dagster / dagster["seconds"],
-                    "dagster_rss": dagster_rss,
-                    "cp_early": cp[0][1],
-                    "cp_late": cp[-1][1],
-                    "cp_ratio": cp[-1][1] / cp[0][1],
-                    "rss": rss,
-                }
-            )
-            r = rounds[-1]
-            print(
-                f"round {n + 1}: raw pipe {raw:5.2f} s {rows / raw:9,.0f} rows/s | batches "
-                f"{copy:5.2f} s {r['batches_ratio']:.2f} | reconciliation {rec:5.2f} s ("
-                f"{stats['proven']}/{stats['ranges']} ranges by row versions; all hashed "
-                f"{stats['hash_seconds']:.2f} s) | to done "
-                f"{copy + rec:5.2f} s {r['done_ratio']:.2f} | dagster.materialize + check "
-                f"{r['dagster']:5.2f} s {r['dagster_ratio']:.2f} | checkpoint at {int(cp[0][0]):,} "
-                f"{cp[0][1]:.3f} ms, at {int(cp[-1][0]):,} {cp[-1][1]:.3f} ms "
-                f"({r['cp_ratio']:.2f}) | RSS {rss:.0f} MB",
-                flush=True,
-            )
-        fresh_target(target)
+            rounds.append(measure_round(source, target, args.batch, rows, n == 0, pipes))
+            print_round(n + 1, rounds[-1], rows)
         seed_rows = min(args.seed_rows, rows)
+        fresh_target(target)
         seed = seed_row_by_row(source, target, seed_rows)
     finally:
         pg.drop_database(source)
         pg.drop_database(target)
-
-    def col(key: str) -> list[float]:
-        return [r[key] for r in rounds]
-
-    raw_rates = [rows / r for r in col("raw")]
+    summary = Summary(rounds, rows, args.max_spread)
     print(f"\nrows {rows:,}, batch {args.batch:,}, {args.repeat} round(s); ratios are of the raw")
-    print("pipe's rows/s measured right before and after each path (best = highest ratio):")
-    print(f"raw binary COPY pipe        rows/s  {spread(raw_rates, '12,.0f')}")
-    print(f"backfill, batches only      ratio   {spread(col('batches_ratio'), '.2f')}")
-    rec = col("reconcile")
-    print(
-        f"reconciliation alone        s       best {min(rec):.2f}  median "
-        f"{statistics.median(rec):.2f}  ({rows / statistics.median(rec):,.0f} rows/s)"
-    )
-    hashed = col("hash_all")
-    print(
-        f"  every range hashed        s       best {min(hashed):.2f}  median "
-        f"{statistics.median(hashed):.2f}  (reconcile(row_versions=False), for contrast)"
-    )
-    print(f"backfill to done            ratio   {spread(col('done_ratio'), '.2f')}  (target 0.70)")
-    print(
-        f"dagster.materialize + check ratio   {spread(col('dagster_ratio'), '.2f')}  (target 0.75;"
-        f" the asset's one partition, defaults: {BACKFILL_BATCH_SIZE:,}-row batches;"
-        f" peak RSS {max(col('dagster_rss')):.0f} MB)"
-    )
-    print(
-        f"checkpoint write (median of {SAMPLES - WARMUP}) near 100k copied "
-        f"{statistics.median(col('cp_early')):.3f} ms, near {rows:,} "
-        f"{statistics.median(col('cp_late')):.3f} ms; ratio per round "
-        + ", ".join(f"{v:.2f}" for v in col("cp_ratio"))
-    )
-    print(f"backfill client peak RSS    MB      max {max(col('rss')):.0f}")
-    seed_rate = seed_rows / seed
-    print(
-        f"seed row-by-row ({seed_rows:,} rows) {seed:.2f} s, {seed_rate:,.0f} rows/s, "
-        f"{seed_rate / statistics.median(raw_rates):.3f} of the raw pipe"
-    )
+    print("pipe's time right before and after each path (best = highest ratio); beside each: the")
+    print(f"pipe's median seconds and spread over those runs (its {len(pipes)} runs spread "
+          f"{pipe.spread(pipes):.0%}):")  # fmt: skip
+    print("\n".join(summary.lines(seed_rows / seed)))
+    print("\n".join(phase_lines(rounds)))
+    for path in PATHS:
+        why = pipe.refusal(path, summary.pipes(path), args.max_spread)
+        if why is not None:
+            print(why)
     if args.json:
         result_file.write(
-            args.json, "backfill", began, _table(rounds, rows, seed_rate / statistics.median(
-                raw_rates)), table_rows=rows, batch=args.batch, repeat=args.repeat,
+            args.json, "backfill", began, summary.table(seed_rows / seed), table_rows=rows,
+            batch=args.batch, repeat=args.repeat, raw_pipe_spread=f"{pipe.spread(pipes):.0%}",
+            max_spread=f"{args.max_spread:.0%}", batch_phases_ms=phase_ms(rounds),
         )  # fmt: skip
-
-
-def _table(rounds: list[dict[str, float]], rows: int, seed_share: float) -> list[dict[str, Any]]:
-    """The printed figures as the result table's rows (``--json``): best and median over the
-    rounds (best: the highest ratio, the lowest time)."""
-
-    def col(key: str) -> list[float]:
-        return [r[key] for r in rounds]
-
-    def ratio(key: str, target: str = "") -> dict[str, Any]:
-        values = col(key)
-        return {"best": f"{max(values):.2f}", "median": f"{statistics.median(values):.2f}",
-                "target": target}  # fmt: skip
-
-    def seconds(key: str) -> dict[str, Any]:
-        values = col(key)
-        return {"best": f"{min(values):.2f} s", "median": f"{statistics.median(values):.2f} s",
-                "target": ""}  # fmt: skip
-
-    rates = [rows / r for r in col("raw")]
-    return [
-        {"measure": "raw binary COPY pipe (rows/s)", "best": f"{max(rates):,.0f}",
-         "median": f"{statistics.median(rates):,.0f}", "target": ""},
-        {"measure": "backfill batches, of the raw pipe's rows/s", **ratio("batches_ratio")},
-        {"measure": "final reconciliation", **seconds("reconcile")},
-        {"measure": "the same, every range hashed", **seconds("hash_all")},
-        {"measure": "to done (batches + reconciliation)", **ratio("done_ratio", "0.70")},
-        {"measure": "dagster.materialize of the asset, with its check",
-         **ratio("dagster_ratio", "0.75")},
-        {"measure": "one checkpoint early / late (ms)",
-         "best": f"{statistics.median(col('cp_early')):.3f} / "
-                 f"{statistics.median(col('cp_late')):.3f}",
-         "median": f"ratio {statistics.median(col('cp_ratio')):.2f}", "target": ""},
-        {"measure": "client peak RSS; the Dagster process (MB)",
-         "best": f"{max(col('rss')):.0f}; {max(col('dagster_rss')):.0f}", "median": "",
-         "target": ""},
-        {"measure": "seed row-by-row, of the raw pipe", "best": f"{seed_share:.3f}",
-         "median": "", "target": ""},
-    ]  # fmt: skip
 
 
 if __name__ == "__main__":

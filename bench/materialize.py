@@ -1,7 +1,10 @@
-"""What the benchmarks time of a Dagster run: one ``dagster.materialize`` in this process.
+"""What the benchmarks time of a Dagster run: a warm ``dagster.materialize``, or a cold process.
 
-A warm-up materialization of a trivial asset comes first, so the figure leaves out what a run
-worker has loaded before its first step (Dagster's imports, its instance).
+:func:`timed_materialize` runs a warm-up materialization of a trivial asset first, so its figure
+leaves out what a run worker has loaded before its first step (Dagster's imports, its instance).
+:func:`materialize_definitions` is what a cold process runs (``bench/pipe.py``'s
+:func:`~bench.pipe.cold_process` times the whole process): it builds the ``Definitions`` and
+executes their asset job, as a run worker does after importing Dagster and the code location.
 """
 
 from __future__ import annotations
@@ -9,6 +12,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+
+def _passed(result: Any) -> Any:
+    """The result of a materialization that succeeded with every check passing.
+
+    Raises:
+        SystemExit: the materialization failed or one of its checks did not pass.
+    """
+    checks = result.get_asset_check_evaluations()
+    if not result.success or not all(c.passed for c in checks):
+        raise SystemExit(f"the materialization failed or its check did not pass: {checks}")
+    return result
 
 
 def timed_materialize(
@@ -29,7 +44,20 @@ def timed_materialize(
     started = time.perf_counter()
     result = dg.materialize(list(assets), resources=dict(resources), **kwargs)
     seconds = time.perf_counter() - started
-    checks = result.get_asset_check_evaluations()
-    if not result.success or not all(c.passed for c in checks):
-        raise SystemExit(f"the materialization failed or its check did not pass: {checks}")
-    return seconds, result
+    return seconds, _passed(result)
+
+
+def materialize_definitions(
+    assets: Sequence[Any], resources: Mapping[str, Any], **kwargs: Any
+) -> Any:
+    """Builds ``Definitions(assets, resources)`` and executes their asset job in this process
+    (``execute_in_process(**kwargs)``, an ephemeral instance): a cold run worker's whole run.
+
+    Raises:
+        SystemExit: the materialization failed or one of its checks did not pass.
+    """
+    import dagster as dg
+
+    defs = dg.Definitions(assets=list(assets), resources=dict(resources))
+    job = defs.resolve_implicit_global_asset_job_def()
+    return _passed(job.execute_in_process(**kwargs))

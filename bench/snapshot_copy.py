@@ -10,17 +10,24 @@ source database and an indexed copy of its shape in a fresh target database, the
 - what a Dagster user runs: ``dagster.materialize`` of ``snapshot_copy_assets(["public.mixed"],
   strategy=...)`` with its default options and its default ``dpone_reconciled`` check, timed
   around the ``materialize`` call after a warm-up materialization of a trivial asset (the child
-  process has loaded Dagster, as a run worker has).
+  process has loaded Dagster, as a run worker has);
+- what a run worker pays (``cold:`` rows): a fresh ``python`` process that imports Dagster and
+  the package, builds the ``Definitions`` of that asset and its resources and executes their
+  asset job, timed from the process's start to its exit (``bench/materialize.py``).
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
 this machine's speed drifts, and a baseline measured minutes earlier would blur the ratio. It
-prints rows/s, the best and the median ratio of ``--repeat`` rounds, and the client's peak RSS.
+prints rows/s, the best and the median ratio of ``--repeat`` rounds, the client's peak RSS and,
+beside the ratios, the raw pipe's median seconds and spread over the runs around that row's
+runs; a row whose pipe runs spread over 15% (``--max-spread``) prints ``refused`` instead of its
+ratios, and says why below the table (``bench/pipe.py``).
 
 Run from the repository root::
 
     .venv/bin/python bench/snapshot_copy.py                 # 1M rows, every strategy
     .venv/bin/python bench/snapshot_copy.py --rows 3000000  # memory must stay flat
+    .venv/bin/python bench/snapshot_copy.py --strategies batched_copy cold:batched_copy
 """
 
 from __future__ import annotations
@@ -33,13 +40,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from psycopg import conninfo  # noqa: E402
-
-from bench import result_file  # noqa: E402
+from bench import pipe, result_file  # noqa: E402
 from dpone_dagster.postgres import (  # noqa: E402
     CopyOptions,
     Strategy,
@@ -54,6 +60,7 @@ STRATEGIES = (
     "stream_rows",
     "dagster:batched_copy",
     "dagster:partitioned_copy",
+    "cold:batched_copy",
 )
 TARGETS = {
     "batched_copy": 0.85,
@@ -62,7 +69,10 @@ TARGETS = {
     "stream_rows": 0.18,
     "dagster:batched_copy": 0.85,
     "dagster:partitioned_copy": 0.85,
+    "cold:batched_copy": 1.0,
+    "cold:partitioned_copy": 1.0,
 }
+CHOICES = (*STRATEGIES, "cold:partitioned_copy")
 
 
 def peak_rss_mb() -> float:
@@ -91,10 +101,32 @@ def child_dagster(strategy: str, source: str, target: str) -> None:
     print(json.dumps({"seconds": seconds, "rows": rows, "rss_mb": peak_rss_mb(), "proof": proof}))
 
 
+def child_cold(strategy: str, source: str, target: str) -> None:
+    """A run worker's run: imports Dagster and the package, builds the Definitions of the
+    snapshot-copy asset and materializes it (the parent times this whole process)."""
+    from bench.materialize import materialize_definitions
+    from dpone_dagster import PostgresSourceResource, PostgresTargetResource, snapshot_copy_assets
+
+    assets = snapshot_copy_assets(["public.mixed"], strategy=strategy)  # type: ignore[arg-type]
+    resources = {
+        "source": PostgresSourceResource(dsn=source),
+        "target": PostgresTargetResource(dsn=target),
+    }
+    result = materialize_definitions([assets], resources)
+    [check] = result.get_asset_check_evaluations()
+    [event] = result.get_asset_materialization_events()
+    rows = event.materialization.metadata["dagster/row_count"].value
+    print(json.dumps({"rows": rows, "proof": check.metadata["dpone/proof"].value}))
+
+
 def child(strategy: str, source: str, target: str, workers: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
-    if strategy.startswith("dagster:"):
-        child_dagster(strategy.split(":", 1)[1], source, target)
+    kind, _, name = strategy.rpartition(":")
+    if kind == "dagster":
+        child_dagster(name, source, target)
+        return
+    if kind == "cold":
+        child_cold(name, source, target)
         return
     started = time.perf_counter()
     report = copy_tables(
@@ -110,25 +142,6 @@ def child(strategy: str, source: str, target: str, workers: int) -> None:
     print(json.dumps({"seconds": seconds, "rows": report.rows_loaded, "rss_mb": peak_rss_mb()}))
 
 
-def psql_args(dsn: str) -> list[str]:
-    params = conninfo.conninfo_to_dict(dsn)
-    return [
-        "psql",
-        "-X",
-        "-q",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-h",
-        str(params.get("host") or "127.0.0.1"),
-        "-p",
-        str(params.get("port") or 5432),
-        "-U",
-        str(params.get("user") or "postgres"),
-        "-d",
-        str(params["dbname"]),
-    ]
-
-
 def settle_server(target: str) -> None:
     """Starts every measurement from the same state: a checkpoint, no dirty WAL backlog."""
     pg.execute(target, "CHECKPOINT")
@@ -137,44 +150,23 @@ def settle_server(target: str) -> None:
 def raw_pipe(source: str, target: str) -> float:
     pg.execute(target, "TRUNCATE public.mixed")
     settle_server(target)
-    return psql_pipe(source, target, "public.mixed")
+    return pipe.psql_pipe(source, target, "public.mixed")
 
 
-def psql_pipe(source: str, target: str, table: str) -> float:
-    """Seconds for ``psql COPY table TO STDOUT binary | psql COPY table FROM STDIN binary``."""
-    out = [*psql_args(source), "-c", f"COPY {table} TO STDOUT (FORMAT binary)"]
-    inp = [*psql_args(target), "-c", f"COPY {table} FROM STDIN (FORMAT binary)"]
-    started = time.perf_counter()
-    producer = subprocess.Popen(out, stdout=subprocess.PIPE)
-    consumer = subprocess.run(inp, stdin=producer.stdout, check=True)
-    assert producer.stdout is not None
-    producer.stdout.close()
-    if producer.wait() != 0 or consumer.returncode != 0:
-        raise RuntimeError("the raw psql pipe failed")
-    return time.perf_counter() - started
-
-
-def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, float]:
+def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, Any]:
+    """One run of ``strategy`` in its own process: its seconds, rows and peak RSS (a ``cold:``
+    run's seconds are the whole process's, from its start to its exit)."""
     settle_server(target)
-    result = subprocess.run(
-        [
-            sys.executable,
-            __file__,
-            "--child",
-            strategy,
-            "--source",
-            source,
-            "--target",
-            target,
-            "--workers",
-            str(workers),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    figures: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
-    return figures
+    argv = [
+        sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,
+        "--workers", str(workers),
+    ]  # fmt: skip
+    if strategy.startswith("cold:"):
+        seconds, figures, rss = pipe.cold_process(argv)
+        return {**figures, "seconds": seconds, "rss_mb": rss}
+    result = subprocess.run(argv, check=True, capture_output=True, text=True)
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
 
 
 def same_rows(source: str, target: str) -> bool:
@@ -185,35 +177,49 @@ def same_rows(source: str, target: str) -> bool:
     )
 
 
+def row_name(strategy: str, runs: list[dict[str, Any]], workers: int) -> str:
+    """The row's label: the strategy, its workers, or the Dagster path and its check's proof."""
+    kind, _, name = strategy.rpartition(":")
+    if name == "partitioned_copy" and not kind:
+        return f"{strategy} ({workers} workers)"
+    if kind == "dagster":
+        return f"{strategy} + check ({runs[0]['proof']})"
+    if kind == "cold":
+        return f"cold process: materialize {name} + check ({runs[0]['proof']})"
+    return strategy
+
+
 def report(
-    strategy: str, runs: list[dict[str, float]], rows: int, workers: int
-) -> dict[str, object]:
-    """One line: times, rows/s, the ratio to the raw pipe around each run, peak RSS; returns it
-    as the JSON result's row."""
+    strategy: str, runs: list[dict[str, Any]], rows: int, workers: int, limit: float
+) -> tuple[dict[str, object], str | None]:
+    """One line: times, rows/s, the ratio to the raw pipe around each run (``refused`` when
+    those pipe runs spread over ``limit``), the pipe's seconds and spread, peak RSS; returns it
+    as the JSON result's row, and why its ratio was refused (None: it was not)."""
     if any(int(r["rows"]) != rows for r in runs):
         raise RuntimeError(f"{strategy} copied {[r['rows'] for r in runs]} rows")
     seconds, ratios = [r["seconds"] for r in runs], [r["ratio"] for r in runs]
-    name = (
-        f"{strategy} ({workers} workers)"
-        if strategy == "partitioned_copy"
-        else f"{strategy} + check ({runs[0]['proof']})"
-        if strategy.startswith("dagster:")
-        else strategy
-    )
+    pipes = [p for r in runs for p in r["pipes"]]
+    name = row_name(strategy, runs, workers)
+    best = pipe.ratio_cell(max(ratios), pipes, limit)
+    median = pipe.ratio_cell(statistics.median(ratios), pipes, limit)
+    pipe_s, pipe_spread = pipe.pipe_cells(pipes)
     print(
-        f"{name:<48} {min(seconds):7.2f} {statistics.median(seconds):9.2f} "
-        f"{rows / min(seconds):>14,.0f} {max(ratios):>11.2f} {statistics.median(ratios):>13.2f} "
+        f"{name:<56} {min(seconds):7.2f} {statistics.median(seconds):9.2f} "
+        f"{rows / min(seconds):>14,.0f} {best:>11} {median:>13} {pipe_s:>7} {pipe_spread:>7} "
         f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f}"
     )
-    return {
+    row = {
         "strategy": name,
         "best_seconds": round(min(seconds), 2),
         "rows_per_second": round(rows / min(seconds)),
-        "ratio_best": round(max(ratios), 2),
-        "ratio_median": round(statistics.median(ratios), 2),
+        "ratio_best": best,
+        "ratio_median": median,
+        "pipe_seconds": pipe_s,
+        "pipe_spread": pipe_spread,
         "target": TARGETS[strategy],
         "peak_rss_mb": round(max(r["rss_mb"] for r in runs)),
     }
+    return row, pipe.refusal(name, pipes, limit)
 
 
 def main() -> None:
@@ -221,7 +227,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows in the table")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement")
     parser.add_argument("--workers", type=int, default=2, help="partitioned COPY workers")
-    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES), choices=CHOICES)
+    parser.add_argument(
+        "--max-spread", type=float, default=pipe.MAX_SPREAD,
+        help="largest spread of the pipe runs around a row for which its ratio is printed",
+    )  # fmt: skip
     parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
@@ -249,30 +259,40 @@ def main() -> None:
         # is compared with the raw pipe measured right before and right after it (the machine's
         # speed drifts; a baseline taken minutes earlier would blur the ratio).
         raws: list[float] = [raw_pipe(source, target)]
-        runs: dict[str, list[dict[str, float]]] = {s: [] for s in args.strategies}
+        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
         for round_ in range(args.repeat):
             for strategy in args.strategies:
                 figures = run_strategy(strategy, source, target, args.workers)
                 if round_ == args.repeat - 1 and not same_rows(source, target):
                     raise RuntimeError(f"the target differs from the source after {strategy}")
                 raws.append(raw_pipe(source, target))
+                figures["pipes"] = raws[-2:]
                 figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
                 runs[strategy].append(figures)
         print(
-            f"{'raw binary psql pipe':<48} best {min(raws):6.2f} s  median "
-            f"{statistics.median(raws):6.2f} s {args.rows / min(raws):>12,.0f} rows/s"
+            f"{'raw binary psql pipe':<56} best {min(raws):6.2f} s  median "
+            f"{statistics.median(raws):6.2f} s {args.rows / min(raws):>12,.0f} rows/s, spread "
+            f"{pipe.spread(raws):.0%} over its {len(raws)} runs"
         )
         print(
-            f"{'strategy':<48} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
-            f"{'ratio best':>11} {'ratio median':>13} {'target':>7} {'peak RSS MB':>12}"
+            f"{'strategy':<56} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
+            f"{'ratio best':>11} {'ratio median':>13} {'pipe s':>7} {'spread':>7} {'target':>7} "
+            f"{'peak RSS MB':>12}"
         )
-        table = [report(s, runs[s], args.rows, args.workers) for s in args.strategies]
+        reported = [report(s, runs[s], args.rows, args.workers, args.max_spread)
+                    for s in args.strategies]  # fmt: skip
+        table = [row for row, _ in reported]
         print("target equals source after each strategy's last run (count and md5 of every row)")
+        print("pipe s, spread: the raw pipe's median seconds and spread around the row's runs")
+        for _, why in reported:
+            if why is not None:
+                print(why)
         if args.json:
             result_file.write(
                 args.json, "snapshot_copy", began, table, table_rows=args.rows,
                 table_mb=round(int(size) / 1e6),  # type: ignore[call-overload]
                 repeat=args.repeat, raw_pipe_seconds=[round(min(raws), 2), round(max(raws), 2)],
+                raw_pipe_spread=f"{pipe.spread(raws):.0%}", max_spread=f"{args.max_spread:.0%}",
             )  # fmt: skip
     finally:
         pg.drop_database(source)

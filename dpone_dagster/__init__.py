@@ -14,8 +14,9 @@ outcomes). The names below are imported on first use, so that ``import dpone_dag
 (or any other domain package) never loads Dagster.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dpone_dagster.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.assets import (
@@ -93,16 +94,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Imports a Dagster-surface name on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dpone_dagster' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The module's names with the lazy ones, so ``dg list components`` finds the component."""
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -32,6 +32,11 @@ class TableArtifact(ExtractionArtifact):
         columns: The columns read, in order (generated columns excluded by the planner).
         copy_format: The COPY format of the rows (``binary`` unless a column needs ``text``).
         share_with: Build a view sharing another artifact's authorities.
+
+    Attributes:
+        freeze_load: :meth:`load_into` writes the rows with ``COPY ... FREEZE``
+            (:func:`~.copy.copy_in_statement`): set by a load whose staging tables are created in
+            the transaction that loads them (:class:`~.strategy.ExtractionStrategy`).
     """
 
     def __init__(
@@ -47,6 +52,7 @@ class TableArtifact(ExtractionArtifact):
         self.columns = tuple(columns)
         self.copy_format: CopyFormat = copy_format or copy_format_for(self.columns)
         self.load_meter: ProgressMeter | None = None
+        self.freeze_load = False
 
     @property
     def source_label(self) -> str:

@@ -231,7 +231,9 @@ class BatchedCopyArtifact(TableArtifact):
 
     def _load(self, conn: Connection, staging: TableName, meter: ProgressMeter | None) -> int:
         """Relays every batch into ``staging``, one COPY per batch."""
-        copy_in = copy_in_statement(staging, self.columns, self.copy_format)
+        copy_in = copy_in_statement(
+            staging, self.columns, self.copy_format, freeze=self.freeze_load
+        )
         return sum(
             batch.relay_into(conn, copy_in, on_write=meter).rows_in for batch in self.batches()
         )

@@ -97,13 +97,26 @@ def copy_out_statement(select: sql.Composable, fmt: CopyFormat = "binary") -> sq
 
 
 def copy_in_statement(
-    table: TableName, columns: Sequence[Column] | Sequence[str], fmt: CopyFormat = "binary"
+    table: TableName,
+    columns: Sequence[Column] | Sequence[str],
+    fmt: CopyFormat = "binary",
+    *,
+    freeze: bool = False,
 ) -> sql.Composed:
-    """``COPY table (cols) FROM STDIN (FORMAT ...)``."""
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+    """``COPY table (cols) FROM STDIN (FORMAT ...[, FREEZE])``.
+
+    ``freeze`` writes the rows already frozen and the pages all-visible, so that nobody's first
+    read of them (the load's check, the users' queries) has to set their hint bits and dirty
+    every page again. PostgreSQL allows it only into a plain table created (or truncated) in
+    the session's current subtransaction, with no cursor open and, as under ``READ COMMITTED``,
+    no snapshot held from an earlier statement. Frozen rows keep their writer's ``xmin``, which
+    the row-version proof reads (:mod:`.evidence`).
+    """
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {}{})").format(
         table.ident,
         column_list(columns),
         sql.SQL(fmt),
+        sql.SQL(", FREEZE") if freeze else sql.SQL(""),
     )
 
 

@@ -118,10 +118,18 @@ class ExtractionStrategy:
         partitioned strategy does: its workers write through sessions of their own)."""
 
     def artifact(self, index: int) -> TableArtifact:
-        """The table's artifact, opened now if the strategy opens it at the read."""
+        """The table's artifact, opened now if the strategy opens it at the read.
+
+        The load path asks for it right before writing its rows into the staging table it
+        created in the same transaction (:mod:`.load`), so a ``COPY`` into it writes them frozen
+        (:attr:`~.artifact.TableArtifact.freeze_load`). The partitioned strategy's workers write
+        committed staging tables from their own sessions, unfrozen; its artifact's own load
+        writes nothing.
+        """
         artifact = self.artifacts[index]
         if artifact is None:
             artifact = self.artifacts[index] = self._open(index)
+        artifact.freeze_load = True
         if artifact.load_meter is None:
             options = self.reads.options
             artifact.report_progress(options.progress, options.progress_every)

@@ -98,7 +98,8 @@ class StreamRowsArtifact(TableArtifact):
         """Writes every row into ``staging`` with a text ``COPY ... FROM STDIN`` (progress
         counts the characters of the values)."""
         cur = conn.cursor()
-        with cur.copy(copy_in_statement(staging, self.columns, "text")) as copy:
+        statement = copy_in_statement(staging, self.columns, "text", freeze=self.freeze_load)
+        with cur.copy(statement) as copy:
             for row in self.rows():
                 copy.write_row(row)
                 if meter is not None:

@@ -93,7 +93,9 @@ class WholeCopyArtifact(TableArtifact):
         cur = conn.cursor()
         with (
             open(self.path, "rb") as handle,
-            cur.copy(copy_in_statement(staging, self.columns, self.copy_format)) as copy,
+            cur.copy(
+                copy_in_statement(staging, self.columns, self.copy_format, freeze=self.freeze_load)
+            ) as copy,
         ):
             while chunk := handle.read(FILE_CHUNK):
                 copy.write(chunk)

@@ -1,0 +1,41 @@
+"""Names a package imports on first use (PEP 562): importing the package loads only what is used.
+
+A cold run worker imports Dagster, the code location and, through it, the package; a package
+that imported every module it names up front would load every engine (the backfill, the
+stream, replication, the generic sources and their clients) for a run that copies one table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_names(
+    package: str, names: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of ``package``, whose ``names`` are imported on first
+    use, each from its module (a name relative to ``package``, such as ``.backfill``).
+
+    Args:
+        package: The package's ``__name__`` (it is being initialized).
+        names: Each lazy name and the module it is imported from.
+    """
+    namespace = sys.modules[package].__dict__
+
+    def getattr_(name: str) -> Any:
+        """Imports ``name`` on first use and keeps it in the package."""
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        namespace[name] = value
+        return value
+
+    def dir_() -> list[str]:
+        """The package's names with the lazy ones (``dg list components`` reads them)."""
+        return sorted({*namespace, *names})
+
+    return getattr_, dir_
