@@ -62,6 +62,9 @@ class PostgresStagingTable:
         unlogged: Create an ``UNLOGGED`` table (no WAL for rows that are thrown away).
         storage: Storage parameters, ``name=value`` as ``pg_class.reloptions`` spells them.
         dsn: The target DSN, for dropping from a fresh session when ``conn`` is broken.
+        temporary: Create a ``TEMPORARY`` table instead (``name`` in the schema ``pg_temp``):
+            no WAL and no file sync at its creation (an ``UNLOGGED`` table syncs its init
+            fork), gone with its session; for staging that lives in one session's transaction.
     """
 
     def __init__(
@@ -74,9 +77,12 @@ class PostgresStagingTable:
         unlogged: bool = True,
         storage: Sequence[str] = (),
         dsn: str | None = None,
+        temporary: bool = False,
     ) -> None:
         if (columns is None) == (like is None):
             raise ValueError("give exactly one of columns= or like=")
+        if temporary and name.schema != "pg_temp":
+            raise ValueError("a temporary staging table is named in the schema pg_temp")
         self.conn = conn
         self.name = name
         self.columns = columns
@@ -84,6 +90,7 @@ class PostgresStagingTable:
         self.unlogged = unlogged
         self.storage = tuple(storage)
         self.dsn = dsn
+        self.temporary = temporary
 
     @property
     def display_name(self) -> str:
@@ -93,6 +100,8 @@ class PostgresStagingTable:
     def create(self) -> None:
         """Creates the staging table in the session's current transaction."""
         kind = sql.SQL("UNLOGGED TABLE") if self.unlogged else sql.SQL("TABLE")
+        if self.temporary:
+            kind = sql.SQL("TEMPORARY TABLE")
         if self.like is not None:
             body: sql.Composable = sql.SQL("(LIKE {})").format(self.like.ident)
         else:

@@ -1,7 +1,7 @@
 """The apply path: a table's changes streamed into staging, then their net effect applied by key.
 
 Inside one target transaction (a group of whole source transactions), each table's changes are
-written, in commit order, into an ``UNLOGGED`` staging table through ``COPY`` (text format: the
+written, in commit order, into a ``TEMPORARY`` staging table through ``COPY`` (text format: the
 values exactly as the source's server sent them, escaped for ``COPY`` and nothing else), a
 buffer of a few megabytes at a time, so a transaction of any size passes in bounded memory.
 Each staged row carries its order (``_dpone_seq``), its kind (``_dpone_op``: ``I``, ``U``,
@@ -27,6 +27,7 @@ the old columns are applied, then the target evolves (:mod:`.plan`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
@@ -48,12 +50,14 @@ from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
 from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 
-from .changes import UNCHANGED, Row
+from .changes import UNCHANGED, Value
 
-FLUSH_BYTES: Final = 4 << 20
-"""Staged text a table buffers before it is written to its staging table."""
+FLUSH_BYTES: Final = 1 << 20
+"""Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
+_ESCAPED: Final = re.compile(rb"[\\\n\r]")
+"""What ``COPY`` text escapes, but the tab (a line's tabs are counted instead)."""
 _NULL: Final = b"\\N"
 
 
@@ -81,6 +85,45 @@ class Counts:
     truncated: int = 0
 
 
+class StagingCopy:
+    """The one ``COPY`` a target session runs into a staging table, kept open while that
+    table's rows stream in, so that the server writes them while the next ones are decoded.
+
+    A session runs one statement at a time: whatever else it runs (another table's staging,
+    the net effect, the ledger, a plan's catalog reads) ends the open ``COPY`` first
+    (:meth:`end`).
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._into: TableName | None = None
+        self._copy: psycopg.Copy | None = None
+        self._stack = ExitStack()
+
+    def write(self, into: TableName, statement: sql.Composed, data: bytes) -> None:
+        """Writes ``data`` into the ``COPY`` of ``statement`` into ``into`` (started here, the
+        open one into another table ended first)."""
+        if self._into != into:
+            self.end()
+            self._copy = self._stack.enter_context(self.conn.cursor().copy(statement))
+            self._into = into
+        assert self._copy is not None
+        self._copy.write(data)
+
+    def end(self) -> None:
+        """Ends the open ``COPY``, if any: its rows are in its staging table."""
+        if self._into is not None:
+            self._into, self._copy = None, None
+            self._stack.close()
+
+    def abandon(self) -> None:
+        """On a failure: the open ``COPY`` fails (its transaction is rolled back after)."""
+        if self._into is not None:
+            self._into, self._copy = None, None
+            with contextlib.suppress(psycopg.Error):
+                self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
+
+
 @dataclass
 class TableApply:
     """One table's changes in the target transaction in progress.
@@ -91,6 +134,8 @@ class TableApply:
         soft_column: The soft-delete column under ``soft`` deletes, else None.
         dsn: The target's DSN (a broken session's staging table is dropped from a new one).
         encoding: The source database's encoding: the staged text is in it.
+        copy: The session's staging ``COPY``, shared by the tables of the target transaction
+            (one of its own when omitted).
         on_net: Called with the session, the plan and the table of each key's last change,
             before that net effect is applied (the check's record of the keys a run applied,
             :func:`~.verify.key_recorder`); ``None``: nothing is recorded.
@@ -101,6 +146,7 @@ class TableApply:
     soft_column: str | None
     dsn: str
     encoding: str
+    copy: StagingCopy | None = None
     on_net: NetHook | None = None
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
@@ -119,6 +165,11 @@ class TableApply:
         self.key = tuple(names.index(k) for k in self.plan.target_key)
         self.width = len(names)
         self._empty_key = (_NULL,) * len(self.key)
+        self._no_old_key = b"\t\\N" * len(self.key)
+        self._at_time: datetime | None = None
+        self._at_text = _NULL
+        self._copying = self.copy or StagingCopy(self.conn)
+        self._statement: sql.Composed | None = None
 
     # -- staging -----------------------------------------------------------------------------
 
@@ -141,72 +192,104 @@ class TableApply:
                   for i, c in enumerate(keys)),
             ]
         )  # fmt: skip
-        name = staging_name_for(plan.target)
-        table = PostgresStagingTable(self.conn, name, columns=definition, dsn=self.dsn)
+        table = PostgresStagingTable(self.conn, _temporary_name(plan.target), columns=definition,
+                                     dsn=self.dsn, temporary=True)  # fmt: skip
         self._guard = self._stack.enter_context(owned_staging_handle(table))
         return table
 
-    def _row(self, op: bytes, values: Row, at: bytes = _NULL, old: Row | None = None) -> None:
+    def _row(
+        self,
+        op: bytes,
+        values: Sequence[Value],
+        at: bytes = _NULL,
+        old: Sequence[Value] | None = None,
+    ) -> None:
         self._seq += 1
+        try:  # the hot path: every value present (a NULL or an unchanged value is no bytes)
+            body = b"\t".join(values)  # type: ignore[arg-type]
+        except TypeError:
+            line = self._line(op, values, at, old)
+        else:
+            if body.count(9) != self.width - 1 or _ESCAPED.search(body) is not None:
+                body = b"\t".join([_text(v) for v in values])  # type: ignore[arg-type]
+            line = b"%d\t%b\t\\N\t%b\t%b%b\n" % (self._seq, op, at, body, self._no_old_key)
+        self._buffer.append(line)
+        self._size += len(line)
+        self.staged += 1
+        if self._size >= FLUSH_BYTES:
+            self._write()
+
+    def _line(
+        self, op: bytes, values: Sequence[Value], at: bytes, old: Sequence[Value] | None
+    ) -> bytes:
+        """A staged row's line when a value is NULL or an unchanged TOASTed value."""
         flags = _NULL
-        if UNCHANGED in values:
+        if any(v is UNCHANGED for v in values):
             flags = b"".join(b"1" if v is UNCHANGED else b"0" for v in values)
             self._unchanged.update(i for i, v in enumerate(values) if v is UNCHANGED)
-            values = tuple(None if v is UNCHANGED else v for v in values)
-        present = [v for v in values if v is not None]
+            values = [None if v is UNCHANGED else v for v in values]
         parts: list[bytes] = [_NULL if v is None else v for v in values]  # type: ignore[misc]
-        if _SPECIAL.search(b"".join(present)) is not None:  # type: ignore[arg-type]
+        if _SPECIAL.search(b"".join([v for v in values if v is not None])) is not None:  # type: ignore[misc]
             parts = [_NULL if v is None else _text(v) for v in values]  # type: ignore[arg-type]
         olds = self._empty_key
         if old is not None and flags is not _NULL:
             olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
             self._old_keys = True
-        line = b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
-        self._buffer.append(line)
-        self._size += len(line)
-        self.staged += 1
-        if self._size >= FLUSH_BYTES:
-            self.flush()
+        return b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
 
-    def insert(self, new: Row) -> None:
+    def insert(self, new: Sequence[Value]) -> None:
         """Stages an inserted row."""
         self.counts.inserted += 1
         self._row(b"I", new)
 
-    def update(self, new: Row, old: Row | None, at: datetime) -> None:
+    def update(self, new: Sequence[Value], old: Sequence[Value] | None, at: datetime) -> None:
         """Stages an updated row; a changed key is staged as the delete of the old key first
         (at the commit time ``at``, for ``soft``)."""
         self.counts.updated += 1
         if old is not None and any(old[i] != new[i] for i in self.key):
-            self._row(b"D", self._key_only(old), at.isoformat().encode())
+            self._row(b"D", self._key_only(old), self._at(at))
             self._row(b"U", new, old=old)
         else:
             self._row(b"U", new)
 
-    def delete(self, old: Row, at: datetime) -> None:
+    def delete(self, old: Sequence[Value], at: datetime) -> None:
         """Stages a deleted row (its key; the commit time for ``soft``)."""
         self.counts.deleted += 1
-        self._row(b"D", self._key_only(old), at.isoformat().encode())
+        self._row(b"D", self._key_only(old), self._at(at))
 
-    def _key_only(self, old: Row) -> Row:
-        values: list[bytes | None] = [None] * self.width
+    def _at(self, at: datetime) -> bytes:
+        """``at`` as staged text (kept for the transaction's next changes)."""
+        if at is not self._at_time:
+            self._at_time, self._at_text = at, at.isoformat().encode()
+        return self._at_text
+
+    def _key_only(self, old: Sequence[Value]) -> list[Value]:
+        values: list[Value] = [None] * self.width
         for i in self.key:
-            values[i] = old[i]  # type: ignore[assignment]
-        return tuple(values)
+            values[i] = old[i]
+        return values
 
     def flush(self) -> None:
-        """Writes the buffered rows to the staging table."""
+        """Writes the buffered rows into the staging table and ends its ``COPY``: the staging
+        table holds every row staged so far."""
+        self._write()
+        self._copying.end()
+
+    def _write(self) -> None:
+        """Writes the buffered rows into the staging table's ``COPY``, left open for the next
+        rows (the hot path)."""
         if not self._buffer:
             return
-        names = [
-            sql.Identifier(n) for n in ("_dpone_seq", "_dpone_op", "_dpone_u", "_dpone_at")
-        ] + [sql.Identifier(n) for n in self.plan.column_names]
-        names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
-            self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
-        )
-        with self.conn.cursor().copy(statement) as copy:
-            copy.write(b"".join(self._buffer))
+        if self._statement is None:
+            self._copying.end()  # the staging table is created on the session
+            names = [
+                sql.Identifier(n) for n in ("_dpone_seq", "_dpone_op", "_dpone_u", "_dpone_at")
+            ] + [sql.Identifier(n) for n in self.plan.column_names]
+            names += [sql.Identifier(f"_dpone_ok{i}") for i in range(len(self.key))]
+            self._statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT text, ENCODING {})").format(
+                self.staging.ident, sql.SQL(", ").join(names), sql.Literal(self.encoding)
+            )
+        self._copying.write(self.staging, self._statement, b"".join(self._buffer))
         self._buffer.clear()
         self._size = 0
 
@@ -234,9 +317,9 @@ class TableApply:
         """The last staged row of each key, in a table of its own (one sort of the staging
         table); its rows."""
         keys = column_list(self.plan.target_key)
-        net = staging_name_for(self.plan.target)
+        net = _temporary_name(self.plan.target)
         statement = sql.SQL(
-            "CREATE UNLOGGED TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
+            "CREATE TEMPORARY TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
             " FROM {s} ORDER BY {k}, _dpone_seq DESC"
         ).format(n=net.ident, k=keys, c=column_list(self.plan.column_names),
                  s=self.staging.ident)  # fmt: skip
@@ -267,7 +350,7 @@ class TableApply:
         drops ``net``)."""
         if self.soft_column is not None:
             revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
-        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows)
+        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows, changes_only=True)
 
     def truncate(self, at: datetime) -> None:
         """A ``TRUNCATE`` of the table at this point of the batch."""
@@ -277,6 +360,7 @@ class TableApply:
             self._buffer.clear()
             self._size = 0
             self._unchanged.clear()
+            self._copying.end()
             if self._staging is not None:
                 self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
             statement = sql.SQL("TRUNCATE {}").format(target.ident)
@@ -293,17 +377,27 @@ class TableApply:
     def close(self) -> None:
         """Drops the staging table (the transaction's end; on a failure, the guard's drop)."""
         if self._staging is not None and not self.conn.closed and not self.conn.broken:
+            self._copying.end()
             self.conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self.staging.ident))
             if self._guard is not None:
                 self._guard.transfer(None)  # dropped in the transaction, with its rows
         self._stack.close()
         self._staging = None
+        self._statement = None
 
     def abandon(self) -> None:
         """On a failure: the staging guard drops the staging table (from a new session if
         this one broke)."""
+        self._copying.abandon()
         self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
         self._staging = None
+        self._statement = None
+
+
+def _temporary_name(target: TableName) -> TableName:
+    """A staging name in ``pg_temp``: the staging and net tables live in the target
+    transaction of one session, so they are temporary (no WAL, no file sync at creation)."""
+    return TableName("pg_temp", staging_name_for(target).name)
 
 
 def _equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:

@@ -9,7 +9,7 @@ One :meth:`Replication.run`:
    (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
    commits the ledger's ``streaming`` phase and the slot's consistent point with the rows;
 2. **stream**: the source's current LSN is taken (``upto_lsn``); the slot is peeked up to it
-   (:func:`~.reader.read_changes`, within ``max_changes_per_run``); whole source transactions are
+   (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole source transactions are
    grouped into target transactions of about ``batch_changes`` changes; each begins under the
    group's advisory lock with the ledger's applied position, skips every source transaction that
    committed at or before it, stages the others (:mod:`.apply`), applies their net effect and
@@ -46,37 +46,46 @@ from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
-from .apply import TableApply, evolve
-from .changes import Begin, Commit, Delete, Insert, Lsn, Relation, Truncate, Update
+from .apply import StagingCopy, TableApply, evolve
+from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .keyless import table_apply
+from .pgoutput import decode, row_change
 from .plan import ReplicationGroup, refuse_keyless, relation_plan
-from .reader import read_changes
+from .reader import read_messages
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
 from .verify import CheckContext, key_recorder, verify_group
 
-BATCH_CHANGES = 200_000
-"""Changes a target transaction gathers (whole source transactions) before it commits."""
+BATCH_CHANGES = 500_000
+"""Changes a target transaction gathers (whole source transactions) before it commits: each
+commit costs a netting, a merge per table and a slot advance, so a run of a budget up to this
+applies in one."""
 STAGE_EVERY = 10_000
 """Staged changes between two ``stage`` progress reports."""
+_ROW_KINDS = frozenset(b"IUD")
+"""The first bytes of the row change messages (insert, update, delete)."""
 
 
 @dataclass
 class _Target:
-    """The target transaction in progress: its tables and the source transactions it holds."""
+    """The target transaction in progress: its tables, their staging ``COPY`` and the source
+    transactions it holds."""
 
+    copy: StagingCopy
     tables: dict[int, TableApply] = field(default_factory=dict)
     transactions: int = 0
     staged: int = 0
     last: tuple[Lsn, Lsn, datetime] | None = None
 
     def close(self) -> None:
+        self.copy.end()
         for table in self.tables.values():
             table.close()
 
     def abandon(self) -> None:
+        self.copy.abandon()
         for table in self.tables.values():
             table.abandon()
 
@@ -394,28 +403,35 @@ class Replication:
         src, group = sessions.source, self.group
         encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
         reading = _Reading(sessions, control, run, encoding)
-        changes = read_changes(src, slot=group.slot, publication=group.publication,
-                               upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
-        seen = 0
+        messages = read_messages(src, slot=group.slot, publication=group.publication,
+                                 upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
+        seen = 0  # every message the server output: what it counts against the budget
         try:
-            for _, message in changes:  # the hot path: one pass per change
+            for data in messages:  # the hot path: one pass per message, no message object
                 seen += 1
-                kind = type(message)
-                if kind is Insert or kind is Update or kind is Delete:
-                    if reading.skipping:
-                        continue
-                    applying = self._table(reading, message.relation)  # type: ignore[union-attr]
-                    if applying is None:
-                        continue
-                    if kind is Insert:
-                        applying.insert(message.new)  # type: ignore[union-attr]
-                    elif kind is Update:
-                        applying.update(message.new, message.old, reading.at)  # type: ignore[union-attr]
-                    else:
-                        applying.delete(message.old, reading.at)  # type: ignore[union-attr, arg-type]
-                    self._staged(reading)
+                if data[0] not in _ROW_KINDS:
+                    message = decode(data)
+                    if message is not None:
+                        self._control(reading, message)  # type: ignore[arg-type]
+                    continue
+                if reading.skipping:
+                    continue
+                kind, oid, new, old = row_change(data)
+                target = reading.target
+                assert target is not None  # a row change comes between Begin and Commit
+                applying = target.tables.get(oid) or self._table(reading, oid)
+                if applying is None:
+                    continue
+                if kind == 73:  # 'I'
+                    applying.insert(new)  # type: ignore[arg-type]
+                elif kind == 85:  # 'U'
+                    applying.update(new, old, reading.at)  # type: ignore[arg-type]
                 else:
-                    self._control(reading, message)  # type: ignore[arg-type]
+                    applying.delete(old, reading.at)  # type: ignore[arg-type]
+                target.staged += 1
+                if target.staged >= reading.staged_mark:
+                    reading.staged_mark += STAGE_EVERY
+                    self._progress("stage", run, target.staged)
         except BaseException:
             if reading.target is not None:
                 reading.target.abandon()
@@ -423,14 +439,6 @@ class Replication:
         self._end(reading)
         budget = group.max_changes_per_run
         run.budget_reached = budget is not None and seen >= budget
-
-    def _staged(self, reading: _Reading) -> None:
-        target = reading.target
-        assert target is not None
-        target.staged += 1
-        if target.staged >= reading.staged_mark:
-            reading.staged_mark += STAGE_EVERY
-            self._progress("stage", reading.run, target.staged)
 
     def _control(self, reading: _Reading, message: Begin | Commit | Relation | Truncate) -> None:
         """A message other than a row change: a transaction's bounds, a table's columns, a
@@ -508,6 +516,7 @@ class Replication:
             return None  # a table outside the group
         name, relation = known
         sessions, run = reading.sessions, reading.run
+        target.copy.end()  # the plan reads the target's catalog on the session
         plan = reading.plans.get(oid)
         if plan is None:
             plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
@@ -520,7 +529,8 @@ class Replication:
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
         applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                               reading.encoding, on_net=self.record_keys)  # fmt: skip
+                               reading.encoding, on_net=self.record_keys,
+                               copy=target.copy)  # fmt: skip
         target.tables[oid] = applying
         return applying
 
@@ -537,7 +547,7 @@ class Replication:
         if state.applied_lsn > run.applied:
             run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
             run.applied_at = state.applied_commit_time
-        return _Target()
+        return _Target(StagingCopy(tgt))
 
     def _commit(self, sessions: Sessions, control: Connection, target: _Target, run: _Run) -> None:
         """Applies the target transaction's net effect with the applied position, commits,
@@ -556,6 +566,9 @@ class Replication:
         run.applied, run.applied_end, run.applied_at = target.last
         run.transactions += target.transactions
         self._progress("committed", run)
+        # Also when the run advances again right after (to its upto LSN): that second advance
+        # moves the slot's restart point up to this one's, so the next peek does not decode
+        # this run's WAL again.
         advance_slot(control, self.group.slot, run.applied_end)
         self._progress("advanced", run)
 

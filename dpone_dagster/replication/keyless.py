@@ -47,21 +47,27 @@ from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
 
-from .apply import NetHook, TableApply
-from .changes import UNCHANGED, Row
+from .apply import NetHook, StagingCopy, TableApply
+from .changes import UNCHANGED, Value
 
 
 def table_apply(
-    conn: Connection, plan: TablePlan, soft_column: str | None, dsn: str, encoding: str,
+    conn: Connection,
+    plan: TablePlan,
+    soft_column: str | None,
+    dsn: str,
+    encoding: str,
     on_net: NetHook | None = None,
-) -> TableApply:  # fmt: skip
+    copy: StagingCopy | None = None,
+) -> TableApply:
     """The apply of one table's changes: by key (:class:`~.apply.TableApply`) for a table with
     a primary key, by the old rows' images (:class:`KeylessApply`) for one without (its plan
     has no source key: :func:`~.plan.relation_plan` refused it unless ``REPLICA IDENTITY
-    FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only)."""
+    FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only);
+    ``copy``: the session's staging ``COPY`` the target transaction's tables share."""
     if not plan.key:
-        return KeylessApply(conn, plan, soft_column, dsn, encoding)
-    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net)
+        return KeylessApply(conn, plan, soft_column, dsn, encoding, copy=copy)
+    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net, copy=copy)
 
 
 @dataclass
@@ -75,7 +81,7 @@ class KeylessApply(TableApply):
 
     removals: int = 0
 
-    def update(self, new: Row, old: Row | None, at: datetime) -> None:
+    def update(self, new: Sequence[Value], old: Sequence[Value] | None, at: datetime) -> None:
         """Stages an update: the old row's image removed, the new one added (an unchanged
         TOASTed value taken from the old image)."""
         whole = self._whole(old, "update")
@@ -84,14 +90,14 @@ class KeylessApply(TableApply):
         self._row(b"D", whole)
         self._row(b"I", tuple(o if v is UNCHANGED else v for v, o in zip(new, whole, strict=True)))
 
-    def delete(self, old: Row, at: datetime) -> None:
+    def delete(self, old: Sequence[Value], at: datetime) -> None:
         """Stages a delete: the old row's image removed."""
         whole = self._whole(old, "delete")
         self.counts.deleted += 1
         self.removals += 1
         self._row(b"D", whole)
 
-    def _whole(self, old: Row | None, kind: str) -> Row:
+    def _whole(self, old: Sequence[Value] | None, kind: str) -> Sequence[Value]:
         """The old row's full image, which ``REPLICA IDENTITY FULL`` always sends."""
         if old is None or len(old) != self.width or any(v is UNCHANGED for v in old):
             raise engine_error(

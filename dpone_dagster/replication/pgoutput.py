@@ -10,8 +10,10 @@ None, ``u`` an unchanged TOASTed value, :data:`~.changes.UNCHANGED`).
 
 This is the replication's hot path: every change passes here once. The fields are read with
 precompiled :class:`struct.Struct` readers at offsets into the message (no per-byte loop, no
-copy but the values themselves), and the frozen messages are built without their generated
-``__init__`` (which sets each field through ``object.__setattr__``), by the slots' own setters.
+copy but the values themselves). The engine takes a row change's parts from
+:func:`row_change` (no message object per change); :func:`decode` builds the message from the
+same parts, its frozen messages made without their generated ``__init__`` (which sets each
+field through ``object.__setattr__``), by the slots' own setters.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 from dpone_dagster.core.errors import engine_error
 
@@ -32,7 +34,6 @@ from .changes import (
     Message,
     Relation,
     RelationColumn,
-    Row,
     Truncate,
     Update,
     Value,
@@ -52,6 +53,9 @@ _POSTGRES_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
 """Where the protocol's timestamps (microseconds) count from."""
 
 _T = TypeVar("_T")
+
+RowChange: TypeAlias = tuple[int, int, list[Value] | None, list[Value] | None]
+"""A row change's parts (:func:`row_change`): its kind byte, table OID, new row and old row."""
 
 
 def _builder(cls: type[_T]) -> Callable[..., _T]:
@@ -101,7 +105,7 @@ def _invalid(data: bytes, reason: str) -> Exception:
     )
 
 
-def _tuple(data: bytes, pos: int, count: int) -> tuple[Row, int]:
+def _tuple(data: bytes, pos: int, count: int) -> tuple[list[Value], int]:
     """The row (TupleData) of ``count`` values starting at ``pos``, and the offset after it."""
     values: list[Value] = []
     append = values.append
@@ -119,13 +123,7 @@ def _tuple(data: bytes, pos: int, count: int) -> tuple[Row, int]:
                 append(UNCHANGED)
             else:
                 raise _invalid(data, f"tuple value of kind {chr(kind)!r}")
-    return tuple(values), pos
-
-
-def _whole(data: bytes, end: int) -> None:
-    """Refuses a message whose tuples do not end exactly at its end."""
-    if end != len(data):
-        raise _invalid(data, "its tuples do not end at its end")
+    return values, pos
 
 
 def _string(data: bytes, pos: int) -> tuple[str, int]:
@@ -152,21 +150,54 @@ def _relation(data: bytes) -> Relation:
     return Relation(oid, schema or "pg_catalog", name, identity, tuple(columns))
 
 
-def _update_message(data: bytes) -> Update:
-    oid, kind, count = _ROW(data, 0)
-    old: Row | None = None
-    pos = 8
-    if kind != 78:  # 'N'
-        if kind != 75 and kind != 79:  # 'K', 'O'
-            raise _invalid(data, f"update tuple kind {chr(kind)!r}")
-        old, pos = _tuple(data, pos, count)
-        if data[pos] != 78:  # 'N'
-            raise _invalid(data, "update without its new tuple")
-        (count,) = _U16(data, pos + 1)
-        pos += 3
-    new, end = _tuple(data, pos, count)
-    _whole(data, end)
-    return _update(oid, new, old)
+def _row_change(data: bytes) -> RowChange:
+    kind = data[0]
+    oid, tag, count = _ROW(data, 0)
+    old: list[Value] | None = None
+    if kind == 73:  # 'I'
+        if tag != 78:  # 'N'
+            raise _invalid(data, f"insert tuple kind {chr(tag)!r}")
+        new, end = _tuple(data, 8, count)
+    elif kind == 68:  # 'D'
+        if tag != 75 and tag != 79:  # 'K', 'O'
+            raise _invalid(data, f"delete tuple kind {chr(tag)!r}")
+        old, end = _tuple(data, 8, count)
+        new = None
+    elif kind == 85:  # 'U'
+        pos = 8
+        if tag != 78:  # 'N'
+            if tag != 75 and tag != 79:  # 'K', 'O'
+                raise _invalid(data, f"update tuple kind {chr(tag)!r}")
+            old, pos = _tuple(data, pos, count)
+            if data[pos] != 78:  # 'N'
+                raise _invalid(data, "update without its new tuple")
+            (count,) = _U16(data, pos + 1)
+            pos += 3
+        new, end = _tuple(data, pos, count)
+    else:
+        raise _invalid(data, f"not a row change: kind {chr(kind)!r}")
+    if end != len(data):
+        raise _invalid(data, "its tuples do not end at its end")
+    return kind, oid, new, old
+
+
+def row_change(data: bytes) -> RowChange:
+    """The parts of one row change message (``I``, ``U`` or ``D``), without a message object:
+    the engine's hot path (:func:`decode` builds its :class:`~.changes.Insert`,
+    :class:`~.changes.Update` and :class:`~.changes.Delete` from the same parts).
+
+    Returns:
+        ``(kind, relation, new, old)``: the message's first byte (``ord("I")``, ``ord("U")`` or
+        ``ord("D")``), the table's OID, the new row (None for a delete) and the old key or row
+        (None when the message has none), each a list of :data:`~.changes.Value`.
+
+    Raises:
+        EngineError: ``replication_message_invalid``: not a row change of protocol version 1.
+    """
+    try:
+        return _row_change(data)
+    except (struct.error, IndexError, ValueError) as exc:
+        raise _invalid(data, f"truncated or malformed: {exc}") from None
 
 
 def _truncate(data: bytes) -> Truncate:
@@ -190,22 +221,13 @@ def decode(data: bytes) -> Message | None:
     """
     try:
         kind = data[0]
-        if kind == 73:  # 'I'
-            oid, tag, count = _ROW(data, 0)
-            if tag != 78:  # 'N'
-                raise _invalid(data, f"insert tuple kind {chr(tag)!r}")
-            new, end = _tuple(data, 8, count)
-            _whole(data, end)
-            return _insert(oid, new)
-        if kind == 85:  # 'U'
-            return _update_message(data)
-        if kind == 68:  # 'D'
-            oid, tag, count = _ROW(data, 0)
-            if tag != 75 and tag != 79:  # 'K', 'O'
-                raise _invalid(data, f"delete tuple kind {chr(tag)!r}")
-            old, end = _tuple(data, 8, count)
-            _whole(data, end)
-            return _delete(oid, old)
+        if kind == 73 or kind == 85 or kind == 68:  # 'I', 'U', 'D'
+            _, oid, new, old = _row_change(data)
+            if kind == 73:
+                return _insert(oid, tuple(new))  # type: ignore[arg-type]
+            if kind == 85:
+                return _update(oid, tuple(new), None if old is None else tuple(old))  # type: ignore[arg-type]
+            return _delete(oid, tuple(old))  # type: ignore[arg-type]
         if kind == 66:  # 'B'
             final_lsn, micros, xid = _BEGIN(data, 0)
             return Begin(final_lsn, _timestamp(micros), xid)

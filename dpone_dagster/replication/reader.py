@@ -12,8 +12,9 @@ messages however large the backlog or a transaction is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Generator, Iterator
+from contextlib import closing
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
@@ -25,11 +26,11 @@ from .changes import Lsn, Message, lsn_text
 from .pgoutput import decode
 from .slot import slot_status
 
-FETCH_ROWS: Final = 10_000
+FETCH_ROWS: Final = 20_000
 """Messages fetched from the server per round trip (the client's bound, with their values)."""
 
 _PEEK: Final = sql.SQL(
-    "SELECT (lsn - '0/0'::pg_lsn)::int8, data"
+    "SELECT {columns}"
     " FROM pg_catalog.pg_logical_slot_peek_binary_changes("
     "{slot}, {upto_lsn}::pg_lsn, {upto_nchanges}::int4,"
     " 'proto_version', '1', 'publication_names', {publications})"
@@ -68,15 +69,54 @@ def read_changes(
 
     Raises:
         EngineError: ``replication_slot_missing`` (no such slot), ``replication_slot_lost``
-            (the server removed WAL the slot needed), ``replication_slot_active`` (another
+            (the server removed WAL it needed), ``replication_slot_active`` (another
             session holds it), ``replication_message_invalid`` (a message that is not
             ``pgoutput`` protocol version 1). Other failures propagate as psycopg errors.
     """
+    peek = _peek(conn, slot, publication, upto_lsn, max_changes, fetch_rows, with_lsn=True)
+    with closing(peek):
+        for lsn, data in peek:
+            message = decode(data)
+            if message is not None:
+                yield lsn, message
+
+
+def read_messages(
+    conn: Connection,
+    *,
+    slot: str,
+    publication: str,
+    upto_lsn: Lsn,
+    max_changes: int | None,
+    fetch_rows: int = FETCH_ROWS,
+) -> Iterator[bytes]:
+    """The slot's messages as :func:`read_changes` reads them, undecoded: every ``pgoutput``
+    message's bytes (type and origin messages included, as the server counts them against
+    ``max_changes``), for a caller that decodes them itself (:func:`~.pgoutput.decode`,
+    :func:`~.pgoutput.row_change`). Same arguments and errors as :func:`read_changes`."""
+    peek = _peek(conn, slot, publication, upto_lsn, max_changes, fetch_rows, with_lsn=False)
+    with closing(peek):
+        for (data,) in peek:
+            yield data
+
+
+def _peek(
+    conn: Connection,
+    slot: str,
+    publication: str,
+    upto_lsn: Lsn,
+    max_changes: int | None,
+    fetch_rows: int,
+    *,
+    with_lsn: bool,
+) -> Generator[tuple[Any, ...], None, None]:
+    """The peek's rows: ``(lsn, data)``, or ``(data,)`` without ``with_lsn``."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         raise ValueError("read_changes needs an idle session (no transaction open)")
     if max_changes is not None and max_changes < 1:
         raise ValueError(f"max_changes must be at least 1 (or None), not {max_changes}")
     query = _PEEK.format(
+        columns=sql.SQL("(lsn - '0/0'::pg_lsn)::int8, data" if with_lsn else "data"),
         slot=sql.Literal(slot),
         upto_lsn=sql.Literal(lsn_text(upto_lsn)),
         upto_nchanges=sql.Literal(max_changes),
@@ -87,12 +127,9 @@ def read_changes(
         with conn.transaction():
             conn.execute("SET TRANSACTION READ ONLY")
             with conn.cursor("dpone_replication_peek", binary=True) as cursor:
-                cursor.itersize = fetch_rows
                 cursor.execute(query)
-                for lsn, data in cursor:
-                    message = decode(data)
-                    if message is not None:
-                        yield lsn, message
+                while rows := cursor.fetchmany(fetch_rows):
+                    yield from rows
     except psycopg.Error as exc:
         raise _slot_failure(conn, slot, exc) from exc
 

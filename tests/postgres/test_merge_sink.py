@@ -19,6 +19,10 @@ import pytest
 from psycopg import conninfo, sql
 
 from dpone_dagster.postgres import CopyError, SinkResult, copy_tables
+from dpone_dagster.postgres.connection import connect
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.plan import Sink, TableMapping, plan_tables
+from dpone_dagster.postgres.sinks import apply_sink
 from tests.helpers import locks, pg
 
 SINK_LOG = """
@@ -441,3 +445,35 @@ def test_a_key_a_concurrent_writer_inserts_during_the_merge(
     assert counts(result) == expected_counts
     assert statements(target_dsn) == (merged_by(target_dsn) if merged else UPSERTED)
     assert same_items(source_dsn, target_dsn), "the staged row 15 replaced the writer's"
+
+
+def test_a_changes_only_merge_writes_every_staged_row_without_comparing_it(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """``changes_only`` (a replication's netted batch): every matched row is updated, also one
+    whose values equal the target's; the default merge leaves that row alone."""
+    items(source_dsn, target_dsn)
+    rows = pg.fetch_all(source_dsn, "SELECT id, v FROM public.items WHERE id <= 12 ORDER BY id")
+    items_table = TableName("public", "items")
+    for changes_only, rewritten, updated in ((False, {2, 5, 8}, 3), (True, set(range(1, 11)), 10)):
+        pg.execute(target_dsn, "DELETE FROM public.items WHERE id > 10")
+        pg.execute(target_dsn, "UPDATE public.items SET v = 'old' WHERE id IN (2, 5, 8)")
+        pg.execute(target_dsn, "CREATE TABLE public.staged (id integer, v text)")
+        staging = "COPY public.staged FROM STDIN"
+        with psycopg.connect(target_dsn) as conn, conn.cursor().copy(staging) as copy:
+            for row in rows:
+                copy.write_row(row)
+        before = xmins(target_dsn, "public.items")
+        with (
+            connect(source_dsn, side="source") as src,
+            connect(target_dsn, side="target") as tgt,
+        ):
+            mapping = TableMapping(items_table, items_table)
+            [plan] = plan_tables(src, tgt, [mapping], Sink.MERGE)
+            staged = TableName("public", "staged")
+            result = apply_sink(tgt, plan, staged, Sink.MERGE, len(rows), changes_only=changes_only)
+            tgt.commit()
+        after = xmins(target_dsn, "public.items")
+        assert {i for i in before if after[i] != before[i]} == rewritten
+        assert counts(result) == (2, updated)
+        assert same_items(source_dsn, target_dsn, "id <= 12")

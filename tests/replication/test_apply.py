@@ -142,6 +142,28 @@ def test_a_budget_stops_at_a_transaction_boundary_and_the_next_runs_drain(
     group.assert_equal()
 
 
+def test_a_budget_counts_the_type_messages_the_server_counts_and_loses_no_transaction(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """The server counts every message it outputs against ``upto_nchanges``, the type message
+    of an enum column too: a budget the first transaction reaches only with that message stops
+    the peek there, and the run must not take the slot as drained (and confirm past the
+    second transaction, which it never read)."""
+    src = logical_source_dsn
+    pg.execute(src, "CREATE TYPE public.mood AS ENUM ('ok', 'sad')")
+    pg.execute(src, "CREATE TABLE public.t (id int PRIMARY KEY, m public.mood)")
+    group = Group(src, target_dsn, ("public.t",))
+    group.run()
+    pg.execute(src, "INSERT INTO public.t VALUES (1, 'ok')")
+    pg.execute(src, "INSERT INTO public.t VALUES (2, 'sad')")
+    # Begin, Type, Relation, Insert, Commit: five messages, four of them decoded to messages.
+    first = group.run(max_changes_per_run=5)
+    assert (first.transactions, first.budget_reached) == (1, True)
+    second = group.run()
+    assert (second.transactions, second.tables[0].inserted) == (1, 1)
+    group.assert_equal()
+
+
 def test_a_group_whose_slot_was_dropped_changes_nothing_and_a_resync_makes_it_whole(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
