@@ -183,9 +183,8 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
     )
 
 
-def child_dagster(source: str, target: str, rows: int) -> None:
-    """Materializes the backfill asset's one partition with its defaults; prints its figures."""
-    from bench.materialize import timed_materialize
+def one_partition_asset(source: str, target: str, rows: int) -> tuple[Any, dict[str, Any]]:
+    """The backfill asset of one ``0..rows`` partition with its defaults, and its resources."""
     from dpone_dagster import (
         LedgerResource,
         PostgresSourceResource,
@@ -202,6 +201,14 @@ def child_dagster(source: str, target: str, rows: int) -> None:
         "target": PostgresTargetResource(dsn=target),
         "ledger": LedgerResource(),
     }
+    return asset, resources
+
+
+def child_dagster(source: str, target: str, rows: int) -> None:
+    """Materializes the backfill asset's one partition with its defaults; prints its figures."""
+    from bench.materialize import timed_materialize
+
+    asset, resources = one_partition_asset(source, target, rows)
     seconds, _ = timed_materialize([asset], resources, partition_key=f"0..{rows}")
     print(json.dumps({"seconds": seconds, "rss_mb": own_peak_mb()}))
 
@@ -210,22 +217,8 @@ def child_cold(source: str, target: str, rows: int) -> None:
     """A run worker's run of the asset's one partition: imports Dagster and the package, builds
     the Definitions and materializes (the parent times this whole process)."""
     from bench.materialize import materialize_definitions
-    from dpone_dagster import (
-        LedgerResource,
-        PostgresSourceResource,
-        PostgresTargetResource,
-        backfill_asset,
-        cursor_range_partitions,
-    )
 
-    asset = backfill_asset(
-        "public.mixed", cursor="id", partitions_def=cursor_range_partitions(0, rows, rows)
-    )
-    resources = {
-        "source": PostgresSourceResource(dsn=source),
-        "target": PostgresTargetResource(dsn=target),
-        "ledger": LedgerResource(),
-    }
+    asset, resources = one_partition_asset(source, target, rows)
     materialize_definitions([asset], resources, partition_key=f"0..{rows}")
     print(json.dumps({"rows": rows, "rss_mb": own_peak_mb()}))
 

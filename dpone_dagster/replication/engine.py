@@ -22,7 +22,8 @@ committed but not yet confirmed to the slot is read again by the next run and sk
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -219,15 +220,8 @@ class Replication:
             DponeError: a database failure (its code from the database-failure catalog, else
                 ``replication_failed``); what committed stays, the next run continues after it.
         """
-        sessions, control = self._open()
-        try:
+        with self._guarded() as (sessions, control):
             return self._run(sessions, control)
-        except BaseException as exc:
-            tables = list(self.group.tables)
-            fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
-        finally:
-            sessions.close()
-            control.close()
 
     def check(self) -> Mapping[TableName, Verification]:
         """Compares both whole tables of every table of the group with the source, writing
@@ -241,11 +235,19 @@ class Replication:
             DponeError: a database failure (its code), ``replication_slot_missing`` and the
                 other slot codes of the peek.
         """
-        sessions, control = self._open()
-        try:
+        with self._guarded() as (sessions, control):
             self.ledger.ensure(sessions.target)
             return verify_group(sessions.source, sessions.target, control, self.checking,
                                 full=True)  # fmt: skip
+
+    @contextmanager
+    def _guarded(self) -> Iterator[tuple[Sessions, Connection]]:
+        """The run's sessions and its control session, closed at the end; a failure inside
+        ends the run through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`:
+        sessions abandoned, a database error raised as its coded error)."""
+        sessions, control = self._open()
+        try:
+            yield sessions, control
         except BaseException as exc:
             tables = list(self.group.tables)
             fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
