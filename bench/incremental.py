@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import result_file  # noqa: E402
-from bench.snapshot_copy import psql_pipe  # noqa: E402
+from bench.pipe import psql_pipe  # noqa: E402
 from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
 from dpone_dagster.postgres import copy_tables  # noqa: E402
 from dpone_dagster.postgres.copy import relay  # noqa: E402

@@ -112,6 +112,19 @@ def test_every_benchmark_names_its_command_its_date_and_its_machine() -> None:
         assert "2-core" in section, f"{title}: no machine"
 
 
+def test_every_benchmark_the_page_names_starts() -> None:
+    """Each ``bench/`` script docs/benchmarks.md names imports what it needs and prints its usage
+    (``--help``): a helper moved between the scripts cannot leave one that no longer starts."""
+    page = (DOCS / "benchmarks.md").read_text()
+    scripts = sorted(set(re.findall(r"\.venv/bin/python (bench/\w+\.py)", page)))
+    assert len(scripts) >= 6
+    for script in scripts:
+        done = subprocess.run(
+            [sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert done.returncode == 0 and "usage:" in done.stdout, f"{script}: {done.stderr}"
+
+
 @dataclass(frozen=True)
 class Block:
     """A Python block of a page, with the ``docs-test`` marker on the line before it."""
