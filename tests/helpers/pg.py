@@ -293,13 +293,15 @@ def create_mixed_table(
 def table_fingerprint(
     dsn: str, schema: str, name: str, order_by: str | None = "id"
 ) -> tuple[int, str]:
-    """Returns (row count, md5 of every row's text in ``order_by`` order).
+    """Returns (row count, md5 of the md5s of every row's text in ``order_by`` order).
 
-    ``order_by=None`` orders by the row text itself (for tables without an ``id`` column).
+    ``order_by=None`` orders by the row text itself (for tables without an ``id`` column). Each
+    row is hashed first, so the aggregate stays far below PostgreSQL's 1 GB string limit at the
+    benchmarks' 10M rows (32 bytes a row instead of the row's text).
     """
     order = sql.SQL("t.{}").format(sql.Identifier(order_by)) if order_by else sql.SQL("t::text")
     query = sql.SQL(
-        "SELECT count(*), coalesce(md5(string_agg(t::text, E'\\n' ORDER BY {})), '') FROM {} AS t"
+        "SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' ORDER BY {})), '') FROM {} AS t"
     ).format(order, sql.Identifier(schema, name))
     row = fetch_all(dsn, query)[0]
     return int(row[0]), str(row[1])  # type: ignore[call-overload]
