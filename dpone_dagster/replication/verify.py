@@ -67,15 +67,17 @@ def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
     """The hook that records, in the target transaction, the keys of each net effect applied
     (a changed key's old key too: it is staged as a delete)."""
 
-    def record(conn: Connection, plan: TablePlan, net: TableName) -> None:
+    def record(
+        conn: Connection, plan: TablePlan, keys: sql.Composable, params: Sequence[object]
+    ) -> None:
         if not plan.target_key:
             return  # a table without a primary key is not checked by key
-        keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
-                                  for k in plan.target_key)  # fmt: skip
+        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
+                                   for k in plan.target_key)  # fmt: skip
         insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
         conn.execute(
-            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(keys, net.ident),
-            (slot, plan.source.qualified),
+            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(texts, keys),
+            (slot, plan.source.qualified, *params),
         )
 
     return record
