@@ -47,7 +47,7 @@ from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
-from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
@@ -270,7 +270,7 @@ def verify_group(
         table without a primary key).
     """
     group, ledger = how.group, how.ledger
-    encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
+    encoding = server_encoding(src)
     checks: dict[TableName, Verification] = {}
     with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
         ledger.lock(tgt, group.slot)
