@@ -296,7 +296,7 @@ def key_lookups(conn: Connection) -> Iterator[None]:
         yield
     finally:
         if not conn.broken and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
-            conn.execute(_JOIN_METHODS, (row[2], row[3]))
+            conn.execute(_JOIN_METHODS, (row[0], row[1]))
 
 
 def _counted_merge(conn: Connection, target: TableName, statement: sql.Composed) -> SinkResult:
