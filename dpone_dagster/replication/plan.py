@@ -212,6 +212,18 @@ def relation_plan(
     catalog = relation_columns(src, table, relation)
     if not catalog.key:  # applied by the old rows' images (.keyless), never merged by key
         refuse_keyless_table(str(table), relation.replica_identity, group)
+    elif relation.replica_identity == "i" and (
+        {c.name for c in relation.columns if c.is_key} != set(catalog.key)
+    ):
+        raise engine_error(
+            "replica_identity_missing",
+            f"{table} is under REPLICA IDENTITY USING INDEX of an index other than its primary "
+            "key: its deletes and key changes would name rows by that index's columns.",
+            [f"Run ALTER TABLE {table.qualified} REPLICA IDENTITY DEFAULT (or FULL) on the "
+             "source, then run once with resync=True: the changes the slot holds from under "
+             "that identity name their rows by the index, and the resync copies the tables "
+             "again; nothing of this run was applied."],
+        )  # fmt: skip
     plan = new_target_plan(TableMapping(table, table), catalog, src, tgt)
     own = () if group.soft_column is None else (group.soft_column,)
     rules = TargetRules(group.schema_changes, own)
