@@ -412,7 +412,7 @@ class TableApply:
                 "UPDATE {} AS t SET {} = f._dpone_at FROM {} AS f"
                 " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
             ).format(target, soft, net.ident, equal, soft)
-        with key_lookups(self.conn):  # the net table has no statistics: a few keys, no scan
+        with key_lookups(self.conn):  # the net table has no statistics
             self.conn.execute(statement)
         return self.conn.execute(
             sql.SQL("DELETE FROM {} WHERE _dpone_op = 'D'").format(net.ident)
