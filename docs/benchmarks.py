@@ -21,13 +21,16 @@ _LOADED = 1.0
 """A load average per core above this at a benchmark's start (more runnable work than cores) is a
 loaded machine, and the line says so. The start is what other work put on the machine; the end
 also counts the benchmark's own sessions (a copy keeps both cores busy), so it is printed but
-does not decide."""
+does not decide. A result whose ``machine.shared`` says what else ran (written into the file by
+whoever ran it, when other work began after the benchmark's start) is printed as shared."""
 
 
 def _machine(m: dict[str, Any]) -> str:
     start, end = m["load_average"], m["load_average_end"]
     busy = start[0] / max(m["cores"], 1) > _LOADED
     state = "loaded: other work shared it" if busy else "quiet: nothing else ran"
+    if m.get("shared"):  # other work began after the start, which its load average cannot see
+        state = f"shared: {m['shared']}"
     return (
         f"the {m['cores']}-core machine ({m['ram_gb']:g} GB RAM), PostgreSQL {m['postgresql']}; "
         f"load average {start[0]:g} at the start ({state}), {end[0]:g} at the end (the "

@@ -346,3 +346,14 @@ def set_transaction_mode(
     """
     conn.isolation_level = isolation
     conn.read_only = read_only
+
+
+def server_encoding(conn: Connection) -> str:
+    """The database's encoding, as the server reported it when the session started (no round
+    trip; ``SHOW server_encoding`` where a server did not report it)."""
+    reported = conn.info.parameter_status("server_encoding")
+    if reported is not None:
+        return reported
+    row = conn.execute("SHOW server_encoding").fetchone()
+    assert row is not None
+    return str(row[0])

@@ -19,7 +19,8 @@ A sink applies a loaded staging table to the target inside the target's transact
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -231,20 +232,21 @@ _MERGE_UNUSABLE = (
 
 # This transaction's own insert and update counters of the target (summed over its partitions):
 # their change across the MERGE splits its row count into inserted and updated rows (PostgreSQL
-# 15 and 16 have no RETURNING for MERGE). The planner's join choice is kept with them.
+# 15 and 16 have no RETURNING for MERGE).
 _XACT_COUNTS = """
 WITH target AS (SELECT %s::regclass AS relid),
      tables AS (SELECT relid FROM target
                 UNION ALL SELECT p.relid FROM target, pg_partition_tree(target.relid) AS p
                 WHERE p.isleaf)
 SELECT sum(pg_stat_get_xact_tuples_inserted(relid))::bigint,
-       sum(pg_stat_get_xact_tuples_updated(relid))::bigint,
-       current_setting('enable_hashjoin'), current_setting('enable_mergejoin')
+       sum(pg_stat_get_xact_tuples_updated(relid))::bigint
 FROM tables
 """
 _JOIN_METHODS = (
-    "SELECT set_config('enable_hashjoin', %s, true), set_config('enable_mergejoin', %s, true)"
+    "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin'),"
+    " set_config('enable_hashjoin', %s, true), set_config('enable_mergejoin', %s, true)"
 )
+"""Sets the two join methods for the transaction; their settings before, first."""
 
 
 def _merge_statement(
@@ -283,14 +285,27 @@ def _merge_statement(
         return None
 
 
+@contextmanager
+def key_lookups(conn: Connection) -> Iterator[None]:
+    """Inside, in ``conn``'s transaction, a join of a batch to a target runs as a nested loop
+    over the target's key index: the planner, without statistics of a freshly staged batch,
+    would hash (or sort) the whole target to join a few thousand rows."""
+    row = conn.execute(_JOIN_METHODS, ("off", "off")).fetchone()
+    assert row is not None
+    try:
+        yield
+    finally:
+        if not conn.broken and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+            conn.execute(_JOIN_METHODS, (row[0], row[1]))
+
+
 def _counted_merge(conn: Connection, target: TableName, statement: sql.Composed) -> SinkResult:
-    """Runs ``statement`` with a nested-loop join over the target's key (the planner would hash
-    the whole target to join a batch of a few thousand rows); its inserted and updated rows."""
+    """Runs ``statement`` over the target's key (:func:`key_lookups`); its inserted and
+    updated rows."""
     row = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
     assert row is not None
-    conn.execute(_JOIN_METHODS, ("off", "off"))
-    merged = conn.execute(statement).rowcount
-    conn.execute(_JOIN_METHODS, (row[2], row[3]))
+    with key_lookups(conn):
+        merged = conn.execute(statement).rowcount
     after = conn.execute(_XACT_COUNTS, (target.qualified,)).fetchone()
     assert after is not None
     inserted = int(after[0]) - int(row[0])

@@ -19,6 +19,12 @@ The net effect of the staged rows, applied before the commit (:meth:`TableApply.
    sink (:func:`~dpone_dagster.postgres.sinks.apply_sink`); a key change is the delete of the old
    key (staged at the update's place) and the upsert of the new one.
 
+A batch of deletes alone, of at most :data:`HELD_DELETES` keys (a run that applies a few
+deletes), is not staged: its keys are held as the server sent them and applied in one statement
+by key (``unnest`` of their text, cast to the key's types; no staging table, no netting), since
+a key deleted once in a batch is its net effect. The first insert or update stages the held
+keys in their order, and the batch goes the staged way.
+
 A ``TRUNCATE`` splits a table's batch: under ``hard`` the rows staged before it are dropped (the
 truncate wipes them) and the target is truncated; under ``soft`` they are applied, then every
 live row is marked. A Relation message whose columns differ splits it too: the rows staged under
@@ -37,6 +43,7 @@ from typing import Final
 
 import psycopg
 from psycopg import sql
+from psycopg._encodings import pg2pyenc  # psycopg's PostgreSQL-to-Python codec names
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import owned_staging_handle
@@ -46,7 +53,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import evolve_target
 from dpone_dagster.postgres.lock_wait import under_lock_wait
 from dpone_dagster.postgres.plan import Sink, TablePlan
-from dpone_dagster.postgres.sinks import apply_sink
+from dpone_dagster.postgres.sinks import apply_sink, key_lookups
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
 from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 
@@ -54,6 +61,8 @@ from .changes import UNCHANGED, Value
 
 FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
+HELD_DELETES: Final = 10_000
+"""Keys of a deletes-only batch held and applied by key without staging (see the module)."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
 _ESCAPED: Final = re.compile(rb"[\\\n\r]")
@@ -71,8 +80,10 @@ def _text(value: bytes) -> bytes:
     )  # fmt: skip
 
 
-NetHook = Callable[[Connection, TablePlan, TableName], None]
-"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`)."""
+NetHook = Callable[[Connection, TablePlan, sql.Composable, Sequence[object]], None]
+"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`): called with the
+session, the plan, a ``FROM`` item whose rows carry the net effect's keys (columns named as the
+target's key) and that item's parameters."""
 
 
 @dataclass
@@ -136,9 +147,10 @@ class TableApply:
         encoding: The source database's encoding: the staged text is in it.
         copy: The session's staging ``COPY``, shared by the tables of the target transaction
             (one of its own when omitted).
-        on_net: Called with the session, the plan and the table of each key's last change,
-            before that net effect is applied (the check's record of the keys a run applied,
-            :func:`~.verify.key_recorder`); ``None``: nothing is recorded.
+        on_net: Called with the session, the plan and the keys of each net effect (a ``FROM``
+            item and its parameters), before that net effect is applied (the check's record
+            of the keys a run applied, :func:`~.verify.key_recorder`); ``None``: nothing is
+            recorded.
     """
 
     conn: Connection
@@ -156,6 +168,8 @@ class TableApply:
     _unchanged: set[int] = field(default_factory=set)
     _old_keys: bool = False
     _indexed: bool = False
+    _held: list[tuple[Sequence[Value], bytes]] | None = field(default_factory=list)
+    """A deletes-only batch's keys and commit times, not staged (``None``: the batch stages)."""
     _stack: ExitStack = field(default_factory=ExitStack)
     _staging: PostgresStagingTable | None = None
     _guard: owned_staging_handle | None = None
@@ -240,12 +254,14 @@ class TableApply:
     def insert(self, new: Sequence[Value]) -> None:
         """Stages an inserted row."""
         self.counts.inserted += 1
+        self._stage_held()
         self._row(b"I", new)
 
     def update(self, new: Sequence[Value], old: Sequence[Value] | None, at: datetime) -> None:
         """Stages an updated row; a changed key is staged as the delete of the old key first
         (at the commit time ``at``, for ``soft``)."""
         self.counts.updated += 1
+        self._stage_held()
         if old is not None and any(old[i] != new[i] for i in self.key):
             self._row(b"D", self._key_only(old), self._at(at))
             self._row(b"U", new, old=old)
@@ -255,7 +271,18 @@ class TableApply:
     def delete(self, old: Sequence[Value], at: datetime) -> None:
         """Stages a deleted row (its key; the commit time for ``soft``)."""
         self.counts.deleted += 1
+        held = self._held
+        if held is not None and len(held) < HELD_DELETES:
+            held.append((old, self._at(at)))
+            return
+        self._stage_held()
         self._row(b"D", self._key_only(old), self._at(at))
+
+    def _stage_held(self) -> None:
+        """Stages the held deletes, in their order: the batch goes the staged way."""
+        held, self._held = self._held, None
+        for old, at in held or ():
+            self._row(b"D", self._key_only(old), at)
 
     def _at(self, at: datetime) -> bytes:
         """``at`` as staged text (kept for the transaction's next changes)."""
@@ -296,7 +323,12 @@ class TableApply:
     # -- the net effect ----------------------------------------------------------------------
 
     def apply(self) -> None:
-        """Applies the net effect of the staged rows; the staging table is emptied."""
+        """Applies the net effect of the staged rows (or of the held deletes); the staging
+        table is emptied."""
+        held, self._held = self._held, []
+        if held:
+            self._delete_held(held)
+            return
         if self._staging is None and not self._buffer:
             return
         self.flush()
@@ -306,12 +338,50 @@ class TableApply:
             resolve_unchanged(self)
         net, rows = self._net()
         if self.on_net is not None:  # the check's hook: the keys this net effect touches
-            self.on_net(self.conn, self.plan, net)
+            self.on_net(self.conn, self.plan, net.ident, ())
         rows -= self._deletes(net)
         self._upserts(net, rows)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False
+
+    def _delete_held(self, held: Sequence[tuple[Sequence[Value], bytes]]) -> None:
+        """Applies a deletes-only batch by key, in one statement (see the module)."""
+        codec = pg2pyenc(self.encoding.encode())
+        keys = self.plan.target_key
+        written = [self.plan.written[i] for i in self.key]
+        arrays: list[object] = [
+            [bytes(old[i]).decode(codec) for old, _ in held]  # type: ignore[arg-type]
+            for i in self.key
+        ]
+        slots = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in keys)
+        aliases = [sql.Identifier(f"k{i}") for i in range(len(keys))]
+        typed = sql.SQL(", ").join(
+            sql.SQL("f.{}::{} AS {}").format(a, column_type(c), sql.Identifier(n))
+            for a, c, n in zip(aliases, written, keys, strict=True)
+        )
+        names = sql.SQL(", ").join(aliases)
+        from_item = sql.SQL("(SELECT {} FROM unnest({}) AS f({})) AS f").format(typed, slots, names)
+        if self.on_net is not None:
+            self.on_net(self.conn, self.plan, from_item, arrays)
+        equal = _equal("t", "f", keys)
+        target = self.plan.target.ident
+        if self.soft_column is None:
+            statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(
+                target, from_item, equal
+            )
+            params = arrays
+        else:
+            ensure_soft_column(self.conn, self.plan.target, self.soft_column)
+            soft = sql.Identifier(self.soft_column)
+            at_slot = sql.SQL("(SELECT {}, f.at FROM unnest({}, %s::text[]) AS f({}, at))"
+                              " AS f").format(typed, slots, names)  # fmt: skip
+            statement = sql.SQL(
+                "UPDATE {} AS t SET {} = f.at::timestamptz FROM {} WHERE {} AND t.{} IS NULL"
+            ).format(target, soft, at_slot, equal, soft)
+            params = [*arrays, [bytes(at).decode() for _, at in held]]
+        with key_lookups(self.conn):
+            self.conn.execute(statement, params)
 
     def _net(self) -> tuple[TableName, int]:
         """The last staged row of each key, in a table of its own (one sort of the staging
@@ -331,16 +401,19 @@ class TableApply:
         keys = self.plan.target_key
         equal = _equal("t", "f", keys)
         target = self.plan.target.ident
+        statement: sql.Composed
         if self.soft_column is None:
-            statement = sql.SQL("DELETE FROM {} AS t USING {} AS f WHERE f._dpone_op = 'D' AND {}")
-            self.conn.execute(statement.format(target, net.ident, equal))
+            statement = sql.SQL(
+                "DELETE FROM {} AS t USING {} AS f WHERE f._dpone_op = 'D' AND {}"
+            ).format(target, net.ident, equal)
         else:
             soft = sql.Identifier(self.soft_column)
             statement = sql.SQL(
                 "UPDATE {} AS t SET {} = f._dpone_at FROM {} AS f"
                 " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
-            )
-            self.conn.execute(statement.format(target, soft, net.ident, equal, soft))
+            ).format(target, soft, net.ident, equal, soft)
+        with key_lookups(self.conn):  # the net table has no statistics
+            self.conn.execute(statement)
         return self.conn.execute(
             sql.SQL("DELETE FROM {} WHERE _dpone_op = 'D'").format(net.ident)
         ).rowcount
@@ -348,6 +421,9 @@ class TableApply:
     def _upserts(self, net: TableName, rows: int) -> None:
         """The last row of each key that is not a delete, through the one merge sink (which
         drops ``net``)."""
+        if rows == 0:  # every key's last change was a delete
+            self.conn.execute(sql.SQL("DROP TABLE {}").format(net.ident))
+            return
         if self.soft_column is not None:
             revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
         apply_sink(self.conn, self.plan, net, Sink.MERGE, rows, changes_only=True)
@@ -357,6 +433,7 @@ class TableApply:
         self.counts.truncated += 1
         target = self.plan.target
         if self.soft_column is None:
+            self._held = []
             self._buffer.clear()
             self._size = 0
             self._unchanged.clear()

@@ -23,6 +23,7 @@ committed but not yet confirmed to the slot is read again by the next run and sk
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -38,7 +39,9 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
+    Side,
     connect,
+    server_encoding,
     set_transaction_mode,
 )
 from dpone_dagster.postgres.identifiers import TableName
@@ -191,19 +194,23 @@ class Replication:
     # -- sessions ----------------------------------------------------------------------------
 
     def _open(self) -> tuple[Sessions, Connection]:
-        src = connect(self.source_dsn, self.options, side="source", autocommit=True)
-        try:
-            prepare_session(src)
-            tgt = connect(self.target_dsn, self.target_options, side="target", autocommit=True)
-            try:
-                prepare_session(tgt)
-                control = connect(self.source_dsn, self.options, side="source", autocommit=True)
-            except BaseException:
-                tgt.close()
-                raise
-        except BaseException:
-            src.close()
-            raise
+        """The source, target and control sessions, opened at once (each start is a server
+        process's, and a run of a few changes is mostly its sessions' starts)."""
+        opening: list[tuple[str, ConnectionOptions | None, Side]] = [
+            (self.source_dsn, self.options, "source"),
+            (self.target_dsn, self.target_options, "target"),
+            (self.source_dsn, self.options, "source"),
+        ]
+        with ThreadPoolExecutor(max_workers=len(opening)) as pool:
+            started = [pool.submit(_session, *how) for how in opening]
+            wait(started)
+        failed = [f.exception() for f in started if f.exception() is not None]
+        if failed:
+            for future in started:
+                if future.exception() is None:
+                    future.result().close()
+            raise failed[0]  # type: ignore[misc]
+        src, tgt, control = (f.result() for f in started)
         return Sessions(source=src, target=tgt, ledger=tgt), control
 
     def run(self) -> ReplicationReport:
@@ -403,7 +410,7 @@ class Replication:
 
     def _stream(self, sessions: Sessions, control: Connection, run: _Run, upto: Lsn) -> None:
         src, group = sessions.source, self.group
-        encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
+        encoding = server_encoding(src)
         reading = _Reading(sessions, control, run, encoding)
         messages = read_messages(src, slot=group.slot, publication=group.publication,
                                  upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
@@ -583,6 +590,18 @@ class Replication:
             updated=before.updated + counts.updated, deleted=before.deleted + counts.deleted,
             truncated=before.truncated + counts.truncated,
         )  # fmt: skip
+
+
+def _session(dsn: str, options: ConnectionOptions | None, side: Side) -> Connection:
+    """An autocommit session of the run, prepared
+    (:func:`~dpone_dagster.core.sessions.prepare_session`)."""
+    conn = connect(dsn, options, side=side, autocommit=True)
+    try:
+        prepare_session(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:

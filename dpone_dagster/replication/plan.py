@@ -10,6 +10,7 @@ happened, and is applied in the data's transaction.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 from dpone_dagster.core.deletes import Deletes
@@ -26,6 +27,7 @@ from dpone_dagster.postgres.plan import (
     plan_target,
 )
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_catalog import target_catalog
 
 from .changes import Relation
 
@@ -209,10 +211,31 @@ def relation_plan(
         EngineError: ``replica_identity_missing``, ``replication_options_invalid``
             (:func:`refuse_keyless_table`).
     """
-    catalog = relation_columns(src, table, relation)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two servers' catalogs at once
+        reading = pool.submit(target_catalog, tgt, table, swap=False)
+        try:
+            catalog = relation_columns(src, table, relation)
+        except BaseException:
+            wait([reading])  # the source's failure is the one raised
+            raise
+        found = reading.result()
     if not catalog.key:  # applied by the old rows' images (.keyless), never merged by key
         refuse_keyless_table(str(table), relation.replica_identity, group)
+    elif relation.replica_identity == "i" and (
+        {c.name for c in relation.columns if c.is_key} != set(catalog.key)
+    ):
+        raise engine_error(
+            "replica_identity_missing",
+            f"{table} is under REPLICA IDENTITY USING INDEX of an index other than its primary "
+            "key: its deletes and key changes would name rows by that index's columns.",
+            [f"Run ALTER TABLE {table.qualified} REPLICA IDENTITY DEFAULT (or FULL) on the "
+             "source, then run once with resync=True: the changes the slot holds from under "
+             "that identity name their rows by the index, and the resync copies the tables "
+             "again; nothing of this run was applied."],
+        )  # fmt: skip
     plan = new_target_plan(TableMapping(table, table), catalog, src, tgt)
     own = () if group.soft_column is None else (group.soft_column,)
     rules = TargetRules(group.schema_changes, own)
-    return plan_target(tgt, plan, Sink.MERGE if catalog.key else Sink.APPEND, rules=rules)
+    return plan_target(
+        tgt, plan, Sink.MERGE if catalog.key else Sink.APPEND, rules=rules, found=found
+    )

@@ -123,15 +123,19 @@ def _peek(
         # pgoutput splits the list as identifiers: quoted, a name keeps its case and commas.
         publications=sql.Literal(sql.Identifier(publication).as_string(conn)),
     )
+    conn.read_only = True  # BEGIN READ ONLY: the peek writes nothing
     try:
-        with conn.transaction():
-            conn.execute("SET TRANSACTION READ ONLY")
-            with conn.cursor("dpone_replication_peek", binary=True) as cursor:
-                cursor.execute(query)
-                while rows := cursor.fetchmany(fetch_rows):
-                    yield from rows
+        with conn.transaction(), conn.cursor("dpone_replication_peek", binary=True) as cursor:
+            cursor.execute(query)
+            while True:
+                rows = cursor.fetchmany(fetch_rows)
+                yield from rows
+                if len(rows) < fetch_rows:  # the last: no empty FETCH to learn it
+                    break
     except psycopg.Error as exc:
         raise _slot_failure(conn, slot, exc) from exc
+    finally:
+        conn.read_only = None
 
 
 def _slot_failure(conn: Connection, slot: str, exc: psycopg.Error) -> Exception:

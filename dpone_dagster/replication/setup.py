@@ -72,7 +72,10 @@ _ROLE = sql.SQL(
 
 _TABLES = sql.SQL(
     "SELECT t.schema, t.name, c.oid IS NOT NULL, c.relreplident::text,"
-    " EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),"
+    # A primary key the slot names the rows by: not under REPLICA IDENTITY USING INDEX of
+    # another index (a delete would come with that index's columns, not the key's).
+    " EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary"
+    "  AND (c.relreplident <> 'i' OR i.indisreplident)),"
     " pg_catalog.pg_has_role(current_user, c.relowner, 'USAGE'),"
     " pg_catalog.pg_get_userbyid(c.relowner)::text"
     " FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema, name, n)"
@@ -120,12 +123,13 @@ def check_replication_setup(
     described = _tables(conn, tables)
     unidentified = [
         str(t) for t, (_, identity, has_key, _, _) in described.items()
-        if identity == "n" or (identity == "d" and not has_key)
+        if identity == "n" or (identity in ("d", "i") and not has_key)
     ]  # fmt: skip
     if unidentified:
         raise engine_error(
             "replica_identity_missing",
-            f"No primary key and no REPLICA IDENTITY FULL: {', '.join(unidentified)}.",
+            "No primary key the slot names the rows by (none, or REPLICA IDENTITY USING INDEX "
+            f"of another index) and no REPLICA IDENTITY FULL: {', '.join(unidentified)}.",
         )
     status = slot_status(conn, slot)
     pub = conn.execute(_PUBLICATION, (publication,)).fetchone()
@@ -216,7 +220,8 @@ def _check_own_slot(conn: Connection, status: SlotStatus, publication: str | Non
 def _tables(
     conn: Connection, tables: Sequence[TableName]
 ) -> dict[TableName, tuple[bool, str, bool, bool, str]]:
-    """Each table's (exists, replica identity, has a primary key, the role owns it, owner)."""
+    """Each table's (exists, replica identity, has a primary key the slot names its rows by,
+    the role owns it, owner)."""
     rows = conn.execute(_TABLES, ([t.schema for t in tables], [t.name for t in tables])).fetchall()
     described = {}
     for table, (_, _, exists, identity, has_key, owns, owner) in zip(tables, rows, strict=True):

@@ -121,25 +121,29 @@ def advance_slot(conn: Connection, slot: str, lsn: Lsn) -> Lsn:
         EngineError: ``replication_slot_missing`` when there is no such slot,
             ``replication_slot_active`` when another session holds it.
     """
-    status = slot_status(conn, slot)
-    if status is None:
-        raise engine_error(
-            "replication_slot_missing", f"The source has no replication slot {slot!r}."
-        )
-    if lsn <= status.confirmed_flush_lsn:
-        return status.confirmed_flush_lsn
     try:
-        row = conn.execute(
-            "SELECT (end_lsn - '0/0'::pg_lsn)::int8"
-            " FROM pg_catalog.pg_replication_slot_advance(%s, %s::pg_lsn)",
-            (slot, lsn_text(lsn)),
-        ).fetchone()
+        row = conn.execute(_ADVANCE, {"slot": slot, "lsn": lsn_text(lsn)}).fetchone()
     except psycopg.errors.ObjectInUse as exc:
         raise engine_error(
             "replication_slot_active", f"Replication slot {slot!r} is in use ({exc})."
         ) from exc
-    assert row is not None
+    if row is None:
+        raise engine_error(
+            "replication_slot_missing", f"The source has no replication slot {slot!r}."
+        )
     return int(row[0])
+
+
+# One round trip: the slot's confirmed position, advanced only when ``lsn`` is ahead of it (the
+# server refuses a move backwards; a CASE branch's subquery runs only when the branch is taken).
+_ADVANCE = """
+SELECT CASE WHEN s.confirmed < %(lsn)s::pg_lsn
+            THEN (SELECT (a.end_lsn - '0/0'::pg_lsn)::int8
+                  FROM pg_catalog.pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn) AS a)
+            ELSE (s.confirmed - '0/0'::pg_lsn)::int8 END
+FROM (SELECT coalesce(confirmed_flush_lsn, '0/0') AS confirmed
+      FROM pg_catalog.pg_replication_slots WHERE slot_name = %(slot)s) AS s
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,18 +251,17 @@ class PublicationChange:
 
 
 def publication_tables(conn: Connection, publication: str) -> list[TableName] | None:
-    """The tables of ``publication`` in ``conn``'s database, or None when it does not exist."""
-    exists = conn.execute(
-        "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s", (publication,)
-    )
-    if exists.fetchone() is None:
-        return None
-    rows = conn.execute(
-        "SELECT schemaname::text, tablename::text FROM pg_catalog.pg_publication_tables"
-        " WHERE pubname = %s ORDER BY 1, 2",
+    """The tables of ``publication`` in ``conn``'s database, or None when it does not exist
+    (one round trip)."""
+    row = conn.execute(
+        "SELECT array(SELECT ARRAY[t.schemaname::text, t.tablename::text]"
+        " FROM pg_catalog.pg_publication_tables AS t WHERE t.pubname = p.pubname ORDER BY 1)"
+        " FROM pg_catalog.pg_publication AS p WHERE p.pubname = %s",
         (publication,),
-    ).fetchall()
-    return [TableName(schema, name) for schema, name in rows]
+    ).fetchone()
+    if row is None:
+        return None
+    return [TableName(schema, name) for schema, name in row[0]]
 
 
 def ensure_publication(
@@ -288,6 +291,9 @@ def ensure_publication(
     if not tables:
         raise ValueError("a publication needs at least one table")
     name = sql.Identifier(publication)
+    existing = publication_tables(conn, publication)
+    if existing is not None and sorted(existing) == sorted(set(tables)):
+        return PublicationChange(False, (), ())  # as it should be: one read, no transaction
     with conn.transaction():
         existing = publication_tables(conn, publication)
         if existing is None:

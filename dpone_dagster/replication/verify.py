@@ -47,7 +47,7 @@ from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
-from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
@@ -67,15 +67,17 @@ def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
     """The hook that records, in the target transaction, the keys of each net effect applied
     (a changed key's old key too: it is staged as a delete)."""
 
-    def record(conn: Connection, plan: TablePlan, net: TableName) -> None:
+    def record(
+        conn: Connection, plan: TablePlan, keys: sql.Composable, params: Sequence[object]
+    ) -> None:
         if not plan.target_key:
             return  # a table without a primary key is not checked by key
-        keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
-                                  for k in plan.target_key)  # fmt: skip
+        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
+                                   for k in plan.target_key)  # fmt: skip
         insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
         conn.execute(
-            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(keys, net.ident),
-            (slot, plan.source.qualified),
+            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(texts, keys),
+            (slot, plan.source.qualified, *params),
         )
 
     return record
@@ -268,7 +270,7 @@ def verify_group(
         table without a primary key).
     """
     group, ledger = how.group, how.ledger
-    encoding = str(src.execute("SHOW server_encoding").fetchone()[0])  # type: ignore[index]
+    encoding = server_encoding(src)
     checks: dict[TableName, Verification] = {}
     with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
         ledger.lock(tgt, group.slot)

@@ -128,3 +128,23 @@ def test_a_table_without_key_is_refused_before_anything_is_created(
     assert err.value.code == "replica_identity_missing"
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
+
+
+def test_an_identity_index_set_after_the_start_fails_the_run_naming_the_resync(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    pg.execute(src, "CREATE TABLE public.c (id int PRIMARY KEY, code text NOT NULL UNIQUE)")
+    pg.execute(src, "INSERT INTO public.c SELECT g, 'c' || g FROM generate_series(1, 10) g")
+    group = Group(src, target_dsn, ("public.c",))
+    group.run()
+    pg.execute(src, "ALTER TABLE public.c REPLICA IDENTITY USING INDEX c_code_key")
+    pg.execute(src, "DELETE FROM public.c WHERE id <= 3")  # sent with the code, not the id
+    with pytest.raises(DponeError) as err:
+        group.run()
+    assert err.value.code == "replica_identity_missing"
+    assert any("resync=True" in action for action in err.value.next_actions)
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.c") == 10  # nothing applied
+    pg.execute(src, "ALTER TABLE public.c REPLICA IDENTITY DEFAULT")
+    group.run(resync=True)
+    group.assert_equal()

@@ -285,3 +285,18 @@ def test_a_failure_after_the_publication_was_made_leaves_nothing_behind(source: 
     nothing_created(source)
     create(source)  # and the next attempt makes both
     assert check(source).slot_exists
+
+
+def test_a_replica_identity_index_other_than_the_key_is_refused(source: str) -> None:
+    # Under REPLICA IDENTITY USING INDEX of another unique index, a delete comes with that
+    # index's columns, not the primary key's: the rows could not be named by key.
+    pg.execute(source, "CREATE TABLE coded (id int PRIMARY KEY, code text NOT NULL UNIQUE)")
+    pg.execute(source, "ALTER TABLE coded REPLICA IDENTITY USING INDEX coded_code_key")
+    tables = (*TABLES, TableName("public", "coded"))
+    error = refused("replica_identity_missing", lambda: check(source, tables))
+    assert "coded" in error.message and "orders" not in error.message
+    refused("replica_identity_missing", lambda: create(source, tables))
+    nothing_created(source)
+    # The primary key's own index as the identity is the key: accepted.
+    pg.execute(source, "ALTER TABLE coded REPLICA IDENTITY USING INDEX coded_pkey")
+    assert check(source, tables) == SetupState(False, False, ())
