@@ -45,7 +45,7 @@ end. The table is ``bench/incremental.py``'s ``shop.orders`` (id bigint key, six
   applied by repeated materializations.
 
 Each engine figure is the engine call (``Replication(...).run()``), without Dagster's process
-start. A CHECKPOINT precedes each timed run and each drain (both targets share one server).
+start. A CHECKPOINT precedes each timed run and each engine drain (both targets share one server).
 """
 
 from __future__ import annotations
