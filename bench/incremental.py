@@ -335,13 +335,22 @@ def scenario(name: str, runs: list[Timed]) -> dict[str, Any]:
             "phases": phases}  # fmt: skip
 
 
-def copy_database(dsn: str) -> str:
-    """A new database made from ``dsn``'s (nobody may be connected to it)."""
-    name = f"{conninfo.conninfo_to_dict(dsn)['dbname']}_floor"
+def copy_database(dsn: str, suffix: str = "floor") -> str:
+    """A new database ``<name>_<suffix>`` made from ``dsn``'s.
+
+    ``CREATE DATABASE ... TEMPLATE`` fails while any session is connected to the template, and a
+    session closed by its client may still be ending on the server: it waits until
+    ``pg_stat_activity`` shows none (the caller closes its own first).
+    """
+    template = str(conninfo.conninfo_to_dict(dsn)["dbname"])
+    name = f"{template}_{suffix}"
     with psycopg.connect(pg.admin_dsn(), autocommit=True) as conn:
+        sessions = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+        pg.wait_until(lambda: conn.execute(sessions, (template,)).fetchone() == (0,),
+                      timeout=30, what=f"no session connected to {template}")  # fmt: skip
         conn.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(str(conninfo.conninfo_to_dict(dsn)["dbname"]))
+                sql.Identifier(name), sql.Identifier(template)
             )
         )
     return pg.with_db(pg.admin_dsn(), name)
