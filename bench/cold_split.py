@@ -321,6 +321,10 @@ PHASE_IMPORTS = {
     "import dagster": "import dagster",
     "import dpone_dagster": "import dpone_dagster",
     "dpone_dagster's Dagster layer": "import the factories and resources (Dagster layer)",
+    "assets and resources": "build the assets and resources",
+    "Definitions and the asset job": "build the Definitions, resolve the job",
+    "the ephemeral instance": "the ephemeral instance",
+    "after the run": "after the run: result, event log read, print",
 }
 """The stderr mark (``-X importtime``'s phase) of each phase row that is mostly imports."""
 
@@ -403,8 +407,9 @@ def measure(run: str, source: str, target: str, rows: int) -> dict[str, Any]:
     return figures
 
 
-def print_run(figures: dict[str, Any], rows: int) -> list[dict[str, Any]]:
-    """The run's table (phase, seconds, share, imports); returns its rows for the result file."""
+def print_run(figures: dict[str, Any], rows: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Prints the run's table (phase, seconds, share, imports) and its figures beside it;
+    returns the table's rows and those figures for the result file."""
     total, pipes = figures["total"], figures["pipes"]
     pipe_s = sum(pipes) / len(pipes)
     imports = {PHASE_IMPORTS.get(k, k): v for k, v in figures["imports"].items()}
@@ -418,7 +423,8 @@ def print_run(figures: dict[str, Any], rows: int) -> list[dict[str, Any]]:
         shown = f"{imported:.2f}" if imported else ""
         print(f"{name:<58} {seconds:8.3f} {seconds / total:6.1%} {shown:>10} {calls!s:>6}")
         table.append({"run": figures["run"], "phase": name, "seconds": round(seconds, 3),
-                      "share": f"{seconds / total:.1%}"})  # fmt: skip
+                      "share": f"{seconds / total:.1%}", "imports_seconds": round(imported, 3),
+                      "calls": calls or None})  # fmt: skip
     accounted = sum(s for _, s in figures["phases"])
     print(f"{'sum of the phases (the process: ' + f'{total:.2f} s)':<58} {accounted:8.3f}")
     for name, seconds in figures["concurrent"].items():
@@ -436,7 +442,19 @@ def print_run(figures: dict[str, Any], rows: int) -> list[dict[str, Any]]:
           f"{figures['rss_mb']} MB")  # fmt: skip
     print(f"  the target's rows read again after the run: {reread_s:.2f} s, buffers {buffers}")
     print(f"  Dagster events stored: {sum(figures['events'].values())} {figures['events']}")
-    return table
+    summary = {
+        "process_seconds": round(total, 2), "pipe_seconds": [round(p, 2) for p in pipes],
+        "ratio": round(pipe_s / total, 2), "fixed_seconds": round(total - pipe_s, 2),
+        "fixed_share_of_pipe": f"{(total - pipe_s) / pipe_s:.0%}",
+        "beyond_own_copy_seconds": round(total - copy, 2),
+        "concurrent_seconds": {k: round(v, 3) for k, v in figures["concurrent"].items()},
+        "run_imports": {"modules": modules, "seconds": round(lazy, 3)},
+        "wal_mb": round(figures["wal_mb"]), "backend_writes": figures["backend_writes"],
+        "checkpoint_writes": figures["checkpoint_writes"],
+        "reread": {"seconds": round(reread_s, 3), "buffers": buffers},
+        "events": figures["events"], "peak_rss_mb": figures["rss_mb"],
+    }  # fmt: skip
+    return table, summary
 
 
 def hint_bits(source: str, target: str) -> tuple[tuple[float, dict[str, int]], ...]:
@@ -473,14 +491,16 @@ def main() -> None:
         print(f"a table the raw pipe just wrote, read twice (count and xmin of every row): "
               f"{first[0]:.2f} s {first[1]}, then {second[0]:.2f} s {second[1]}")  # fmt: skip
         table: list[dict[str, Any]] = []
+        summaries: dict[str, dict[str, Any]] = {}
         for run in args.runs:
-            table += print_run(measure(run, source, target, args.rows), args.rows)
+            rows, summaries[run] = print_run(measure(run, source, target, args.rows), args.rows)
+            table += rows
     finally:
         pg.drop_database(source)
         pg.drop_database(target)
     if args.json:
         result_file.write(
-            args.json, "cold_split", began, table, table_rows=args.rows,
+            args.json, "cold_split", began, table, table_rows=args.rows, runs=summaries,
             hint_bits={"first_read_s": round(first[0], 2), "second_read_s": round(second[0], 2),
                        "first_buffers": first[1], "second_buffers": second[1]},
         )  # fmt: skip
