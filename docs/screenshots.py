@@ -1,9 +1,14 @@
-"""Regenerates the pictures of docs/metadata.md: the Dagster UI on the demo, headless Chromium.
+"""Regenerates the pictures of docs/metadata.md and docs/replication.md: the Dagster UI on the
+demo, headless Chromium.
 
 Run from the repository root after ``bash demo/run`` (or let this script run it)::
 
     .venv/bin/python docs/screenshots.py            # runs the demo first
     .venv/bin/python docs/screenshots.py --no-demo  # uses the runs already in .dagster_home
+    .venv/bin/python docs/screenshots.py --no-demo --only replication_lag  # just these shots
+
+The replication group's plots need its two runs of ``demo/replication.py`` (the initial copy,
+then the changes): ``bash demo/run`` leaves them, as it leaves the other shots' runs.
 
 It starts ``dagster-webserver`` on the demo's instance (``$DAGSTER_HOME``, by default
 ``.dagster_home``) on a free port, drives Debian's ``chromium`` (``apt-get install chromium``)
@@ -83,6 +88,14 @@ SHOTS = [
     Shot("lineage", "/assets/shop/orders?view=lineage&lineageScope=neighbors", "sources"),
     # The stream's checks: dpone_fresh (its lag against the policy its schedule implies).
     Shot("stream_freshness", "/assets/shop/stock?view=checks", "dpone_fresh"),
+    # A replicated table's slot lag, run over run (the demo's initial copy, then its changes).
+    Shot(
+        "replication_lag",
+        "/assets/live/orders",
+        "dpone/lag_bytes",
+        clicks=("Plots",),
+        height=1450,  # its plots are in alphabetical order: dpone/lag_bytes and lag_seconds first
+    ),
 ]
 
 
@@ -250,7 +263,12 @@ def graphql(base: str, query: str) -> Any:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-demo", action="store_true", help="use the runs already recorded")
+    names = [shot.name for shot in SHOTS]
+    parser.add_argument(
+        "--only", nargs="+", choices=names, metavar="NAME", help=f"take these shots: {names}"
+    )
     args = parser.parse_args()
+    shots = [shot for shot in SHOTS if args.only is None or shot.name in args.only]
     env = dict(os.environ)
     env.setdefault("DAGSTER_HOME", str(ROOT / ".dagster_home"))
     if not args.no_demo:
@@ -266,7 +284,7 @@ def main() -> None:
         wait_http(f"{base}/server_info")
         # The first visit shows a newsletter dialog; the instance records it as seen.
         graphql(base, "mutation { setNuxSeen }")
-        take(base, SHOTS, Path(scratch) / "profile")
+        take(base, shots, Path(scratch) / "profile")
 
 
 if __name__ == "__main__":
