@@ -231,6 +231,17 @@ def column_list(columns: Sequence[Column] | Sequence[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
+def columns_equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:
+    """``"l"."a" = "r"."a" AND ...``: the rows of aliases ``left`` and ``right`` agree on the
+    columns ``names`` (a join on a key; each equality may use the key's index)."""
+    return sql.SQL(" AND ").join(
+        sql.SQL("{}.{} = {}.{}").format(
+            sql.Identifier(left), sql.Identifier(n), sql.Identifier(right), sql.Identifier(n)
+        )
+        for n in names
+    )
+
+
 @dataclass(frozen=True)
 class TypeRef:
     """A type named inside a definition (a domain's base type, an attribute's type, a range's

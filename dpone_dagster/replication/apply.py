@@ -19,11 +19,10 @@ The net effect of the staged rows, applied before the commit (:meth:`TableApply.
    sink (:func:`~dpone_dagster.postgres.sinks.apply_sink`); a key change is the delete of the old
    key (staged at the update's place) and the upsert of the new one.
 
-A batch of deletes alone, of at most :data:`HELD_DELETES` keys (a run that applies a few
-deletes), is not staged: its keys are held as the server sent them and applied in one statement
-by key (``unnest`` of their text, cast to the key's types; no staging table, no netting), since
-a key deleted once in a batch is its net effect. The first insert or update stages the held
-keys in their order, and the batch goes the staged way.
+A batch of deletes alone, of at most :data:`~.held.HELD_DELETES` keys (a run that applies a
+few deletes), is not staged: its keys are held as the server sent them and applied in one
+statement by key (:mod:`.held`). The first insert or update stages the held keys in their
+order, and the batch goes the staged way.
 
 A ``TRUNCATE`` splits a table's batch: under ``hard`` the rows staged before it are dropped (the
 truncate wipes them) and the target is truncated; under ``soft`` they are applied, then every
@@ -45,9 +44,8 @@ import psycopg
 from psycopg import sql
 from psycopg._encodings import pg2pyenc  # psycopg's PostgreSQL-to-Python codec names
 
-from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import owned_staging_handle
-from dpone_dagster.postgres.catalog import column_list, column_type
+from dpone_dagster.postgres.catalog import column_list, column_type, columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import evolve_target
@@ -58,11 +56,11 @@ from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
 from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
 
 from .changes import UNCHANGED, Value
+from .held import HELD_DELETES, Held, delete_held
+from .toast import index_history, resolve_unchanged
 
 FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
-HELD_DELETES: Final = 10_000
-"""Keys of a deletes-only batch held and applied by key without staging (see the module)."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
 _ESCAPED: Final = re.compile(rb"[\\\n\r]")
@@ -168,7 +166,7 @@ class TableApply:
     _unchanged: set[int] = field(default_factory=set)
     _old_keys: bool = False
     _indexed: bool = False
-    _held: list[tuple[Sequence[Value], bytes]] | None = field(default_factory=list)
+    _held: Held | None = field(default_factory=list)
     """A deletes-only batch's keys and commit times, not staged (``None``: the batch stages)."""
     _stack: ExitStack = field(default_factory=ExitStack)
     _staging: PostgresStagingTable | None = None
@@ -184,6 +182,7 @@ class TableApply:
         self._at_text = _NULL
         self._copying = self.copy or StagingCopy(self.conn)
         self._statement: sql.Composed | None = None
+        self._codec = pg2pyenc(self.encoding.encode())  # the held keys' text
 
     # -- staging -----------------------------------------------------------------------------
 
@@ -327,7 +326,8 @@ class TableApply:
         table is emptied."""
         held, self._held = self._held, []
         if held:
-            self._delete_held(held)
+            delete_held(self.conn, self.plan, self.key, held, codec=self._codec,
+                        soft_column=self.soft_column, on_net=self.on_net)  # fmt: skip
             return
         if self._staging is None and not self._buffer:
             return
@@ -335,7 +335,11 @@ class TableApply:
         if self.soft_column is not None:
             ensure_soft_column(self.conn, self.plan.target, self.soft_column)
         if self._unchanged:
-            resolve_unchanged(self)
+            if not self._indexed:  # one index per staging table (its later rows are indexed too)
+                index_history(self.conn, self.staging, self.plan.target_key)
+                self._indexed = True
+            resolve_unchanged(self.conn, self.plan, self.staging, sorted(self._unchanged),
+                              old_keys=self._old_keys)  # fmt: skip
         net, rows = self._net()
         if self.on_net is not None:  # the check's hook: the keys this net effect touches
             self.on_net(self.conn, self.plan, net.ident, ())
@@ -344,44 +348,6 @@ class TableApply:
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False
-
-    def _delete_held(self, held: Sequence[tuple[Sequence[Value], bytes]]) -> None:
-        """Applies a deletes-only batch by key, in one statement (see the module)."""
-        codec = pg2pyenc(self.encoding.encode())
-        keys = self.plan.target_key
-        written = [self.plan.written[i] for i in self.key]
-        arrays: list[object] = [
-            [bytes(old[i]).decode(codec) for old, _ in held]  # type: ignore[arg-type]
-            for i in self.key
-        ]
-        slots = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in keys)
-        aliases = [sql.Identifier(f"k{i}") for i in range(len(keys))]
-        typed = sql.SQL(", ").join(
-            sql.SQL("f.{}::{} AS {}").format(a, column_type(c), sql.Identifier(n))
-            for a, c, n in zip(aliases, written, keys, strict=True)
-        )
-        names = sql.SQL(", ").join(aliases)
-        from_item = sql.SQL("(SELECT {} FROM unnest({}) AS f({})) AS f").format(typed, slots, names)
-        if self.on_net is not None:
-            self.on_net(self.conn, self.plan, from_item, arrays)
-        equal = _equal("t", "f", keys)
-        target = self.plan.target.ident
-        if self.soft_column is None:
-            statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(
-                target, from_item, equal
-            )
-            params = arrays
-        else:
-            ensure_soft_column(self.conn, self.plan.target, self.soft_column)
-            soft = sql.Identifier(self.soft_column)
-            at_slot = sql.SQL("(SELECT {}, f.at FROM unnest({}, %s::text[]) AS f({}, at))"
-                              " AS f").format(typed, slots, names)  # fmt: skip
-            statement = sql.SQL(
-                "UPDATE {} AS t SET {} = f.at::timestamptz FROM {} WHERE {} AND t.{} IS NULL"
-            ).format(target, soft, at_slot, equal, soft)
-            params = [*arrays, [bytes(at).decode() for _, at in held]]
-        with key_lookups(self.conn):
-            self.conn.execute(statement, params)
 
     def _net(self) -> tuple[TableName, int]:
         """The last staged row of each key, in a table of its own (one sort of the staging
@@ -399,7 +365,7 @@ class TableApply:
         """Applies the keys whose last change is a delete, then leaves them out of ``net``;
         the rows left."""
         keys = self.plan.target_key
-        equal = _equal("t", "f", keys)
+        equal = columns_equal("t", "f", keys)
         target = self.plan.target.ident
         statement: sql.Composed
         if self.soft_column is None:
@@ -475,87 +441,6 @@ def _temporary_name(target: TableName) -> TableName:
     """A staging name in ``pg_temp``: the staging and net tables live in the target
     transaction of one session, so they are temporary (no WAL, no file sync at creation)."""
     return TableName("pg_temp", staging_name_for(target).name)
-
-
-def _equal(left: str, right: str, names: Sequence[str]) -> sql.Composed:
-    return sql.SQL(" AND ").join(
-        sql.SQL("{}.{} = {}.{}").format(
-            sql.Identifier(left), sql.Identifier(n), sql.Identifier(right), sql.Identifier(n)
-        )
-        for n in names
-    )
-
-
-def _lineage(table: TableApply, alias: str) -> list[sql.Composable]:
-    """The key a staged row's history continues from: its old key after a key change."""
-    out: list[sql.Composable] = []
-    for i, name in enumerate(table.plan.target_key):
-        if table._old_keys:
-            out.append(sql.SQL("coalesce({a}.{o}, {a}.{k})").format(
-                a=sql.Identifier(alias), o=sql.Identifier(f"_dpone_ok{i}"), k=sql.Identifier(name)
-            ))  # fmt: skip
-        else:
-            out.append(sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(name)))
-    return out
-
-
-def resolve_unchanged(table: TableApply) -> None:
-    """Gives each staged unchanged TOASTed value its value (see the module's step 1).
-
-    Per column, in passes: a value whose row has no earlier non-delete row along its history
-    takes the target's; one whose previous row along its history knows the value takes it.
-    Each pass resolves at least the earliest row of every chain, so the passes end.
-
-    Raises:
-        EngineError: ``replication_toast_unresolved`` for a value neither holds.
-    """
-    conn, plan = table.conn, table.plan
-    keys = plan.target_key
-    staging = table.staging.ident
-    if not table._indexed:  # one index per staging table (its later rows are indexed too)
-        conn.execute(
-            sql.SQL("CREATE INDEX ON {} ({}, _dpone_seq)").format(staging, column_list(keys))
-        )
-        table._indexed = True
-    here = _lineage(table, "r")
-    of_p = [sql.SQL("p.{}").format(sql.Identifier(k)) for k in keys]
-    lineage_match = sql.SQL(" AND ").join(
-        sql.SQL("{} = {}").format(a, b) for a, b in zip(of_p, here, strict=True)
-    )
-    target_match = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = {}").format(sql.Identifier(k), b) for k, b in zip(keys, here, strict=True)
-    )
-    previous = sql.SQL(
-        "(SELECT p._dpone_seq FROM {s} AS p WHERE {m} AND p._dpone_seq < r._dpone_seq"
-        " AND p._dpone_op <> 'D' ORDER BY p._dpone_seq DESC LIMIT 1)"
-    ).format(s=staging, m=lineage_match)
-    for index in sorted(table._unchanged):
-        column = sql.Identifier(plan.column_names[index])
-        position = sql.Literal(index + 1)
-        flagged = sql.SQL("substr(r._dpone_u, {}, 1) = '1'").format(position)
-        cleared = sql.SQL("overlay(r._dpone_u PLACING '0' FROM {} FOR 1)").format(position)
-        from_target = sql.SQL(
-            "UPDATE {s} AS r SET {c} = t.{c}, _dpone_u = {clr} FROM {t} AS t"
-            " WHERE {f} AND {tm} AND {prev} IS NULL"
-        ).format(s=staging, c=column, clr=cleared, t=plan.target.ident, f=flagged,
-                 tm=target_match, prev=previous)  # fmt: skip
-        conn.execute(from_target)
-        from_previous = sql.SQL(
-            "UPDATE {s} AS r SET {c} = p.{c}, _dpone_u = {clr} FROM {s} AS p"
-            " WHERE {f} AND p._dpone_seq = {prev}"
-            " AND substr(p._dpone_u, {pos}, 1) IS DISTINCT FROM '1'"
-        ).format(s=staging, c=column, clr=cleared, f=flagged, prev=previous, pos=position)
-        while conn.execute(from_previous).rowcount:
-            pass
-        left = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} AS r WHERE {}").format(staging, flagged)
-        ).fetchone()
-        if left is not None and int(left[0]):
-            raise engine_error(
-                "replication_toast_unresolved",
-                f"{int(left[0])} unchanged value(s) of column {plan.column_names[index]!r} of "
-                f"{plan.target} have no row in the target to take them from.",
-            )
 
 
 def evolve(conn: Connection, plan: TablePlan) -> None:

@@ -1,5 +1,5 @@
 """A run that applies a few deletes costs what it changes: its keys are deleted by key in one
-statement, with no staging table (``replication/apply.py``, "a batch of deletes alone"), and the
+statement, with no staging table (``replication/held.py``), and the
 batch goes the staged way, in its order, as soon as anything else arrives in it.
 
 The target's event trigger logs every ``CREATE TABLE`` (temporary ones included) a run makes, so
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import psycopg
 
-from dpone_dagster.replication.apply import HELD_DELETES
 from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.held import HELD_DELETES
 from tests.helpers import pg
 from tests.replication.group import Group
 

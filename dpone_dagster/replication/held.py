@@ -1,0 +1,97 @@
+"""A deletes-only batch applied by key, without staging.
+
+A run that applies a few deletes (the slot's changes since the last run were deletes alone)
+would pay for a staging table, its ``COPY``, the net effect's sort and the merge sink's
+statements for rows it never writes. :class:`~.apply.TableApply` holds such a batch's keys
+instead (at most :data:`HELD_DELETES`, as the server sent them), and :func:`delete_held`
+applies them in one statement: the keys' text in one ``text[]`` parameter per key column,
+``unnest`` of them cast to the key's types, joined to the target over its key index. A key
+deleted once in a batch is its net effect, so nothing is netted. Under ``soft`` deletes the
+statement is an ``UPDATE`` that sets the soft-delete column to the deleting transaction's
+commit time, on live rows only.
+
+The first insert or update of the batch ends the holding: the held keys are staged in their
+order, and the batch goes the staged way (:mod:`.apply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from psycopg import sql
+
+from dpone_dagster.postgres.catalog import column_type, columns_equal
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.sinks import key_lookups
+from dpone_dagster.postgres.soft_deletes import ensure_soft_column
+
+from .changes import Value
+
+if TYPE_CHECKING:  # the apply module imports this one
+    from .apply import NetHook
+
+HELD_DELETES: Final = 10_000
+"""Keys of a deletes-only batch held and applied by key without staging (see the module)."""
+
+Held: TypeAlias = list[tuple[Sequence[Value], bytes]]
+"""Held deletes: each deleted row's old key (its values, the key columns as the server sent
+them) and its transaction's commit time as staged text."""
+
+
+def delete_held(
+    conn: Connection,
+    plan: TablePlan,
+    key: Sequence[int],
+    held: Held,
+    *,
+    codec: str,
+    soft_column: str | None,
+    on_net: NetHook | None = None,
+) -> None:
+    """Applies the held deletes of ``plan``'s table by key, in one statement.
+
+    Args:
+        conn: The target session, in the target transaction.
+        plan: The table's plan.
+        key: The positions of the key's columns in the plan's columns (the server's order).
+        held: The held deletes, in commit order.
+        codec: The Python codec of the source's encoding (the keys' text is in it).
+        soft_column: The soft-delete column under ``soft`` deletes, else None.
+        on_net: The apply's :data:`~.apply.NetHook`, called with the keys before the delete.
+    """
+    keys = plan.target_key
+    written = [plan.written[i] for i in key]
+    arrays: list[object] = [
+        [bytes(old[i]).decode(codec) for old, _ in held]  # type: ignore[arg-type]
+        for i in key
+    ]
+    slots = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in keys)
+    aliases = [sql.Identifier(f"k{i}") for i in range(len(keys))]
+    typed = sql.SQL(", ").join(
+        sql.SQL("f.{}::{} AS {}").format(a, column_type(c), sql.Identifier(n))
+        for a, c, n in zip(aliases, written, keys, strict=True)
+    )
+    names = sql.SQL(", ").join(aliases)
+    from_item = sql.SQL("(SELECT {} FROM unnest({}) AS f({})) AS f").format(typed, slots, names)
+    if on_net is not None:
+        on_net(conn, plan, from_item, arrays)
+    equal = columns_equal("t", "f", keys)
+    target = plan.target.ident
+    if soft_column is None:
+        statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(
+            target, from_item, equal
+        )
+        params = arrays
+    else:
+        ensure_soft_column(conn, plan.target, soft_column)
+        soft = sql.Identifier(soft_column)
+        at_slot = sql.SQL("(SELECT {}, f.at FROM unnest({}, %s::text[]) AS f({}, at))"
+                          " AS f").format(typed, slots, names)  # fmt: skip
+        statement = sql.SQL(
+            "UPDATE {} AS t SET {} = f.at::timestamptz FROM {} WHERE {} AND t.{} IS NULL"
+        ).format(target, soft, at_slot, equal, soft)
+        params = [*arrays, [bytes(at).decode() for _, at in held]]
+    with key_lookups(conn):
+        conn.execute(statement, params)
