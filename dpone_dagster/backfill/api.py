@@ -21,9 +21,9 @@ from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
+from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
 from dpone_dagster.lifecycle import DponeError, redact
-from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side, connect
+from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
@@ -138,12 +138,11 @@ class Backfill:
 
     def _connect(self, dsn: str, side: Side) -> Connection:
         options = self.options if side == "source" else self.target_options
-        conn = connect(dsn, options, side=side, autocommit=True)
+        conn = prepared_session(dsn, options, side)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
         # own BEGIN, COMMIT, ROLLBACK and savepoints as plain statements, never prepared.)
         conn.prepare_threshold = 0
-        prepare_session(conn)
         return conn
 
     def _open(self) -> Sessions:

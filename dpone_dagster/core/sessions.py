@@ -14,7 +14,8 @@ database error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
@@ -24,7 +25,13 @@ from psycopg import IsolationLevel, pq
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import DponeError, redact
-from dpone_dagster.postgres.connection import Connection, set_transaction_mode
+from dpone_dagster.postgres.connection import (
+    Connection,
+    ConnectionOptions,
+    Side,
+    connect,
+    set_transaction_mode,
+)
 from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
@@ -35,6 +42,55 @@ def prepare_session(conn: Connection) -> None:
     reconciliation digest's), for the whole session: the same value always has the same
     spelling in a checkpoint, a mark or a digest."""
     pin_settings(conn, local=False)
+
+
+def prepared_session(
+    dsn: str, options: ConnectionOptions | None, side: Side, *, autocommit: bool = True
+) -> Connection:
+    """A new engine session, prepared (:func:`prepare_session`) and idle in no transaction.
+
+    Args:
+        dsn: The database's DSN.
+        options: Its session options.
+        side: Which side it is (in the errors of its connection).
+        autocommit: Open it in autocommit mode (the engines' rule, :func:`transaction`); a
+            session opened without it is left with the preparation committed.
+    """
+    conn = connect(dsn, options, side=side, autocommit=autocommit)
+    try:
+        prepare_session(conn)
+        if not autocommit:
+            conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_at_once(*openers: Callable[[], Connection]) -> list[Connection]:
+    """The sessions ``openers`` open, opened concurrently, in their order: each start is a new
+    server process's (its authentication and first catalog reads), and a run with little to do
+    is mostly its sessions' starts.
+
+    Raises:
+        BaseException: The first failure of an opener (or an interrupt while they run), once
+            every opener has ended; the sessions the others opened are closed.
+    """
+    interrupted: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=len(openers), thread_name_prefix="dpone-connect") as pool:
+        started = [pool.submit(opener) for opener in openers]
+        try:
+            wait(started)
+        except BaseException as exc:  # the pool's exit still waits for every opener
+            interrupted = exc
+    failures = [f.exception() for f in started if f.exception() is not None]
+    failure = interrupted or (failures[0] if failures else None)
+    if failure is not None:
+        for future in started:
+            if future.exception() is None:
+                future.result().close()
+        raise failure
+    return [future.result() for future in started]
 
 
 @contextmanager

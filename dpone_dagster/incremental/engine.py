@@ -8,14 +8,12 @@ after its last committed batch, or starts the next run from the stream's mark.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
-from typing import Literal
+from functools import partial
 
 import psycopg
 from psycopg import IsolationLevel
@@ -25,10 +23,16 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
-from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
+from dpone_dagster.core.sessions import (
+    Sessions,
+    fail_run,
+    open_at_once,
+    prepared_session,
+    transaction,
+)
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError, redact
-from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
+from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
@@ -177,34 +181,14 @@ class IncrementalSync:
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
 
     def _open(self) -> Sessions:
-        """Both sessions, opened at once (a run with nothing to do is mostly their set-up)."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-connect") as pool:
-            opening = pool.submit(self._session, self.target_dsn, "target")
-            try:
-                src = self._session(self.source_dsn, "source")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    opening.result().close()
-                raise
-            try:
-                tgt = opening.result()
-            except BaseException:
-                src.close()
-                raise
+        """Both sessions, opened at once: the source's in autocommit, the target's idle in no
+        transaction."""
+        src, tgt = open_at_once(
+            partial(prepared_session, self.source_dsn, self.options, "source"),
+            partial(prepared_session, self.target_dsn, self.target_options, "target",
+                    autocommit=False),
+        )  # fmt: skip
         return Sessions(source=src, target=tgt, ledger=tgt)
-
-    def _session(self, dsn: str, side: Literal["source", "target"]) -> Connection:
-        """A prepared session: the source's in autocommit, the target's idle in no transaction."""
-        options = self.target_options if side == "target" else self.options
-        conn = connect(dsn, options, side=side, autocommit=side == "source")
-        try:
-            prepare_session(conn)
-            if side == "target":
-                conn.commit()
-        except BaseException:
-            conn.close()
-            raise
-        return conn
 
     def stream_id(self, sessions: Sessions) -> str:
         """``incremental:<digest>`` of the databases, tables, cursor and label."""

@@ -23,24 +23,28 @@ committed but not yet confirmed to the slot is read again by the next run and sk
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.core.sessions import Sessions, fail_run, prepare_session, transaction
+from dpone_dagster.core.sessions import (
+    Sessions,
+    fail_run,
+    open_at_once,
+    prepared_session,
+    transaction,
+)
 from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
-    Side,
-    connect,
     server_encoding,
     set_transaction_mode,
 )
@@ -194,23 +198,12 @@ class Replication:
     # -- sessions ----------------------------------------------------------------------------
 
     def _open(self) -> tuple[Sessions, Connection]:
-        """The source, target and control sessions, opened at once (each start is a server
-        process's, and a run of a few changes is mostly its sessions' starts)."""
-        opening: list[tuple[str, ConnectionOptions | None, Side]] = [
-            (self.source_dsn, self.options, "source"),
-            (self.target_dsn, self.target_options, "target"),
-            (self.source_dsn, self.options, "source"),
-        ]
-        with ThreadPoolExecutor(max_workers=len(opening)) as pool:
-            started = [pool.submit(_session, *how) for how in opening]
-            wait(started)
-        failed = [f.exception() for f in started if f.exception() is not None]
-        if failed:
-            for future in started:
-                if future.exception() is None:
-                    future.result().close()
-            raise failed[0]  # type: ignore[misc]
-        src, tgt, control = (f.result() for f in started)
+        """The source, target and control sessions, opened at once."""
+        src, tgt, control = open_at_once(
+            partial(prepared_session, self.source_dsn, self.options, "source"),
+            partial(prepared_session, self.target_dsn, self.target_options, "target"),
+            partial(prepared_session, self.source_dsn, self.options, "source"),
+        )
         return Sessions(source=src, target=tgt, ledger=tgt), control
 
     def run(self) -> ReplicationReport:
@@ -590,18 +583,6 @@ class Replication:
             updated=before.updated + counts.updated, deleted=before.deleted + counts.deleted,
             truncated=before.truncated + counts.truncated,
         )  # fmt: skip
-
-
-def _session(dsn: str, options: ConnectionOptions | None, side: Side) -> Connection:
-    """An autocommit session of the run, prepared
-    (:func:`~dpone_dagster.core.sessions.prepare_session`)."""
-    conn = connect(dsn, options, side=side, autocommit=True)
-    try:
-        prepare_session(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:
