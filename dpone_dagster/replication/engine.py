@@ -8,13 +8,14 @@ One :meth:`Replication.run`:
    under exactly that snapshot by the snapshot copy engine
    (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
    commits the ledger's ``streaming`` phase and the slot's consistent point with the rows;
-2. **stream**: the source's current LSN is taken (``upto_lsn``); the slot is peeked up to it
-   (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole source transactions are
-   grouped into target transactions of about ``batch_changes`` changes; each begins under the
-   group's advisory lock with the ledger's applied position, skips every source transaction that
-   committed at or before it, stages the others (:mod:`.apply`), applies their net effect and
-   writes the new applied position, and commits; only then is the slot advanced (to the end of
-   the last applied commit record; after the whole peek, to ``upto_lsn``).
+2. **stream** (:mod:`.stream`): the source's current LSN is taken (``upto_lsn``); the slot is
+   peeked up to it (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole
+   source transactions are grouped into target transactions of about ``batch_changes``
+   changes; each begins under the group's advisory lock with the ledger's applied position,
+   skips every source transaction that committed at or before it, stages the others
+   (:mod:`.apply`), applies their net effect and writes the new applied position, and commits;
+   only then is the slot advanced (to the end of the last applied commit record; after the
+   whole peek, to ``upto_lsn``).
 
 A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
 committed but not yet confirmed to the slot is read again by the next run and skipped.
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -45,86 +45,24 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
-    server_encoding,
-    set_transaction_mode,
 )
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.options import CopyOptions
-from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
-from .apply import StagingCopy, TableApply, evolve
-from .changes import Begin, Commit, Lsn, Relation, Truncate
-from .keyless import table_apply
-from .pgoutput import decode, row_change
-from .plan import ReplicationGroup, refuse_keyless, relation_plan
-from .reader import read_messages
+from .plan import ReplicationGroup, refuse_keyless
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, ensure_publication, slot_status
 from .state import GroupLedger, GroupState
+from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
 
 BATCH_CHANGES = 500_000
 """Changes a target transaction gathers (whole source transactions) before it commits: each
 commit costs a netting, a merge per table and a slot advance, so a run of a budget up to this
 applies in one."""
-STAGE_EVERY = 10_000
-"""Staged changes between two ``stage`` progress reports."""
-_ROW_KINDS = frozenset(b"IUD")
-"""The first bytes of the row change messages (insert, update, delete)."""
-
-
-@dataclass
-class _Target:
-    """The target transaction in progress: its tables, their staging ``COPY`` and the source
-    transactions it holds."""
-
-    copy: StagingCopy
-    tables: dict[int, TableApply] = field(default_factory=dict)
-    transactions: int = 0
-    staged: int = 0
-    last: tuple[Lsn, Lsn, datetime] | None = None
-
-    def close(self) -> None:
-        self.copy.end()
-        for table in self.tables.values():
-            table.close()
-
-    def abandon(self) -> None:
-        self.copy.abandon()
-        for table in self.tables.values():
-            table.abandon()
-
-
-@dataclass
-class _Reading:
-    """A peek in progress: the sessions, the target transaction open, the tables known."""
-
-    sessions: Sessions
-    control: Connection
-    run: _Run
-    encoding: str
-    target: _Target | None = None
-    skipping: bool = False
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    staged_mark: int = STAGE_EVERY
-    relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
-    plans: dict[int, TablePlan] = field(default_factory=dict)
-
-
-@dataclass
-class _Run:
-    """What a run has done so far."""
-
-    applied: Lsn
-    applied_end: Lsn
-    applied_at: datetime | None
-    transactions: int = 0
-    skipped: int = 0
-    budget_reached: bool = False
-    counts: dict[TableName, TableChanges] = field(default_factory=dict)
 
 
 class Replication:
@@ -189,6 +127,10 @@ class Replication:
         self.batch_changes = max(1, batch_changes)
         self.checking = CheckContext(group, self.ledger, sweep or Sweep())
         self.record_keys = key_recorder(self.ledger.store.tables, group.slot) if reconcile else None
+        self.stream = SlotStream(
+            group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
+            record_keys=self.record_keys, progress=self._progress,
+        )  # fmt: skip
 
     @property
     def owner_comment(self) -> str:
@@ -273,9 +215,9 @@ class Replication:
         assert state.applied_lsn is not None
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
-        run = _Run(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
+        run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                    state.applied_commit_time)  # fmt: skip
-        self._stream(sessions, control, run, upto)
+        self.stream.run(sessions, control, run, upto)
         confirmed = run.applied_end
         if not run.budget_reached:
             confirmed = max(confirmed, upto)  # every transaction committed before upto is applied
@@ -302,7 +244,7 @@ class Replication:
             adopted=adopted, tables_removed=removed, checks=checks,
         )  # fmt: skip
 
-    def _progress(self, phase: str, run: _Run, staged: int = 0) -> None:
+    def _progress(self, phase: str, run: RunState, staged: int = 0) -> None:
         self.on_progress(ReplicationProgress(phase, run.transactions, run.applied, staged))
 
     # -- the group ---------------------------------------------------------------------------
@@ -370,7 +312,7 @@ class Replication:
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
-        run = _Run(0, 0, None)
+        run = RunState(0, 0, None)
         self._progress("copy", run)
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
@@ -398,191 +340,6 @@ class Replication:
                 report = copy.load(before_commit=commit_state)
         self._progress("copied", run)
         return report, bool(filled)
-
-    # -- the stream --------------------------------------------------------------------------
-
-    def _stream(self, sessions: Sessions, control: Connection, run: _Run, upto: Lsn) -> None:
-        src, group = sessions.source, self.group
-        encoding = server_encoding(src)
-        reading = _Reading(sessions, control, run, encoding)
-        messages = read_messages(src, slot=group.slot, publication=group.publication,
-                                 upto_lsn=upto, max_changes=group.max_changes_per_run)  # fmt: skip
-        seen = 0  # every message the server output: what it counts against the budget
-        try:
-            for data in messages:  # the hot path: one pass per message, no message object
-                seen += 1
-                if data[0] not in _ROW_KINDS:
-                    message = decode(data)
-                    if message is not None:
-                        self._control(reading, message)  # type: ignore[arg-type]
-                    continue
-                if reading.skipping:
-                    continue
-                kind, oid, new, old = row_change(data)
-                target = reading.target
-                assert target is not None  # a row change comes between Begin and Commit
-                applying = target.tables.get(oid) or self._table(reading, oid)
-                if applying is None:
-                    continue
-                if kind == 73:  # 'I'
-                    applying.insert(new)  # type: ignore[arg-type]
-                elif kind == 85:  # 'U'
-                    applying.update(new, old, reading.at)  # type: ignore[arg-type]
-                else:
-                    applying.delete(old, reading.at)  # type: ignore[arg-type]
-                target.staged += 1
-                if target.staged >= reading.staged_mark:
-                    reading.staged_mark += STAGE_EVERY
-                    self._progress("stage", run, target.staged)
-        except BaseException:
-            if reading.target is not None:
-                reading.target.abandon()
-            raise
-        self._end(reading)
-        budget = group.max_changes_per_run
-        run.budget_reached = budget is not None and seen >= budget
-
-    def _control(self, reading: _Reading, message: Begin | Commit | Relation | Truncate) -> None:
-        """A message other than a row change: a transaction's bounds, a table's columns, a
-        ``TRUNCATE``."""
-        run = reading.run
-        if isinstance(message, Begin):
-            reading.at = message.commit_time
-            if reading.target is None:
-                reading.target = self._begin(reading.sessions, run)
-                reading.staged_mark = STAGE_EVERY
-            reading.skipping = message.final_lsn <= run.applied
-            run.skipped += reading.skipping
-        elif isinstance(message, Commit):
-            target = reading.target
-            if reading.skipping or target is None:
-                return
-            target.transactions += 1
-            target.last = (message.commit_lsn, message.end_lsn, message.commit_time)
-            if target.staged >= self.batch_changes:
-                self._commit(reading.sessions, reading.control, target, run)
-                reading.target = None
-        elif isinstance(message, Relation):
-            name = TableName(message.schema, message.name)
-            if name in self.group.tables:
-                self._relation(message, name, (reading.relations, reading.plans),
-                               reading.target, run)  # fmt: skip
-        elif not reading.skipping:
-            for oid in message.relations:
-                truncated = self._table(reading, oid)
-                if truncated is not None:
-                    truncated.truncate(reading.at)
-
-    def _end(self, reading: _Reading) -> None:
-        """Commits the last target transaction (or ends one that applied nothing)."""
-        target, sessions = reading.target, reading.sessions
-        if target is None:
-            return
-        if target.transactions:
-            self._commit(sessions, reading.control, target, reading.run)
-            return
-        target.close()
-        sessions.target.rollback()
-        sessions.target.autocommit = True
-
-    def _relation(
-        self,
-        relation: Relation,
-        name: TableName,
-        known_tables: tuple[dict[int, tuple[TableName, Relation]], dict[int, TablePlan]],
-        target: _Target | None,
-        run: _Run,
-    ) -> None:
-        """A table's columns as of here: a change splits its batch and plans it again."""
-        relations, plans = known_tables
-        known = relations.get(relation.oid)
-        relations[relation.oid] = (name, relation)
-        if known is not None and known[1].columns == relation.columns:
-            return
-        plans.pop(relation.oid, None)
-        if target is not None and relation.oid in target.tables:
-            current = target.tables.pop(relation.oid)
-            current.apply()
-            self._count(run, current)
-            current.close()
-
-    def _table(self, reading: _Reading, oid: int) -> TableApply | None:
-        """The table's apply in the target transaction (planned, and evolved, when needed)."""
-        target = reading.target
-        assert target is not None
-        found = target.tables.get(oid)
-        if found is not None:
-            return found
-        known = reading.relations.get(oid)
-        if known is None:
-            return None  # a table outside the group
-        name, relation = known
-        sessions, run = reading.sessions, reading.run
-        target.copy.end()  # the plan reads the target's catalog on the session
-        plan = reading.plans.get(oid)
-        if plan is None:
-            plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
-            evolve(sessions.target, plan)
-            if plan.schema_changes:
-                counted = run.counts.get(name) or TableChanges(name)
-                run.counts[name] = replace(
-                    counted, schema_changes=counted.schema_changes + plan.schema_changes
-                )
-            plan = replace(plan, schema_changes=())
-            reading.plans[oid] = plan
-        applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                               reading.encoding, on_net=self.record_keys,
-                               copy=target.copy)  # fmt: skip
-        target.tables[oid] = applying
-        return applying
-
-    def _begin(self, sessions: Sessions, run: _Run) -> _Target:
-        """Begins a target transaction under the group's lock; the ledger's applied position
-        (another run may have moved it) decides what is skipped."""
-        tgt = sessions.target
-        tgt.autocommit = False  # the transaction spans the peek's messages: no with block
-        set_transaction_mode(tgt, IsolationLevel.READ_COMMITTED, read_only=False)
-        self.ledger.lock(tgt, self.group.slot)
-        state = self.ledger.fetch(tgt, self.group.slot)
-        if state is None or state.applied_lsn is None:
-            raise engine_error("replication_failed", "The group's ledger row is gone.")
-        if state.applied_lsn > run.applied:
-            run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
-            run.applied_at = state.applied_commit_time
-        return _Target(StagingCopy(tgt))
-
-    def _commit(self, sessions: Sessions, control: Connection, target: _Target, run: _Run) -> None:
-        """Applies the target transaction's net effect with the applied position, commits,
-        then advances the slot."""
-        tgt = sessions.target
-        self._progress("apply", run, target.staged)
-        for applying in target.tables.values():
-            applying.apply()
-            self._count(run, applying)
-        target.close()
-        assert target.last is not None
-        self.ledger.applied(tgt, self.group.slot, target.last, target.transactions)
-        self._progress("commit", run, target.staged)
-        tgt.commit()
-        tgt.autocommit = True
-        run.applied, run.applied_end, run.applied_at = target.last
-        run.transactions += target.transactions
-        self._progress("committed", run)
-        # Also when the run advances again right after (to its upto LSN): that second advance
-        # moves the slot's restart point up to this one's, so the next peek does not decode
-        # this run's WAL again.
-        advance_slot(control, self.group.slot, run.applied_end)
-        self._progress("advanced", run)
-
-    @staticmethod
-    def _count(run: _Run, applying: TableApply) -> None:
-        name, counts = applying.plan.source, applying.counts
-        before = run.counts.get(name) or TableChanges(name)
-        run.counts[name] = replace(
-            before, inserted=before.inserted + counts.inserted,
-            updated=before.updated + counts.updated, deleted=before.deleted + counts.deleted,
-            truncated=before.truncated + counts.truncated,
-        )  # fmt: skip
 
 
 def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:

@@ -135,7 +135,8 @@ def _peek(
     except psycopg.Error as exc:
         raise _slot_failure(conn, slot, exc) from exc
     finally:
-        conn.read_only = None
+        if not conn.closed:  # a session closed under it (a failed run's guard) keeps nothing
+            conn.read_only = None
 
 
 def _slot_failure(conn: Connection, slot: str, exc: psycopg.Error) -> Exception:
