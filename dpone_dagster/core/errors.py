@@ -325,7 +325,8 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         "The replication slot is in use by another session; it was left untouched.",
         (
             "Wait for the other run to finish, or end its session (the message names its pid: "
-            "pg_terminate_backend(pid)), then run again.",
+            "pg_terminate_backend(pid)), then run again; a run waits for the slot as long as its "
+            "lock_wait (ConnectionOptions) before it fails.",
         ),
     ),
     "replication_slot_missing": (

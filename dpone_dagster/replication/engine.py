@@ -54,7 +54,7 @@ from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 from .plan import ReplicationGroup, refuse_keyless
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .setup import check_replication_setup, create_replication
-from .slot import advance_slot, current_lsn, ensure_publication, slot_status
+from .slot import advance_slot, current_lsn, ensure_publication, slot_status, wait_for_slot
 from .state import GroupLedger, GroupState
 from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
@@ -81,7 +81,10 @@ class Replication:
             ``schema_change_incompatible``, nothing written), then copied again under the slot's
             snapshot in one transaction (readers see the old rows until it commits).
         resync: Copy every table again under a new slot (after a lost slot, or a table added).
-        options: Session options (of both sides, unless ``target_options`` is given).
+        options: Session options (of both sides, unless ``target_options`` is given). Their
+            ``lock_wait`` also bounds how long a run waits for the slot while another session
+            holds it (another run of the group, or a killed run's server process still
+            decoding); past it the run fails with ``replication_slot_active``, naming the pid.
         target_options: Options of the target's sessions.
         on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
@@ -123,6 +126,7 @@ class Replication:
         self.ledger = GroupLedger(ledger.schema)
         self.adopt, self.resync = adopt, resync
         self.options, self.target_options = options, target_options or options
+        self.slot_wait = (options or ConnectionOptions()).lock_wait
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
         self.checking = CheckContext(group, self.ledger, sweep or Sweep())
@@ -268,7 +272,9 @@ class Replication:
                 f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
             )
         removed = tuple(t for t in state.tables if t not in group.tables)
-        if slot_status(sessions.source, group.slot) is None:  # before the publication is touched
+        # Before the publication is touched; a slot another run (or a killed one's server
+        # process) still holds is waited for, as long as a lock is (``lock_wait``).
+        if wait_for_slot(sessions.source, group.slot, self.slot_wait) is None:
             raise engine_error(
                 "replication_slot_missing",
                 f"The source has no replication slot {group.slot!r}, which the ledger's group "
@@ -311,6 +317,7 @@ class Replication:
             self.ledger.lock(tgt, group.slot)
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
+            wait_for_slot(control, group.slot, self.slot_wait)  # a killed copy's may hold it
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
         run = RunState(0, 0, None)
         self._progress("copy", run)

@@ -12,6 +12,7 @@ with :mod:`psycopg.sql`; none comes into SQL text unquoted.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -93,6 +94,27 @@ def slot_status(conn: Connection, slot: str) -> SlotStatus | None:
         retained_bytes=max(0, int(current) - int(restart)) if restart else 0,
         database=database,
     )
+
+
+def wait_for_slot(conn: Connection, slot: str, timeout: float) -> SlotStatus | None:
+    """The state of ``slot`` once no session holds it, read again every 0.1 s for at most
+    ``timeout`` seconds.
+
+    A run of the group holds the slot while it reads it; a run killed inside its read leaves its
+    server process decoding until it next writes to its dead client (seconds, in a long
+    decode). The next run waits for either rather than failing at once.
+
+    Returns:
+        The last state read: inactive, or still held when the wait ran out (the caller's read
+        then fails with ``replication_slot_active``, naming the holder); None when there is no
+        such slot.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        status = slot_status(conn, slot)
+        if status is None or not status.active or time.monotonic() >= deadline:
+            return status
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def current_lsn(conn: Connection) -> Lsn:

@@ -163,3 +163,16 @@ def lose_slot(dsn: str, slot: str) -> None:
     finally:
         pg.execute(admin, "ALTER SYSTEM RESET max_slot_wal_keep_size")
         pg.execute(admin, "SELECT pg_reload_conf()")
+
+
+def hold_slot(dsn: str, slot: str, publication: str) -> psycopg.pq.abc.PGconn:
+    """A real consumer streaming ``slot`` over the replication protocol: the slot is active
+    while it is connected (``finish()`` it to let the slot go)."""
+    info = conninfo.make_conninfo(dsn, replication="database")
+    pgconn = psycopg.pq.PGconn.connect(info.encode())
+    assert pgconn.status == psycopg.pq.ConnStatus.OK, pgconn.get_error_message()
+    pgconn.send_query(
+        f"START_REPLICATION SLOT {slot} LOGICAL 0/0 (proto_version '1', "
+        f"publication_names '{publication}')".encode()
+    )
+    return pgconn

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from dpone_dagster.postgres.connection import ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
 from dpone_dagster.replication.engine import Replication
@@ -51,6 +52,7 @@ class Group:
         adopt: bool = False,
         resync: bool = False,
         batch_changes: int | None = None,
+        options: ConnectionOptions | None = None,
         **kwargs: Any,
     ) -> Replication:
         """The engine of the group."""
@@ -61,6 +63,7 @@ class Group:
             target=self.target,
             adopt=adopt,
             resync=resync,
+            options=options,
             **extra,
         )
 

@@ -156,26 +156,13 @@ def test_the_publication_is_kept_to_exactly_the_groups_tables(source: Conn) -> N
         ensure_publication(source, pub, [])
 
 
-def hold_slot(dsn: str) -> psycopg.pq.abc.PGconn:
-    """A real consumer streaming the slot over the replication protocol (the slot is active
-    while it is connected)."""
-    info = psycopg.conninfo.make_conninfo(dsn, replication="database")
-    pgconn = psycopg.pq.PGconn.connect(info.encode())
-    assert pgconn.status == psycopg.pq.ConnStatus.OK, pgconn.get_error_message()
-    pgconn.send_query(
-        f"START_REPLICATION SLOT {SLOT} LOGICAL 0/0 (proto_version '1', "
-        f"publication_names '{PUB}')".encode()
-    )
-    return pgconn
-
-
 def test_drop_is_idempotent_and_leaves_a_slot_in_use_or_foreign_alone(
     source: Conn, logical_source_dsn: str
 ) -> None:
     ensure_publication(source, PUB, [TableName("public", "t")])
     with create_slot(logical_source_dsn, SLOT):
         pass
-    consumer = hold_slot(logical_source_dsn)
+    consumer = logical.hold_slot(logical_source_dsn, SLOT, PUB)
     try:
         status = pg.wait_until(
             lambda: (s := slot_status(source, SLOT)) is not None and s.active and s,

@@ -1,0 +1,93 @@
+"""A run meets its slot held by another session (another run of the group, or a killed run's
+server process still decoding for its dead client): it waits, as long as a lock is waited for
+(``ConnectionOptions.lock_wait``), then reads; past the wait it fails with
+``replication_slot_active`` naming the holder's pid, and changes nothing. The holder here is a
+real consumer on the replication protocol (``tests.helpers.logical.hold_slot``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres.connection import ConnectionOptions
+from tests.helpers import logical, pg
+from tests.replication.group import Group, ledger_state
+
+ORDERS = """
+CREATE SCHEMA shop;
+CREATE TABLE shop.orders (id bigint PRIMARY KEY, note text);
+INSERT INTO shop.orders SELECT g, 'n' || g FROM generate_series(1, 100) g;
+"""
+SLOT, PUB = "dpone_held", "dpone_held_pub"
+
+
+def _held(src: str) -> int:
+    """The pid holding the group's slot, once a session holds it."""
+    pid = pg.wait_until(
+        lambda: pg.fetch_one(
+            src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)
+        ),
+        timeout=30, what="the consumer holds the slot",
+    )  # fmt: skip
+    return int(pid)  # type: ignore[call-overload]
+
+
+def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    pg.execute(src, ORDERS)
+    group = Group(src, target_dsn, ("shop.orders",), slot=SLOT, publication=PUB)
+    group.run()
+    pg.execute(src, "UPDATE shop.orders SET note = 'changed' WHERE id <= 5")
+    consumer = logical.hold_slot(src, SLOT, PUB)
+    _held(src)
+    released: list[float] = []
+
+    def release() -> None:
+        time.sleep(1.0)  # the holder's lifetime: the run below starts while it holds the slot
+        consumer.finish()
+        released.append(time.monotonic())
+
+    holder = threading.Thread(target=release)
+    holder.start()
+    try:
+        # Without the wait, its read would fail at once with replication_slot_active.
+        report = group.run(options=ConnectionOptions(lock_wait=60))
+        ended = time.monotonic()
+    finally:
+        holder.join()
+    assert released and ended >= released[0]
+    assert report.tables[0].updated == 5
+    group.assert_equal()
+
+
+def test_a_slot_held_past_the_wait_fails_the_run_naming_the_holder_and_changes_nothing(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    src = logical_source_dsn
+    pg.execute(src, ORDERS)
+    group = Group(src, target_dsn, ("shop.orders",), slot=SLOT, publication=PUB)
+    group.run()
+    before = ledger_state(target_dsn)
+    pg.execute(src, "DELETE FROM shop.orders WHERE id <= 3")
+    consumer = logical.hold_slot(src, SLOT, PUB)
+    try:
+        pid = _held(src)
+        started = time.monotonic()
+        with pytest.raises(DponeError) as caught:
+            group.run(options=ConnectionOptions(lock_wait=1.5))
+        waited = time.monotonic() - started
+    finally:
+        consumer.finish()
+    assert caught.value.code == "replication_slot_active"
+    assert str(pid) in caught.value.message
+    assert waited >= 1.5  # it waited for the slot before it failed
+    assert ledger_state(target_dsn) == before
+    assert pg.fetch_one(target_dsn, "SELECT count(*) FROM shop.orders") == 100
+    after = group.run()  # the holder gone, the next run applies what waited
+    assert after.tables[0].deleted == 3
+    group.assert_equal()
