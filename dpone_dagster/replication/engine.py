@@ -220,7 +220,7 @@ class Replication:
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
-                   state.applied_commit_time)  # fmt: skip
+                       state.applied_commit_time)  # fmt: skip
         self.stream.run(sessions, control, run, upto)
         confirmed = run.applied_end
         if not run.budget_reached:

@@ -116,7 +116,8 @@ class PostgresResource(SecretResource):
         description=(
             "Seconds a statement needing a strong lock on a target table users read (the "
             "replace swap, schema evolution) keeps trying, in attempts of 1 s that never queue "
-            "readers for longer, before target_lock_timeout."
+            "readers for longer, before target_lock_timeout; a replication run waits as long "
+            "for its slot while another session holds it, before replication_slot_active."
         ),
     )
 
