@@ -40,6 +40,25 @@ def copy_rows(source: str, target: str, query: str, table: str = "mixed") -> Non
         dst.commit()
 
 
+def wait_for_older_transactions(dsn: str) -> None:
+    """Waits until every transaction of ``dsn``'s server that began before now has ended.
+
+    The row-version proof of a backfill's batch needs the batch's source rows written before
+    the oldest transaction its snapshot saw in flight (:mod:`dpone_dagster.core.read_window`).
+    One of another database is left out while its backend runs, but one that ends while the
+    batch reads can no longer be told apart and is kept: another test's transaction that began
+    before the rows were written and ends just then makes the rows look too new, and the batch
+    is proven by hashing instead (correct, but not the cheap proof a test may assert; seen once
+    in CI). After this wait every transaction in flight began after the rows were written."""
+    now = pg.fetch_one(dsn, "SELECT pg_current_xact_id()::text")
+    pg.wait_until(
+        lambda: pg.fetch_one(
+            dsn, "SELECT pg_snapshot_xmin(pg_current_snapshot()) > %s::xid8", (now,)
+        ),
+        timeout=120, what="the transactions that began before the rows were written end",
+    )  # fmt: skip
+
+
 def make_pair(source: str, target: str, rows: int) -> Pair:
     pg.create_mixed_table(source, rows=rows)
     pg.create_mixed_table(target, rows=0)

@@ -31,7 +31,7 @@ from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.catalog import table_columns
 from dpone_dagster.reconcile import Digest, Proof
 from dpone_dagster.reconcile.digest import digest_query, pin_settings, row_hash, run_digest
-from tests.backfill.conftest import Pair, make_pair
+from tests.backfill.conftest import Pair, make_pair, wait_for_older_transactions
 from tests.helpers import pg
 
 ROWS, BATCH = 20_000, 2_000
@@ -224,6 +224,7 @@ def test_reverify_checks_a_succeeded_run_against_the_source_as_it_is_now(
             on_changed=on_changed,
         )  # fmt: skip
 
+    wait_for_older_transactions(pair.source)  # every batch's rows provable by their versions
     done = backfill().run()
     assert done.run.status is BackfillStatus.SUCCEEDED and done.reconciliation is not None
     unchanged = backfill().run(reverify=True)  # nothing changed: proven again, cheaply
