@@ -35,13 +35,18 @@ def _held(src: str) -> int:
     return int(pid)  # type: ignore[call-overload]
 
 
+def _copied(src: str, target: str) -> Group:
+    """The group of ``shop.orders``, its initial copy done."""
+    pg.execute(src, ORDERS)
+    group = Group(src, target, ("shop.orders",), slot=SLOT, publication=PUB)
+    group.run()
+    return group
+
+
 def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
-    src = logical_source_dsn
-    pg.execute(src, ORDERS)
-    group = Group(src, target_dsn, ("shop.orders",), slot=SLOT, publication=PUB)
-    group.run()
+    src, group = logical_source_dsn, _copied(logical_source_dsn, target_dsn)
     pg.execute(src, "UPDATE shop.orders SET note = 'changed' WHERE id <= 5")
     consumer = logical.hold_slot(src, SLOT, PUB)
     _held(src)
@@ -68,10 +73,7 @@ def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
 def test_a_slot_held_past_the_wait_fails_the_run_naming_the_holder_and_changes_nothing(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
-    src = logical_source_dsn
-    pg.execute(src, ORDERS)
-    group = Group(src, target_dsn, ("shop.orders",), slot=SLOT, publication=PUB)
-    group.run()
+    src, group = logical_source_dsn, _copied(logical_source_dsn, target_dsn)
     before = ledger_state(target_dsn)
     pg.execute(src, "DELETE FROM shop.orders WHERE id <= 3")
     consumer = logical.hold_slot(src, SLOT, PUB)
