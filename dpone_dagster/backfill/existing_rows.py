@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.postgres.catalog import column_list
+from dpone_dagster.postgres.catalog import column_list, columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import RelayResult, copy_out_statement, relay
 from dpone_dagster.reconcile.compare import DIRECT_ROWS, Comparison, Key, Rows, Side, compare
@@ -39,13 +39,6 @@ class Staged:
     relayed: RelayResult
     inserted: int
     duplicates: int
-
-
-def _key_match(shape: TableShape, left: str, right: str) -> sql.Composed:
-    return sql.SQL(" AND ").join(
-        sql.SQL("{} = {}").format(sql.Identifier(left, k), sql.Identifier(right, k))
-        for k in shape.key
-    )
 
 
 def _row_text(shape: TableShape, alias: str) -> sql.Composed:
@@ -73,7 +66,7 @@ def _compare(target: Connection, shape: TableShape) -> tuple[int, int, object]:
             ),
             stage=_STAGE,
             target=shape.target.ident,
-            match=_key_match(shape, "s", "t"),
+            match=columns_equal("s", "t", shape.key),
         )
     ).fetchone()
     assert row is not None
@@ -112,7 +105,10 @@ def _insert_missing(target: Connection, shape: TableShape) -> int:
             "INSERT INTO {target} ({cols}) SELECT {cols} FROM {stage} AS s"
             " WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {match})"
         ).format(
-            target=shape.target.ident, cols=cols, stage=_STAGE, match=_key_match(shape, "s", "t")
+            target=shape.target.ident,
+            cols=cols,
+            stage=_STAGE,
+            match=columns_equal("s", "t", shape.key),
         )
     ).rowcount
 
@@ -120,7 +116,7 @@ def _insert_missing(target: Connection, shape: TableShape) -> int:
 def _changed(shape: TableShape) -> sql.Composed:
     """A staged row ``s`` and a target row ``t`` with the same key and other values."""
     return sql.SQL("{} AND {} <> {}").format(
-        _key_match(shape, "s", "t"), _row_text(shape, "s"), _row_text(shape, "t")
+        columns_equal("s", "t", shape.key), _row_text(shape, "s"), _row_text(shape, "t")
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from psycopg import sql
 
-from .catalog import table_columns
+from .catalog import columns_equal, table_columns
 from .connection import Connection
 from .identifiers import TableName
 from .lock_wait import under_lock_wait
@@ -35,8 +35,6 @@ def revive(
     ``staged`` (adding the column first when missing); the rows revived."""
     ensure_soft_column(conn, target, column)
     soft = sql.Identifier(column)
-    equal = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = s.{}").format(sql.Identifier(k), sql.Identifier(k)) for k in key
-    )
+    equal = columns_equal("t", "s", key)
     statement = sql.SQL("UPDATE {} AS t SET {} = NULL FROM {} AS s WHERE {} AND t.{} IS NOT NULL")
     return conn.execute(statement.format(target.ident, soft, staged.ident, equal, soft)).rowcount

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -50,18 +51,26 @@ def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
     pg.execute(src, "UPDATE shop.orders SET note = 'changed' WHERE id <= 5")
     consumer = logical.hold_slot(src, SLOT, PUB)
     _held(src)
+    name = f"dpone-held-{uuid.uuid4().hex[:8]}"
     released: list[float] = []
 
     def release() -> None:
-        time.sleep(1.0)  # the holder's lifetime: the run below starts while it holds the slot
+        # The run is waiting: one of its sessions has read the slot's state while the
+        # consumer holds it (its peek, which would fail at once, comes only after the wait).
+        pg.wait_until(
+            lambda: pg.fetch_one(
+                src, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+                " AND query LIKE %s", (name, "%pg_replication_slots%"),
+            ),
+            timeout=60, what="the run reads the slot's state while it is held",
+        )  # fmt: skip
         consumer.finish()
         released.append(time.monotonic())
 
     holder = threading.Thread(target=release)
     holder.start()
     try:
-        # Without the wait, its read would fail at once with replication_slot_active.
-        report = group.run(options=ConnectionOptions(lock_wait=60))
+        report = group.run(options=ConnectionOptions(application_name=name, lock_wait=60))
         ended = time.monotonic()
     finally:
         holder.join()
