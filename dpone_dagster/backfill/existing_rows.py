@@ -25,6 +25,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list, columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import RelayResult, copy_out_statement, relay
+from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import DIRECT_ROWS, Comparison, Key, Rows, Side, compare
 
 from .shape import TableShape
@@ -225,19 +226,9 @@ def _keys_in(
     """``<alias>.key = <one of keys>`` (the keys as text, cast to each key column's type): an
     ``EXISTS`` over one text array per key column, and its parameters."""
     by_name = {c.name: c for c in shape.columns}
-    names = [sql.Identifier(f"dpone_k{i}") for i in range(len(shape.key))]
-    equal = sql.SQL(" AND ").join(
-        sql.SQL("{} = CAST(u.{} AS {})").format(
-            sql.Identifier(alias, k), n, sql.SQL(by_name[k].type_sql)
-        )
-        for k, n in zip(shape.key, names, strict=True)
-    )
-    query = sql.SQL("EXISTS (SELECT 1 FROM unnest({}) AS u({}) WHERE {})").format(
-        sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in shape.key),
-        sql.SQL(", ").join(names),
-        equal,
-    )
-    return query, [[key[i] for key in keys] for i in range(len(shape.key))]
+    given = TextKeys.of([by_name[k] for k in shape.key], keys)
+    query = sql.SQL("EXISTS (SELECT 1 FROM {} WHERE {})").format(given.rows(), given.equal(alias))
+    return query, given.params
 
 
 def _stage_keys(

@@ -18,6 +18,7 @@ from psycopg import sql
 from dpone_dagster.postgres.catalog import Column
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Key, Rows, Side
 
 
@@ -134,21 +135,15 @@ def differing_keys(
     """Of the given keys (one text array per key column) and the other side's row hashes
     (``None``: it holds no such row), those whose row in ``table`` (its ``live`` rows) is
     missing or hashes otherwise; computed by ``conn``'s server, which returns only them."""
-    cols = [f"k{i}" for i in range(len(key))]
-    on = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = CAST(u.{} AS {})").format(k.ident, sql.Identifier(c), sql.SQL(k.type_sql))
-        for k, c in zip(key, cols, strict=True)
-    )
+    given = TextKeys.from_arrays(key, columns)
     # One index probe per key (LIMIT 1 keeps the planner from turning the lookup into a hash
     # join over the whole table): the cost follows the keys, not the table.
     query = sql.SQL(
-        "SELECT ARRAY[{uk}] FROM unnest({arrays}, %s::int8[]) AS u({names}, h) LEFT JOIN LATERAL"
+        "SELECT {uk} FROM {given} LEFT JOIN LATERAL"
         " (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r ON true"
         " WHERE r.h IS DISTINCT FROM u.h"
     ).format(
-        uk=sql.SQL(", ").join(sql.SQL("u.{}").format(sql.Identifier(c)) for c in cols),
-        h=h, t=table.ident, on=on,
-        arrays=sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in cols),
-        names=sql.SQL(", ").join(sql.Identifier(c) for c in cols), live=live,
+        uk=given.as_text(), given=given.rows(("h", "int8[]")), h=h, t=table.ident,
+        on=given.equal("t"), live=live,
     )  # fmt: skip
-    return sorted(tuple(r[0]) for r in conn.execute(query, [*columns, list(hashes)]))
+    return sorted(tuple(r[0]) for r in conn.execute(query, [*given.params, list(hashes)]))

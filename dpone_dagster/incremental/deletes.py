@@ -17,23 +17,16 @@ from psycopg import sql
 from dpone_dagster.postgres import soft_deletes
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Key
 
 from .shape import StreamShape
 
 
 def matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, list[object]]:
-    """``FROM unnest(...) AS d(k0, ...) WHERE t.key = d.k...`` for ``keys`` (text arrays)."""
-    aliases = [sql.Identifier(f"k{i}") for i in range(len(shape.key))]
-    unnest = sql.SQL("unnest({}) AS d({})").format(
-        sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in shape.key), sql.SQL(", ").join(aliases)
-    )
-    equal = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = CAST(d.{} AS {})").format(k.ident, a, sql.SQL(k.type_sql))
-        for k, a in zip(shape.key, aliases, strict=True)
-    )
-    columns = [[key[i] for key in keys] for i in range(len(shape.key))]
-    return sql.SQL("{} WHERE {}").format(unnest, equal), list(columns)
+    """``unnest(...) AS d(k0, ...) WHERE t.key = d.k...`` for ``keys`` (text arrays)."""
+    among = TextKeys.of(shape.key, keys, alias="d")
+    return sql.SQL("{} WHERE {}").format(among.rows(), among.equal("t")), among.params
 
 
 def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: datetime) -> int:

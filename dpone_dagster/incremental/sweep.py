@@ -42,6 +42,7 @@ from dpone_dagster.core.sweep import (
 )
 from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Key
 from dpone_dagster.reconcile.digest import row_hash
 
@@ -99,11 +100,7 @@ def cursor_above(
     without a mark)."""
     if not keys:
         return set()
-    cols = [f"k{i}" for i in range(len(shape.key))]
-    on = sql.SQL(" AND ").join(
-        sql.SQL("s.{} = CAST(u.{} AS {})").format(k.ident, sql.Identifier(c), sql.SQL(k.type_sql))
-        for k, c in zip(shape.key, cols, strict=True)
-    )
+    among = TextKeys.of(shape.key, keys)
     above = (
         sql.SQL("true")
         if mark is None
@@ -111,15 +108,11 @@ def cursor_above(
             c=shape.cursor.ident, t=sql.SQL(shape.cursor.type_sql)
         )
     )
-    query = sql.SQL(
-        "SELECT {kt} FROM unnest({arrays}) AS u({names}) JOIN {t} AS s ON {on} WHERE {above}"
-    ).format(
-        kt=key_text(shape.key, "s"),
-        arrays=sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in cols),
-        names=sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-        t=shape.source.ident, on=on, above=above,
+    query = sql.SQL("SELECT {kt} FROM {keys} JOIN {t} AS s ON {on} WHERE {above}").format(
+        kt=key_text(shape.key, "s"), keys=among.rows(), t=shape.source.ident,
+        on=among.equal("s"), above=above,
     )  # fmt: skip
-    params: list[object] = [[k[i] for k in keys] for i in range(len(cols))]
+    params = among.params
     if mark is not None:
         params.append(mark)
     return {tuple(r[0]) for r in src.execute(query, params)}

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from psycopg import sql
 
-from dpone_dagster.postgres.catalog import column_type, columns_equal
+from dpone_dagster.postgres.catalog import columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.sinks import key_lookups
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column
+from dpone_dagster.postgres.text_keys import TextKeys
 
 from .changes import Value
 
@@ -61,37 +62,30 @@ def delete_held(
         soft_column: The soft-delete column under ``soft`` deletes, else None.
         on_net: The apply's :data:`~.apply.NetHook`, called with the keys before the delete.
     """
-    keys = plan.target_key
-    written = [plan.written[i] for i in key]
-    arrays: list[object] = [
-        [bytes(old[i]).decode(codec) for old, _ in held]  # type: ignore[arg-type]
-        for i in key
-    ]
-    slots = sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in keys)
-    aliases = [sql.Identifier(f"k{i}") for i in range(len(keys))]
-    typed = sql.SQL(", ").join(
-        sql.SQL("f.{}::{} AS {}").format(a, column_type(c), sql.Identifier(n))
-        for a, c, n in zip(aliases, written, keys, strict=True)
+    keys = TextKeys.from_arrays(
+        [plan.written[i] for i in key],
+        [[bytes(old[i]).decode(codec) for old, _ in held] for i in key],  # type: ignore[arg-type]
+        alias="f",
     )
-    names = sql.SQL(", ").join(aliases)
-    from_item = sql.SQL("(SELECT {} FROM unnest({}) AS f({})) AS f").format(typed, slots, names)
+    from_item = sql.SQL("(SELECT {} FROM {}) AS f").format(keys.typed(), keys.rows())
     if on_net is not None:
-        on_net(conn, plan, from_item, arrays)
-    equal = columns_equal("t", "f", keys)
+        on_net(conn, plan, from_item, keys.params)
+    equal = columns_equal("t", "f", plan.target_key)
     target = plan.target.ident
     if soft_column is None:
         statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(
             target, from_item, equal
         )
-        params = arrays
+        params = keys.params
     else:
         ensure_soft_column(conn, plan.target, soft_column)
         soft = sql.Identifier(soft_column)
-        at_slot = sql.SQL("(SELECT {}, f.at FROM unnest({}, %s::text[]) AS f({}, at))"
-                          " AS f").format(typed, slots, names)  # fmt: skip
+        at_item = sql.SQL("(SELECT {}, f.at FROM {}) AS f").format(
+            keys.typed(), keys.rows(("at", "text[]"))
+        )
         statement = sql.SQL(
             "UPDATE {} AS t SET {} = f.at::timestamptz FROM {} WHERE {} AND t.{} IS NULL"
-        ).format(target, soft, at_slot, equal, soft)
-        params = [*arrays, [bytes(at).decode() for _, at in held]]
+        ).format(target, soft, at_item, equal, soft)
+        params = [*keys.params, [bytes(at).decode() for _, at in held]]
     with key_lookups(conn):
         conn.execute(statement, params)

@@ -50,6 +50,7 @@ from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
@@ -226,15 +227,13 @@ def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
     )
     if not kept:
         return
-    names = [sql.Identifier(f"k{i}") for i in range(len(table.key))]
+    kept_keys = TextKeys.of(table.key, kept)
     tgt.execute(
-        sql.SQL("INSERT INTO {} (slot, source_table, key) SELECT %s, %s, ARRAY[{}] FROM"
-                " unnest({}) AS u({})").format(
-            keys, sql.SQL(", ").join(sql.SQL("u.{}").format(n) for n in names),
-            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in names), sql.SQL(", ").join(names),
+        sql.SQL("INSERT INTO {} (slot, source_table, key) SELECT %s, %s, {} FROM {}").format(
+            keys, kept_keys.as_text(), kept_keys.rows()
         ),
-        (slot, table.source.qualified, *([k[i] for k in kept] for i in range(len(names)))),
-    )  # fmt: skip
+        (slot, table.source.qualified, *kept_keys.params),
+    )
 
 
 @dataclass(frozen=True)
