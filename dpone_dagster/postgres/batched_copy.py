@@ -41,14 +41,6 @@ from .strategy import ExtractionStrategy, Strategy
 KeyValue = tuple[str, ...]
 Where = tuple[sql.Composable | None, list[str]]
 
-# A batch's rows are read by a bitmap heap scan of its key range (the range's heap blocks in
-# file order, each read once) rather than by an index scan (a heap fetch per key, in key order),
-# which the planner picks for a range of a tenth of the table or less: 3M rows in 250,000-row
-# batches took a sixth longer read by index scans (bench/snapshot_copy.py). The bounds query
-# keeps its index-only scan, so the setting is the batch's alone (local to the transaction).
-_RANGE_BY_BITMAP = "SELECT set_config('enable_indexscan', 'off', true)"
-_BOUNDS_BY_INDEX = "SET LOCAL enable_indexscan TO DEFAULT"
-
 
 class CopyBatch:
     """One batch: the rows whose key lies in ``(lower, upper]``, read by one COPY.
@@ -193,9 +185,7 @@ class BatchedCopyArtifact(TableArtifact):
                 select_columns(self.table, self.columns, where=where), self.copy_format
             )
             batch = CopyBatch(session, statement, params, index=index, lower=lower, upper=upper)
-            session.conn.execute(_RANGE_BY_BITMAP)
             yield batch
-            session.conn.execute(_BOUNDS_BY_INDEX)
             if batch.rows is None:
                 raise LifecycleError(
                     "batch_not_consumed",

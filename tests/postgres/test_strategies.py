@@ -153,38 +153,3 @@ def test_the_internal_query_window_brackets_the_statement_and_claims_no_snapshot
     ]
     assert receipt.extraction_started_at <= first <= last <= receipt.extraction_completed_at  # type: ignore[operator]
     assert artifact.success().source_action == "none", "no cursor, no source transaction"
-
-
-def test_a_batch_reads_its_key_range_without_an_index_scan_and_leaves_the_setting_after(
-    source_dsn: str,
-) -> None:
-    """A batch's range is read in heap order (a bitmap heap scan), not a heap fetch per key;
-    the bounds query and whatever the snapshot's session runs after the copy keep the
-    session's own planner settings."""
-    pg.create_mixed_table(source_dsn, rows=20_000)
-    pg.execute(source_dsn, "VACUUM ANALYZE public.mixed")
-    opened: list[SnapshotSession] = []
-
-    def opener() -> SnapshotSession:
-        opened.append(SnapshotSession.open(source_dsn))
-        return opened[0]
-
-    artifact = batched_copy(
-        LazySnapshot(opener), MIXED, _columns(source_dsn), key=["id"], batch_size=2000
-    ).artifact
-    explain = "EXPLAIN SELECT * FROM public.mixed WHERE (id) > (%s) AND (id) <= (%s)"
-    plans = []
-    for batch in artifact.batches():
-        if batch.terminal:
-            break
-        conn = opened[0].conn
-        lower, upper = (batch.lower or ("0",))[0], batch.upper[0]  # type: ignore[index]
-        plans.append("\n".join(r[0] for r in conn.execute(explain, (lower, upper))))
-        assert sum(1 for _ in batch.blocks()) > 0
-    assert len(plans) == 10
-    assert not [p for p in plans if "Index Scan using" in p and "Bitmap" not in p], plans
-    assert opened[0].conn.execute("SHOW enable_indexscan").fetchone() == ("on",)
-    with opened[0].conn.transaction():  # a plain range outside a batch may use the index
-        outside = "\n".join(r[0] for r in opened[0].conn.execute(explain, ("2000", "4000")))
-    assert "Index Scan using mixed_pkey" in outside, outside
-    artifact.abort()
