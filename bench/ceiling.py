@@ -265,8 +265,8 @@ def main() -> None:
 
     source, target = pg.create_database("dpone_ceil_src"), pg.create_database("dpone_ceil_tgt")
     began = result_file.machine(target)
-    names = {pg.fetch_one(source, "SELECT current_database()"): "source",
-             pg.fetch_one(target, "SELECT current_database()"): "target"}  # fmt: skip
+    names = {str(pg.fetch_one(dsn, "SELECT current_database()")): role
+             for dsn, role in ((source, "source"), (target, "target"))}  # fmt: skip
     try:
         for start in range(1, args.rows + 1, 500_000):
             pg.create_mixed_table(source, rows=min(500_000, args.rows - start + 1), start=start)
@@ -274,15 +274,18 @@ def main() -> None:
         pg.create_mixed_table(target, rows=0)
         cores = os.cpu_count() or 1
 
-        def raw() -> float:
-            pg.execute(target, "TRUNCATE public.mixed")
-            pg.execute(target, "CHECKPOINT")
-            return pipe.psql_pipe(source, target, "public.mixed")
+        def emptied(copy: Callable[[], float]) -> Callable[[], float]:
+            """``copy`` into the emptied target table, after a checkpoint."""
 
-        def raw_two() -> float:
-            pg.execute(target, "TRUNCATE public.mixed")
-            pg.execute(target, "CHECKPOINT")
-            return two_pipes(source, target, args.rows)
+            def run() -> float:
+                pg.execute(target, "TRUNCATE public.mixed")
+                pg.execute(target, "CHECKPOINT")
+                return copy()
+
+            return run
+
+        raw = emptied(lambda: pipe.psql_pipe(source, target, "public.mixed"))
+        raw_two = emptied(lambda: two_pipes(source, target, args.rows))
 
         def engine() -> object:
             pg.execute(target, "CHECKPOINT")
