@@ -41,12 +41,12 @@ from psycopg import IsolationLevel, sql
 # the client encoding's); pgoutput sends values in the database's own encoding.
 from psycopg._encodings import pg2pyenc
 
-from dpone_dagster.core.keyed import KeyedTables, differing_keys
+from dpone_dagster.core.keyed import KeyedTables, differing_keys, keys_digest
 from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification, timed
-from dpone_dagster.postgres.catalog import table_catalog
+from dpone_dagster.postgres.catalog import column_type, table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
@@ -61,24 +61,31 @@ from .reader import read_changes
 from .state import GroupLedger
 
 KEYS_CHUNK = 10_000
-"""Keys of the run read, looked up on the source and compared per round trip."""
+"""Keys a recorded chunk holds: the check compares each chunk's digest on both sides, one round
+trip each, and compares key by key only the chunks that differ."""
+_FETCH_CHUNKS = 4
+"""Chunks the check reads from the target per round trip."""
 
 
 def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
     """The hook that records, in the target transaction, the keys of each net effect applied
-    (a changed key's old key too: it is staged as a delete)."""
+    (a changed key's old key too: it is staged as a delete), in chunks of :data:`KEYS_CHUNK`."""
 
     def record(
         conn: Connection, plan: TablePlan, keys: sql.Composable, params: Sequence[object]
     ) -> None:
         if not plan.target_key:
             return  # a table without a primary key is not checked by key
-        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
-                                   for k in plan.target_key)  # fmt: skip
+        names = [sql.Identifier(k) for k in plan.target_key]
+        arrays = sql.SQL(", ").join(sql.SQL("array_agg({}::text)").format(n) for n in names)
         insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
         conn.execute(
-            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(texts, keys),
-            (slot, plan.source.qualified, *params),
+            insert
+            + sql.SQL(
+                " SELECT %s, %s, ARRAY[{}] FROM (SELECT {}, (row_number() OVER () - 1) / %s"
+                " AS _dpone_chunk FROM {}) AS n GROUP BY _dpone_chunk"
+            ).format(arrays, sql.SQL(", ").join(names), keys),
+            (slot, plan.source.qualified, KEYS_CHUNK, *params),
         )
 
     return record
@@ -189,33 +196,57 @@ def _keyed(
     return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), marked)
 
 
+_CHUNKS = (
+    # A chunk is a 2-D array: a row per key column, a column per key. A ledger written before
+    # chunks holds one key per row (a 1-D array): read as a chunk of one.
+    "SELECT c.key, d.n, d.s FROM (SELECT CASE WHEN array_ndims(key) = 1"
+    " THEN ARRAY(SELECT ARRAY[x] FROM unnest(key) AS x) ELSE key END AS key FROM {keys}"
+    " WHERE slot = %s AND source_table = %s) AS c CROSS JOIN LATERAL"
+    " (SELECT count(r.h) AS n, coalesce(sum(r.h), 0) AS s FROM generate_subscripts(c.key, 2) AS i"
+    " LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r"
+    " ON true) AS d"
+)
+
+
 def _run_keys(
     src: Connection, tgt: Connection, keys: sql.Identifier, table: _Table, slot: str
 ) -> tuple[int, list[Key]]:
-    """The keys the runs applied since the last check, and those whose source row differs."""
+    """The keys the runs applied since the last check, and those whose source row differs.
+
+    The target returns each recorded chunk of keys with its digest (how many of its keys it
+    holds a row of, the sum of their row hashes); the source computes the same digest of the
+    same keys; only a chunk whose digests differ is compared key by key."""
     t = table.tables
     h = row_hash(src, t.columns)
     on = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = CAST(k.key[{}] AS {})").format(c.ident, sql.Literal(i + 1),
-                                                       sql.SQL(c.type_sql))
+        sql.SQL("t.{} = CAST(c.key[{}][i] AS {})").format(c.ident, sql.Literal(i + 1),
+                                                          column_type(c))
         for i, c in enumerate(t.key)
     )  # fmt: skip
-    query = sql.SQL(
-        "SELECT k.key, r.h FROM (SELECT DISTINCT key FROM {keys} WHERE slot = %s"
-        " AND source_table = %s) AS k LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t"
-        " WHERE {on} AND {live} LIMIT 1) AS r ON true"
-    ).format(keys=keys, h=h, t=t.target.ident, on=on, live=t.live())
+    query = sql.SQL(_CHUNKS).format(keys=keys, h=h, t=t.target.ident, on=on, live=t.live())
     checked = 0
     differing: list[Key] = []
     with tgt.cursor("dpone_replication_keys") as cursor:
         cursor.execute(query, (slot, t.source.qualified))
-        while chunk := cursor.fetchmany(KEYS_CHUNK):
-            checked += len(chunk)
-            columns = [[r[0][i] for r in chunk] for i in range(len(t.key))]
-            hashes = [None if r[1] is None else int(r[1]) for r in chunk]
-            differing += differing_keys(src, t.source, t.key, sql.SQL("true"), h, columns,
-                                        hashes)  # fmt: skip
+        while chunks := cursor.fetchmany(_FETCH_CHUNKS):
+            for arrays, count, total in chunks:
+                given = TextKeys.from_arrays(t.key, arrays)
+                checked += len(arrays[0])
+                if keys_digest(src, t.source, given, sql.SQL("true"), h) != (count, total):
+                    differing += _differing(src, tgt, t, given, h)
     return checked, differing
+
+
+def _differing(
+    src: Connection, tgt: Connection, t: KeyedTables, given: TextKeys, h: sql.Composable
+) -> list[Key]:
+    """The keys of a chunk whose digests differ, compared one by one."""
+    query = sql.SQL(
+        "SELECT r.h FROM {given} LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t"
+        " WHERE {on} AND {live} LIMIT 1) AS r ON true"
+    ).format(given=given.rows(), h=h, t=t.target.ident, on=given.equal("t"), live=t.live())
+    hashes = [None if r[0] is None else int(r[0]) for r in tgt.execute(query, given.params)]
+    return differing_keys(src, t.source, t.key, sql.SQL("true"), h, given.arrays, hashes)
 
 
 def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
@@ -227,12 +258,12 @@ def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
     )
     if not kept:
         return
-    kept_keys = TextKeys.of(table.key, kept)
+    chunk = TextKeys.of(table.key, kept).arrays
     tgt.execute(
-        sql.SQL("INSERT INTO {} (slot, source_table, key) SELECT %s, %s, {} FROM {}").format(
-            keys, kept_keys.as_text(), kept_keys.rows()
+        sql.SQL("INSERT INTO {} (slot, source_table, key) VALUES (%s, %s, %s::text[])").format(
+            keys
         ),
-        (slot, table.source.qualified, *kept_keys.params),
+        (slot, table.source.qualified, list(chunk)),
     )
 
 
