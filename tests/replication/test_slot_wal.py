@@ -107,7 +107,8 @@ def _commit_transactions(src: str, count: int) -> list[tuple[int, int]]:
         for i in range(count):
             first = 1000 + 10 * i
             conn.execute(
-                "INSERT INTO shop.orders SELECT g, 'batch' FROM generate_series(%s::int8, %s::int8) g",
+                "INSERT INTO shop.orders SELECT g, 'batch'"
+                " FROM generate_series(%s::int8, %s::int8) g",
                 (first, first + 9),
             )
             before = lsn(src)
