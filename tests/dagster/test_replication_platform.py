@@ -132,9 +132,8 @@ def test_a_run_writes_one_log_line_with_its_changes_lag_retained_wal_and_verdict
     assert "shop.customers: inserted 0, updated 0, deleted 0, truncates 1" in line
     assert f"lag {orders['dpone/lag_bytes']} bytes, {orders['dpone/lag_seconds']:.3f} s" in line
     assert f"slot retains {orders['dpone/retained_wal_bytes']} bytes of WAL (reserved)" in line
-    assert line.endswith(
-        f"checks: {SLOT_CHECK_NAME}: passed on 2; {CHECK_NAME}: passed on 2"
-    ), line
+    verdicts = f"checks: {SLOT_CHECK_NAME}: passed on 2; {CHECK_NAME}: passed on 2"
+    assert line.endswith(verdicts), line
 
 
 def _catalog(dsn: str) -> list[tuple[object, ...]]:
