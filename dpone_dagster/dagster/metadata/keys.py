@@ -427,8 +427,7 @@ class DponeMetadataSet(NamespacedMetadataSet):
     error_code: str | None = None
     """The stable error code, for alerting rules (failure)."""
     next_actions: dg.MarkdownMetadataValue | None = None
-    """What the person on call can do next (failure; a check of a slot an open transaction
-    holds back)."""
+    """What the person on call can do next (failure)."""
 
     @classmethod
     def namespace(cls) -> str:
