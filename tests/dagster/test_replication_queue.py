@@ -132,16 +132,6 @@ def server(logical_source_dsn: str, make_database: Any, tmp_path: Path) -> Any: 
         dev.stop()
 
 
-def _holder_pid(src: str, slot: str) -> int:
-    pid = pg.wait_until(
-        lambda: pg.fetch_one(
-            src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
-        ),
-        timeout=30, what="the consumer holds the slot",
-    )  # fmt: skip
-    return int(pid)  # type: ignore[call-overload]
-
-
 def test_a_second_run_of_a_group_queues_in_dagster_while_the_first_holds_the_slot(
     server: Any,
 ) -> None:
@@ -156,7 +146,7 @@ def test_a_second_run_of_a_group_queues_in_dagster_while_the_first_holds_the_slo
     pg.execute(src, "UPDATE shop.orders SET note = 'queued' WHERE id <= 2")
     consumer = logical.hold_slot(src, dagster.slot, dagster.slot)
     try:
-        pid = _holder_pid(src, dagster.slot)
+        pid = logical.holder_pid(src, dagster.slot)
         waiting = f"is held by the session of pid {pid}"
         first = dagster.launch(dagster.group_job)
         dagster.wait(first, "logs that it waits for the slot",
