@@ -17,8 +17,11 @@ from dpone_dagster import (
 )
 from dpone_dagster.dagster.assets import replication_schedule
 
+# The test names the slot; a default lets pytest's doctest collection import this file.
 shop = replication_assets(
-    ["shop.orders"], slot=os.environ["DPONE_QUEUE_SLOT"], cron_schedule="*/5 * * * *"
+    ["shop.orders"],
+    slot=os.environ.get("DPONE_QUEUE_SLOT", "dpone_queue"),
+    cron_schedule="*/5 * * * *",
 )
 
 
