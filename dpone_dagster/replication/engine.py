@@ -55,6 +55,7 @@ from .plan import ReplicationGroup, refuse_keyless
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, ensure_publication, slot_status, wait_for_slot
+from .slot_health import SlotWait
 from .state import GroupLedger, GroupState
 from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
@@ -203,9 +204,7 @@ class Replication:
 
     def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
         tgt, group = sessions.target, self.group
-        self.ledger.ensure(tgt)
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-            state = self.ledger.fetch(tgt, group.slot)
+        state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
         removed: tuple[TableName, ...] = ()
@@ -251,6 +250,24 @@ class Replication:
     def _progress(self, phase: str, run: RunState, staged: int = 0) -> None:
         self.on_progress(ReplicationProgress(phase, run.transactions, run.applied, staged))
 
+    def _slot_wait(self, wait: SlotWait) -> None:
+        self.on_progress(ReplicationProgress("slot_wait", 0, 0, wait=wait))
+
+    def _state(self, tgt: Connection) -> GroupState | None:
+        """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
+        no table of groups, with nothing written: a first run creates the ledger only once its
+        refusals have passed (:meth:`_initial_copy`)."""
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            row = tgt.execute(
+                "SELECT to_regclass(format('%%I.%%I', %s::text, 'replication_groups'))",
+                (self.ledger.store.schema,),
+            ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        self.ledger.ensure(tgt)
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            return self.ledger.fetch(tgt, self.group.slot)
+
     # -- the group ---------------------------------------------------------------------------
 
     def _follow_group(self, sessions: Sessions, state: GroupState) -> tuple[TableName, ...]:
@@ -274,7 +291,7 @@ class Replication:
         removed = tuple(t for t in state.tables if t not in group.tables)
         # Before the publication is touched; a slot another run (or a killed one's server
         # process) still holds is waited for, as long as a lock is (``lock_wait``).
-        if wait_for_slot(sessions.source, group.slot, self.slot_wait) is None:
+        if wait_for_slot(sessions.source, group.slot, self.slot_wait, self._slot_wait) is None:
             raise engine_error(
                 "replication_slot_missing",
                 f"The source has no replication slot {group.slot!r}, which the ledger's group "
@@ -313,11 +330,13 @@ class Replication:
                 f"A replication slot named {group.slot!r} exists, and this ledger did not "
                 "create it.",
             )
+        self.ledger.ensure(tgt)  # the first thing a run writes to the target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, group.slot)
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
-            wait_for_slot(control, group.slot, self.slot_wait)  # a killed copy's may hold it
+            # A killed copy's server process may still hold it.
+            wait_for_slot(control, group.slot, self.slot_wait, self._slot_wait)
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
         run = RunState(0, 0, None)
         self._progress("copy", run)

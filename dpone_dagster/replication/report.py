@@ -15,7 +15,7 @@ from .changes import Lsn
 
 if TYPE_CHECKING:
     from .plan import ReplicationGroup
-    from .slot import SlotStatus
+    from .slot_health import SlotStatus, SlotWait
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,20 @@ class ReplicationProgress:
         phase: ``copy`` (the initial copy starts), ``copied`` (it committed), ``stage`` (staged
             changes were written to the target's staging tables), ``apply`` (the net effect of
             a group of source transactions is being applied), ``commit`` (just before the
-            target's COMMIT), ``committed`` (it committed), ``advanced`` (the slot was moved).
+            target's COMMIT), ``committed`` (it committed), ``advanced`` (the slot was moved),
+            ``slot_wait`` (another session holds the slot: the run waits for it, ``wait`` says
+            for whom and how long; reported when the wait begins and when it ends).
         transactions: Source transactions applied so far by this run.
         applied_lsn: The commit LSN of the last one committed (0: none yet).
         staged: Changes staged in the target transaction in progress.
+        wait: The wait for the slot (phase ``slot_wait`` only).
     """
 
     phase: str
     transactions: int
     applied_lsn: Lsn
     staged: int = 0
+    wait: SlotWait | None = None
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,17 @@
 """The replication slot and the publication: an operational object of the source server.
 
 A group's slot (logical, ``pgoutput``) retains the source's WAL from its position on; its
-publication names the tables it decodes. This module reads the slot's state
-(:func:`slot_status`: its positions, ``wal_status``, ``safe_wal_size`` and lag), moves it forward
+publication names the tables it decodes. This module moves the slot forward
 (:func:`advance_slot`, never backwards), creates it with the snapshot the initial copy imports
 (:func:`create_slot`), makes the publication match the group's tables exactly
 (:func:`ensure_publication`) and drops both (:func:`drop_replication`). Every name is composed
-with :mod:`psycopg.sql`; none comes into SQL text unquoted.
+with :mod:`psycopg.sql`; none comes into SQL text unquoted. The slot's state, what holds its
+WAL back and the wait for a held slot are :mod:`.slot_health`'s (importable from here too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -24,97 +23,27 @@ from dpone_dagster.postgres.connection import Connection, ConnectionOptions, con
 from dpone_dagster.postgres.identifiers import TableName
 
 from .changes import Lsn, lsn_text, parse_lsn
+from .slot_health import SlotStatus, slot_status, wait_for_slot
+
+__all__ = [  # the slot's state and its wait live in .slot_health; importable from here too
+    "PLUGIN",
+    "CreatedSlot",
+    "Dropped",
+    "PublicationChange",
+    "SlotStatus",
+    "advance_slot",
+    "create_slot",
+    "current_lsn",
+    "drop_replication",
+    "ensure_publication",
+    "publication_tables",
+    "slot_creation_error",
+    "slot_status",
+    "wait_for_slot",
+]
 
 PLUGIN = "pgoutput"
 """The output plugin of every dpone slot (built into PostgreSQL since version 10)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SlotStatus:
-    """A replication slot's state, read in one statement with the server's current LSN.
-
-    Attributes:
-        slot: Its name.
-        plugin: Its output plugin (``pgoutput`` for dpone's; None for a physical slot).
-        active: Whether a session is using it now.
-        active_pid: That session's pid, or None.
-        wal_status: ``reserved``, ``extended``, ``unreserved`` (WAL it needs is about to be
-            removed) or ``lost`` (removed: the slot can no longer be read); None when unknown.
-        safe_wal_size: Bytes of WAL that can still be written before the slot is in danger of
-            ``lost`` (``max_slot_wal_keep_size``); None when unlimited.
-        confirmed_flush_lsn: The position the consumer confirmed (a peek starts after it).
-        restart_lsn: The oldest WAL position the slot retains (0 when it retains none).
-        current_lsn: The server's ``pg_current_wal_lsn()`` when this was read.
-        lag_bytes: ``current_lsn - confirmed_flush_lsn`` (WAL not consumed yet, in bytes).
-        retained_bytes: ``current_lsn - restart_lsn``: the WAL the slot keeps on the server's
-            disk (0 when it retains none).
-        database: The database the slot decodes (None for a physical slot).
-    """
-
-    slot: str
-    plugin: str | None
-    active: bool
-    wal_status: str | None
-    safe_wal_size: int | None
-    confirmed_flush_lsn: Lsn
-    restart_lsn: Lsn
-    current_lsn: Lsn
-    lag_bytes: int
-    active_pid: int | None = None
-    retained_bytes: int = 0
-    database: str | None = None
-
-
-_STATUS = sql.SQL(
-    "SELECT slot_name::text, plugin::text, active, active_pid, wal_status, safe_wal_size,"
-    " (coalesce(confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (coalesce(restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, database::text"
-    " FROM pg_catalog.pg_replication_slots WHERE slot_name = %s"
-)
-
-
-def slot_status(conn: Connection, slot: str) -> SlotStatus | None:
-    """The state of ``slot`` on ``conn``'s server, or None when there is no such slot."""
-    row = conn.execute(_STATUS, (slot,)).fetchone()
-    if row is None:
-        return None
-    name, plugin, active, pid, wal_status, safe, confirmed, restart, current, database = row
-    return SlotStatus(
-        slot=name,
-        plugin=plugin,
-        active=bool(active),
-        wal_status=wal_status,
-        safe_wal_size=None if safe is None else int(safe),
-        confirmed_flush_lsn=int(confirmed),
-        restart_lsn=int(restart),
-        current_lsn=int(current),
-        lag_bytes=max(0, int(current) - int(confirmed)) if confirmed else 0,
-        active_pid=pid,
-        retained_bytes=max(0, int(current) - int(restart)) if restart else 0,
-        database=database,
-    )
-
-
-def wait_for_slot(conn: Connection, slot: str, timeout: float) -> SlotStatus | None:
-    """The state of ``slot`` once no session holds it, read again every 0.1 s for at most
-    ``timeout`` seconds.
-
-    A run of the group holds the slot while it reads it; a run killed inside its read leaves its
-    server process decoding until it next writes to its dead client (seconds, in a long
-    decode). The next run waits for either rather than failing at once.
-
-    Returns:
-        The last state read: inactive, or still held when the wait ran out (the caller's read
-        then fails with ``replication_slot_active``, naming the holder); None when there is no
-        such slot.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        status = slot_status(conn, slot)
-        if status is None or not status.active or time.monotonic() >= deadline:
-            return status
-        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def current_lsn(conn: Connection) -> Lsn:

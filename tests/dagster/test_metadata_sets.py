@@ -81,6 +81,11 @@ ONLY_WHEN = {
     "(the same test)",
     "dpone/repaired_rows": "the same",
     "dpone/repaired_ranges": "the same",
+    "dpone/slot_held_by": "an open transaction on the source holds the slot's WAL back (tests/"
+    "dagster/test_replication_platform.py::test_an_open_transaction_holding_the_slot_is_named_"
+    "by_the_run_and_its_check)",
+    "dpone/cron_schedule": "a replication group is built with cron_schedule= (tests/dagster/"
+    "test_replication_platform.py::test_one_cron_string_drives_the_schedule_and_the_freshness)",
 }
 """Declared keys that the runs below do not write, and when they are written."""
 

@@ -176,3 +176,18 @@ def hold_slot(dsn: str, slot: str, publication: str) -> psycopg.pq.abc.PGconn:
         f"publication_names '{publication}')".encode()
     )
     return pgconn
+
+
+def holder_pid(dsn: str, slot: str) -> int:
+    """The pid of the session holding ``slot`` (of ``dsn``'s database), once one holds it.
+
+    Raises:
+        TimeoutError: no session held it within 30 s.
+    """
+    pid = pg.wait_until(
+        lambda: pg.fetch_one(
+            dsn, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ),
+        timeout=30, what=f"a session holds slot {slot}",
+    )  # fmt: skip
+    return int(pid)  # type: ignore[call-overload]
