@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 
-from psycopg import IsolationLevel, sql
+from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
@@ -47,15 +47,18 @@ from dpone_dagster.postgres.connection import (
     ConnectionOptions,
 )
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import CopyOptions
+from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
-from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
+from .copying import GroupContext, copy_under, filled_targets
+from .follow import GroupChange, follow_group
+from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
 from .report import ReplicationProgress, ReplicationReport, TableChanges
+from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
-from .slot import advance_slot, current_lsn, ensure_publication, slot_status, wait_for_slot
-from .state import GroupLedger, GroupState
+from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
+from .state import GroupLedger, GroupState, TableState
 from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
 
@@ -135,6 +138,10 @@ class Replication:
             group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
             record_keys=self.record_keys, progress=self._progress,
         )  # fmt: skip
+        self.context = GroupContext(
+            group, self.ledger, source, target, self.options, self.target_options,
+            self.owner_comment, self.slot_wait, self._step,
+        )  # fmt: skip
 
     @property
     def owner_comment(self) -> str:
@@ -203,18 +210,16 @@ class Replication:
 
     def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
         tgt, group = sessions.target, self.group
-        self.ledger.ensure(tgt)
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-            state = self.ledger.fetch(tgt, group.slot)
+        state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
-        removed: tuple[TableName, ...] = ()
+        change = GroupChange()
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
-            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-                state = self.ledger.fetch(tgt, group.slot)
         else:
-            removed = self._follow_group(sessions, state)
+            change = follow_group(self.context, sessions, state, adopt=self.adopt)
+        if copied is not None or change.copies or change.left:
+            state = self._state(tgt)
         assert state is not None
         assert state.applied_lsn is not None
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
@@ -239,58 +244,29 @@ class Replication:
         # peek the whole backlog the slot still holds).
         if self.record_keys is not None and not run.budget_reached:
             checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
+        sequences = sync_sequences(sessions.source, tgt, group) if group.sequences else ()
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,
             applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,
             tables=tuple(run.counts.get(t) or TableChanges(t) for t in group.tables),
             lag_bytes=status.lag_bytes, lag_seconds=lag, slot=status,
             budget_reached=run.budget_reached, skipped_transactions=run.skipped,
-            adopted=adopted, tables_removed=removed, checks=checks,
+            adopted=adopted, tables_removed=change.left, checks=checks,
+            tables_joined=change.joined, partitions_merged=change.merged,
+            join_copies=change.copies, sequences=sequences,
         )  # fmt: skip
+
+    def _state(self, tgt: Connection) -> GroupState | None:
+        """The group's row of the ledger, read now."""
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            return self.ledger.fetch(tgt, self.group.slot)
 
     def _progress(self, phase: str, run: RunState, staged: int = 0) -> None:
         self.on_progress(ReplicationProgress(phase, run.transactions, run.applied, staged))
 
-    # -- the group ---------------------------------------------------------------------------
-
-    def _follow_group(self, sessions: Sessions, state: GroupState) -> tuple[TableName, ...]:
-        """Refuses tables added to the group since the last run; lets removed ones go (the
-        publication publishes exactly the group's tables)."""
-        group = self.group
-        if state.publication != group.publication:  # its tables' history is another's
-            raise engine_error(
-                "replication_group_changed",
-                f"The group of slot {group.slot!r} reads publication {state.publication!r}, "
-                f"not {group.publication!r}.",
-                ["Name the publication the group was created with, or run once with "
-                 "resync=True to start over with the new one."],
-            )  # fmt: skip
-        added = [t for t in group.tables if t not in state.tables]
-        if added:
-            raise engine_error(
-                "replication_group_changed",
-                f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
-            )
-        removed = tuple(t for t in state.tables if t not in group.tables)
-        # Before the publication is touched; a slot another run (or a killed one's server
-        # process) still holds is waited for, as long as a lock is (``lock_wait``).
-        if wait_for_slot(sessions.source, group.slot, self.slot_wait) is None:
-            raise engine_error(
-                "replication_slot_missing",
-                f"The source has no replication slot {group.slot!r}, which the ledger's group "
-                "reads; nothing was changed.",
-            )
-        # Every run: a publication dropped by hand would make the slot's reads silently empty;
-        # one made again here carries the group's mark, so that a resync knows it as its own.
-        ensure_publication(
-            sessions.source, group.publication, group.tables, comment=self.owner_comment
-        )
-        if removed:
-            tgt = sessions.target
-            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
-                self.ledger.lock(tgt, group.slot)
-                self.ledger.set_tables(tgt, group.slot, group.tables)
-        return removed
+    def _step(self, phase: str) -> None:
+        """A step outside the stream (a copy's start and commit)."""
+        self._progress(phase, RunState(0, 0, None))
 
     def _initial_copy(
         self, sessions: Sessions, control: Connection, state: GroupState | None
@@ -298,9 +274,10 @@ class Replication:
         """Copies every table under the new slot's snapshot (see the module's step 1)."""
         src, tgt, group = sessions.source, sessions.target, self.group
         check_replication_setup(src, slot=group.slot, publication=group.publication,
-                                tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
+                                tables=group.tables, owner_comment=self.owner_comment,
+                                ledgers_slot=state is not None)  # fmt: skip
         refuse_keyless(src, group)
-        filled = _filled_targets(tgt, group.tables)
+        filled = filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
                 "replication_target_exists",
@@ -319,8 +296,11 @@ class Replication:
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
             wait_for_slot(control, group.slot, self.slot_wait)  # a killed copy's may hold it
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
-        run = RunState(0, 0, None)
-        self._progress("copy", run)
+        self._step("copy")
+        # The partitions, read before the slot's snapshot (.partitions).
+        trees = partition_trees(src, group.tables)
+        members = {t: TableState(leaves=trees[t].leaves if t in trees else None)
+                   for t in group.tables}  # fmt: skip
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
             tables=group.tables, owner_comment=self.owner_comment, options=self.options,
@@ -330,39 +310,12 @@ class Replication:
 
             def commit_state(conn: Connection) -> None:
                 self.ledger.lock(conn, group.slot)
-                self.ledger.copied(conn, group.slot, point, group.tables)
+                self.ledger.copied(conn, group.slot, point, members)
 
-            options = CopyOptions(
-                snapshot_token=created.snapshot,
-                source_options=self.options or ConnectionOptions(),
-                target_options=self.target_options or ConnectionOptions(),
-            )
-            copy = SnapshotCopy(
-                self.source_dsn, self.target_dsn, list(group.tables), strategy="batched_copy",
-                sink="replace", options=options, schema_changes=group.schema_changes,
-            )  # fmt: skip
-            with copy:
-                copy.plan()
-                copy.extract()
-                report = copy.load(before_commit=commit_state)
-        self._progress("copied", run)
+            report = copy_under(self.context, group.tables, created.snapshot, sink=Sink.REPLACE,
+                                before_commit=commit_state)  # fmt: skip
+        self._step("copied")
         return report, bool(filled)
-
-
-def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:
-    """The target tables that exist and hold rows."""
-    filled = []
-    with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-        for table in tables:
-            exists = tgt.execute("SELECT to_regclass(%s)", (table.qualified,)).fetchone()
-            if exists is None or exists[0] is None:
-                continue
-            row = tgt.execute(
-                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(table.ident)
-            ).fetchone()
-            if row is not None and row[0]:
-                filled.append(table)
-    return filled
 
 
 __all__ = ["BATCH_CHANGES", "DponeError", "Replication"]

@@ -24,7 +24,8 @@ from dpone_dagster.replication.setup import (
     check_replication_setup,
     create_replication,
 )
-from dpone_dagster.replication.slot import create_slot, publication_tables, slot_status
+from dpone_dagster.replication.publication import publication_tables
+from dpone_dagster.replication.slot import create_slot, slot_status
 from tests.helpers import logical, pg
 from tests.helpers.roles import as_role, role_with
 
