@@ -210,6 +210,7 @@ class Replication:
 
     def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
         tgt, group = sessions.target, self.group
+        self.ledger.ensure(tgt)
         state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
