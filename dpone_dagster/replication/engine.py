@@ -51,9 +51,10 @@ from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
 
 from .copying import GroupContext, copy_under, filled_targets
-from .follow import GroupChange, follow_group
+from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
+from .publication import read_publication
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
@@ -308,6 +309,7 @@ class Replication:
         )  # fmt: skip
         with creating as created:
             point = created.consistent_point
+            members = with_entries(members, read_publication(src, group.publication))
 
             def commit_state(conn: Connection) -> None:
                 self.ledger.lock(conn, group.slot)

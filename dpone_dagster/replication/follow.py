@@ -3,9 +3,10 @@
 :func:`follow_group` compares the group (its tables) with what the ledger and the source hold,
 and brings them together without copying or pausing the tables that did not change:
 
-- a table **joins** the group when the group names it and it is not streaming (the ledger does
-  not hold it, or the publication no longer names it: a table it had lost would have lost its
-  changes meanwhile); it is copied alone (:mod:`.join`), under a snapshot taken after the
+- a table **joins** the group when the group names it and it is not streaming: the ledger does
+  not hold it, or the publication no longer names it, or names it by another entry than the one
+  the ledger recorded (dropped from the publication and added again by hand: its changes in
+  between were not sent). It is copied alone (:mod:`.join`), under a snapshot taken after the
   publication named it. A joining table whose target already holds rows is refused
   (``replication_target_exists``) unless the run adopts it;
 - a table **leaves** the group when the ledger holds it and the group no longer names it: the
@@ -25,7 +26,8 @@ trees (three queries) and changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from psycopg import IsolationLevel
 
@@ -93,6 +95,8 @@ def follow_group(
     publication = _own_publication(context, read_publication(src, group.publication))
     joining, left = _plan(context, state, publication, partition_trees(src, group.tables))
     if not (joining or left or set(publication.tables) != set(group.tables)):
+        if joining.members != dict(state.members):  # what a ledger before entries lacked
+            _record(context, sessions, joining)
         return GroupChange()
     check_replication_setup(src, slot=group.slot, publication=group.publication,
                             tables=group.tables, owner_comment=context.owner_comment,
@@ -107,16 +111,30 @@ def follow_group(
             "already hold rows.",
         )
     ensure_publication(src, group.publication, group.tables, comment=context.owner_comment)
-    if joining:
-        copies = join_tables(context, joining).copies
-    else:
-        copies = ()
-        tgt = sessions.target
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
-            context.ledger.lock(tgt, group.slot)
-            context.ledger.set_members(tgt, group.slot, joining.members)
+    published = read_publication(src, group.publication)
+    joining = replace(joining, members=with_entries(joining.members, published))
+    copies = (
+        join_tables(context, joining).copies if joining else _record(context, sessions, joining)
+    )
     merged = tuple(leaf for leaf, _ in joining.merge)
     return GroupChange(joining.whole, merged, left, copies)
+
+
+def with_entries(
+    members: Mapping[TableName, TableState], publication: Publication | None
+) -> dict[TableName, TableState]:
+    """``members`` recording the publication's entry of each table (:mod:`.state`)."""
+    entries = {} if publication is None else publication.entries
+    return {t: replace(m, entry=entries.get(t)) for t, m in members.items()}
+
+
+def _record(context: GroupContext, sessions: Sessions, joining: Joining) -> tuple[()]:
+    """Records ``joining.members`` in the ledger, in a target transaction of its own."""
+    tgt, slot = sessions.target, context.group.slot
+    with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+        context.ledger.lock(tgt, slot)
+        context.ledger.set_members(tgt, slot, joining.members)
+    return ()
 
 
 def _own_publication(context: GroupContext, found: Publication | None) -> Publication:
@@ -146,15 +164,19 @@ def _plan(
     trees: dict[TableName, PartitionTree],
 ) -> tuple[Joining, tuple[TableName, ...]]:
     """What joins (whole, or by new partitions) and what leaves; what the ledger then holds."""
-    tables = context.group.tables
-    streaming = {t for t in tables if t in state.members and t in publication.tables}
+    tables, entries = context.group.tables, publication.entries
+    streaming = {
+        t for t in tables
+        if t in state.members and t in entries and state.members[t].entry in (None, entries[t])
+    }  # fmt: skip
     whole = [t for t in tables if t not in streaming]
     merge: list[tuple[TableName, TableName]] = []
     members: dict[TableName, TableState] = {}
     for table in tables:
         held = state.members[table] if table in streaming else TableState()
         tree = trees.get(table)
-        members[table] = TableState(held.start, None if tree is None else tree.leaves)
+        members[table] = TableState(held.start, None if tree is None else tree.leaves,
+                                    entries.get(table))  # fmt: skip
         if tree is None or table not in streaming:
             continue
         change = compare(tree, held.leaves) if publication.via_root else TreeChange(True)

@@ -18,8 +18,8 @@ under a streaming slot (:mod:`.follow` refuses with ``replication_publication_mi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
@@ -39,6 +39,8 @@ class Publication:
         owned: The session's role owns it (directly or through a role it is a member of).
         via_root: ``publish_via_partition_root`` is on.
         tables: The tables it names, sorted.
+        entries: Each table's ``pg_publication_rel`` row OID: a table dropped from the
+            publication and added again (or a publication made again) has a new one.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Publication:
     owned: bool
     via_root: bool
     tables: tuple[TableName, ...]
+    entries: Mapping[TableName, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,7 @@ class PublicationChange:
 _READ = (
     "SELECT pg_catalog.obj_description(p.oid, 'pg_publication'),"
     " pg_catalog.pg_has_role(current_user, p.pubowner, 'USAGE'), p.pubviaroot,"
-    " array(SELECT ARRAY[n.nspname::text, c.relname::text]"
+    " array(SELECT ARRAY[n.nspname::text, c.relname::text, r.oid::text]"
     "  FROM pg_catalog.pg_publication_rel AS r"
     "  JOIN pg_catalog.pg_class AS c ON c.oid = r.prrelid"
     "  JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace"
@@ -87,8 +90,8 @@ def read_publication(conn: Connection, publication: str) -> Publication | None:
     if row is None:
         return None
     comment, owned, via_root, tables = row
-    named = tuple(TableName(schema, name) for schema, name in tables)
-    return Publication(publication, comment, bool(owned), bool(via_root), named)
+    entries = {TableName(schema, name): int(oid) for schema, name, oid in tables}
+    return Publication(publication, comment, bool(owned), bool(via_root), tuple(entries), entries)
 
 
 def publication_tables(conn: Connection, publication: str) -> list[TableName] | None:

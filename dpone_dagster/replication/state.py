@@ -43,10 +43,13 @@ class TableState:
             only in source transactions that commit after it.
         leaves: For a partitioned table, the partitions whose rows the target holds (None for
             another table, or a partitioned table of a ledger written before they were kept).
+        entry: The OID of the table's ``pg_publication_rel`` row while the group streamed it
+            (None: not known yet): another one means the publication lost the table meanwhile.
     """
 
     start: Lsn | None = None
     leaves: Leaves | None = None
+    entry: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,8 @@ def _tables(members: Mapping[TableName, TableState] | tuple[TableName, ...]) -> 
             extra["start"] = lsn_text(state.start)
         if state.leaves is not None:
             extra["leaves"] = sorted([oid, node] for oid, node in state.leaves)
+        if state.entry is not None:
+            extra["entry"] = state.entry
         entries.append([table.schema, table.name, *([extra] if extra else [])])
     return Jsonb(entries)
 
@@ -204,9 +209,10 @@ def _members(entries: list[list[Any]]) -> dict[TableName, TableState]:
     members = {}
     for schema, name, *extra in entries:
         state: dict[str, Any] = extra[0] if extra else {}
-        start, leaves = state.get("start"), state.get("leaves")
+        start, leaves, entry = state.get("start"), state.get("leaves"), state.get("entry")
         members[TableName(str(schema), str(name))] = TableState(
             start=None if start is None else parse_lsn(str(start)),
             leaves=None if leaves is None else frozenset((int(o), int(n)) for o, n in leaves),
+            entry=None if entry is None else int(entry),
         )
     return members
