@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 
+import psycopg
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
@@ -54,7 +55,7 @@ from .copying import GroupContext, copy_under, filled_targets
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
-from .publication import read_publication
+from .publication import publication_error, read_publication
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
@@ -228,7 +229,10 @@ class Replication:
         upto = current_lsn(control)
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
-        self.stream.run(sessions, control, run, upto)
+        try:
+            self.stream.run(sessions, control, run, upto)
+        except psycopg.errors.UndefinedObject as exc:  # PostgreSQL 15: a publication gone
+            raise publication_error(group.publication, "the slot's read", exc) from exc
         confirmed = run.applied_end
         if not run.budget_reached:
             confirmed = max(confirmed, upto)  # every transaction committed before upto is applied

@@ -242,7 +242,7 @@ def publication_error(publication: str, statement: str, exc: psycopg.Error) -> E
         return engine_error(
             "replication_table_dropped", f"The source refused {statement}: {reason}."
         )
-    if state == "42704":
+    if state == "42704" and "publication" in reason:
         return engine_error(
             "replication_publication_missing", f"The source refused {statement}: {reason}."
         )

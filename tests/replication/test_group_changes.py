@@ -51,8 +51,11 @@ class Writer:
             while not self.done.is_set() or self.count < 30:
                 with conn.transaction():
                     conn.execute("INSERT INTO shop.extra VALUES (%s, 'w')", (self.count % 7,))
-                    conn.execute("UPDATE shop.extra SET v = v || '+' WHERE ctid = (SELECT ctid"
-                                 " FROM shop.extra WHERE n = %s LIMIT 1)", (self.count % 50,))  # fmt: skip
+                    conn.execute(
+                        "UPDATE shop.extra SET v = v || '+' WHERE ctid = (SELECT ctid"
+                        " FROM shop.extra WHERE n = %s LIMIT 1)",
+                        (self.count % 50,),
+                    )
                     conn.execute("UPDATE shop.orders SET note = %s WHERE id = %s",
                                  (f"w{self.count}", self.count % 1000 + 1))  # fmt: skip
                 self.count += 1
