@@ -82,7 +82,7 @@ class _Owned:
     readable: bool
     value: int | None
     increment: int
-    start: int
+    bounds: tuple[int, int, int]  # start, minimum, maximum
     type_name: str
 
 
@@ -91,7 +91,8 @@ SELECT t.n, a.attname::text, sc.relname::text, a.attidentity <> '',
        pg_catalog.has_sequence_privilege(sc.oid, 'SELECT, USAGE'),
        CASE WHEN pg_catalog.has_sequence_privilege(sc.oid, 'SELECT, USAGE')
             THEN pg_catalog.pg_sequence_last_value(sc.oid) END,
-       ps.seqincrement, ps.seqstart, pg_catalog.format_type(ps.seqtypid, NULL)
+       ps.seqincrement, ps.seqstart, ps.seqmin, ps.seqmax,
+       pg_catalog.format_type(ps.seqtypid, NULL)
 FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS t(schema, name, n)
 JOIN pg_catalog.pg_namespace n ON n.nspname = t.schema
 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
@@ -151,8 +152,10 @@ def _owned(src: Connection, tables: tuple[TableName, ...]) -> list[_Owned]:
     rows = src.execute(_SOURCE, ([t.schema for t in tables], [t.name for t in tables]))
     return [
         _Owned(tables[int(n) - 1], str(column), str(name), bool(identity), bool(readable),
-               None if value is None else int(value), int(increment), int(start), str(kind))
-        for n, column, name, identity, readable, value, increment, start, kind in rows.fetchall()
+               None if value is None else int(value), int(increment),
+               (int(start), int(low), int(high)), str(kind))
+        for n, column, name, identity, readable, value, increment, start, low, high, kind
+        in rows.fetchall()
     ]  # fmt: skip
 
 
@@ -203,8 +206,9 @@ def _sync(tgt: Connection, owned: _Owned, found: _Target | None, may_create: boo
 def _create(tgt: Connection, owned: _Owned, named: TableName, not_null: bool) -> None:
     """Gives the target column a sequence named as the source's (see the module)."""
     table, column = owned.table.ident, sql.Identifier(owned.column)
-    options = sql.SQL("START WITH {} INCREMENT BY {}").format(
-        sql.Literal(owned.start), sql.Literal(owned.increment)
+    start, low, high = owned.bounds
+    options = sql.SQL("START WITH {} INCREMENT BY {} MINVALUE {} MAXVALUE {}").format(
+        sql.Literal(start), sql.Literal(owned.increment), sql.Literal(low), sql.Literal(high)
     )
     if owned.identity and not_null:
         statements = [sql.SQL(
