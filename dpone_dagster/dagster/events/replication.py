@@ -132,6 +132,7 @@ def group_engine(
     deletes: Deletes,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     max_changes_per_run: int | None = None,
+    sequences: bool = True,
     **engine: Any,
 ) -> Replication:
     """The engine of the group the specs name, on the resources' databases (``engine``: the
@@ -143,6 +144,7 @@ def group_engine(
         deletes=deletes,
         schema_changes=schema_changes,
         max_changes_per_run=max_changes_per_run,
+        sequences=sequences,
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
@@ -171,6 +173,7 @@ class ReplicationEvents:
     adopt: bool = False
     reconcile: bool = False
     sweep: Sweep | None = None
+    sequences: bool = True
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -203,6 +206,8 @@ class ReplicationEvents:
                 f"dpone: {removed.qualified} left the group: publication {group.publication} "
                 "no longer sends its changes; its target table is kept as it is."
             )
+        for joined in report.tables_joined:
+            context.log.info(f"dpone: {joined.qualified} was copied alone and joined the stream.")
         yield from self._checks(group, report.slot)
         unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
         yield from self._verifications(group, report.checks, unchecked)
@@ -228,6 +233,7 @@ class ReplicationEvents:
             deletes=self.deletes, schema_changes=self.schema_changes,
             max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
             reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
+            sequences=self.sequences,
         )  # fmt: skip
 
     def _resync_action(self) -> str:

@@ -264,6 +264,19 @@ class DponeMetadataSet(NamespacedMetadataSet):
     (replication, check of a slot)."""
     retained_wal_warn_bytes: int | None = None
     """The retained WAL above which ``dpone_slot_healthy`` warns (check of a slot)."""
+    tables_joined: dg.JsonMetadataValue | None = None
+    """Tables the run copied alone before it streamed: tables that joined the group, and
+    partitioned tables copied again after a partition left (replication, when there was any)."""
+    tables_left: dg.JsonMetadataValue | None = None
+    """Tables that left the group this run: no longer published nor applied, their target
+    tables kept as they are (replication, when there was any)."""
+    partitions_merged: dg.JsonMetadataValue | None = None
+    """New partitions of a partitioned table whose rows the run merged into its target
+    (replication, when there was any)."""
+    sequences: dg.JsonMetadataValue | None = None
+    """The table's sequences (identity and ``serial`` columns): each one's column, target
+    sequence, status (``advanced``, ``current``, ``created``, ``unused``, ``unreadable``,
+    ``missing``), source and target value (replication, when the table has any)."""
 
     # A Kafka stream's run.
     topic: str | None = None
