@@ -17,8 +17,9 @@ and brings them together without copying or pausing the tables that did not chan
   did) is copied again alone, after the option is turned on;
 - the publication is made to name exactly the group's tables, after the setup's refusals
   (:func:`~.setup.check_replication_setup`: ownership, identity, a partition named with its
-  parent, a table dropped at the source). A publication that no longer exists, or that another
-  tool made, is refused: its slot's changes since it went cannot be decoded.
+  parent, a table dropped at the source, a publication of the name another tool made). A
+  publication that no longer exists is refused: its slot's changes since it went cannot be
+  decoded.
 
 A run whose group did not change reads the slot's state, the publication and the partition
 trees (three queries) and changes nothing.
@@ -138,22 +139,14 @@ def _record(context: GroupContext, sessions: Sessions, joining: Joining) -> tupl
 
 
 def _own_publication(context: GroupContext, found: Publication | None) -> Publication:
-    """The group's publication; refuses one that is gone or that another tool made."""
-    name = context.group.publication
+    """The group's publication; refuses one that is gone (another tool's of the name is
+    refused by :func:`~.setup.check_replication_setup` before the run would change it)."""
     if found is None:
         raise engine_error(
             "replication_publication_missing",
-            f"Publication {name!r}, which slot {context.group.slot!r} decodes, does not exist "
-            "at the source.",
+            f"Publication {context.group.publication!r}, which slot {context.group.slot!r} "
+            "decodes, does not exist at the source.",
         )
-    if found.comment != context.owner_comment:
-        raise engine_error(
-            "replication_slot_foreign",
-            f"Publication {name!r} was not made by dpone for this group (its comment is "
-            f"{found.comment!r}, not {context.owner_comment!r}); it was left untouched.",
-            ["Drop that publication and run once with resync=True, or name the publication "
-             "the group was created with."],
-        )  # fmt: skip
     return found
 
 

@@ -37,6 +37,8 @@ def test_a_table_joins_and_one_leaves_the_asset_and_every_materialization_says_s
     logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
     make_database: Any,
 ) -> None:
+    """The redefined asset copies its new table alone while the others stream; each
+    materialization names the tables joined and left, and each table its sequences."""
     src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
     pg.execute(src, SHOP)
     slot = unique_slot("dpone_g")

@@ -55,6 +55,8 @@ def _role_grants(extra: list[str]) -> list[str]:
 def test_a_joining_table_the_role_does_not_own_is_refused_with_the_statement_that_works(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
+    """``publication_not_permitted`` names the ``ALTER PUBLICATION`` to run, nothing changed;
+    run by a superuser, the next run joins the table."""
     src = logical_source_dsn
     pg.execute(src, SHOP)
     with role_with({src: _role_grants(["GRANT SELECT ON shop.extra TO {role}"])}) as role:
@@ -105,6 +107,8 @@ def test_the_publication_statements_refused_by_the_server_carry_codes(
 def test_a_table_dropped_at_the_source_is_refused_until_it_leaves_the_group(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
+    """``replication_table_dropped``, nothing applied; taken out of the group, the others go
+    on and its target is kept."""
     src = logical_source_dsn
     pg.execute(src, SHOP)
     group = Group(src, target_dsn, ("shop.orders", "shop.lines"))
@@ -177,6 +181,9 @@ def _every_wal_sender_taken(dsn: str) -> Iterator[int]:
 def test_no_free_wal_sender_for_the_slots_snapshot_is_refused_with_a_code(
     pg15_logical_server: str, target_dsn: str
 ) -> None:
+    """Every WAL sender taken by real replication connections: the first run fails with
+    ``replication_senders_exhausted``, no slot or publication left; once one is free, it
+    runs."""
     src = pg.create_database("dpone_repl_senders", pg15_logical_server)
     try:
         pg.execute(src, SHOP)
