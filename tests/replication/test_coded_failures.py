@@ -6,14 +6,13 @@ free WAL sender for the slot's snapshot."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 import pytest
 from psycopg import conninfo
 
-from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.publication import ensure_publication, publication_tables
 from dpone_dagster.replication.slot import drop_replication
@@ -21,6 +20,7 @@ from tests.helpers import pg
 from tests.helpers.logical import drop_logical_database
 from tests.helpers.roles import as_role, role_with
 from tests.replication.group import Group
+from tests.replication.test_setup import refused
 
 SHOP = """
 CREATE SCHEMA shop;
@@ -32,14 +32,6 @@ INSERT INTO shop.lines SELECT g, 1 FROM generate_series(1, 100) g;
 INSERT INTO shop.extra SELECT g, 'e' FROM generate_series(1, 100) g;
 """
 ORDERS, LINES, EXTRA = (TableName("shop", n) for n in ("orders", "lines", "extra"))
-
-
-def refused(code: str, attempt: Callable[[], object]) -> DponeError:
-    with pytest.raises(DponeError) as caught:
-        attempt()
-    assert caught.value.code == code, caught.value
-    assert caught.value.next_actions
-    return caught.value
 
 
 def _role_grants(extra: list[str]) -> list[str]:
