@@ -7,7 +7,11 @@ One :meth:`Replication.run`:
    made to match the tables, the slot created with an exported snapshot, and every table copied
    under exactly that snapshot by the snapshot copy engine
    (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
-   commits the ledger's ``streaming`` phase and the slot's consistent point with the rows;
+   commits the ledger's ``streaming`` phase and the slot's consistent point with the rows.
+   Otherwise the group meets its definition (:mod:`.follow`): a table that joined it is copied
+   alone under a snapshot whose place in the stream is known (:mod:`.join`), one that left is
+   dropped from the publication, a partitioned table's new partitions are merged
+   (:mod:`.partitions`);
 2. **stream** (:mod:`.stream`): the source's current LSN is taken (``upto_lsn``); the slot is
    peeked up to it (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole
    source transactions are grouped into target transactions of about ``batch_changes``
@@ -15,7 +19,10 @@ One :meth:`Replication.run`:
    skips every source transaction that committed at or before it, stages the others
    (:mod:`.apply`), applies their net effect and writes the new applied position, and commits;
    only then is the slot advanced (to the end of the last applied commit record; after the
-   whole peek, to ``upto_lsn``).
+   whole peek, to ``upto_lsn``);
+3. **sequences** (unless the group's ``sequences=False``): the target's sequences of the
+   tables' identity and ``serial`` columns are brought to at least the source's values
+   (:mod:`.sequences`).
 
 A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
 committed but not yet confirmed to the slot is read again by the next run and skipped.
@@ -79,13 +86,14 @@ class Replication:
         target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
         ledger: Where the ledger lives; it must be the target database (the applied position
             commits with the rows).
-        adopt: On the first run, take over target tables that already hold rows (from
-            ``backfill_asset`` or ``incremental_asset``) instead of refusing them
-            (``replication_target_exists``): each is checked against the source's columns by
-            the schema-change policy (a lossy difference is refused with
-            ``schema_change_incompatible``, nothing written), then copied again under the slot's
-            snapshot in one transaction (readers see the old rows until it commits).
-        resync: Copy every table again under a new slot (after a lost slot, or a table added).
+        adopt: On the first run (or for a table that joins the group), take over target
+            tables that already hold rows (from ``backfill_asset`` or ``incremental_asset``)
+            instead of refusing them (``replication_target_exists``): each is checked against
+            the source's columns by the schema-change policy (a lossy difference is refused with
+            ``schema_change_incompatible``, nothing written), then copied again under the
+            slot's snapshot in one transaction (readers see the old rows until it commits).
+        resync: Copy every table again under a new slot (after a lost slot, or a publication
+            dropped by hand); a table added to the group needs none: it joins alone.
         options: Session options (of both sides, unless ``target_options`` is given). Their
             ``lock_wait`` also bounds how long a run waits for the slot while another session
             holds it (another run of the group, or a killed run's server process still

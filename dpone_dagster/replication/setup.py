@@ -5,8 +5,10 @@ its source and refuses with a stable code naming the setting or privilege and wh
 ``wal_level`` (``replication_wal_level``), the ``REPLICATION`` attribute
 (``replication_privilege_missing``), a free slot (``replication_slots_exhausted``), the tables'
 ownership for the publication (``publication_not_permitted``), a slot or publication of the
-group's name that is not the group's own (``replication_slot_foreign``) and a table whose updates
-cannot be identified (``replica_identity_missing``).
+group's name that is not the group's own (``replication_slot_foreign``), a table whose updates
+cannot be identified (``replica_identity_missing``), a partitioned table named with one of its
+own partitions (``replication_partition_overlap``) and, for a streaming group, a table of it that
+no longer exists (``replication_table_dropped``).
 
 A group's own publication carries a comment (the ``owner_comment`` the engine derives for the
 group); a slot of the group's name is the group's own only if it decodes this database with
