@@ -1,4 +1,5 @@
-"""Tables that join or leave a streaming group, against real servers: a joining table is copied
+"""Tables that join or leave a streaming group, against real servers (the first two tests with
+the source on PostgreSQL 15 and 18): a joining table is copied
 alone under a snapshot whose place in the group's stream is known (writers running across it
 lose and double nothing, the other tables are not copied again); a table that leaves is no
 longer applied and its target is kept as it is; a table the publication lost is copied again; a
@@ -69,13 +70,14 @@ class Writer:
         self.thread.join(60)
 
 
+@pytest.mark.cross_server
 def test_a_table_joins_a_streaming_group_alone_under_a_snapshot_the_stream_knows(
-    logical_source_dsn: str, target_dsn: str
+    versioned_source_dsn: str, target_dsn: str
 ) -> None:
     """A writer commits across the new table's snapshot, from just before it is taken until
     the run ends: every one of its transactions reaches the target once (the keyless table would
     show a doubled or a missing row), and the tables already in the group are not copied."""
-    src = logical_source_dsn
+    src = versioned_source_dsn
     pg.execute(src, SHOP)
     Group(src, target_dsn, ("shop.orders", "shop.lines")).run()
     group = Group(src, target_dsn, ("shop.orders", "shop.lines", "shop.extra"))
@@ -96,12 +98,13 @@ def test_a_table_joins_a_streaming_group_alone_under_a_snapshot_the_stream_knows
     group.assert_equal()
 
 
+@pytest.mark.cross_server
 def test_a_table_that_leaves_is_no_longer_applied_and_its_target_is_kept(
-    logical_source_dsn: str, target_dsn: str
+    versioned_source_dsn: str, target_dsn: str
 ) -> None:
     """The publication drops it and the ledger forgets it; its changes from then on (and those
     still in the slot) are not applied; the run says so once."""
-    src = logical_source_dsn
+    src = versioned_source_dsn
     pg.execute(src, SHOP)
     Group(src, target_dsn, ("shop.orders", "shop.lines")).run()
     pg.execute(src, "UPDATE shop.lines SET qty = 2 WHERE id = 1; UPDATE shop.orders SET note = 'x'"
