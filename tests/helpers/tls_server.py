@@ -32,7 +32,8 @@ HOST_NAMES = ("localhost", "127.0.0.1")
 """The names the server's certificate is issued for (its subjectAltName)."""
 
 START_HINT = (
-    "The TLS tests start their own PostgreSQL 15 server: they need its binaries in "
+    "The TLS tests (and the replication tests' PostgreSQL 15 source) start their own "
+    "PostgreSQL 15 server: they need its binaries in "
     f"{PG_BIN} (apt-get install postgresql-15, or set DPONE_TEST_PG15_BIN), a `postgres` OS "
     "user, `runuser` and `openssl`."
 )
