@@ -48,6 +48,7 @@ class _Target:
     transactions it holds."""
 
     copy: StagingCopy
+    starts: dict[TableName, Lsn] = field(default_factory=dict)  # tables that joined, and where
     tables: dict[int, TableApply] = field(default_factory=dict)
     transactions: int = 0
     staged: int = 0
@@ -74,6 +75,7 @@ class _Reading:
     encoding: str
     target: _Target | None = None
     skipping: bool = False
+    final: Lsn = 0  # the commit LSN of the source transaction being read
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
     staged_mark: int = STAGE_EVERY
     relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
@@ -182,6 +184,7 @@ class SlotStream:
                 reading.target = self._begin(reading.sessions, run)
                 reading.staged_mark = STAGE_EVERY
             reading.skipping = message.final_lsn <= run.applied
+            reading.final = message.final_lsn
             run.skipped += reading.skipping
         elif isinstance(message, Commit):
             target = reading.target
@@ -247,6 +250,8 @@ class SlotStream:
         if known is None:
             return None  # a table outside the group
         name, relation = known
+        if reading.final <= target.starts.get(name, 0):
+            return None  # the table joined the group after this transaction: its copy holds it
         sessions, run = reading.sessions, reading.run
         target.copy.end()  # the plan reads the target's catalog on the session
         plan = reading.plans.get(oid)
@@ -279,7 +284,7 @@ class SlotStream:
         if state.applied_lsn > run.applied:
             run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
             run.applied_at = state.applied_commit_time
-        return _Target(StagingCopy(tgt))
+        return _Target(StagingCopy(tgt), starts=state.starts)
 
     def _commit(
         self, sessions: Sessions, control: Connection, target: _Target, run: RunState

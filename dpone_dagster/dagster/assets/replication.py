@@ -55,8 +55,9 @@ class ReplicationRunConfig(dg.Config):
     adopt: bool = Field(
         default=False,
         description=(
-            "On the first run, take over targets another dpone asset filled (backfill_asset, "
-            "incremental_asset) after checking them, instead of refusing them."
+            "On the first run, or for a table that joins the group, take over targets another "
+            "dpone asset filled (backfill_asset, incremental_asset) after checking them, "
+            "instead of refusing them."
         ),
     )
 
@@ -145,6 +146,7 @@ def replication_assets(
     freshness_policy: dg.FreshnessPolicy | None = None,
     reconcile: bool = True,
     sweep: Sweep | None = None,
+    sequences: bool = True,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -199,6 +201,10 @@ def replication_assets(
         sweep: The rolling slice's per-run budget
             (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
             runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
+        sequences: Each run brings the target's sequences of the tables' identity and
+            ``serial`` columns to at least the source's value (made when the target has none),
+            so that a target promoted to primary never hands out a used key; reported per table
+            (``dpone/sequences``). False leaves the target's sequences alone.
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
@@ -234,7 +240,7 @@ def replication_assets(
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),
         schema_changes=SchemaChanges.parse(schema_changes),
-        max_changes_per_run=max_changes_per_run,
+        max_changes_per_run=max_changes_per_run, sequences=sequences,
     )  # fmt: skip
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="replication_options_invalid"
@@ -273,7 +279,7 @@ def replication_assets(
             context, target=target, ledger=ledger, deletes=group.deletes,
             schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
-            adopt=config.adopt, reconcile=reconcile, sweep=sweep,
+            adopt=config.adopt, reconcile=reconcile, sweep=sweep, sequences=group.sequences,
         )  # fmt: skip
 
     return _replication

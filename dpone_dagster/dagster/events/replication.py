@@ -140,6 +140,7 @@ def group_engine(
     deletes: Deletes,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     max_changes_per_run: int | None = None,
+    sequences: bool = True,
     **engine: Any,
 ) -> Replication:
     """The engine of the group the specs name, on the resources' databases (``engine``: the
@@ -151,6 +152,7 @@ def group_engine(
         deletes=deletes,
         schema_changes=schema_changes,
         max_changes_per_run=max_changes_per_run,
+        sequences=sequences,
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
@@ -179,6 +181,7 @@ class ReplicationEvents:
     adopt: bool = False
     reconcile: bool = False
     sweep: Sweep | None = None
+    sequences: bool = True
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -211,6 +214,8 @@ class ReplicationEvents:
                 f"dpone: {removed.qualified} left the group: publication {group.publication} "
                 "no longer sends its changes; its target table is kept as it is."
             )
+        for joined in report.tables_joined:
+            context.log.info(f"dpone: {joined.qualified} was copied alone and joined the stream.")
         unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
         checks = [
             *self._checks(group, report.slot),
@@ -240,7 +245,7 @@ class ReplicationEvents:
             deletes=self.deletes, schema_changes=self.schema_changes,
             max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
             reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
-            on_progress=self._progress,
+            on_progress=self._progress, sequences=self.sequences,
         )  # fmt: skip
 
     def _progress(self, progress: ReplicationProgress) -> None:

@@ -280,6 +280,19 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """The open transactions on the source that hold the slot's WAL back, oldest first: each
     one's pid, database, user, application, state, transaction start and age, and the start of
     its last statement with its literals masked (replication, check of a slot; only then)."""
+    tables_joined: dg.JsonMetadataValue | None = None
+    """Tables the run copied alone before it streamed: tables that joined the group, and
+    partitioned tables copied again after a partition left (replication, when there was any)."""
+    tables_left: dg.JsonMetadataValue | None = None
+    """Tables that left the group this run: no longer published nor applied, their target
+    tables kept as they are (replication, when there was any)."""
+    partitions_merged: dg.JsonMetadataValue | None = None
+    """New partitions of a partitioned table whose rows the run merged into its target
+    (replication, when there was any)."""
+    sequences: dg.JsonMetadataValue | None = None
+    """The table's sequences (identity and ``serial`` columns): each one's column, target
+    sequence, status (``advanced``, ``current``, ``created``, ``unused``, ``unreadable``,
+    ``missing``), source and target value (replication, when the table has any)."""
 
     # A Kafka stream's run.
     topic: str | None = None

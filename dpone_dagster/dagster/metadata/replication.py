@@ -146,17 +146,31 @@ def held_actions(status: SlotStatus) -> list[str]:
     ]
 
 
+def _group_changes(report: ReplicationReport, table: TableName) -> dict[str, Any]:
+    """The group's changes of the run (tables joined, left, partitions merged) and the table's
+    sequences, each left out when empty."""
+
+    def listed(values: Sequence[object]) -> dg.JsonMetadataValue | None:
+        return dg.JsonMetadataValue(list(values)) if values else None
+
+    return dict(
+        DponeMetadataSet(
+            tables_joined=listed([t.qualified for t in report.tables_joined]),
+            tables_left=listed([t.qualified for t in report.tables_removed]),
+            partitions_merged=listed([t.qualified for t in report.partitions_merged]),
+            sequences=listed([s.as_json() for s in report.sequences if s.table == table]),
+        )
+    )
+
+
 def replication_metadata(
     report: ReplicationReport, table: TableChanges | None, source_table: TableName
 ) -> dict[str, Any]:
     """A table's materialization: its changes by kind (none when the run had none for it), the
-    group's run and slot, as numbers."""
-    copied = None
-    if report.initial_copy is not None:
-        copied = next(
-            (t.rows_loaded for t in report.initial_copy.tables if t.source == source_table),
-            None,
-        )
+    group's run and slot, as numbers; the group's changes and the table's sequences."""
+    copies = (*([report.initial_copy] if report.initial_copy else []), *report.join_copies)
+    loaded = [t.rows_loaded or 0 for c in copies for t in c.tables if t.target == source_table]
+    copied = sum(loaded) if loaded else None
     metadata: dict[str, Any] = {
         **DponeMetadataSet(
             publication=report.group.publication,
@@ -170,11 +184,12 @@ def replication_metadata(
             applied_lsn=lsn_text(report.applied_lsn),
             upto_lsn=lsn_text(report.upto_lsn),
             budget_reached=report.budget_reached,
-            initial_copy=report.initial_copy is not None,
+            initial_copy=report.initial_copy is not None or source_table in report.tables_joined,
             rows_loaded=copied,
             lag_seconds=report.lag_seconds,
         ),
         **slot_metadata(report.slot),
+        **_group_changes(report, source_table),
     }
     metadata.update(schema_change_metadata(table.schema_changes if table else ()))
     return metadata
