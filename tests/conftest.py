@@ -33,6 +33,7 @@ APART = (
     "tests/dagster/test_metadata_sets.py::",
     "tests/dagster/test_replication_assets.py::",
     "tests/dagster/test_replication_freshness.py::",
+    "tests/dagster/test_replication_group_changes.py::",
     "tests/replication/",
     "tests/test_demo.py::",
     "tests/test_embedded.py::test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere",

@@ -16,7 +16,8 @@ were still open when the run's settle timeout ran out. The Kafka source's codes 
 ``kafka_`` (raised as :class:`~dpone_dagster.sources.SourceError` from this catalog). The
 replication's start with ``replication_`` (and ``publication_not_permitted``,
 ``replica_identity_missing``): a source that cannot replicate is refused before anything is
-created.
+created, and so is a group that cannot change as asked (a parent named with its own partition,
+a table dropped at the source, a publication dropped by hand).
 """
 
 from __future__ import annotations
@@ -187,9 +188,14 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ),
     ),
     "replication_group_changed": (
-        "The replication group changed (tables added: they need an initial copy that meets the "
-        "stream; or another publication); nothing was written.",
+        "The replication group names another publication than the one its slot was created "
+        "with; nothing was written.",
         ("Run once with resync=True: every table of the group is copied again under a new slot.",),
+    ),
+    "replication_join_overtaken": (
+        "The group's applied position passed the snapshot a joining table was copied under (a "
+        "run of the group streamed meanwhile); the copy was not committed.",
+        ("Run again: the table is copied under a new snapshot and then joins the stream.",),
     ),
     "replication_toast_unresolved": (
         "An update left a TOASTed value unchanged, but neither the run's changes nor the target "
@@ -347,6 +353,44 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "are copied anew under its snapshot.",
             "Then run the group more often, or raise max_slot_wal_keep_size on the source, so "
             "that the slot keeps up.",
+        ),
+    ),
+    "replication_partition_overlap": (
+        "The group names a partitioned table and one of its own partitions: the parent's "
+        "changes already carry the partition's rows; nothing was created or changed.",
+        (
+            "Name only the parent (every partition's rows replicate through it), or only "
+            "partitions, then run again.",
+        ),
+    ),
+    "replication_table_dropped": (
+        "A table of the group no longer exists at the source (dropped, or renamed); nothing "
+        "was changed.",
+        (
+            "Take the table out of the group's tables and run again: the other tables go on, "
+            "and its target table is kept as it is (every change up to its drop applied).",
+            "Or create the table again at the source (or name it by its new name): the next "
+            "run copies it alone under a snapshot whose place in the stream is known, as a "
+            "table that joins the group.",
+        ),
+    ),
+    "replication_publication_missing": (
+        "The group's publication no longer exists at the source (dropped by hand): the changes "
+        "made while it did not exist cannot be decoded (PostgreSQL 15 fails the slot's read at "
+        "that point, 16 and later skip them); nothing was applied.",
+        (
+            "Run once with resync=True: the publication and the slot are created again and "
+            "the tables copied anew under the slot's snapshot.",
+        ),
+    ),
+    "replication_senders_exhausted": (
+        "Every WAL sender the source server allows is in use (max_wal_senders): the slot's "
+        "snapshot is taken on a replication connection; nothing was created.",
+        (
+            "End a replication connection nobody needs (pg_stat_replication, "
+            "pg_stat_activity WHERE backend_type = 'walsender'), or raise max_wal_senders on "
+            "the source (ALTER SYSTEM SET max_wal_senders = <n>, then restart), then run "
+            "again.",
         ),
     ),
     "replication_message_invalid": (

@@ -154,7 +154,7 @@ def hold_advisory_lock(
     timeout: float,
     timed_out: Callable[[int], Exception],
     on_wait: Callable[[int], None] | None = None,
-) -> None:
+) -> float:
     """Takes the advisory lock named ``key`` for ``conn``'s session (released by
     :func:`release_advisory_lock`, or when the session ends), waiting at most ``timeout``
     seconds while another session holds it.
@@ -167,6 +167,9 @@ def hold_advisory_lock(
         timed_out: Builds the error raised past ``timeout``, from the holder's pid (0 when it
             could not be read).
         on_wait: Called once, with the holder's pid, when the lock is held by another session.
+
+    Returns:
+        The seconds waited.
 
     Raises:
         Exception: ``timed_out(pid)``, past ``timeout``.
@@ -185,7 +188,7 @@ def hold_advisory_lock(
             on_wait(pids[0] if pids else 0)
         return pids or [0]  # released between the two reads: try again
 
-    wait_while(holders, timeout=timeout, interval=0.1, timed_out=lambda p: timed_out(p[0]))
+    return wait_while(holders, timeout=timeout, interval=0.1, timed_out=lambda p: timed_out(p[0]))
 
 
 def release_advisory_lock(conn: Connection, key: str) -> None:

@@ -7,7 +7,11 @@ One :meth:`Replication.run`:
    made to match the tables, the slot created with an exported snapshot, and every table copied
    under exactly that snapshot by the snapshot copy engine
    (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
-   commits the ledger's ``streaming`` phase and the slot's consistent point with the rows;
+   commits the ledger's ``streaming`` phase and the slot's consistent point with the rows.
+   Otherwise the group meets its definition (:mod:`.follow`): a table that joined it is copied
+   alone under a snapshot whose place in the stream is known (:mod:`.join`), one that left is
+   dropped from the publication, a partitioned table's new partitions are merged
+   (:mod:`.partitions`);
 2. **stream** (:mod:`.stream`): the source's current LSN is taken (``upto_lsn``); the slot is
    peeked up to it (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole
    source transactions are grouped into target transactions of about ``batch_changes``
@@ -15,7 +19,10 @@ One :meth:`Replication.run`:
    skips every source transaction that committed at or before it, stages the others
    (:mod:`.apply`), applies their net effect and writes the new applied position, and commits;
    only then is the slot advanced (to the end of the last applied commit record; after the
-   whole peek, to ``upto_lsn``).
+   whole peek, to ``upto_lsn``);
+3. **sequences** (unless the group's ``sequences=False``): the target's sequences of the
+   tables' identity and ``serial`` columns are brought to at least the source's values
+   (:mod:`.sequences`).
 
 A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
 committed but not yet confirmed to the slot is read again by the next run and skipped.
@@ -28,7 +35,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 
-from psycopg import IsolationLevel, sql
+import psycopg
+from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
@@ -47,15 +55,20 @@ from dpone_dagster.postgres.connection import (
     ConnectionOptions,
 )
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import CopyOptions
+from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
-from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
 
+from .copying import GroupContext, copy_under, filled_targets
+from .follow import GroupChange, follow_group, with_entries
+from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
+from .publication import publication_error, read_publication
 from .report import ReplicationProgress, ReplicationReport, TableChanges
+from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
-from .slot import advance_slot, current_lsn, ensure_publication, slot_status, wait_for_slot
-from .state import GroupLedger, GroupState
+from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
+from .slot_health import SlotWait
+from .state import GroupLedger, GroupState, TableState
 from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
 
@@ -74,13 +87,14 @@ class Replication:
         target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
         ledger: Where the ledger lives; it must be the target database (the applied position
             commits with the rows).
-        adopt: On the first run, take over target tables that already hold rows (from
-            ``backfill_asset`` or ``incremental_asset``) instead of refusing them
-            (``replication_target_exists``): each is checked against the source's columns by
-            the schema-change policy (a lossy difference is refused with
-            ``schema_change_incompatible``, nothing written), then copied again under the slot's
-            snapshot in one transaction (readers see the old rows until it commits).
-        resync: Copy every table again under a new slot (after a lost slot, or a table added).
+        adopt: On the first run (or for a table that joins the group), take over target
+            tables that already hold rows (from ``backfill_asset`` or ``incremental_asset``)
+            instead of refusing them (``replication_target_exists``): each is checked against
+            the source's columns by the schema-change policy (a lossy difference is refused with
+            ``schema_change_incompatible``, nothing written), then copied again under the
+            slot's snapshot in one transaction (readers see the old rows until it commits).
+        resync: Copy every table again under a new slot (after a lost slot, or a publication
+            dropped by hand); a table added to the group needs none: it joins alone.
         options: Session options (of both sides, unless ``target_options`` is given). Their
             ``lock_wait`` also bounds how long a run waits for the slot while another session
             holds it (another run of the group, or a killed run's server process still
@@ -133,7 +147,11 @@ class Replication:
         self.record_keys = key_recorder(self.ledger.store.tables, group.slot) if reconcile else None
         self.stream = SlotStream(
             group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
-            record_keys=self.record_keys, progress=self._progress,
+            record_keys=self.record_keys, progress=self._progress, on_wait=self._slot_wait,
+        )  # fmt: skip
+        self.context = GroupContext(
+            group, self.ledger, source, target, self.options, self.target_options,
+            self.owner_comment, self.slot_wait, self._step, self._slot_wait,
         )  # fmt: skip
 
     @property
@@ -203,25 +221,26 @@ class Replication:
 
     def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
         tgt, group = sessions.target, self.group
-        self.ledger.ensure(tgt)
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-            state = self.ledger.fetch(tgt, group.slot)
+        state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
-        removed: tuple[TableName, ...] = ()
+        change = GroupChange()
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
-            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-                state = self.ledger.fetch(tgt, group.slot)
         else:
-            removed = self._follow_group(sessions, state)
+            change = follow_group(self.context, sessions, state, adopt=self.adopt)
+        if copied is not None or change.copies or change.left:
+            state = self._state(tgt)
         assert state is not None
         assert state.applied_lsn is not None
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
-        self.stream.run(sessions, control, run, upto)
+        try:
+            self.stream.run(sessions, control, run, upto)
+        except psycopg.errors.UndefinedObject as exc:  # PostgreSQL 15: a publication gone
+            raise publication_error(group.publication, "the slot's read", exc) from exc
         confirmed = run.applied_end
         if not run.budget_reached:
             confirmed = max(confirmed, upto)  # every transaction committed before upto is applied
@@ -239,58 +258,42 @@ class Replication:
         # peek the whole backlog the slot still holds).
         if self.record_keys is not None and not run.budget_reached:
             checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
+        sequences = sync_sequences(sessions.source, tgt, group) if group.sequences else ()
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,
             applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,
             tables=tuple(run.counts.get(t) or TableChanges(t) for t in group.tables),
             lag_bytes=status.lag_bytes, lag_seconds=lag, slot=status,
             budget_reached=run.budget_reached, skipped_transactions=run.skipped,
-            adopted=adopted, tables_removed=removed, checks=checks,
+            adopted=adopted, tables_removed=change.left, checks=checks,
+            tables_joined=change.joined, partitions_merged=change.merged,
+            join_copies=change.copies, sequences=sequences,
         )  # fmt: skip
+
+    def _state(self, tgt: Connection) -> GroupState | None:
+        """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
+        no table of groups, with nothing written: a first run creates the ledger only once its
+        refusals have passed (:meth:`_initial_copy`)."""
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            row = tgt.execute(
+                "SELECT to_regclass(format('%%I.%%I', %s::text, 'replication_groups'))",
+                (self.ledger.store.schema,),
+            ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        self.ledger.ensure(tgt)
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+            return self.ledger.fetch(tgt, self.group.slot)
+
+    def _slot_wait(self, wait: SlotWait) -> None:
+        self.on_progress(ReplicationProgress("slot_wait", 0, 0, wait=wait))
 
     def _progress(self, phase: str, run: RunState, staged: int = 0) -> None:
         self.on_progress(ReplicationProgress(phase, run.transactions, run.applied, staged))
 
-    # -- the group ---------------------------------------------------------------------------
-
-    def _follow_group(self, sessions: Sessions, state: GroupState) -> tuple[TableName, ...]:
-        """Refuses tables added to the group since the last run; lets removed ones go (the
-        publication publishes exactly the group's tables)."""
-        group = self.group
-        if state.publication != group.publication:  # its tables' history is another's
-            raise engine_error(
-                "replication_group_changed",
-                f"The group of slot {group.slot!r} reads publication {state.publication!r}, "
-                f"not {group.publication!r}.",
-                ["Name the publication the group was created with, or run once with "
-                 "resync=True to start over with the new one."],
-            )  # fmt: skip
-        added = [t for t in group.tables if t not in state.tables]
-        if added:
-            raise engine_error(
-                "replication_group_changed",
-                f"{', '.join(map(str, added))} joined the group of slot {group.slot!r}.",
-            )
-        removed = tuple(t for t in state.tables if t not in group.tables)
-        # Before the publication is touched; a slot another run (or a killed one's server
-        # process) still holds is waited for, as long as a lock is (``lock_wait``).
-        if wait_for_slot(sessions.source, group.slot, self.slot_wait) is None:
-            raise engine_error(
-                "replication_slot_missing",
-                f"The source has no replication slot {group.slot!r}, which the ledger's group "
-                "reads; nothing was changed.",
-            )
-        # Every run: a publication dropped by hand would make the slot's reads silently empty;
-        # one made again here carries the group's mark, so that a resync knows it as its own.
-        ensure_publication(
-            sessions.source, group.publication, group.tables, comment=self.owner_comment
-        )
-        if removed:
-            tgt = sessions.target
-            with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
-                self.ledger.lock(tgt, group.slot)
-                self.ledger.set_tables(tgt, group.slot, group.tables)
-        return removed
+    def _step(self, phase: str) -> None:
+        """A step outside the stream (a copy's start and commit)."""
+        self._progress(phase, RunState(0, 0, None))
 
     def _initial_copy(
         self, sessions: Sessions, control: Connection, state: GroupState | None
@@ -298,9 +301,10 @@ class Replication:
         """Copies every table under the new slot's snapshot (see the module's step 1)."""
         src, tgt, group = sessions.source, sessions.target, self.group
         check_replication_setup(src, slot=group.slot, publication=group.publication,
-                                tables=group.tables, owner_comment=self.owner_comment)  # fmt: skip
+                                tables=group.tables, owner_comment=self.owner_comment,
+                                ledgers_slot=state is not None)  # fmt: skip
         refuse_keyless(src, group)
-        filled = _filled_targets(tgt, group.tables)
+        filled = filled_targets(tgt, group.tables)
         if filled and not self.adopt and not self.resync:
             raise engine_error(
                 "replication_target_exists",
@@ -313,56 +317,35 @@ class Replication:
                 f"A replication slot named {group.slot!r} exists, and this ledger did not "
                 "create it.",
             )
+        self.ledger.ensure(tgt)  # the first thing a run writes to the target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, group.slot)
             self.ledger.begin_copy(tgt, group.slot, group.publication, group.tables)
         if existing is not None:  # this ledger's, from an unfinished copy or before a resync
-            wait_for_slot(control, group.slot, self.slot_wait)  # a killed copy's may hold it
+            # A killed copy's server process may still hold it.
+            wait_for_slot(control, group.slot, self.slot_wait, self._slot_wait)
             control.execute("SELECT pg_drop_replication_slot(%s)", (group.slot,))
-        run = RunState(0, 0, None)
-        self._progress("copy", run)
+        self._step("copy")
+        # The partitions, read before the slot's snapshot (.partitions).
+        trees = partition_trees(src, group.tables)
+        members = {t: TableState(leaves=trees[t].leaves if t in trees else None)
+                   for t in group.tables}  # fmt: skip
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
             tables=group.tables, owner_comment=self.owner_comment, options=self.options,
         )  # fmt: skip
         with creating as created:
             point = created.consistent_point
+            members = with_entries(members, read_publication(src, group.publication))
 
             def commit_state(conn: Connection) -> None:
                 self.ledger.lock(conn, group.slot)
-                self.ledger.copied(conn, group.slot, point, group.tables)
+                self.ledger.copied(conn, group.slot, point, members)
 
-            options = CopyOptions(
-                snapshot_token=created.snapshot,
-                source_options=self.options or ConnectionOptions(),
-                target_options=self.target_options or ConnectionOptions(),
-            )
-            copy = SnapshotCopy(
-                self.source_dsn, self.target_dsn, list(group.tables), strategy="batched_copy",
-                sink="replace", options=options, schema_changes=group.schema_changes,
-            )  # fmt: skip
-            with copy:
-                copy.plan()
-                copy.extract()
-                report = copy.load(before_commit=commit_state)
-        self._progress("copied", run)
+            report = copy_under(self.context, group.tables, created.snapshot, sink=Sink.REPLACE,
+                                before_commit=commit_state)  # fmt: skip
+        self._step("copied")
         return report, bool(filled)
-
-
-def _filled_targets(tgt: Connection, tables: tuple[TableName, ...]) -> list[TableName]:
-    """The target tables that exist and hold rows."""
-    filled = []
-    with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
-        for table in tables:
-            exists = tgt.execute("SELECT to_regclass(%s)", (table.qualified,)).fetchone()
-            if exists is None or exists[0] is None:
-                continue
-            row = tgt.execute(
-                sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(table.ident)
-            ).fetchone()
-            if row is not None and row[0]:
-                filled.append(table)
-    return filled
 
 
 __all__ = ["BATCH_CHANGES", "DponeError", "Replication"]

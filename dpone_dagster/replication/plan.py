@@ -51,6 +51,9 @@ class ReplicationGroup:
         schema_changes: ``evolve`` or ``freeze`` (the one schema-change policy).
         max_changes_per_run: A run stops after the source transaction that reaches this many
             decoded messages (None: it drains the slot up to the LSN taken at its start).
+        sequences: Each run brings the target's sequences of the tables' identity and
+            ``serial`` columns to at least the source's value (:mod:`.sequences`); False
+            leaves the target's sequences alone.
 
     Raises:
         EngineError: ``replication_options_invalid`` for a bad option.
@@ -64,6 +67,7 @@ class ReplicationGroup:
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     max_changes_per_run: int | None = None
     soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
+    sequences: bool = True
 
     def __post_init__(self) -> None:
         tables = tuple(t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables)
@@ -97,6 +101,12 @@ def _refuse_options(group: ReplicationGroup) -> None:
             "replication_options_invalid",
             f"slot={slot!r}: a slot name is 1 to 63 lower-case letters, digits or underscores.",
             ["Name the slot e.g. 'dpone_shop'."],
+        )
+    if not isinstance(group.sequences, bool):
+        raise engine_error(
+            "replication_options_invalid",
+            f"sequences={group.sequences!r}.",
+            ["Use True (bring the target's sequences along, the default) or False."],
         )
     budget = group.max_changes_per_run
     if budget is not None and (

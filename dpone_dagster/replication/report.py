@@ -15,7 +15,8 @@ from .changes import Lsn
 
 if TYPE_CHECKING:
     from .plan import ReplicationGroup
-    from .slot import SlotStatus
+    from .sequences import SequenceSync
+    from .slot_health import SlotStatus, SlotWait
 
 
 @dataclass(frozen=True)
@@ -51,19 +52,25 @@ class ReplicationProgress:
     """A step of a run, for ``on_progress``.
 
     Attributes:
-        phase: ``copy`` (the initial copy starts), ``copied`` (it committed), ``stage`` (staged
-            changes were written to the target's staging tables), ``apply`` (the net effect of
-            a group of source transactions is being applied), ``commit`` (just before the
-            target's COMMIT), ``committed`` (it committed), ``advanced`` (the slot was moved).
+        phase: ``copy`` (the initial copy starts), ``copied`` (it committed), ``joining`` (a
+            table that joins a streaming group is being copied alone), ``joined`` (its copy
+            committed), ``stage`` (staged changes were written to the target's staging
+            tables), ``apply`` (the net effect of a group of source transactions is being
+            applied), ``commit`` (just before the target's COMMIT), ``committed`` (it
+            committed), ``advanced`` (the slot was moved), ``slot_wait`` (another session
+            holds the slot: the run waits for it, ``wait`` says for whom and how long;
+            reported when the wait begins and when it ends).
         transactions: Source transactions applied so far by this run.
         applied_lsn: The commit LSN of the last one committed (0: none yet).
         staged: Changes staged in the target transaction in progress.
+        wait: The wait for the slot (phase ``slot_wait`` only).
     """
 
     phase: str
     transactions: int
     applied_lsn: Lsn
     staged: int = 0
+    wait: SlotWait | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,13 @@ class ReplicationReport:
         tables_removed: Tables that left the group since the last run (no longer published;
             their target tables are kept as they are).
         checks: Each table's check, when the run was checked (``reconcile``, :mod:`.verify`).
+        tables_joined: Tables copied alone before this run streamed (:mod:`.join`): tables that
+            joined the group, and partitioned tables copied again.
+        partitions_merged: New partitions whose rows this run merged into their partitioned
+            table's target (:mod:`.partitions`).
+        join_copies: The snapshot copies of ``tables_joined`` and ``partitions_merged``.
+        sequences: Each sequence of the group's columns and what the run did to the target's
+            (:mod:`.sequences`; empty with ``sequences=False``).
     """
 
     group: ReplicationGroup
@@ -113,6 +127,10 @@ class ReplicationReport:
     adopted: bool = False
     tables_removed: tuple[TableName, ...] = ()
     checks: Mapping[TableName, Verification] = field(default_factory=dict)
+    tables_joined: tuple[TableName, ...] = ()
+    partitions_merged: tuple[TableName, ...] = ()
+    join_copies: tuple[CopyReport, ...] = ()
+    sequences: tuple[SequenceSync, ...] = ()
 
     @property
     def changes(self) -> int:

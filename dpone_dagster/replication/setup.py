@@ -5,8 +5,10 @@ its source and refuses with a stable code naming the setting or privilege and wh
 ``wal_level`` (``replication_wal_level``), the ``REPLICATION`` attribute
 (``replication_privilege_missing``), a free slot (``replication_slots_exhausted``), the tables'
 ownership for the publication (``publication_not_permitted``), a slot or publication of the
-group's name that is not the group's own (``replication_slot_foreign``) and a table whose updates
-cannot be identified (``replica_identity_missing``).
+group's name that is not the group's own (``replication_slot_foreign``), a table whose updates
+cannot be identified (``replica_identity_missing``), a partitioned table named with one of its
+own partitions (``replication_partition_overlap``) and, for a streaming group, a table of it that
+no longer exists (``replication_table_dropped``).
 
 A group's own publication carries a comment (the ``owner_comment`` the engine derives for the
 group); a slot of the group's name is the group's own only if it decodes this database with
@@ -19,7 +21,7 @@ half-created stays behind.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -31,15 +33,9 @@ from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
 from dpone_dagster.postgres.identifiers import TableName, quote_identifier
 
-from .slot import (
-    PLUGIN,
-    CreatedSlot,
-    SlotStatus,
-    create_slot,
-    ensure_publication,
-    publication_tables,
-    slot_status,
-)
+from .partitions import refuse_overlap
+from .publication import Publication, ensure_publication, read_publication
+from .slot import PLUGIN, CreatedSlot, SlotStatus, create_slot, slot_status
 
 REPLICATION_ROLES = ("rds_replication",)
 """Roles of managed services that stand for the ``REPLICATION`` attribute (Amazon RDS)."""
@@ -85,12 +81,6 @@ _TABLES = sql.SQL(
     " ORDER BY t.n"
 )
 
-_PUBLICATION = sql.SQL(
-    "SELECT pg_catalog.obj_description(p.oid, 'pg_publication'),"
-    " pg_catalog.pg_has_role(current_user, p.pubowner, 'USAGE')"
-    " FROM pg_catalog.pg_publication p WHERE p.pubname = %s"
-)
-
 
 def check_replication_setup(
     conn: Connection,
@@ -99,6 +89,8 @@ def check_replication_setup(
     publication: str,
     tables: Sequence[TableName],
     owner_comment: str,
+    replicated: Collection[TableName] = (),
+    ledgers_slot: bool = False,
 ) -> SetupState:
     """Refuses, with a code and before anything is created, a source that cannot replicate the
     group; else says what of it exists already.
@@ -109,6 +101,9 @@ def check_replication_setup(
         publication: The group's publication.
         tables: The group's tables.
         owner_comment: The comment the group's own publication carries.
+        replicated: The tables the group has replicated so far (a streaming group's).
+        ledgers_slot: The group's ledger holds the slot (an unfinished copy, a resync): a slot
+            of the group's name is the group's even when its publication is gone.
 
     Returns:
         Whether the group's slot and publication exist, and the publication's tables.
@@ -116,11 +111,14 @@ def check_replication_setup(
     Raises:
         EngineError: ``replication_wal_level``, ``replication_privilege_missing``,
             ``replica_identity_missing``, ``replication_slot_foreign``,
-            ``replication_slots_exhausted`` or ``publication_not_permitted`` (see the module).
-        CatalogError: ``table_not_found`` for a table that does not exist.
+            ``replication_slots_exhausted``, ``publication_not_permitted``,
+            ``replication_partition_overlap`` or ``replication_table_dropped`` (one of
+            ``replicated`` no longer exists) (see the module).
+        CatalogError: ``table_not_found`` for another table that does not exist.
     """
     role, superuser, max_slots, slots, may_create = _check_role(conn)
-    described = _tables(conn, tables)
+    described = _tables(conn, tables, replicated)
+    refuse_overlap(conn, tables)
     unidentified = [
         str(t) for t, (_, identity, has_key, _, _) in described.items()
         if identity == "n" or (identity in ("d", "i") and not has_key)
@@ -132,48 +130,73 @@ def check_replication_setup(
             f"of another index) and no REPLICA IDENTITY FULL: {', '.join(unidentified)}.",
         )
     status = slot_status(conn, slot)
-    pub = conn.execute(_PUBLICATION, (publication,)).fetchone()
-    ours = pub is not None and pub[0] == owner_comment
-    if pub is not None and not ours:
+    pub = read_publication(conn, publication)
+    if pub is not None and pub.comment != owner_comment:
         raise engine_error(
             "replication_slot_foreign",
             f"Publication {publication!r} exists and was not made by dpone for this group (its "
-            f"comment is {pub[0]!r}, not {owner_comment!r}); it was left untouched.",
-        )
+            f"comment is {pub.comment!r}, not {owner_comment!r}); it was left untouched.",
+            [f"Name another publication for the group (publication=), or drop {publication!r} "
+             "if nothing uses it (DROP PUBLICATION), then run again."],
+        )  # fmt: skip
     if status is not None:
-        _check_own_slot(conn, status, publication if ours else None)
+        _check_own_slot(conn, status, publication if pub is not None or ledgers_slot else None)
     elif slots >= max_slots:
         raise engine_error(
             "replication_slots_exhausted",
             f"The source server has {slots} replication slots of max_replication_slots = "
             f"{max_slots}.",
         )
-    current = tuple(publication_tables(conn, publication) or ()) if ours else ()
+    current = () if pub is None else pub.tables
     if set(current) == set(tables):
         return SetupState(status is not None, pub is not None, current)
+    _check_publication_rights(conn, publication, pub, (role, superuser, may_create), described)
+    return SetupState(status is not None, pub is not None, current)
+
+
+def _check_publication_rights(
+    conn: Connection,
+    publication: str,
+    pub: Publication | None,
+    rights: tuple[str, bool, bool],
+    described: dict[TableName, tuple[bool, str, bool, bool, str]],
+) -> None:
+    """Refuses a role that may not make the publication name the group's tables: create it,
+    alter it, or add a table it does not own."""
+    role, superuser, may_create = rights
     if pub is None and not (superuser or may_create):
         raise engine_error(
             "publication_not_permitted",
             f"Role {role!r} may not create publication {publication!r} in database "
             f"{conn.info.dbname!r}: GRANT CREATE ON DATABASE to it.",
         )
-    if pub is not None and not pub[1]:
+    if pub is not None and not pub.owned:
         raise engine_error(
             "publication_not_permitted", f"Role {role!r} does not own publication {publication!r}."
         )
+    current = () if pub is None else pub.tables
+    missing = [t for t in described if t not in current]
     foreign = [
         f"{t} (owned by {owner})"
         for t, (_, _, _, owns, owner) in described.items()
         if t not in current and not (owns or superuser)
     ]
-    if foreign:
-        raise engine_error(
-            "publication_not_permitted",
-            f"Role {role!r} does not own {', '.join(foreign)}: CREATE PUBLICATION "
-            f"{publication} FOR TABLE {', '.join(str(t) for t in tables)} must be run by "
-            "the tables' owner.",
-        )
-    return SetupState(status is not None, pub is not None, current)
+    if not foreign:
+        return
+    names = ", ".join(str(t) for t in (missing if pub is not None else described))
+    statement = (
+        f"CREATE PUBLICATION {publication} FOR TABLE {names} WITH (publish_via_partition_root "
+        "= true)"
+        if pub is None
+        else f"ALTER PUBLICATION {publication} ADD TABLE {names}"
+    )
+    raise engine_error(
+        "publication_not_permitted",
+        f"Role {role!r} does not own {', '.join(foreign)}: {statement} must be run by "
+        "the tables' owner"
+        + ("" if pub is None else " (and the publication's, or a superuser)")
+        + ".",
+    )
 
 
 def _check_role(conn: Connection) -> tuple[str, bool, int, int, bool]:
@@ -218,13 +241,19 @@ def _check_own_slot(conn: Connection, status: SlotStatus, publication: str | Non
 
 
 def _tables(
-    conn: Connection, tables: Sequence[TableName]
+    conn: Connection, tables: Sequence[TableName], replicated: Collection[TableName]
 ) -> dict[TableName, tuple[bool, str, bool, bool, str]]:
     """Each table's (exists, replica identity, has a primary key the slot names its rows by,
     the role owns it, owner)."""
     rows = conn.execute(_TABLES, ([t.schema for t in tables], [t.name for t in tables])).fetchall()
     described = {}
     for table, (_, _, exists, identity, has_key, owns, owner) in zip(tables, rows, strict=True):
+        if not exists and table in replicated:
+            raise engine_error(
+                "replication_table_dropped",
+                f"Table {table} of the group does not exist at the source (database "
+                f"{conn.info.dbname!r}).",
+            )
         if not exists:
             table_catalog(conn, table)  # raises the catalog's own table_not_found
         described[table] = (bool(exists), str(identity), bool(has_key), bool(owns), str(owner))

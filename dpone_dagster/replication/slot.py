@@ -1,120 +1,52 @@
 """The replication slot and the publication: an operational object of the source server.
 
 A group's slot (logical, ``pgoutput``) retains the source's WAL from its position on; its
-publication names the tables it decodes. This module reads the slot's state
-(:func:`slot_status`: its positions, ``wal_status``, ``safe_wal_size`` and lag), moves it forward
+publication names the tables it decodes. This module moves the slot forward
 (:func:`advance_slot`, never backwards), creates it with the snapshot the initial copy imports
-(:func:`create_slot`), makes the publication match the group's tables exactly
-(:func:`ensure_publication`) and drops both (:func:`drop_replication`). Every name is composed
-with :mod:`psycopg.sql`; none comes into SQL text unquoted.
+(:func:`create_slot`; a temporary one for a table that joins a streaming group) and drops it with
+the group's publication (:func:`drop_replication`; the publication itself is
+:mod:`.publication`'s). Every name is composed with :mod:`psycopg.sql`; none comes into SQL text
+unquoted. The slot's state, what holds its WAL back and the wait for a held slot are
+:mod:`.slot_health`'s (importable from here too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.postgres.connection import Connection, ConnectionOptions, connect
-from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.connection import (
+    Connection,
+    ConnectionOptions,
+    SessionError,
+    connect,
+)
 
 from .changes import Lsn, lsn_text, parse_lsn
+from .publication import drop_publication
+from .slot_health import SlotStatus, slot_status, wait_for_slot
+
+__all__ = [  # the slot's state and its wait live in .slot_health; importable from here too
+    "PLUGIN",
+    "CreatedSlot",
+    "Dropped",
+    "SlotStatus",
+    "advance_slot",
+    "create_slot",
+    "current_lsn",
+    "drop_replication",
+    "slot_creation_error",
+    "slot_status",
+    "wait_for_slot",
+]
 
 PLUGIN = "pgoutput"
 """The output plugin of every dpone slot (built into PostgreSQL since version 10)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SlotStatus:
-    """A replication slot's state, read in one statement with the server's current LSN.
-
-    Attributes:
-        slot: Its name.
-        plugin: Its output plugin (``pgoutput`` for dpone's; None for a physical slot).
-        active: Whether a session is using it now.
-        active_pid: That session's pid, or None.
-        wal_status: ``reserved``, ``extended``, ``unreserved`` (WAL it needs is about to be
-            removed) or ``lost`` (removed: the slot can no longer be read); None when unknown.
-        safe_wal_size: Bytes of WAL that can still be written before the slot is in danger of
-            ``lost`` (``max_slot_wal_keep_size``); None when unlimited.
-        confirmed_flush_lsn: The position the consumer confirmed (a peek starts after it).
-        restart_lsn: The oldest WAL position the slot retains (0 when it retains none).
-        current_lsn: The server's ``pg_current_wal_lsn()`` when this was read.
-        lag_bytes: ``current_lsn - confirmed_flush_lsn`` (WAL not consumed yet, in bytes).
-        retained_bytes: ``current_lsn - restart_lsn``: the WAL the slot keeps on the server's
-            disk (0 when it retains none).
-        database: The database the slot decodes (None for a physical slot).
-    """
-
-    slot: str
-    plugin: str | None
-    active: bool
-    wal_status: str | None
-    safe_wal_size: int | None
-    confirmed_flush_lsn: Lsn
-    restart_lsn: Lsn
-    current_lsn: Lsn
-    lag_bytes: int
-    active_pid: int | None = None
-    retained_bytes: int = 0
-    database: str | None = None
-
-
-_STATUS = sql.SQL(
-    "SELECT slot_name::text, plugin::text, active, active_pid, wal_status, safe_wal_size,"
-    " (coalesce(confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (coalesce(restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, database::text"
-    " FROM pg_catalog.pg_replication_slots WHERE slot_name = %s"
-)
-
-
-def slot_status(conn: Connection, slot: str) -> SlotStatus | None:
-    """The state of ``slot`` on ``conn``'s server, or None when there is no such slot."""
-    row = conn.execute(_STATUS, (slot,)).fetchone()
-    if row is None:
-        return None
-    name, plugin, active, pid, wal_status, safe, confirmed, restart, current, database = row
-    return SlotStatus(
-        slot=name,
-        plugin=plugin,
-        active=bool(active),
-        wal_status=wal_status,
-        safe_wal_size=None if safe is None else int(safe),
-        confirmed_flush_lsn=int(confirmed),
-        restart_lsn=int(restart),
-        current_lsn=int(current),
-        lag_bytes=max(0, int(current) - int(confirmed)) if confirmed else 0,
-        active_pid=pid,
-        retained_bytes=max(0, int(current) - int(restart)) if restart else 0,
-        database=database,
-    )
-
-
-def wait_for_slot(conn: Connection, slot: str, timeout: float) -> SlotStatus | None:
-    """The state of ``slot`` once no session holds it, read again every 0.1 s for at most
-    ``timeout`` seconds.
-
-    A run of the group holds the slot while it reads it; a run killed inside its read leaves its
-    server process decoding until it next writes to its dead client (seconds, in a long
-    decode). The next run waits for either rather than failing at once.
-
-    Returns:
-        The last state read: inactive, or still held when the wait ran out (the caller's read
-        then fails with ``replication_slot_active``, naming the holder); None when there is no
-        such slot.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        status = slot_status(conn, slot)
-        if status is None or not status.active or time.monotonic() >= deadline:
-            return status
-        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def current_lsn(conn: Connection) -> Lsn:
@@ -187,19 +119,21 @@ class CreatedSlot:
 
 @contextlib.contextmanager
 def create_slot(
-    dsn: str, slot: str, options: ConnectionOptions | None = None
+    dsn: str, slot: str, options: ConnectionOptions | None = None, *, temporary: bool = False
 ) -> Iterator[CreatedSlot]:
     """Creates the logical slot ``slot`` (``pgoutput``) with an exported snapshot.
 
     The replication session that created it stays open and idle while the block runs, so that
     other sessions can import the snapshot
     (:class:`~dpone_dagster.postgres.snapshot.SnapshotSession`); it is closed when the block
-    exits, and the slot stays (inactive). The slot belongs to the DSN's database.
+    exits, and the slot stays (inactive), unless it is ``temporary``: then the server drops it
+    with the session (also when the process holding it is killed).
 
     Args:
         dsn: The source database's DSN (its role needs ``REPLICATION``).
         slot: The new slot's name.
         options: The session's options.
+        temporary: A ``TEMPORARY`` slot, for its snapshot and consistent point alone.
 
     Yields:
         The slot's consistent point and snapshot token.
@@ -207,7 +141,8 @@ def create_slot(
     Raises:
         EngineError: ``replication_slots_exhausted`` when ``max_replication_slots`` are all in
             use, ``replication_privilege_missing`` when the role may not replicate,
-            ``replication_slot_foreign`` when a slot of that name already exists.
+            ``replication_slot_foreign`` when a slot of that name already exists,
+            ``replication_senders_exhausted`` when ``max_wal_senders`` are all in use.
         SessionError: the replication session could not be opened.
     """
     base = options or ConnectionOptions()
@@ -218,10 +153,19 @@ def create_slot(
         lock_wait=base.lock_wait,
         extra={**base.extra, "replication": "database"},
     )
-    with connect(dsn, options, side="source", autocommit=True) as conn:
+    try:
+        session = connect(dsn, options, side="source", autocommit=True)
+    except SessionError as exc:
+        if "max_wal_senders" not in exc.message:
+            raise
+        raise engine_error(
+            "replication_senders_exhausted", f"Slot {slot!r} could not be created: {exc.message}"
+        ) from exc
+    with session as conn:
         # The snapshot option's spelling since PostgreSQL 15; before, a bare keyword.
         mode = "(SNAPSHOT 'export')" if conn.info.server_version >= 150000 else "EXPORT_SNAPSHOT"
-        statement = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL {} " + mode).format(
+        kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
+        statement = sql.SQL("CREATE_REPLICATION_SLOT {} " + kind + " {} " + mode).format(
             sql.Identifier(slot), sql.Identifier(PLUGIN)
         )
         try:
@@ -250,101 +194,6 @@ def slot_creation_error(slot: str, exc: psycopg.Error) -> Exception:
             f"Slot {slot!r} could not be created: {exc.diag.message_primary or exc}.",
         )
     return exc
-
-
-@dataclass(frozen=True, slots=True)
-class PublicationChange:
-    """What :func:`ensure_publication` changed.
-
-    Attributes:
-        created: The publication did not exist and was created.
-        added: Tables added to it.
-        removed: Tables removed from it.
-    """
-
-    created: bool
-    added: tuple[TableName, ...]
-    removed: tuple[TableName, ...]
-
-    @property
-    def changed(self) -> bool:
-        """Whether anything was created, added or removed."""
-        return self.created or bool(self.added or self.removed)
-
-
-def publication_tables(conn: Connection, publication: str) -> list[TableName] | None:
-    """The tables of ``publication`` in ``conn``'s database, or None when it does not exist
-    (one round trip)."""
-    row = conn.execute(
-        "SELECT array(SELECT ARRAY[t.schemaname::text, t.tablename::text]"
-        " FROM pg_catalog.pg_publication_tables AS t WHERE t.pubname = p.pubname ORDER BY 1)"
-        " FROM pg_catalog.pg_publication AS p WHERE p.pubname = %s",
-        (publication,),
-    ).fetchone()
-    if row is None:
-        return None
-    return [TableName(schema, name) for schema, name in row[0]]
-
-
-def ensure_publication(
-    conn: Connection,
-    publication: str,
-    tables: Sequence[TableName],
-    *,
-    comment: str | None = None,
-) -> PublicationChange:
-    """Makes ``publication`` publish exactly ``tables``: creates it ``FOR TABLE ...``, or adds and
-    removes tables. All of it in one transaction of ``conn``.
-
-    Args:
-        conn: A session of the source database (its role owns the tables).
-        publication: The publication's name.
-        tables: The group's tables.
-        comment: Written on a publication created here (``COMMENT ON PUBLICATION``): the mark
-            by which :mod:`.setup` knows the group's own slot and publication.
-
-    Returns:
-        What was created, added and removed.
-
-    Raises:
-        psycopg.errors.InsufficientPrivilege: the role does not own a table (callers check
-            first: :func:`~.setup.check_replication_setup`).
-    """
-    if not tables:
-        raise ValueError("a publication needs at least one table")
-    name = sql.Identifier(publication)
-    existing = publication_tables(conn, publication)
-    if existing is not None and sorted(existing) == sorted(set(tables)):
-        return PublicationChange(False, (), ())  # as it should be: one read, no transaction
-    with conn.transaction():
-        existing = publication_tables(conn, publication)
-        if existing is None:
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                    name, sql.SQL(", ").join(t.ident for t in tables)
-                )
-            )
-            if comment is not None:
-                conn.execute(
-                    sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(name, sql.Literal(comment))
-                )
-            return PublicationChange(True, tuple(tables), ())
-        wanted = set(tables)
-        added = tuple(t for t in tables if t not in set(existing))
-        removed = tuple(t for t in existing if t not in wanted)
-        if added:
-            conn.execute(
-                sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
-                    name, sql.SQL(", ").join(t.ident for t in added)
-                )
-            )
-        if removed:
-            conn.execute(
-                sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
-                    name, sql.SQL(", ").join(t.ident for t in removed)
-                )
-            )
-        return PublicationChange(False, added, removed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +253,4 @@ def drop_replication(conn: Connection, *, slot: str, publication: str) -> Droppe
                 "replication_slot_active",
                 f"Replication slot {slot!r} is in use ({exc}); nothing was dropped.",
             ) from exc
-    existed = publication_tables(conn, publication) is not None
-    conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
-    return Dropped(dropped_slot, existed)
+    return Dropped(dropped_slot, drop_publication(conn, publication))

@@ -5,13 +5,19 @@ One row per group, keyed by its slot. It is written before the slot is created (
 copy's own transaction (with the slot's consistent point), and its applied position moves in
 the same target transaction as the rows of the source transactions it covers. Every write runs
 under the group's advisory lock, taken by the caller's transaction (:meth:`GroupLedger.lock`).
+
+Its ``tables`` hold, per table, ``[schema, name]``, or ``[schema, name, state]`` where ``state``
+(:class:`TableState`) says where the table joined the stream (a table copied alone after the
+group's initial copy, :mod:`.join`) and, for a partitioned table, which partitions the target
+holds the rows of (:mod:`.partitions`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
@@ -22,6 +28,28 @@ from dpone_dagster.postgres.identifiers import TableName
 from .changes import Lsn, lsn_text, parse_lsn
 
 Phase = Literal["copying", "streaming"]
+
+Leaves = frozenset[tuple[int, int]]
+"""A partitioned table's leaf partitions: each one's OID and ``pg_relation_filenode``."""
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What the ledger holds of one table of the group, beyond its name.
+
+    Attributes:
+        start: The consistent point of the snapshot the table was copied under when it joined
+            a streaming group (None: the group's initial copy): the stream applies its changes
+            only in source transactions that commit after it.
+        leaves: For a partitioned table, the partitions whose rows the target holds (None for
+            another table, or a partitioned table of a ledger written before they were kept).
+        entry: The OID of the table's ``pg_publication_rel`` row while the group streamed it
+            (None: not known yet): another one means the publication lost the table meanwhile.
+    """
+
+    start: Lsn | None = None
+    leaves: Leaves | None = None
+    entry: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +69,7 @@ class GroupState:
             advanced to).
         applied_commit_time: When that transaction committed at the source.
         transactions: Source transactions applied since the initial copy.
+        members: Each table's :class:`TableState`, by table (every table of ``tables``).
     """
 
     slot: str
@@ -52,6 +81,12 @@ class GroupState:
     applied_end_lsn: Lsn | None
     applied_commit_time: datetime | None
     transactions: int
+    members: Mapping[TableName, TableState] = field(default_factory=dict)
+
+    @property
+    def starts(self) -> dict[TableName, Lsn]:
+        """The tables that joined the stream after the initial copy, and where."""
+        return {t: m.start for t, m in self.members.items() if m.start is not None}
 
 
 _FETCH = (
@@ -96,9 +131,9 @@ class GroupLedger:
         row = conn.execute(query, (slot,)).fetchone()
         if row is None:
             return None
+        members = _members(row[2])
         return GroupState(
-            slot=str(row[0]), publication=str(row[1]),
-            tables=tuple(TableName(str(s), str(n)) for s, n in row[2]),
+            slot=str(row[0]), publication=str(row[1]), tables=tuple(members), members=members,
             phase="copying" if row[3] == "copying" else "streaming",
             consistent_lsn=_lsn(row[4]), applied_lsn=_lsn(row[5]), applied_end_lsn=_lsn(row[6]),
             applied_commit_time=row[7], transactions=int(row[8]),
@@ -118,7 +153,11 @@ class GroupLedger:
         conn.execute(query, (slot, publication, _tables(tables)))
 
     def copied(
-        self, conn: Connection, slot: str, consistent_lsn: Lsn, tables: tuple[TableName, ...]
+        self,
+        conn: Connection,
+        slot: str,
+        consistent_lsn: Lsn,
+        members: Mapping[TableName, TableState],
     ) -> None:
         """Phase ``streaming`` from the slot's consistent point (in the copy's transaction)."""
         query = self.store.tables.sql(
@@ -127,15 +166,18 @@ class GroupLedger:
             " updated_at = clock_timestamp() WHERE slot = %s"
         )
         at = lsn_text(consistent_lsn)
-        conn.execute(query, (_tables(tables), at, at, at, slot))
+        conn.execute(query, (_tables(members), at, at, at, slot))
 
-    def set_tables(self, conn: Connection, slot: str, tables: tuple[TableName, ...]) -> None:
-        """Records the group's tables (after tables left it)."""
+    def set_members(
+        self, conn: Connection, slot: str, members: Mapping[TableName, TableState]
+    ) -> None:
+        """Records the group's tables and what it holds of each (tables that left or joined
+        it, partitions that came or went)."""
         query = self.store.tables.sql(
             "UPDATE {replication_groups} SET tables = %s, updated_at = clock_timestamp()"
             " WHERE slot = %s"
         )
-        conn.execute(query, (_tables(tables), slot))
+        conn.execute(query, (_tables(members), slot))
 
     def applied(
         self, conn: Connection, slot: str, position: tuple[Lsn, Lsn, datetime], transactions: int
@@ -151,5 +193,32 @@ class GroupLedger:
         conn.execute(query, (lsn_text(commit), lsn_text(end), at, transactions, slot))
 
 
-def _tables(tables: tuple[TableName, ...]) -> Jsonb:
-    return Jsonb([[t.schema, t.name] for t in tables])
+def _tables(members: Mapping[TableName, TableState] | tuple[TableName, ...]) -> Jsonb:
+    """The ``tables`` document of the tables (and their states, when given)."""
+    if not isinstance(members, Mapping):
+        members = dict.fromkeys(members, TableState())
+    entries: list[list[object]] = []
+    for table, state in members.items():
+        extra: dict[str, object] = {}
+        if state.start is not None:
+            extra["start"] = lsn_text(state.start)
+        if state.leaves is not None:
+            extra["leaves"] = sorted([oid, node] for oid, node in state.leaves)
+        if state.entry is not None:
+            extra["entry"] = state.entry
+        entries.append([table.schema, table.name, *([extra] if extra else [])])
+    return Jsonb(entries)
+
+
+def _members(entries: list[list[Any]]) -> dict[TableName, TableState]:
+    """The tables and their states from a ``tables`` document."""
+    members = {}
+    for schema, name, *extra in entries:
+        state: dict[str, Any] = extra[0] if extra else {}
+        start, leaves, entry = state.get("start"), state.get("leaves"), state.get("entry")
+        members[TableName(str(schema), str(name))] = TableState(
+            start=None if start is None else parse_lsn(str(start)),
+            leaves=None if leaves is None else frozenset((int(o), int(n)) for o, n in leaves),
+            entry=None if entry is None else int(entry),
+        )
+    return members

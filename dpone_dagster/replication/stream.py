@@ -26,7 +26,7 @@ transaction commits with its applied position and before the slot moves, in the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -47,6 +47,7 @@ from .plan import ReplicationGroup, relation_plan
 from .reader import read_messages
 from .report import TableChanges
 from .slot import advance_slot
+from .slot_health import SlotWait
 from .state import GroupLedger
 from .worker import ApplyWorker
 
@@ -99,6 +100,8 @@ class _Reading:
     worker: ApplyWorker = field(default_factory=ApplyWorker)
     target: _Target | None = None
     skipping: bool = False
+    final: Lsn = 0  # the commit LSN of the source transaction being read
+    starts: Mapping[TableName, Lsn] = field(default_factory=dict)  # tables that joined, and where
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
     staged_mark: int = STAGE_EVERY
     relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
@@ -121,8 +124,8 @@ class RunState:
 Progress = Callable[[str, RunState, int], None]
 """Called at each step of the stream: the phase, the run so far, the changes staged (from the
 apply worker's thread for the phases of a target transaction's apply)."""
-Waiting = Callable[[int], None]
-"""Called when the group's lock is held by another session: that session's pid."""
+Waiting = Callable[[SlotWait], None]
+"""Called when another run holds the group (the wait's start and end)."""
 
 
 class SlotStream:
@@ -136,7 +139,7 @@ class SlotStream:
         batch_changes: Changes a target transaction gathers before it commits.
         record_keys: The check's record of the keys each net effect applies, or None.
         progress: Called at each step.
-        on_wait: Called when another session holds the group's lock (it is waited for).
+        on_wait: Called when another run holds the group: its wait begins and ends.
     """
 
     def __init__(
@@ -169,8 +172,9 @@ class SlotStream:
         """
         tgt, key = sessions.target, self.ledger.lock_key(self.group.slot)
         self._hold(tgt, key)
-        self._applied(tgt, run)
-        reading = _Reading(sessions, control, run, server_encoding(sessions.source))
+        starts = self._applied(tgt, run)
+        reading = _Reading(sessions, control, run, server_encoding(sessions.source),
+                           starts=starts)  # fmt: skip
         try:
             seen = self._read(reading, upto)
             self._end(reading)
@@ -187,27 +191,42 @@ class SlotStream:
 
     def _hold(self, tgt: Connection, key: str) -> None:
         """Holds the group's lock for the session: no other run applies while this one
-        stages (its skips are decided by the applied position read under it)."""
-        slot = self.group.slot
+        stages (its skips are decided by the applied position read under it). A wait for
+        another run that holds it is reported as a wait for the slot (:class:`~.slot_health.
+        SlotWait`)."""
+        slot, timeout = self.group.slot, lock_wait_of(tgt)
+        holder: list[int | None] = []
+
+        def waiting(pid: int) -> None:
+            holder.append(pid or None)
+            self._wait(SlotWait(slot, holder[0], timeout))
 
         def busy(pid: int) -> Exception:
+            self._wait(SlotWait(slot, pid or None, timeout, timeout, done=True))
             return engine_error(
                 "replication_slot_active",
                 f"Replication slot {slot!r} is being applied by another run (its target "
                 f"session's pid is {pid}); nothing was changed.",
             )
 
-        hold_advisory_lock(tgt, key, timeout=lock_wait_of(tgt), timed_out=busy,
-                           on_wait=self._on_wait)  # fmt: skip
+        waited = hold_advisory_lock(tgt, key, timeout=timeout, timed_out=busy, on_wait=waiting)
+        if holder:
+            self._wait(SlotWait(slot, holder[0], timeout, waited, done=True, released=True))
 
-    def _applied(self, tgt: Connection, run: RunState) -> None:
-        """``run`` from the ledger's applied position (another run may have moved it)."""
+    def _wait(self, wait: SlotWait) -> None:
+        if self._on_wait is not None:
+            self._on_wait(wait)
+
+    def _applied(self, tgt: Connection, run: RunState) -> Mapping[TableName, Lsn]:
+        """``run`` from the ledger's applied position (another run may have moved it); the
+        tables that joined the group, each with the position its copy holds the source at."""
         state = self.ledger.fetch(tgt, self.group.slot)
         if state is None or state.applied_lsn is None:
             raise engine_error("replication_failed", "The group's ledger row is gone.")
         if state.applied_lsn > run.applied:
             run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
             run.applied_at = state.applied_commit_time
+        return state.starts
 
     def _read(self, reading: _Reading, upto: Lsn) -> int:
         """Stages every message of the peek; the messages the server output (what it counts
@@ -258,6 +277,7 @@ class SlotStream:
                 if not reading.worker.busy:  # the session is free: stage into it at once
                     self._begin_now(reading)
             reading.skipping = message.final_lsn <= run.applied
+            reading.final = message.final_lsn
             run.skipped += reading.skipping
         elif isinstance(message, Commit):
             target = reading.target
@@ -318,6 +338,8 @@ class SlotStream:
         if known is None:
             return None  # a table outside the group
         name, relation = known
+        if reading.final <= reading.starts.get(name, 0):
+            return None  # the table joined the group after this transaction: its copy holds it
         sessions, run = reading.sessions, reading.run
         plan = reading.plans.get(oid)
         if plan is None:

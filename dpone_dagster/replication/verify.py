@@ -46,7 +46,7 @@ from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification, timed
-from dpone_dagster.postgres.catalog import column_type, table_catalog
+from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
@@ -202,7 +202,7 @@ _CHUNKS = (
     "SELECT c.key, d.n, d.s FROM (SELECT CASE WHEN array_ndims(key) = 1"
     " THEN ARRAY(SELECT ARRAY[x] FROM unnest(key) AS x) ELSE key END AS key FROM {keys}"
     " WHERE slot = %s AND source_table = %s) AS c CROSS JOIN LATERAL"
-    " (SELECT count(r.h) AS n, coalesce(sum(r.h), 0) AS s FROM generate_subscripts(c.key, 2) AS i"
+    " (SELECT count(r.h) AS n, coalesce(sum(r.h), 0) AS s FROM unnest({columns}) AS u({names})"
     " LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r"
     " ON true) AS d"
 )
@@ -218,12 +218,17 @@ def _run_keys(
     same keys; only a chunk whose digests differ is compared key by key."""
     t = table.tables
     h = row_hash(src, t.columns)
-    on = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = CAST(c.key[{}][i] AS {})").format(c.ident, sql.Literal(i + 1),
-                                                          column_type(c))
-        for i, c in enumerate(t.key)
+    # A slice per key column, each read once (a subscript per key would read the whole array
+    # each time), unnested side by side: a row per key.
+    unnested = TextKeys.from_arrays(t.key, [[] for _ in t.key])
+    columns = sql.SQL(", ").join(
+        sql.SQL("c.key[{}:{}]").format(sql.Literal(i + 1), sql.Literal(i + 1))
+        for i in range(len(t.key))
+    )
+    query = sql.SQL(_CHUNKS).format(
+        keys=keys, columns=columns, names=sql.SQL(", ").join(unnested.names), h=h,
+        t=t.target.ident, on=unnested.equal("t"), live=t.live(),
     )  # fmt: skip
-    query = sql.SQL(_CHUNKS).format(keys=keys, h=h, t=t.target.ident, on=on, live=t.live())
     checked = 0
     differing: list[Key] = []
     with tgt.cursor("dpone_replication_keys") as cursor:

@@ -42,7 +42,8 @@ def kill_at(
         nth: Which of the ``mode`` lines.
         rng: The test's seeded random source.
         timer: The longest ``timer`` wait, in seconds.
-        inside_copy: After a ``copy`` line, wait up to this long first (inside the COPY).
+        inside_copy: After a ``copy`` (or a joining table's ``joining``) line, wait up to
+            this long first (inside the COPY).
 
     Returns:
         ``"killed"``, ``"finished"`` (the run ended first) or ``"exit N"``.
@@ -59,7 +60,7 @@ def kill_at(
         if line.startswith(mode):
             seen += 1
             if seen == nth:
-                if mode == "copy":
+                if mode in ("copy", "joining"):
                     time.sleep(rng.uniform(0.0, inside_copy))
                 break
     os.kill(proc.pid, signal.SIGKILL)

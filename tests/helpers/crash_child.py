@@ -7,7 +7,9 @@ stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once, ``kafka`` 
 BATCH_SIZE messages until one reads nothing, ``replication`` runs the replication group
 ``shop.orders`` + ``shop.lines`` (slot ``dpone_crash``, BATCH_SIZE changes per target transaction)
 once, ``replication_keyless`` the group of the keyless ``shop.events`` (slot
-``dpone_crash_keyless``) once. It prints one line per
+``dpone_crash_keyless``) once, ``replication_join``, ``replication_lines`` and
+``replication_all`` the group of slot ``dpone_crash`` with other tables (a table joins, one
+leaves) once. It prints one line per
 phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
 (``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
 read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
@@ -102,8 +104,38 @@ def replication_keyless(source: str, target: str, batch_size: int, phases: Phase
                       phases)  # fmt: skip
 
 
+def replication_join(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Runs the group of slot ``dpone_crash`` as ``shop.orders`` + ``shop.extra`` once (after
+    :func:`replication`'s runs, ``shop.lines`` leaves and ``shop.extra`` joins; it adopts a
+    target that a former membership filled). ``joining`` and ``joined`` lines: the joining
+    table's copy starts, and commits."""
+    return _replicate(("shop.orders", "shop.extra"), "dpone_crash", source, target, batch_size,
+                      phases, adopt=True)  # fmt: skip
+
+
+def replication_lines(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """:func:`replication`'s group, adopting a target a former membership filled (after
+    :func:`replication_join`'s runs, ``shop.extra`` leaves and ``shop.lines`` joins again)."""
+    return _replicate(("shop.orders", "shop.lines"), "dpone_crash", source, target, batch_size,
+                      phases, adopt=True)  # fmt: skip
+
+
+def replication_all(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Runs the group of slot ``dpone_crash`` with all three tables once (adopting, as
+    :func:`replication_join`)."""
+    return _replicate(("shop.orders", "shop.lines", "shop.extra"), "dpone_crash", source, target,
+                      batch_size, phases, adopt=True)  # fmt: skip
+
+
 def _replicate(
-    tables: tuple[str, ...], slot: str, source: str, target: str, batch_size: int, phases: Phases
+    tables: tuple[str, ...],
+    slot: str,
+    source: str,
+    target: str,
+    batch_size: int,
+    phases: Phases,
+    *,
+    adopt: bool = False,
 ) -> int:
     from dpone_dagster.replication.engine import Replication
     from dpone_dagster.replication.plan import ReplicationGroup
@@ -118,11 +150,13 @@ def _replicate(
             phases.committed(step.transactions)
         elif step.phase == "advanced":
             print("advanced", flush=True)
+        elif step.phase in ("joining", "joined"):
+            print(step.phase, flush=True)
 
     group = ReplicationGroup(tuple(TableName.parse(t) for t in tables), slot=slot,
                              publication=slot)  # fmt: skip
     job = Replication(group, source=source, target=target, on_progress=on_progress,
-                      batch_changes=batch_size)  # fmt: skip
+                      batch_changes=batch_size, adopt=adopt)  # fmt: skip
     report = job.run()
     return report.changes
 
@@ -133,6 +167,9 @@ ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
     "kafka": kafka,
     "replication": replication,
     "replication_keyless": replication_keyless,
+    "replication_join": replication_join,
+    "replication_lines": replication_lines,
+    "replication_all": replication_all,
 }
 
 

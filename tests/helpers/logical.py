@@ -8,8 +8,11 @@ PostgreSQL 18 of ``.dpone_pg/`` always starts with ``wal_level = logical``
 or reused while it runs). It never skips: when none can be had, the test fails saying how to get
 one. Replication tests use this server as the source and the run's normal server as the target.
 
-The fixtures (:func:`logical_server`, :func:`make_logical_database`, :func:`logical_source_dsn`)
-are registered for ``tests/replication/`` by its ``conftest.py``.
+The fixtures (:func:`logical_server`, :func:`make_logical_database`, :func:`logical_source_dsn`,
+and :func:`versioned_source_dsn`, a source database on PostgreSQL 15 and on the logical server in
+turn) are registered for ``tests/replication/`` by its ``conftest.py``. A PostgreSQL 15 source
+is a server the tests start themselves (:func:`pg15_logical_server`): the machine's 15 runs with
+``wal_level = replica``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from tests.helpers import pg
+from tests.helpers.tls_server import start_tls_server, stop_tls_server
 
 LOGICAL_ENV = "DPONE_TEST_LOGICAL_DSN"
 """An admin DSN (a role that may ``CREATE DATABASE`` and has ``REPLICATION``) of a server with
@@ -129,6 +133,39 @@ def logical_source_dsn(make_logical_database: Callable[[str], str]) -> str:
     return make_logical_database("dpone_repl_src")
 
 
+PG15_LOGICAL_SETTINGS = {"wal_level": "logical", "max_replication_slots": "10",
+                         "max_wal_senders": "10"}  # fmt: skip
+"""The settings of the PostgreSQL 15 source the tests start (:func:`pg15_logical_server`)."""
+
+
+@pytest.fixture(scope="session")
+def pg15_logical_server() -> Iterator[str]:
+    """The admin DSN of a PostgreSQL 15 server with ``wal_level = logical`` that this test
+    session starts (``initdb`` into a temporary folder, on a free port; stopped and removed at
+    the end): the replication tests' PostgreSQL 15 source. Fails, saying what it needs, when
+    the binaries are missing."""
+    server = start_tls_server(tls=False, settings=PG15_LOGICAL_SETTINGS)
+    try:
+        yield server.dsn()
+    finally:
+        stop_tls_server(server)
+
+
+@pytest.fixture(params=["pg15", "logical"])
+def versioned_source_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty source database on PostgreSQL 15 (:func:`pg15_logical_server`), then on
+    the logical server (:func:`logical_server`, PostgreSQL 18 unless configured otherwise): a
+    test of behaviour that depends on the source's version runs on both."""
+    server = request.getfixturevalue(
+        "pg15_logical_server" if request.param == "pg15" else "logical_server"
+    )
+    dsn = pg.create_database("dpone_repl_src", server)
+    try:
+        yield dsn
+    finally:
+        drop_logical_database(dsn)
+
+
 def lose_slot(dsn: str, slot: str) -> None:
     """Makes ``slot`` (of ``dsn``'s database) lost for real: ``max_slot_wal_keep_size`` is
     lowered to 1MB for a moment, WAL is written past it and a checkpoint removes the WAL the
@@ -176,3 +213,18 @@ def hold_slot(dsn: str, slot: str, publication: str) -> psycopg.pq.abc.PGconn:
         f"publication_names '{publication}')".encode()
     )
     return pgconn
+
+
+def holder_pid(dsn: str, slot: str) -> int:
+    """The pid of the session holding ``slot`` (of ``dsn``'s database), once one holds it.
+
+    Raises:
+        TimeoutError: no session held it within 30 s.
+    """
+    pid = pg.wait_until(
+        lambda: pg.fetch_one(
+            dsn, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ),
+        timeout=30, what=f"a session holds slot {slot}",
+    )  # fmt: skip
+    return int(pid)  # type: ignore[call-overload]

@@ -18,7 +18,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,8 @@ HOST_NAMES = ("localhost", "127.0.0.1")
 """The names the server's certificate is issued for (its subjectAltName)."""
 
 START_HINT = (
-    "The TLS tests start their own PostgreSQL 15 server: they need its binaries in "
+    "The TLS tests (and the replication tests' PostgreSQL 15 source) start their own "
+    "PostgreSQL 15 server: they need its binaries in "
     f"{PG_BIN} (apt-get install postgresql-15, or set DPONE_TEST_PG15_BIN), a `postgres` OS "
     "user, `runuser` and `openssl`."
 )
@@ -127,12 +128,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_tls_server(*, tls: bool = True) -> TlsServer:
+def start_tls_server(*, tls: bool = True, settings: Mapping[str, str] | None = None) -> TlsServer:
     """Makes the certificates and starts a TLS-only server (see the module).
 
     Args:
         tls: False starts the same server without TLS (``ssl = off``, a ``host`` line), for a
             DSN that requires TLS from a server that has none.
+        settings: More ``postgresql.conf`` settings (``wal_level = logical`` for a replication
+            source of PostgreSQL 15).
 
     Raises:
         AssertionError: naming the step that failed and what the tests need.
@@ -141,7 +144,7 @@ def start_tls_server(*, tls: bool = True) -> TlsServer:
         raise AssertionError(START_HINT)
     folder = Path(tempfile.mkdtemp(prefix="dpone_tls_"))
     try:
-        return _start(folder, tls=tls)
+        return _start(folder, tls=tls, settings=settings or {})
     except BaseException as exc:
         log = folder / "server.log"
         if log.exists():  # why the server did not start, before its folder goes
@@ -150,7 +153,7 @@ def start_tls_server(*, tls: bool = True) -> TlsServer:
         raise
 
 
-def _start(folder: Path, *, tls: bool) -> TlsServer:
+def _start(folder: Path, *, tls: bool, settings: Mapping[str, str]) -> TlsServer:
     certs, data = folder / "certs", folder / "data"
     certs.mkdir()
     ca_key, ca_cert = _make_ca(certs, "ca")
@@ -167,6 +170,7 @@ def _start(folder: Path, *, tls: bool) -> TlsServer:
             f"unix_socket_directories = '{folder}'\nssl = {'on' if tls else 'off'}\n"
             f"ssl_cert_file = '{server_cert}'\nssl_key_file = '{server_key}'\n"
             "fsync = off\nmax_connections = 40\nshared_buffers = 16MB\n"
+            + "".join(f"{name} = '{value}'\n" for name, value in settings.items())
         )
     # hostssl lines only: a session without TLS finds no entry and is refused.
     (data / "pg_hba.conf").write_text(

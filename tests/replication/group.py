@@ -3,6 +3,7 @@ the run, and whole-table comparisons of both sides (the one digest)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
-from dpone_dagster.replication.report import ReplicationReport
+from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
 from tests.helpers import pg
 
 
@@ -53,6 +54,7 @@ class Group:
         resync: bool = False,
         batch_changes: int | None = None,
         options: ConnectionOptions | None = None,
+        on_progress: Callable[[ReplicationProgress], None] | None = None,
         **kwargs: Any,
     ) -> Replication:
         """The engine of the group."""
@@ -64,6 +66,7 @@ class Group:
             adopt=adopt,
             resync=resync,
             options=options,
+            on_progress=on_progress,
             **extra,
         )
 
@@ -90,6 +93,10 @@ class Group:
             )
             assert len(target) == len(source), name
             assert target == source, name
+
+    def target_oid(self, table: str) -> int:
+        """The target table's OID: a table copied again (``replace``) gets a new one."""
+        return int(str(pg.fetch_one(self.target, "SELECT %s::regclass::oid::int8", (table,))))
 
     def digests_equal(self, table: str) -> bool:
         """Both sides' fingerprints of ``table`` are equal."""

@@ -25,17 +25,6 @@ INSERT INTO shop.orders SELECT g, 'n' || g FROM generate_series(1, 100) g;
 SLOT, PUB = "dpone_held", "dpone_held_pub"
 
 
-def _held(src: str) -> int:
-    """The pid holding the group's slot, once a session holds it."""
-    pid = pg.wait_until(
-        lambda: pg.fetch_one(
-            src, "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)
-        ),
-        timeout=30, what="the consumer holds the slot",
-    )  # fmt: skip
-    return int(pid)  # type: ignore[call-overload]
-
-
 def _copied(src: str, target: str) -> Group:
     """The group of ``shop.orders``, its initial copy done."""
     pg.execute(src, ORDERS)
@@ -50,7 +39,7 @@ def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
     src, group = logical_source_dsn, _copied(logical_source_dsn, target_dsn)
     pg.execute(src, "UPDATE shop.orders SET note = 'changed' WHERE id <= 5")
     consumer = logical.hold_slot(src, SLOT, PUB)
-    _held(src)
+    logical.holder_pid(src, SLOT)
     name = f"dpone-held-{uuid.uuid4().hex[:8]}"
     released: list[float] = []
 
@@ -87,7 +76,7 @@ def test_a_slot_held_past_the_wait_fails_the_run_naming_the_holder_and_changes_n
     pg.execute(src, "DELETE FROM shop.orders WHERE id <= 3")
     consumer = logical.hold_slot(src, SLOT, PUB)
     try:
-        pid = _held(src)
+        pid = logical.holder_pid(src, SLOT)
         started = time.monotonic()
         with pytest.raises(DponeError) as caught:
             group.run(options=ConnectionOptions(lock_wait=1.5))

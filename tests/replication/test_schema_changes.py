@@ -1,14 +1,13 @@
 """Contract point 5 against real servers: a column added, widened or dropped at the source
 follows the one schema-change policy, in the data's transaction; ``freeze`` and a lossy change
-are refused with ``schema_change_incompatible`` and nothing of the run is applied; a table that
-leaves the group is dropped from the publication, one that joins it needs a resync."""
+are refused with ``schema_change_incompatible`` and nothing of the run is applied (tables that
+join or leave the group: ``test_group_changes.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres.identifiers import TableName
 from tests.helpers import pg
 from tests.replication.group import Group
 
@@ -75,23 +74,3 @@ def test_freeze_and_a_lossy_change_are_refused_and_nothing_is_applied(
         group.run()
     assert err.value.code == "schema_change_incompatible"
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.t") == 2
-
-
-def test_tables_leaving_and_joining_the_group(logical_source_dsn: str, target_dsn: str) -> None:
-    src = logical_source_dsn
-    pg.execute(
-        src,
-        "CREATE TABLE public.a (id int PRIMARY KEY); CREATE TABLE public.b (id int PRIMARY KEY)",
-    )
-    Group(src, target_dsn, ("public.a", "public.b")).run()
-    pg.execute(src, "INSERT INTO public.a VALUES (1); INSERT INTO public.b VALUES (1)")
-    smaller = Group(src, target_dsn, ("public.a",))
-    report = smaller.run()
-    assert report.tables_removed == (TableName("public", "b"),)
-    assert pg.fetch_all(src, "SELECT tablename::text FROM pg_publication_tables") == [("a",)]
-    with pytest.raises(DponeError) as err:
-        Group(src, target_dsn, ("public.a", "public.b")).run()
-    assert err.value.code == "replication_group_changed"
-    resynced = Group(src, target_dsn, ("public.a", "public.b")).run(resync=True)
-    assert resynced.initial_copy is not None
-    Group(src, target_dsn, ("public.a", "public.b")).assert_equal()

@@ -19,12 +19,13 @@ from dpone_dagster import embedded
 from dpone_dagster.core.errors import EngineError
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.replication.publication import publication_tables
 from dpone_dagster.replication.setup import (
     SetupState,
     check_replication_setup,
     create_replication,
 )
-from dpone_dagster.replication.slot import create_slot, publication_tables, slot_status
+from dpone_dagster.replication.slot import create_slot, slot_status
 from tests.helpers import logical, pg
 from tests.helpers.roles import as_role, role_with
 

@@ -14,16 +14,18 @@ import pytest
 from dpone_dagster.core.errors import EngineError
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication import Commit, Insert, lsn_text
+from dpone_dagster.replication.publication import (
+    PublicationChange,
+    ensure_publication,
+    publication_tables,
+)
 from dpone_dagster.replication.reader import read_changes
 from dpone_dagster.replication.slot import (
     Dropped,
-    PublicationChange,
     advance_slot,
     create_slot,
     current_lsn,
     drop_replication,
-    ensure_publication,
-    publication_tables,
     slot_status,
 )
 from tests.helpers import logical, pg

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .backfill_freshness import backfill_freshness_check
     from .incremental import incremental_asset
     from .kafka import kafka_copy_asset
-    from .replication import replication_assets
+    from .replication import replication_assets, replication_schedule
     from .snapshot_copy import snapshot_copy_assets
     from .sources import mysql_copy_asset, rest_copy_asset
 
@@ -22,6 +22,7 @@ __all__ = [
     "kafka_copy_asset",
     "mysql_copy_asset",
     "replication_assets",
+    "replication_schedule",
     "rest_copy_asset",
     "snapshot_copy_assets",
 ]
@@ -35,6 +36,7 @@ __getattr__, __dir__ = lazy_names(
         "kafka_copy_asset": ".kafka",
         "mysql_copy_asset": ".sources",
         "replication_assets": ".replication",
+        "replication_schedule": ".replication",
         "rest_copy_asset": ".sources",
         "snapshot_copy_assets": ".snapshot_copy",
     },

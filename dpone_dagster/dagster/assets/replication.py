@@ -2,10 +2,13 @@
 
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.replicate`: it checks the
 tables, the slot and the options when the definitions load, builds one spec per table (keys by
-the translator, each naming its tables, slot and publication) and its ``dpone_slot_healthy``
-and ``dpone_reconciled`` check specs, and an op whose body is
+the translator, each naming its tables, slot, publication and schedule) and its
+``dpone_slot_healthy`` and ``dpone_reconciled`` check specs, and an op whose body is
 ``yield from source.replicate(context, ...)``. The asset is not subsettable: one slot feeds every
-table, and a source transaction that touched several tables is applied whole.
+table, and a source transaction that touched several tables is applied whole. Its op's pool is
+the slot's name by default, so that an instance whose pools are enforced per run keeps a
+group's runs one at a time in its queue. :func:`replication_schedule` is the group's schedule,
+from the one ``cron_schedule`` the group was built with (which also sets its freshness).
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
@@ -26,7 +29,7 @@ from dpone_dagster.dagster.metadata.replication import (
     DEFAULT_RETAINED_WAL_WARN_BYTES,
     SLOT_CHECK_NAME,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
@@ -52,8 +55,9 @@ class ReplicationRunConfig(dg.Config):
     adopt: bool = Field(
         default=False,
         description=(
-            "On the first run, take over targets another dpone asset filled (backfill_asset, "
-            "incremental_asset) after checking them, instead of refusing them."
+            "On the first run, or for a table that joins the group, take over targets another "
+            "dpone asset filled (backfill_asset, incremental_asset) after checking them, "
+            "instead of refusing them."
         ),
     )
 
@@ -142,6 +146,7 @@ def replication_assets(
     freshness_policy: dg.FreshnessPolicy | None = None,
     reconcile: bool = True,
     sweep: Sweep | None = None,
+    sequences: bool = True,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -170,11 +175,17 @@ def replication_assets(
         translator: Maps each table to its asset spec (key ``[schema, table]`` by default).
         name: The op's name (``replication_<slot>`` by default).
         group_name: The asset group of every table.
-        pool: Dagster concurrency pool limiting runs that read the source.
+        pool: The op's Dagster concurrency pool; the slot's name by default, so that runs of
+            the group wait for each other in Dagster's queue (shown there as queued) once the
+            instance enforces pools per run (``concurrency: pools: granularity: run`` in its
+            ``dagster.yaml``) and the pool has a limit of 1 (``dagster instance concurrency
+            set <slot> 1``). Another pool (one capping the source's readers) leaves the
+            group's runs to wait for the slot inside the run, logged.
         op_tags: Tags of the op.
-        cron_schedule: The schedule the group runs on (the same string as its
-            ``ScheduleDefinition``'s): every table's freshness policy is derived from it (warn
-            when the data is 1.5 intervals old, fail at 2) unless ``freshness_policy`` is given.
+        cron_schedule: The schedule the group runs on, written once:
+            :func:`replication_schedule` builds the group's ``ScheduleDefinition`` from it, and
+            every table's freshness policy is derived from it (warn when the data is 1.5
+            intervals old, fail at 2) unless ``freshness_policy`` is given.
         freshness_policy: Every table's Dagster freshness policy. With either option each table
             also carries the ``dpone_fresh`` check, which judges the policy by the lag the run
             reports for it (``dpone/lag_seconds``), where Dagster judges it by materialization
@@ -190,6 +201,10 @@ def replication_assets(
         sweep: The rolling slice's per-run budget
             (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
             runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
+        sequences: Each run brings the target's sequences of the tables' identity and
+            ``serial`` columns to at least the source's value (made when the target has none),
+            so that a target promoted to primary never hands out a used key; reported per table
+            (``dpone/sequences``). False leaves the target's sequences alone.
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
@@ -213,8 +228,7 @@ def replication_assets(
             )
             defs = dg.Definitions(
                 assets=[shop],
-                schedules=[dg.ScheduleDefinition(name="shop_every_minute", target=shop,
-                           cron_schedule="* * * * *")],
+                schedules=[replication_schedule(shop)],
                 jobs=[drop_replication_job(shop)],
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
@@ -226,13 +240,15 @@ def replication_assets(
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),
         schema_changes=SchemaChanges.parse(schema_changes),
-        max_changes_per_run=max_changes_per_run,
+        max_changes_per_run=max_changes_per_run, sequences=sequences,
     )  # fmt: skip
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="replication_options_invalid"
     )
     check_instance_storage()
-    names = DponeMetadataSet(slot=group.slot, publication=group.publication)
+    names = DponeMetadataSet(
+        slot=group.slot, publication=group.publication, cron_schedule=cron_schedule
+    )
     specs = copy_specs(coerced, tr, dict(names))
     op_name = name or f"replication_{group.slot}"
 
@@ -248,7 +264,7 @@ def replication_assets(
         ],
         check_specs=_check_specs(specs, group.slot, retained_wal_warn_bytes, policy, reconcile),
         can_subset=False,  # one slot feeds every table: a subset would split transactions
-        pool=pool,
+        pool=group.slot if pool is None else pool,
         op_tags=op_tags,
         group_name=group_name,
     )
@@ -263,7 +279,62 @@ def replication_assets(
             context, target=target, ledger=ledger, deletes=group.deletes,
             schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
-            adopt=config.adopt, reconcile=reconcile, sweep=sweep,
+            adopt=config.adopt, reconcile=reconcile, sweep=sweep, sequences=group.sequences,
         )  # fmt: skip
 
     return _replication
+
+
+def replication_schedule(
+    replication: dg.AssetsDefinition,
+    *,
+    name: str | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.STOPPED,
+    tags: Mapping[str, str] | None = None,
+) -> dg.ScheduleDefinition:
+    """The schedule of a replication group, on the ``cron_schedule`` the group was built with:
+    the one place the cron is written, for both the schedule and the tables' freshness policy.
+
+    A ``ScheduleDefinition`` (a schedule, not an automation condition: the group is one unit,
+    materialized whole on its cadence whatever its source tables' assets do) that materializes
+    every table of the group with its checks.
+
+    Args:
+        replication: The multi-asset :func:`replication_assets` built, with ``cron_schedule``.
+        name: The schedule's name (``<op name>_schedule`` by default).
+        default_status: Whether it runs as soon as it is loaded (``RUNNING``) or once turned on
+            in the UI (``STOPPED``, Dagster's default).
+        tags: Tags of the runs it launches.
+
+    Returns:
+        The schedule.
+
+    Raises:
+        DponeError: ``replication_options_invalid`` at definition time for a group built
+            without ``cron_schedule``, or an asset that is not a replication group.
+
+    Examples:
+        .. code-block:: python
+
+            shop = replication_assets(["shop.orders"], slot="dpone_shop",
+                                      cron_schedule="*/5 * * * *")
+            defs = dg.Definitions(assets=[shop], schedules=[replication_schedule(shop)], ...)
+    """
+    specs = replication.specs_by_key.values()
+    crons = {read_metadata(s.metadata, "cron_schedule").cron_schedule for s in specs}
+    op_name = replication.node_def.name
+    if len(crons) != 1 or None in crons:
+        raise DponeError(
+            "replication_options_invalid",
+            f"Asset {op_name} has no cron_schedule: a replication group's schedule is the one "
+            "it was built with.",
+            ["Build the group with replication_assets(..., cron_schedule=\"*/5 * * * *\"), "
+             "which also derives its freshness policy."],
+        )  # fmt: skip
+    [cron] = crons
+    return dg.ScheduleDefinition(
+        name=name or f"{op_name}_schedule", cron_schedule=str(cron), target=replication,
+        default_status=default_status, tags=tags,
+        description=f"Materializes the replication group {op_name} (every table and its "
+        "checks) on the schedule its freshness policy is derived from.",
+    )  # fmt: skip

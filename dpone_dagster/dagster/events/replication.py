@@ -13,6 +13,12 @@ the rolling sweep, :mod:`dpone_dagster.replication.verify`). The check alone, on
 :func:`~dpone_dagster.dagster.jobs.replication_check_job` (the multi-asset is not
 subsettable). A lost slot yields the failed checks, then fails the run with
 ``replication_slot_lost``, whose next action is the resync.
+
+The run's log says what an on-call engineer looks for first: while it waits for a slot another
+session holds, that it waits, for whom (the pid) and for how long at most, then how long it
+took; and, once it has applied, one line with the transactions and each table's changes, the
+lag, the WAL the slot retains (and the transactions holding it back) and each check's verdict
+(:func:`~dpone_dagster.dagster.metadata.replication.run_summary`).
 """
 
 from collections.abc import Iterator, Mapping
@@ -34,7 +40,9 @@ from dpone_dagster.dagster.metadata.receipts import (
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
     replication_metadata,
+    run_summary,
     slot_check,
+    slot_wait_message,
 )
 from dpone_dagster.dagster.metadata.sets import read_metadata
 from dpone_dagster.dagster.translator import CopyTableSpec
@@ -45,7 +53,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
-from dpone_dagster.replication.report import ReplicationReport
+from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 from .tail import materialized, table_sets
@@ -132,6 +140,7 @@ def group_engine(
     deletes: Deletes,
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     max_changes_per_run: int | None = None,
+    sequences: bool = True,
     **engine: Any,
 ) -> Replication:
     """The engine of the group the specs name, on the resources' databases (``engine``: the
@@ -143,6 +152,7 @@ def group_engine(
         deletes=deletes,
         schema_changes=schema_changes,
         max_changes_per_run=max_changes_per_run,
+        sequences=sequences,
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
@@ -171,6 +181,7 @@ class ReplicationEvents:
     adopt: bool = False
     reconcile: bool = False
     sweep: Sweep | None = None
+    sequences: bool = True
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -203,10 +214,16 @@ class ReplicationEvents:
                 f"dpone: {removed.qualified} left the group: publication {group.publication} "
                 "no longer sends its changes; its target table is kept as it is."
             )
-        yield from self._checks(group, report.slot)
+        for joined in report.tables_joined:
+            context.log.info(f"dpone: {joined.qualified} was copied alone and joined the stream.")
         unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
-        yield from self._verifications(group, report.checks, unchecked)
+        checks = [
+            *self._checks(group, report.slot),
+            *self._verifications(group, report.checks, unchecked),
+        ]
+        yield from checks
         yield from self._materializations(group, report)
+        context.log.info(run_summary(report, checks))
 
     def _reconciled(self, group: GroupSpecs) -> list[dg.AssetKey]:
         """The tables whose ``dpone_reconciled`` check this run reports."""
@@ -215,7 +232,7 @@ class ReplicationEvents:
 
     def _verifications(
         self, group: GroupSpecs, checks: Mapping[TableName, Verification], missing: str
-    ) -> Iterator[ReplicationEvent]:
+    ) -> Iterator[dg.AssetCheckResult]:
         """``dpone_reconciled`` of every table that declares it (``missing``: the description
         of a table without a verification)."""
         for key in self._reconciled(group):
@@ -228,7 +245,14 @@ class ReplicationEvents:
             deletes=self.deletes, schema_changes=self.schema_changes,
             max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
             reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
+            on_progress=self._progress, sequences=self.sequences,
         )  # fmt: skip
+
+    def _progress(self, progress: ReplicationProgress) -> None:
+        """Logs the run's wait for a slot another session holds (for whom, how long)."""
+        if progress.wait is not None:
+            level, line = slot_wait_message(progress.wait, self.context.op_def.pool)
+            getattr(self.context.log, level)(line)
 
     def _resync_action(self) -> str:
         """The resync, as a Dagster user launches it."""
@@ -248,7 +272,9 @@ class ReplicationEvents:
             self.context.log.warning(f"dpone: the slot {slot} could not be read: {exc}")
             return None
 
-    def _checks(self, group: GroupSpecs, status: SlotStatus | None) -> Iterator[ReplicationEvent]:
+    def _checks(
+        self, group: GroupSpecs, status: SlotStatus | None
+    ) -> Iterator[dg.AssetCheckResult]:
         """``dpone_slot_healthy`` of every table that declares it."""
         selected = self.context.selected_asset_check_keys
         for key in group.tables:

@@ -229,6 +229,10 @@ class DponeMetadataSet(NamespacedMetadataSet):
     a slot)."""
     publication: str | None = None
     """The group's publication (spec of a replicated table, replication)."""
+    cron_schedule: str | None = None
+    """The schedule the group runs on, as ``replication_assets(cron_schedule=...)`` was given
+    it: its freshness policy and ``replication_schedule`` follow from it (spec of a replicated
+    table)."""
     lag_bytes: int | None = None
     """WAL the target is behind by after the run: the source's current LSN minus the slot's
     confirmed position, in bytes (replication, check of a slot)."""
@@ -238,8 +242,12 @@ class DponeMetadataSet(NamespacedMetadataSet):
     transactions_skipped: int | None = None
     """Source transactions the run read again and skipped because the ledger already held them
     (replication)."""
+    truncates: int | None = None
+    """``TRUNCATE`` statements of the source the run applied to the table, each emptying it
+    (replication)."""
     rows_truncated: int | None = None
-    """Times the run emptied the table because the source truncated it (replication)."""
+    """Deprecated (removed in the next release): the same count as ``dpone/truncates``, under a
+    name that said rows; read ``dpone/truncates`` (replication)."""
     applied_lsn: str | None = None
     """Commit LSN of the newest source transaction the target holds, ``X/Y`` (replication; on
     its check: the position the check proved the target at)."""
@@ -264,6 +272,27 @@ class DponeMetadataSet(NamespacedMetadataSet):
     (replication, check of a slot)."""
     retained_wal_warn_bytes: int | None = None
     """The retained WAL above which ``dpone_slot_healthy`` warns (check of a slot)."""
+    slot_held_seconds: float | None = None
+    """How long the oldest open transaction holding the slot's WAL back has been open, 0 when
+    none holds it (replication, check of a slot; left out when the source role may not read
+    other sessions' activity, ``pg_read_all_stats``)."""
+    slot_held_by: dg.JsonMetadataValue | None = None
+    """The open transactions on the source that hold the slot's WAL back, oldest first: each
+    one's pid, database, user, application, state, transaction start and age, and the start of
+    its last statement with its literals masked (replication, check of a slot; only then)."""
+    tables_joined: dg.JsonMetadataValue | None = None
+    """Tables the run copied alone before it streamed: tables that joined the group, and
+    partitioned tables copied again after a partition left (replication, when there was any)."""
+    tables_left: dg.JsonMetadataValue | None = None
+    """Tables that left the group this run: no longer published nor applied, their target
+    tables kept as they are (replication, when there was any)."""
+    partitions_merged: dg.JsonMetadataValue | None = None
+    """New partitions of a partitioned table whose rows the run merged into its target
+    (replication, when there was any)."""
+    sequences: dg.JsonMetadataValue | None = None
+    """The table's sequences (identity and ``serial`` columns): each one's column, target
+    sequence, status (``advanced``, ``current``, ``created``, ``unused``, ``unreadable``,
+    ``missing``), source and target value (replication, when the table has any)."""
 
     # A Kafka stream's run.
     topic: str | None = None

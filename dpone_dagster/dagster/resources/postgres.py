@@ -314,6 +314,7 @@ class PostgresSourceResource(PostgresResource):
         adopt: bool = False,
         reconcile: bool = True,
         sweep: Sweep | None = None,
+        sequences: bool = True,
     ) -> ReplicationEvents:
         """Runs the multi-asset's replication group once.
 
@@ -343,6 +344,8 @@ class PostgresSourceResource(PostgresResource):
                 it applied and a rolling slice of each table's key, against the source; see
                 :func:`~dpone_dagster.replication_assets`.
             sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
+            sequences: Bring the target's sequences of the tables' identity and ``serial``
+                columns to at least the source's value each run (``dpone/sequences``).
 
         Returns:
             The run's events; iterating them runs it.
@@ -366,7 +369,7 @@ class PostgresSourceResource(PostgresResource):
             deletes=Deletes.parse(deletes), schema_changes=SchemaChanges.parse(schema_changes),
             max_changes_per_run=max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=resync, adopt=adopt,
-            reconcile=reconcile, sweep=sweep,
+            reconcile=reconcile, sweep=sweep, sequences=sequences,
         )  # fmt: skip
 
     def drop_replication(
