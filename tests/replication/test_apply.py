@@ -12,6 +12,7 @@ import pytest
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.replication.slot import drop_replication
 from tests.helpers import crash, pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group
 
 ORDERS = """
@@ -186,7 +187,7 @@ def test_a_group_whose_slot_was_dropped_changes_nothing_and_a_resync_makes_it_wh
         group.run()
     assert caught.value.code == "replication_slot_missing"
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     again = group.run(resync=True)
     assert again.initial_copy is not None
     group.assert_equal()

@@ -9,6 +9,7 @@ import pytest
 
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group
 
 DOCS = """
@@ -126,7 +127,7 @@ def test_a_table_without_key_is_refused_before_anything_is_created(
     with pytest.raises(DponeError) as err:
         group.run()
     assert err.value.code == "replica_identity_missing"
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
 
 
