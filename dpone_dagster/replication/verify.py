@@ -31,7 +31,7 @@ same rule, and writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,6 +43,7 @@ from psycopg._encodings import pg2pyenc
 
 from dpone_dagster.core.keyed import KeyedTables, differing_keys, keys_digest
 from dpone_dagster.core.ledger_schema import LedgerTables
+from dpone_dagster.core.prefetch import prefetched
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
 from dpone_dagster.core.verification import Verification, timed
@@ -229,16 +230,22 @@ def _run_keys(
         keys=keys, columns=columns, names=sql.SQL(", ").join(unnested.names), h=h,
         t=t.target.ident, on=unnested.equal("t"), live=t.live(),
     )  # fmt: skip
+
+    def chunks() -> Iterator[tuple[list[list[str]], int, int]]:
+        with tgt.cursor("dpone_replication_keys") as cursor:
+            cursor.execute(query, (slot, t.source.qualified))
+            while rows := cursor.fetchmany(_FETCH_CHUNKS):
+                yield from rows
+
     checked = 0
-    differing: list[Key] = []
-    with tgt.cursor("dpone_replication_keys") as cursor:
-        cursor.execute(query, (slot, t.source.qualified))
-        while chunks := cursor.fetchmany(_FETCH_CHUNKS):
-            for arrays, count, total in chunks:
-                given = TextKeys.from_arrays(t.key, arrays)
-                checked += len(arrays[0])
-                if keys_digest(src, t.source, given, sql.SQL("true"), h) != (count, total):
-                    differing += _differing(src, tgt, t, given, h)
+    differ: list[TextKeys] = []
+    # The target digests the next chunks while the source digests this one.
+    for arrays, count, total in prefetched(chunks, ahead=2 * _FETCH_CHUNKS):
+        given = TextKeys.from_arrays(t.key, arrays)
+        checked += len(arrays[0])
+        if keys_digest(src, t.source, given, sql.SQL("true"), h) != (count, total):
+            differ.append(given)
+    differing = [k for given in differ for k in _differing(src, tgt, t, given, h)]
     return checked, differing
 
 
