@@ -276,6 +276,8 @@ class SlotStream:
                 reading.staged_mark = STAGE_EVERY
                 if not reading.worker.busy:  # the session is free: stage into it at once
                     self._begin_now(reading)
+                else:
+                    self._progress("hold", run)
             reading.skipping = message.final_lsn <= run.applied
             reading.final = message.final_lsn
             run.skipped += reading.skipping

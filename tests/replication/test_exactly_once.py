@@ -1,6 +1,7 @@
 """Contract points 1 and 2 against real servers: ``kill -9`` of a run at >= 12 moments
 (inside the initial copy, inside a large source transaction, at the apply, at the commit,
-between the target's commit and the slot's advance, at random) never loses or doubles a change;
+between the target's commit and the slot's advance, at random), and of a pipelined run while one
+target transaction is applied and the next held, never loses or doubles a change;
 a source transaction that touched two tables is seen whole by a concurrent reader; a replay from
 an older slot position skips what the ledger holds."""
 
@@ -104,6 +105,52 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     group.assert_equal()
     phase, applied = ledger_state(target_dsn)
     assert (phase, applied) == ("streaming", expected), f"seed {seed}: {outcomes}"
+    assert pg.staging_tables(target_dsn) == []
+
+
+def _small(src: str, rng: random.Random, round_: int, count: int) -> int:
+    """``count`` small source transactions over both tables; how many."""
+    with psycopg.connect(src, autocommit=True) as conn:
+        for i in range(count):
+            with conn.transaction():
+                base = 5_000_000 + round_ * 10_000 + i * 10
+                conn.execute(
+                    "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
+                    (base, base + 4),
+                )
+                conn.execute(
+                    "UPDATE shop.orders SET note = %s WHERE id = %s",
+                    (f"s{round_}.{i}", rng.randint(1, 5000)),
+                )
+    return count
+
+
+def test_kill_9_while_one_target_transaction_applies_and_the_next_is_held_loses_nothing(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """The pipelined apply: a run's target transactions of 300 changes each, the next one
+    staged in memory (``hold``) while the one before is applied and committed on the apply
+    worker's thread; ``kill -9`` just after a ``hold`` (the worker mid-apply) and just after a
+    ``committed`` (the commit landed, the slot not yet advanced, the next one held)."""
+    src = logical_source_dsn
+    pg.execute(src, SHOP)
+    pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n', g FROM generate_series(1, 5000) g")
+    group = Group(src, target_dsn, TABLES, slot="dpone_crash", publication="dpone_crash")
+    group.run()
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    expected, outcomes = 0, []
+    for round_ in range(8):
+        expected += _small(src, rng, round_, 120)
+        mode = ("hold", "committed")[round_ % 2]
+        child = crash.start_child("replication", src, target_dsn, 300)
+        outcomes.append((mode, crash.kill_at(child, mode, rng.randint(1, 4), rng)))
+        assert ledger_state(target_dsn)[1] <= expected, f"seed {seed}: {outcomes}"
+    assert sum(1 for _, o in outcomes if o == "killed") >= 6, f"seed {seed}: {outcomes}"
+    report = group.run(batch_changes=300)
+    assert report.initial_copy is None
+    group.assert_equal()
+    assert ledger_state(target_dsn) == ("streaming", expected), f"seed {seed}: {outcomes}"
     assert pg.staging_tables(target_dsn) == []
 
 
