@@ -37,15 +37,18 @@ from datetime import datetime
 
 from psycopg import IsolationLevel, sql
 
-# psycopg has no public name for a server encoding's Python codec (``conn.info.encoding`` is
-# the client encoding's); pgoutput sends values in the database's own encoding.
-from psycopg._encodings import pg2pyenc
-
 from dpone_dagster.core.keyed import KeyedTables, differing_keys, keys_digest
 from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.prefetch import prefetched
 from dpone_dagster.core.sessions import transaction
-from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
+from dpone_dagster.core.sweep import (
+    Later,
+    Sweep,
+    SweepLedger,
+    SweepPosition,
+    classify,
+    sweep_slices,
+)
 from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
@@ -56,10 +59,11 @@ from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
 from .apply import NetHook
-from .changes import Begin, Delete, Insert, Lsn, Relation, Row, Truncate, Update, lsn_text
+from .changes import Lsn, lsn_text
 from .plan import ReplicationGroup
-from .reader import read_changes
+from .slot_changes import SlotChanges
 from .state import GroupLedger
+from .verify_keyless import KeylessTable, check_keyless
 
 KEYS_CHUNK = 10_000
 """Keys a recorded chunk holds: the check compares each chunk's digest on both sides, one round
@@ -92,79 +96,6 @@ def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
     return record
 
 
-class SlotChanges:
-    """The keys the slot holds changes to after the applied position (see the module).
-
-    Args:
-        control: An idle source session that may read the slot.
-        group: The group (its slot and publication).
-        applied: The applied position ``L``: transactions that committed at or before it are
-            the target's already.
-        upto: The check's WAL position ``S`` (its source snapshot's).
-        encoding: The source database's encoding (the slot's values are in it).
-    """
-
-    def __init__(
-        self, control: Connection, group: ReplicationGroup, applied: Lsn, upto: Lsn, encoding: str
-    ) -> None:
-        self.control, self.group = control, group
-        self.applied, self.upto = applied, upto
-        self.codec = pg2pyenc(encoding.encode())
-        self.peeks = 0
-
-    def changed(self, table: TableName, key: Sequence[str], keys: Sequence[Key]) -> set[Key]:
-        """Of ``keys`` of ``table``, those a transaction committed after the applied position
-        (and by the check's snapshot) inserted, updated or deleted (every one, after a
-        ``TRUNCATE`` of the table)."""
-        wanted = set(keys)
-        if not wanted:
-            return set()
-        self.peeks += 1
-        found: set[Key] = set()
-        positions: dict[int, list[int]] = {}
-        after = False
-        truncated = False
-        changes = read_changes(self.control, slot=self.group.slot,
-                               publication=self.group.publication, upto_lsn=self.upto,
-                               max_changes=None)  # fmt: skip
-        for _, message in changes:  # read to its end: the peek's transaction ends with it
-            if isinstance(message, Begin):
-                after = message.final_lsn > self.applied
-            elif isinstance(message, Relation):
-                if (message.schema, message.name) == (table.schema, table.name):
-                    names = [c.name for c in message.columns]
-                    positions[message.oid] = [names.index(k) for k in key]
-            elif not after or truncated:
-                continue
-            elif isinstance(message, Truncate):
-                truncated = any(oid in positions for oid in message.relations)
-            elif isinstance(message, (Insert, Update, Delete)):
-                where = positions.get(message.relation)
-                if where is None:
-                    continue  # another table's change
-                for row in _rows(message):
-                    named = self._key(row, where)
-                    if named is not None and named in wanted:
-                        found.add(named)
-        if truncated:
-            return wanted
-        return found
-
-    def _key(self, row: Row, where: list[int]) -> Key | None:
-        values = [row[i] for i in where]
-        if not all(isinstance(v, bytes) for v in values):
-            return None  # NULL or unchanged: not a key this row names
-        return tuple(v.decode(self.codec) for v in values)  # type: ignore[union-attr]
-
-
-def _rows(message: Insert | Update | Delete) -> list[Row]:
-    if isinstance(message, Insert):
-        return [message.new]
-    if isinstance(message, Delete):
-        return [message.old]
-    return [message.new] if message.old is None else [message.new, message.old]
-
-
 @dataclass(frozen=True)
 class _Table:
     """One table of the group being checked."""
@@ -174,15 +105,13 @@ class _Table:
     later: Later
 
 
-def _keyed(
+def _compared(
     src: Connection, tgt: Connection, table: TableName, soft: str | None
-) -> KeyedTables | None:
-    """The table's compared columns: the source's (generated ones left out) that the target
-    has, the source's key, and the target's soft-delete column (``soft``, once it exists);
-    ``None`` for a table without a primary key (not checked by key)."""
+) -> KeyedTables | KeylessTable:
+    """The table as its check compares it: the source's columns (generated ones left out) that
+    the target has; by key (the source's key, the target's soft-delete column ``soft`` once it
+    exists), or whole when it has no primary key (:mod:`.verify_keyless`)."""
     found = table_catalog(src, table)
-    if not found.key:
-        return None
     have = {
         str(r[0])
         for r in tgt.execute(
@@ -192,6 +121,8 @@ def _keyed(
         )
     }
     columns = tuple(c for c in found.columns if not c.generated and c.name in have)
+    if not found.key:
+        return KeylessTable(table, table, columns)
     by_name = {c.name: c for c in found.columns}
     marked = soft if soft in have else None  # added with the first delete: until then, none
     return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), marked)
@@ -308,8 +239,8 @@ def verify_group(
         full: Compare both whole tables instead of the run's keys and a slice.
 
     Returns:
-        Each table's verification (none before the group's initial copy completed, none for a
-        table without a primary key).
+        Each table's verification (none before the group's initial copy completed); a table
+        without a primary key is compared whole (:mod:`.verify_keyless`).
     """
     group, ledger = how.group, how.ledger
     encoding = server_encoding(src)
@@ -330,19 +261,47 @@ def verify_group(
             at, upto = row[0], int(row[1])
             slot = SlotChanges(control, group, applied, upto, encoding)
             for name in group.tables:
-                keyed = _keyed(src, tgt, name, group.soft_column)
-                if keyed is None:
-                    continue
-                later = _later(slot, keyed)
-                table = _Table(keyed, f"{group.slot}:{name.qualified}", later)
+                compared = _compared(src, tgt, name, group.soft_column)
                 started = time.monotonic()
-                checks[name] = timed(
-                    _full(src, tgt, table, at, applied)
-                    if full
-                    else _by_run(src, tgt, table, how, at, applied),
-                    started,
-                )
+                if isinstance(compared, KeylessTable):
+                    found = _keyless(src, tgt, compared, slot, how, (at, applied), full=full)
+                else:
+                    table = _Table(compared, _stream_id(group, name), _later(slot, compared))
+                    found = (
+                        _full(src, tgt, table, at, applied)
+                        if full
+                        else _by_run(src, tgt, table, how, at, applied)
+                    )
+                checks[name] = timed(found, started)
     return checks
+
+
+def _stream_id(group: ReplicationGroup, table: TableName) -> str:
+    """The table's row of the group's sweeps (``<slot>:<schema.table>``)."""
+    return f"{group.slot}:{table.qualified}"
+
+
+def _keyless(
+    src: Connection,
+    tgt: Connection,
+    table: KeylessTable,
+    slot: SlotChanges,
+    how: CheckContext,
+    proof: tuple[datetime, Lsn],
+    *,
+    full: bool,
+) -> Verification:
+    """A keyless table's check (:mod:`.verify_keyless`): its position is read and written in
+    the check's transaction (the check run alone, ``full``, compares it now and writes
+    nothing)."""
+    sweeps = SweepLedger(how.ledger.store, how.ledger.store.tables.replication_sweeps)
+    stream_id = _stream_id(how.group, table.source)
+    position = SweepPosition(stream_id=stream_id) if full else sweeps.fetch(tgt, stream_id)
+    found, moved = check_keyless(src, tgt, table, slot, proof, sweep=None if full else how.sweep,
+                                 position=position)  # fmt: skip
+    if not full:
+        sweeps.save(tgt, moved)
+    return found
 
 
 def _later(slot: SlotChanges, keyed: KeyedTables) -> Later:

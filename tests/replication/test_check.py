@@ -1,7 +1,8 @@
 """The replication group's check (``reconcile=True``) against real servers: every key a run
 applied, exactly, and a rolling sweep of each table's key, proved at the applied position while
 writers go on writing (a key a change committed after it is left to the next run, counted); a
-target row edited behind the engine's back fails the check naming its key; the sweep finds a
+target row edited behind the engine's back fails the check naming its key; a keyless table is
+compared whole; the sweep finds a
 difference in a key no run touched within its stated number of runs; the check run alone
 compares both whole tables."""
 
@@ -194,12 +195,12 @@ def test_a_run_stopped_by_its_budget_leaves_its_keys_to_the_run_that_drains_the_
     group.assert_equal()
 
 
-def test_a_keyless_table_of_the_group_is_applied_and_left_out_of_the_check(
+def test_a_keyless_table_beside_a_keyed_one_is_compared_whole_and_records_no_key(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     """A table without a primary key (``REPLICA IDENTITY FULL``) beside a keyed one: the run
-    applies both, the keyed table is checked, the keyless one has no verification (the check
-    compares by key) and records no key."""
+    applies both, checks the keyed one by its keys and the keyless one whole (its digest,
+    :mod:`dpone_dagster.replication.verify_keyless`), and records no key of it."""
     src = logical_source_dsn
     _shop(src)
     pg.execute(src, "CREATE TABLE shop.log (at int, what text)")
@@ -209,8 +210,10 @@ def test_a_keyless_table_of_the_group_is_applied_and_left_out_of_the_check(
     pg.execute(src, "INSERT INTO shop.log VALUES (1, 'a'), (1, 'a'), (2, 'b')")
     pg.execute(src, "UPDATE shop.orders SET note = 'k' WHERE id = 3")
     report = _checked(group).run()
-    assert set(report.checks) == {ORDERS}
+    assert set(report.checks) == {ORDERS, TableName("shop", "log")}
     assert _check(report).ok and _check(report).keys_checked == 1
+    log = report.checks[TableName("shop", "log")]
+    assert (log.ok, log.scope, log.ranges_checked, log.rows_swept) == (True, "table", 1, 3)
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.replication_keys") == 0
     group.assert_equal()
 
