@@ -103,9 +103,7 @@ def shape_size(shape: str, rows: int) -> tuple[int, int]:
 
 
 def fingerprint(dsn: str) -> tuple[Any, ...]:
-    [row] = pg.fetch_all(
-        dsn, "SELECT count(*), sum(hashtext(i::text)::int8) FROM public.items i"
-    )
+    [row] = pg.fetch_all(dsn, "SELECT count(*), sum(hashtext(i::text)::int8) FROM public.items i")
     return tuple(row)
 
 
@@ -135,8 +133,10 @@ class Native:
         # the slot is created with nothing being written: a copy taken now starts where it does
         pg.execute(target, TABLE)
         with psycopg.connect(source) as src, psycopg.connect(target) as tgt:
-            with src.cursor().copy("COPY public.items TO STDOUT (FORMAT binary)") as out, \
-                    tgt.cursor().copy("COPY public.items FROM STDIN (FORMAT binary)") as into:
+            with (
+                src.cursor().copy("COPY public.items TO STDOUT (FORMAT binary)") as out,
+                tgt.cursor().copy("COPY public.items FROM STDIN (FORMAT binary)") as into,
+            ):
                 for data in out:
                     into.write(data)
         pg.execute(target, "VACUUM ANALYZE public.items")
@@ -145,8 +145,12 @@ class Native:
                 sql.SQL(
                     "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot ="
                     " false, slot_name = {}, copy_data = false, enabled = false)"
-                ).format(sql.Identifier(name), sql.Literal(source), sql.Identifier(name),
-                         sql.Literal(name))  # fmt: skip
+                ).format(
+                    sql.Identifier(name),
+                    sql.Literal(source),
+                    sql.Identifier(name),
+                    sql.Literal(name),
+                )  # fmt: skip
             )
 
     def apply(self, last_id: int) -> float:
