@@ -219,12 +219,12 @@ class Native:
         roles = {
             "source": backends(
                 self.source, "backend_type = 'walsender' AND application_name = %s", (self.name,)
-            ),  # fmt: skip
+            ),
             "target": backends(
                 self.target,
                 "backend_type = 'logical replication worker' AND datname = %s",
                 (dbname(self.target),),
-            ),  # fmt: skip
+            ),
         }
         arrived = "SELECT EXISTS (SELECT FROM public.items WHERE id = %s)"
         ident = sql.Identifier(self.name)
@@ -251,10 +251,10 @@ def engine_child(source: str, target: str, slot: str) -> dict[str, Any]:
     roles = {
         "source": backends(
             source, "datname = %s AND backend_type = 'client backend'", (dbname(source),)
-        ),  # fmt: skip
+        ),
         "target": backends(
             target, "datname = %s AND backend_type = 'client backend'", (dbname(target),)
-        ),  # fmt: skip
+        ),
     }
     with cpu_of(roles) as cpu:
         out = subprocess.run(
