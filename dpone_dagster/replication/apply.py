@@ -57,14 +57,14 @@ from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_fo
 
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
+from .pgoutput import COPY_ESCAPED
 from .toast import index_history, resolve_unchanged
 
 FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
-_ESCAPED: Final = re.compile(rb"[\\\n\r]")
-"""What ``COPY`` text escapes, but the tab (a line's tabs are counted instead)."""
+"""What ``COPY`` text escapes (:data:`~.pgoutput.COPY_ESCAPED`, and the tab)."""
 _NULL: Final = b"\\N"
 
 
@@ -227,9 +227,13 @@ class TableApply:
         except TypeError:
             line = self._line(op, values, at, old)
         else:
-            if body.count(9) != self.width - 1 or _ESCAPED.search(body) is not None:
+            if body.count(9) != self.width - 1 or COPY_ESCAPED.search(body) is not None:
                 body = b"\t".join([_text(v) for v in values])  # type: ignore[arg-type]
             line = b"%d\t%b\t\\N\t%b\t%b%b\n" % (self._seq, op, at, body, self._no_old_key)
+        self._append(line)
+
+    def _append(self, line: bytes) -> None:
+        """Buffers one staged row's line (written once the buffer fills, unless deferred)."""
         self._buffer.append(line)
         self._size += len(line)
         self.staged += 1
@@ -253,6 +257,21 @@ class TableApply:
             olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
             self._old_keys = True
         return b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
+
+    def stage_new(self, kind: int, body: bytes) -> None:
+        """Stages an insert (``kind`` ``ord("I")``) or an update (``ord("U")``) that sent no
+        old key, its new row already ``COPY`` text (:func:`~.pgoutput.new_tuple_text`): the
+        hot path, where no value is built on its own."""
+        if self._held is not None:
+            self._stage_held()
+        if kind == 73:
+            self.counts.inserted += 1
+            op = b"I"
+        else:
+            self.counts.updated += 1
+            op = b"U"
+        self._seq += 1
+        self._append(b"%d\t%b\t\\N\t\\N\t%b%b\n" % (self._seq, op, body, self._no_old_key))
 
     def insert(self, new: Sequence[Value]) -> None:
         """Stages an inserted row."""

@@ -26,6 +26,7 @@ transaction commits with its applied position and before the slot moves, in the 
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -42,7 +43,7 @@ from dpone_dagster.postgres.plan import TablePlan
 from .apply import NetHook, StagingCopy, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .keyless import table_apply
-from .pgoutput import decode, row_change
+from .pgoutput import RowChange, decode, new_tuple_text, row_change
 from .plan import ReplicationGroup, relation_plan
 from .reader import read_messages
 from .report import TableChanges
@@ -58,6 +59,8 @@ BUFFER_BYTES = 48 << 20
 """Staged rows a target transaction holds in memory while the worker applies the one before;
 past it, it waits for the worker and streams into staging."""
 _ROW_KINDS = frozenset(b"IUD")
+_OID = struct.Struct(">I").unpack_from
+"""A row change's table OID (after its kind byte)."""
 """The first bytes of the row change messages (insert, update, delete)."""
 
 
@@ -245,18 +248,18 @@ class SlotStream:
                 continue
             if reading.skipping:
                 continue
-            kind, oid, new, old = row_change(data)
             target = reading.target
             assert target is not None  # a row change comes between Begin and Commit
+            oid = _OID(data, 1)[0]
             applying = target.tables.get(oid) or self._table(reading, oid)
             if applying is None:
                 continue
-            if kind == 73:  # 'I'
-                applying.insert(new)  # type: ignore[arg-type]
-            elif kind == 85:  # 'U'
-                applying.update(new, old, reading.at)  # type: ignore[arg-type]
+            kind = data[0]
+            body = None if kind == 68 else new_tuple_text(data, applying.width)  # 68: 'D'
+            if body is not None:
+                applying.stage_new(kind, body)
             else:
-                applying.delete(old, reading.at)  # type: ignore[arg-type]
+                self._stage(applying, row_change(data), reading.at)
             target.staged += 1
             if target.staged >= reading.staged_mark:
                 reading.staged_mark += STAGE_EVERY
@@ -264,6 +267,18 @@ class SlotStream:
                 if not target.begun and target.held() > BUFFER_BYTES:
                     self._begin_now(reading)
         return seen
+
+    @staticmethod
+    def _stage(applying: TableApply, change: RowChange, at: datetime) -> None:
+        """Stages a row change from its decoded values (a NULL, an unchanged TOASTed value,
+        text ``COPY`` escapes, an old key or row)."""
+        kind, _, new, old = change
+        if kind == 73:  # 'I'
+            applying.insert(new)  # type: ignore[arg-type]
+        elif kind == 85:  # 'U'
+            applying.update(new, old, at)  # type: ignore[arg-type]
+        else:
+            applying.delete(old, at)  # type: ignore[arg-type]
 
     def _control(self, reading: _Reading, message: Begin | Commit | Relation | Truncate) -> None:
         """A message other than a row change: a transaction's bounds, a table's columns, a

@@ -31,7 +31,7 @@ from dpone_dagster.replication import (
     lsn_text,
     parse_lsn,
 )
-from dpone_dagster.replication.pgoutput import decode
+from dpone_dagster.replication.pgoutput import decode, new_tuple_text, row_change
 from dpone_dagster.replication.reader import read_changes
 from dpone_dagster.replication.slot import advance_slot, current_lsn, slot_status
 from tests.helpers import logical
@@ -390,3 +390,43 @@ def test_lsns_convert_to_and_from_the_servers_notation(
     for bad in ("", "12", "0/", "/1", "G/1", "123456789/0"):
         with pytest.raises(ValueError, match="not an LSN"):
             parse_lsn(bad)
+
+
+def test_the_fast_paths_text_is_the_decoded_values_joined_or_none_where_copy_needs_more(
+    source: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """:func:`~dpone_dagster.replication.pgoutput.new_tuple_text` (the apply's fast path) on
+    the server's own messages: an insert's and a plain update's row is the decoded values
+    joined by tabs; a NULL, text that COPY escapes (tab, newline, backslash), an update with
+    its old key, a delete, an unchanged TOASTed value and a truncated message give None (the
+    decoder's path, which codes a malformed message)."""
+    source.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b text)")
+    replicate(source, "t")
+    source.execute(
+        "INSERT INTO t VALUES (1, 'plain', 'x'), (2, NULL, 'x'), (3, e'tab\\there', 'x')"
+    )
+    source.execute("INSERT INTO t VALUES (4, e'new\\nline', 'x'), (5, e'back\\\\slash', 'x')")
+    source.execute("UPDATE t SET a = 'upd' WHERE id = 1")
+    source.execute("UPDATE t SET id = 10 WHERE id = 2")  # its old key is sent
+    source.execute("INSERT INTO t VALUES (6, 'toast', repeat('y', 300000))")
+    source.execute("UPDATE t SET a = 'kept' WHERE id = 6")  # b: an unchanged TOASTed value
+    source.execute("DELETE FROM t WHERE id = 5")
+    rows = [
+        bytes(r[0])
+        for r in source.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
+            " 'proto_version', '1', 'publication_names', %s) WHERE get_byte(data, 0) IN"
+            " (73, 85, 68)",
+            (SLOT, PUBLICATION),
+        )
+    ]
+    fast = [new_tuple_text(r, 3) for r in rows]
+    plain = [b"\t".join(row_change(r)[2]) for r, f in zip(rows, fast, strict=True) if f]
+    assert fast == [b"1\tplain\tx", None, None, None, None, b"1\tupd\tx", None, fast[7], None,
+                    None]  # fmt: skip
+    assert fast[7] is not None and fast[7].startswith(b"6\ttoast\tyyy")
+    assert [f for f in fast if f] == plain
+    assert new_tuple_text(rows[0][:-2], 3) is None  # truncated: the decoder says why
+    with pytest.raises(EngineError) as caught:
+        row_change(rows[0][:-2])
+    assert caught.value.code == "replication_message_invalid"
