@@ -146,13 +146,14 @@ def new_tuple_text(data: bytes, width: int) -> bytes | None:
 def _new_tuple_text(data: bytes, width: int) -> bytes | None:
     if data[5] != 78 or _U16(data, 6)[0] != width:  # 'N': no old key or row before it
         return None
-    pos, parts = 8, list[bytes]()
+    pos, length = 8, _U32
+    parts: list[bytes] = []
     append = parts.append
     for _ in range(width):
         if data[pos] != 116:  # 't'
             return None
         start = pos + 5
-        pos = start + _U32(data, pos + 1)[0]
+        pos = start + length(data, pos + 1)[0]
         append(data[start:pos])
     if pos != len(data):
         return None
