@@ -72,10 +72,11 @@ from .state import GroupLedger, GroupState, TableState
 from .stream import RunState, SlotStream
 from .verify import CheckContext, key_recorder, verify_group
 
-BATCH_CHANGES = 500_000
-"""Changes a target transaction gathers (whole source transactions) before it commits: each
-commit costs a netting, a merge per table and a slot advance, so a run of a budget up to this
-applies in one."""
+BATCH_CHANGES = 100_000
+"""Changes a target transaction gathers (whole source transactions) before it commits. Each
+commit costs a netting, a merge per table and a slot advance; smaller transactions let the
+apply worker merge one while the stream decodes the next (:mod:`.stream`), so a backlog's first
+decode and its last merge, which nothing overlaps, stay short."""
 
 
 class Replication:
