@@ -71,7 +71,10 @@ def storage_driver(dagster_home: str) -> str | None:
     storage = _postgres_event_log(dagster_home)
     if storage is None:
         return None
-    from dagster_postgres.utils import create_pg_engine  # imported with the storage
+    try:  # imported with the storage; dagster-postgres releases before it call SQLAlchemy's
+        from dagster_postgres.utils import create_pg_engine
+    except ImportError:
+        from sqlalchemy import create_engine as create_pg_engine
 
     try:
         return str(create_pg_engine(storage.postgres_url).dialect.driver)
