@@ -160,8 +160,10 @@ def measured(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[fl
 
 
 def _version(argv: Sequence[str]) -> str:
+    """The first version number ``argv`` prints (``1.4.11``, ``0.10-1``, ``15.20``)."""
     done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
-    return (done.stdout + done.stderr).strip().splitlines()[-1][:80]
+    found = re.search(r"\d+\.\d+[\w.+-]*", done.stdout + done.stderr)
+    return found.group(0) if found else "unknown"
 
 
 class Tool:
@@ -223,12 +225,12 @@ def tools(venv: Path, scratch: Path) -> list[Tool]:
     from dpone_dagster import __version__ as dpone_version
 
     found = [
-        Tool("raw psql | psql pipe", _version(["psql", "--version"]), raw, made_before=True),
+        Tool("raw binary psql pipe", _version(["psql", "--version"]), raw, made_before=True),
         Tool("dpone, cold dagster.materialize", f"{dpone_version}, dagster {dagster.__version__}",
              dpone),
     ]  # fmt: skip
     if shutil.which("pgcopydb"):
-        version = _version(["pgcopydb", "--version"]).split(" on ")[0]
+        version = _version(["pgcopydb", "--version"])
         found.append(Tool("pgcopydb copy table-data", version, pgcopydb, made_before=True))
     sling_home = {"SLING_HOME_DIR": str(scratch / "sling"), "SLING_DISABLE_TELEMETRY": "true"}
     found.append(Tool("Sling", _version([str(sling_binary(venv)), "--version"]), sling,
