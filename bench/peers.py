@@ -52,7 +52,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,9 +59,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from psycopg import conninfo, errors, sql  # noqa: E402
+from psycopg import conninfo, sql  # noqa: E402
 
 from bench import pipe, result_file  # noqa: E402
+from bench.peers_check import columns, verify  # noqa: E402
+from bench.process_tree import measured  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 PEERS_PACKAGES = (
@@ -107,56 +108,6 @@ def url(dsn: str, scheme: str = "postgresql", password: str | None = None) -> st
     user = str(p.get("user") or "postgres") + (f":{secret}" if secret else "")
     host, port = p.get("host") or "127.0.0.1", p.get("port") or 5432
     return f"{scheme}://{user}@{host}:{port}/{p['dbname']}"
-
-
-def _descendants(root: int) -> list[int]:
-    """``root`` and every process under it, from ``/proc/*/stat``."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo += children.get(pid, [])
-    return tree
-
-
-def _hwm_kb(pid: int) -> int:
-    """The process's own peak resident set (``VmHWM``), or 0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def measured(argv: Sequence[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """Runs ``argv``: (seconds from its start to its exit, the peak MB of its process tree, its
-    output). The tree's peak is the sum of each process's own ``VmHWM``, sampled every 20 ms.
-
-    Raises:
-        RuntimeError: the process failed (its last output lines).
-    """
-    started = time.perf_counter()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, text=True)  # fmt: skip
-    peaks: dict[int, int] = {}
-    while proc.poll() is None:
-        for pid in _descendants(proc.pid):
-            peaks[pid] = max(peaks.get(pid, 0), _hwm_kb(pid))
-        time.sleep(0.02)
-    seconds = time.perf_counter() - started
-    output = proc.stdout.read() if proc.stdout else ""
-    if proc.returncode != 0:
-        raise RuntimeError("\n".join(output.strip().splitlines()[-6:]))
-    return seconds, sum(peaks.values()) / 1024, output
 
 
 def _version(argv: Sequence[str]) -> str:
@@ -241,16 +192,6 @@ def tools(venv: Path, scratch: Path) -> list[Tool]:
     return found
 
 
-def columns(dsn: str, schema: str = "public", name: str = "mixed") -> dict[str, str]:
-    """The table's columns and their types (``format_type``), in order."""
-    query = (
-        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
-    )
-    table = sql.Identifier(schema, name).as_string()
-    return {str(c): str(t) for c, t in pg.fetch_all(dsn, query, (table,))}
-
-
 def make_table(source: str, targets: Sequence[str], rows: int, leave_out: Sequence[str]) -> int:
     """``public.mixed`` of ``rows`` rows in ``source`` (the benchmarks' mixed table without the
     columns ``leave_out``), and its empty copy with its primary key in each of ``targets``; its
@@ -271,59 +212,6 @@ def make_table(source: str, targets: Sequence[str], rows: int, leave_out: Sequen
         pg.execute(target, create)
     size = pg.fetch_one(source, "SELECT pg_total_relation_size('public.mixed')")
     return round(int(size) / 1e6)  # type: ignore[call-overload]
-
-
-def _digest(dsn: str, table: tuple[str, str], values: dict[str, sql.Composable]) -> list[object]:
-    """The row count and, per column expression, the md5 of every row's value in ``id`` order."""
-    parts = [sql.SQL("md5(string_agg(md5(coalesce(({})::text, '\\N')), '' ORDER BY id))").format(v)
-             for v in values.values()]  # fmt: skip
-    query = sql.SQL("SELECT count(*), {} FROM {}").format(
-        sql.SQL(", ").join(parts), sql.Identifier(*table)
-    )
-    return list(pg.fetch_all(dsn, query)[0])
-
-
-def _compared(column: str, kind: str, stored: str) -> tuple[sql.Composable, sql.Composable]:
-    """How one column is compared: (the source's value, the target's value cast back to the
-    source's type; both as JSON where the tool stored a non-JSON column as JSON)."""
-    name = sql.Identifier(column)
-    if stored in ("json", "jsonb") and kind not in ("json", "jsonb"):
-        return sql.SQL("to_jsonb({})").format(name), sql.SQL("{}::jsonb").format(name)
-    return name, sql.SQL("{}::{}").format(name, sql.SQL(kind))
-
-
-def _target_digest(
-    target: str, table: tuple[str, str], values: dict[str, sql.Composable]
-) -> list[object]:
-    """:func:`_digest` of the target; a column whose values do not cast back to the source's
-    type is named as such (found column by column, only when the whole query fails)."""
-    try:
-        return _digest(target, table, values)
-    except errors.DataError:
-        found: list[object] = [_digest(target, table, {})[0]]
-        for column, value in values.items():
-            try:
-                found += _digest(target, table, {column: value})[1:]
-            except errors.DataError as error:
-                found.append(f"not castable: {error.diag.message_primary}")
-        return found
-
-
-def verify(source: str, target: str, table: tuple[str, str]) -> str:
-    """``equal`` when the target holds the source's rows, value for value, in every source
-    column (:func:`_compared`); else what differs."""
-    if not pg.table_exists(target, *table):
-        return f"differs: no table {'.'.join(table)}"
-    kinds, stored = columns(source), columns(target, *table)
-    if missing := [c for c in kinds if c not in stored]:
-        return f"differs: columns missing: {', '.join(missing)}"
-    pairs = {c: _compared(c, k, stored[c]) for c, k in kinds.items()}
-    expected = _digest(source, ("public", "mixed"), {c: s for c, (s, _) in pairs.items()})
-    got = _target_digest(target, table, {c: t for c, (_, t) in pairs.items()})
-    if got[0] != expected[0]:
-        return f"differs: {got[0]} rows, not {expected[0]}"
-    differ = [c for c, e, g in zip(kinds, expected[1:], got[1:], strict=True) if e != g]
-    return "equal" if not differ else f"differs: {', '.join(differ)}"
 
 
 def _reason(output: str) -> str:
