@@ -81,7 +81,7 @@ def _engine_driver(postgres_url: str) -> str:
     """The driver of the engine dagster-postgres builds for ``postgres_url``."""
     try:  # imported with the storage
         from dagster_postgres.utils import create_pg_engine
-    except ImportError:  # dagster-postgres 0.28.22 and 0.29.0 call SQLAlchemy's own
+    except ImportError:  # the releases without it (0.28.x, 0.29.0) call SQLAlchemy's own
         from sqlalchemy import create_engine
 
         return str(create_engine(postgres_url).dialect.driver)
