@@ -277,3 +277,23 @@ def test_the_benchmarks_page_shows_what_the_benchmarks_wrote() -> None:
     for name in names:
         assert (ROOT / "bench" / "results" / f"{name}.json").is_file()
     assert "load average" in text and "PostgreSQL" in text
+
+
+def test_the_benchmarks_page_opens_with_the_charts_the_results_draw(tmp_path: Path) -> None:
+    """docs/img/bench_*.svg are what ``docs/bench_charts.py`` draws from ``bench/results/`` (run
+    ``.venv/bin/python docs/benchmarks.py`` after a new result), and the page shows both before
+    its first section, with a line for each ratio the ratios chart leaves out."""
+    charts = _docs_script("bench_charts")
+    for drawn in charts.draw(tmp_path):
+        committed = DOCS / "img" / drawn.name
+        assert committed.is_file(), f"{drawn.name} is not committed"
+        assert committed.read_bytes() == drawn.read_bytes(), (
+            "run .venv/bin/python docs/benchmarks.py"
+        )
+    page = (DOCS / "benchmarks.md").read_text()
+    first = page.index("\n## ")
+    assert (
+        page.index("(img/bench_ratios.svg)") < first and page.index("(img/bench_peers.svg)") < first
+    )
+    refused = [r for r in charts.ratios() if r.ratio is None]
+    assert len(refused) == page[:first].count(": refused, the raw pipe runs around it spread")

@@ -321,69 +321,65 @@ def test_the_yaml_target_names_the_extensions_a_copy_may_create(
     assert "create_extensions" in chain(raised.value), "a source creates nothing"
 
 
-PROJECT = """
-[project]
-name = "copies"
-version = "0.1.0"
-
-[tool.dg]
-directory_type = "project"
-
-[tool.dg.project]
-root_module = "copies"
-"""
-
-PROJECT_DEFINITIONS = """
-from pathlib import Path
-
-import dagster as dg
+def dg_cli(project: Path, env: dict[str, str], *args: str, ok: bool = True) -> str:
+    """``dg ARGS`` (or ``create-dagster ARGS``) of the venv, run in ``project``: its standard
+    output when it must exit 0 (``ok``), both outputs when it must fail."""
+    tool = args[0] if args[0] == "create-dagster" else "dg"
+    argv = [str(Path(sys.executable).parent / tool), *args[tool == "create-dagster" :]]
+    done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True,
+                          timeout=240, check=False)  # fmt: skip
+    assert (done.returncode == 0) == ok, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout if ok else done.stdout + done.stderr
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
-"""
-
-
-def dg_cli(project: Path, env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "dg"), *args], cwd=project, env=env,
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
-
-
-def test_dg_lists_the_component_and_scaffolds_a_defs_yaml_that_runs(
+def test_a_fresh_create_dagster_project_lists_scaffolds_checks_and_runs_the_component(
     source_dsn: str, target_dsn: str, tmp_path: Path
 ) -> None:
+    """Dagster's documented path on a new project, with pip: ``create-dagster project``, the
+    package added, ``dg list components`` (listed with its docstring), ``dg scaffold defs``
+    (a commented defs.yaml), ``dg check defs`` on the filled file, ``dg launch`` of its asset."""
     pg.create_mixed_table(source_dsn, "shop", "orders", rows=300)
-    project = tmp_path / "copies"
-    (project / "src" / "copies" / "defs").mkdir(parents=True)
-    (project / "pyproject.toml").write_text(PROJECT)
-    (project / "src" / "copies" / "__init__.py").write_text("")
-    (project / "src" / "copies" / "defs" / "__init__.py").write_text("")
-    (project / "src" / "copies" / "definitions.py").write_text(PROJECT_DEFINITIONS)
     (tmp_path / "home").mkdir()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(project / "src"),
-        "DAGSTER_HOME": str(tmp_path / "home"),
-        "DPONE_SOURCE_DSN": source_dsn,
-        "DPONE_TARGET_DSN": target_dsn,
-    }
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "home"),
+           "DPONE_SOURCE_DSN": source_dsn, "DPONE_TARGET_DSN": target_dsn,
+           # create-dagster asks the package index for a newer create-dagster otherwise.
+           "DAGSTER_DG_UPDATE_CHECK_ENABLED": "0"}  # fmt: skip
+    # `--no-uv-sync`: the pip way; the project's code is found as `pip install -e .` would.
+    dg_cli(tmp_path, env, "create-dagster", "project", "--no-uv-sync", "copies")
+    project = tmp_path / "copies"
+    env["PYTHONPATH"] = str(project / "src")
+    # The package added to the project, as `uv add dpone-dagster` writes it (it is installed in
+    # this venv, which plays the project's).
+    pyproject = (project / "pyproject.toml").read_text()
+    assert '"dagster==' in pyproject, pyproject
+    (project / "pyproject.toml").write_text(
+        pyproject.replace('"dagster==', '"dpone-dagster",\n    "dagster==', 1)
+    )
     listed = json.loads(dg_cli(project, env, "list", "components", "--json"))
-    assert "dpone_dagster.PostgresCopyComponent" in {c["key"] for c in listed["items"]}
-    dg_cli(project, env, "scaffold", "defs", "dpone_dagster.PostgresCopyComponent", "shop",
-           "--json-params", json.dumps({"tables": ["shop.orders"]}))  # fmt: skip
-    scaffolded = yaml.safe_load((project / "src/copies/defs/shop/defs.yaml").read_text())
-    assert scaffolded["attributes"]["snapshot_copies"] == [
-        {"tables": ["shop.orders"], "strategy": "batched_copy"}
-    ]
-    assert scaffolded["attributes"]["source"] == {"dsn": "{{ env.DPONE_SOURCE_DSN }}"}
-    assert scaffolded["attributes"]["target"] == {"dsn": "{{ env.DPONE_TARGET_DSN }}"}
+    if isinstance(listed, dict):  # dg 1.12.22 and later wrap the list
+        listed = listed["items"]
+    summary = {c["key"]: c["summary"] for c in listed}
+    doc = (PostgresCopyComponent.__doc__ or "").split("\n\n")[0]
+    assert summary["dpone_dagster.PostgresCopyComponent"].split() == doc.split()
+    dg_cli(project, env, "scaffold", "defs", "dpone_dagster.PostgresCopyComponent", "shop")
+    defs_yaml = project / "src" / "copies" / "defs" / "shop" / "defs.yaml"
+    scaffolded = defs_yaml.read_text()
+    comments = [line for line in scaffolded.splitlines() if line.lstrip().startswith("#")]
+    assert len(comments) >= 10 and "# schema.table: your table here" in scaffolded
+    assert yaml.safe_load(scaffolded)["attributes"] == {
+        "source": {"dsn": "{{ env.DPONE_SOURCE_DSN }}"},
+        "target": {"dsn": "{{ env.DPONE_TARGET_DSN }}"},
+        "snapshot_copies": [{"tables": ["public.my_table"], "strategy": "batched_copy"}],
+    }
+    # Filled in as a user would: the table, and a typo first, which `dg check defs` refuses.
+    filled = scaffolded.replace('"public.my_table"', "shop.orders")
+    defs_yaml.write_text(filled.replace("strategy: batched_copy", "strategy: batched"))
+    refused = dg_cli(project, env, "check", "defs", ok=False)
+    assert "Unknown strategy 'batched' (one of whole_copy, " in refused, refused[-3000:]
+    defs_yaml.write_text(filled)
+    dg_cli(project, env, "check", "defs")
     defs = json.loads(dg_cli(project, env, "list", "defs", "--json"))
-    keys = {a["asset_key"] for a in defs["assets"]}
+    keys = {a.get("asset_key") or a["key"] for a in defs["assets"]}  # "key" before dg 1.12.22
     assert {"shop/orders", "source/shop/orders"} <= keys
     dg_cli(project, env, "launch", "--assets", "shop/orders")
     assert pg.table_fingerprint(source_dsn, "shop", "orders") == pg.table_fingerprint(

@@ -117,10 +117,11 @@ def test_a_psycopg3_instance_storage_is_refused_at_load_and_the_named_fix_works(
         ("storage:\n  postgres:\n    postgres_url: postgresql://u@h/db\n", True),
         ("storage:\n  postgres:\n    postgres_url: postgresql+psycopg2://u@h/db\n", False),
         ("storage:\n  postgres:\n    postgres_url: {env: DPONE_T_URL}\n", True),
-        ("storage:\n  postgres:\n    postgres_db: {username: u, hostname: h, db_name: d,"
-         " scheme: {env: DPONE_T_SCHEME}}\n", False),
-        ("storage:\n  postgres:\n    postgres_db: {username: u, hostname: h, db_name: d,"
-         " scheme: {env: DPONE_T_PLAIN}}\n", True),
+        # With a password: dagster-postgres before 0.29.N requires one, and refuses the rest.
+        ("storage:\n  postgres:\n    postgres_db: {username: u, password: p, hostname: h,"
+         " db_name: d, scheme: {env: DPONE_T_SCHEME}}\n", False),
+        ("storage:\n  postgres:\n    postgres_db: {username: u, password: p, hostname: h,"
+         " db_name: d, scheme: {env: DPONE_T_PLAIN}}\n", True),
         # A configuration Dagster itself refuses (no hostname) is left for Dagster to report.
         ("storage:\n  postgres:\n    postgres_db: {username: u, db_name: d}\n", False),
         ("event_log_storage:\n  module: dagster_postgres.event_log\n"

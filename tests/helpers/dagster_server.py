@@ -147,7 +147,11 @@ class DagsterDev:
         request = urllib.request.Request(
             self.url, data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
+        try:
+            response = urllib.request.urlopen(request, timeout=60)
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(error.read().decode()[-4000:]) from error
+        with response:
             payload: dict[str, Any] = json.load(response)
         if payload.get("errors"):
             raise RuntimeError(f"GraphQL errors: {payload['errors']}")

@@ -71,12 +71,21 @@ def storage_driver(dagster_home: str) -> str | None:
     storage = _postgres_event_log(dagster_home)
     if storage is None:
         return None
-    from dagster_postgres.utils import create_pg_engine  # imported with the storage
-
     try:
-        return str(create_pg_engine(storage.postgres_url).dialect.driver)
+        return _engine_driver(storage.postgres_url)
     except ImportError:
         return None  # a driver that is not installed: Dagster fails on it by itself
+
+
+def _engine_driver(postgres_url: str) -> str:
+    """The driver of the engine dagster-postgres builds for ``postgres_url``."""
+    try:  # imported with the storage
+        from dagster_postgres.utils import create_pg_engine
+    except ImportError:  # the releases without it (0.28.x, 0.29.0) call SQLAlchemy's own
+        from sqlalchemy import create_engine
+
+        return str(create_engine(postgres_url).dialect.driver)
+    return str(create_pg_engine(postgres_url).dialect.driver)
 
 
 @lru_cache(maxsize=8)
