@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
 import psycopg
 
@@ -24,22 +25,27 @@ CREATE TABLE shop.lines (id bigint PRIMARY KEY, order_id bigint, qty int);
 TABLES = ("shop.orders", "shop.lines")
 
 
+def _transfers(conn: psycopg.Connection[Any], rng: random.Random, base: int, count: int) -> int:
+    """``count`` source transactions over both tables (10 lines inserted from ``base`` on, one
+    order updated, in each); how many."""
+    for i in range(count):
+        with conn.transaction():
+            start = base + i * 10
+            conn.execute(
+                "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
+                (start, start + 9),
+            )
+            conn.execute(
+                "UPDATE shop.orders SET note = %s WHERE id = %s",
+                (f"b{start}", rng.randint(1, 5000)),
+            )
+    return count
+
+
 def _mutate(src: str, rng: random.Random, round_: int, big: bool) -> int:
     """Source transactions over both tables (one large one when ``big``); how many."""
-    made = 0
     with psycopg.connect(src, autocommit=True) as conn:
-        for i in range(5):
-            with conn.transaction():
-                base = 1_000_000 + round_ * 1000 + i * 10
-                conn.execute(
-                    "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
-                    (base, base + 9),
-                )
-                conn.execute(
-                    "UPDATE shop.orders SET note = %s WHERE id = %s",
-                    (f"r{round_}.{i}", rng.randint(1, 5000)),
-                )
-            made += 1
+        made = _transfers(conn, rng, 1_000_000 + round_ * 1000, 5)
         # A delete of an id an earlier round deleted changes nothing, and the server sends no
         # empty transaction (pgoutput skips them since PostgreSQL 15): it counts only when it
         # deleted its row.
@@ -108,27 +114,10 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     assert pg.staging_tables(target_dsn) == []
 
 
-def _small(src: str, rng: random.Random, round_: int, count: int) -> int:
-    """``count`` small source transactions over both tables; how many."""
-    with psycopg.connect(src, autocommit=True) as conn:
-        for i in range(count):
-            with conn.transaction():
-                base = 5_000_000 + round_ * 10_000 + i * 10
-                conn.execute(
-                    "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
-                    (base, base + 4),
-                )
-                conn.execute(
-                    "UPDATE shop.orders SET note = %s WHERE id = %s",
-                    (f"s{round_}.{i}", rng.randint(1, 5000)),
-                )
-    return count
-
-
 def test_kill_9_while_one_target_transaction_applies_and_the_next_is_held_loses_nothing(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
-    """The pipelined apply: a run's target transactions of 300 changes each, the next one
+    """The pipelined apply: a run's target transactions of about 300 changes each, the next one
     staged in memory (``hold``) while the one before is applied and committed on the apply
     worker's thread; ``kill -9`` just after a ``hold`` (the worker mid-apply) and just after a
     ``committed`` (the commit landed, the slot not yet advanced, the next one held)."""
@@ -141,7 +130,8 @@ def test_kill_9_while_one_target_transaction_applies_and_the_next_is_held_loses_
     rng = random.Random(seed)
     expected, outcomes = 0, []
     for round_ in range(8):
-        expected += _small(src, rng, round_, 120)
+        with psycopg.connect(src, autocommit=True) as conn:
+            expected += _transfers(conn, rng, 5_000_000 + round_ * 10_000, 120)
         mode = ("hold", "committed")[round_ % 2]
         child = crash.start_child("replication", src, target_dsn, 300)
         outcomes.append((mode, crash.kill_at(child, mode, rng.randint(1, 4), rng)))
