@@ -58,6 +58,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
 
+from .commits import RunState
 from .copying import GroupContext, copy_under, filled_targets
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
@@ -69,7 +70,7 @@ from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
 from .slot_health import SlotWait
 from .state import GroupLedger, GroupState, TableState
-from .stream import RunState, SlotStream
+from .stream import SlotStream
 from .verify import CheckContext, key_recorder, verify_group
 
 BATCH_CHANGES = 100_000

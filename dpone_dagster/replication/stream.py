@@ -10,8 +10,9 @@ are staged per table (:mod:`.apply`, :mod:`.keyless`), and at a target transacti
 net effect is applied, the new applied position written in the ledger, the transaction
 committed, and only then the slot advanced.
 
-The apply is pipelined: a target transaction's apply runs on the apply worker's thread
-(:mod:`.worker`) while this thread reads and decodes the next source transactions, holding
+The apply is pipelined (:mod:`.commits`): a target transaction's apply runs on the apply
+worker's thread (:mod:`.worker`) while this thread reads and decodes the next source
+transactions, holding
 their staged rows in memory (:attr:`~.apply.TableApply.deferred`, at most
 :data:`BUFFER_BYTES`). The next target transaction begins on the session once the worker is
 done with it: its held rows are written into staging and the rest streamed there. It begins at
@@ -31,26 +32,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from psycopg import IsolationLevel
-
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.sessions import Sessions, hold_advisory_lock, release_advisory_lock
-from dpone_dagster.postgres.connection import Connection, server_encoding, set_transaction_mode
+from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import lock_wait_of
 from dpone_dagster.postgres.plan import TablePlan
 
 from .apply import NetHook, StagingCopy, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
+from .commits import Committer, Progress, RunState, TargetTransaction
 from .keyless import table_apply
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
 from .plan import ReplicationGroup, relation_plan
 from .reader import read_messages
 from .report import TableChanges
-from .slot import advance_slot
 from .slot_health import SlotWait
 from .state import GroupLedger
-from .worker import ApplyWorker
 
 STAGE_EVERY = 10_000
 """Staged changes between two ``stage`` progress reports (and two looks at the rows held in
@@ -59,49 +57,21 @@ BUFFER_BYTES = 48 << 20
 """Staged rows a target transaction holds in memory while the worker applies the one before;
 past it, it waits for the worker and streams into staging."""
 _ROW_KINDS = frozenset(b"IUD")
+"""The first bytes of the row change messages (insert, update, delete)."""
 _OID = struct.Struct(">I").unpack_from
 """A row change's table OID (after its kind byte)."""
-"""The first bytes of the row change messages (insert, update, delete)."""
-
-
-@dataclass
-class _Target:
-    """A target transaction: its tables, their staging ``COPY`` and the source transactions
-    it holds. ``begun``: open on the session (else its staged rows are held in memory)."""
-
-    copy: StagingCopy
-    tables: dict[int, TableApply] = field(default_factory=dict)
-    transactions: int = 0
-    staged: int = 0
-    last: tuple[Lsn, Lsn, datetime] | None = None
-    begun: bool = False
-
-    def held(self) -> int:
-        """Bytes of staged rows held in memory."""
-        return sum(table.buffered for table in self.tables.values())
-
-    def close(self) -> None:
-        self.copy.end()
-        for table in self.tables.values():
-            table.close()
-
-    def abandon(self) -> None:
-        self.copy.abandon()
-        for table in self.tables.values():
-            table.abandon()
 
 
 @dataclass
 class _Reading:
     """A peek in progress: the sessions, the target transaction being staged, the tables
-    known, the worker applying the one before."""
+    known, the committer applying the one before."""
 
     sessions: Sessions
-    control: Connection
     run: RunState
+    committer: Committer
     encoding: str
-    worker: ApplyWorker = field(default_factory=ApplyWorker)
-    target: _Target | None = None
+    target: TargetTransaction | None = None
     skipping: bool = False
     final: Lsn = 0  # the commit LSN of the source transaction being read
     starts: Mapping[TableName, Lsn] = field(default_factory=dict)  # tables that joined, and where
@@ -111,22 +81,6 @@ class _Reading:
     plans: dict[int, TablePlan] = field(default_factory=dict)
 
 
-@dataclass
-class RunState:
-    """What a run has done so far (its applied position moves with each target commit)."""
-
-    applied: Lsn
-    applied_end: Lsn
-    applied_at: datetime | None
-    transactions: int = 0
-    skipped: int = 0
-    budget_reached: bool = False
-    counts: dict[TableName, TableChanges] = field(default_factory=dict)
-
-
-Progress = Callable[[str, RunState, int], None]
-"""Called at each step of the stream: the phase, the run so far, the changes staged (from the
-apply worker's thread for the phases of a target transaction's apply)."""
 Waiting = Callable[[SlotWait], None]
 """Called when another run holds the group (the wait's start and end)."""
 
@@ -176,18 +130,21 @@ class SlotStream:
         tgt, key = sessions.target, self.ledger.lock_key(self.group.slot)
         self._hold(tgt, key)
         starts = self._applied(tgt, run)
-        reading = _Reading(sessions, control, run, server_encoding(sessions.source),
+        committer = Committer(self.group.slot, self.ledger, sessions, control, run,
+                              self._report)  # fmt: skip
+        reading = _Reading(sessions, run, committer, server_encoding(sessions.source),
                            starts=starts)  # fmt: skip
         try:
             seen = self._read(reading, upto)
-            self._end(reading)
+            target, reading.target = reading.target, None
+            committer.end(target)
         except BaseException:
-            reading.worker.stop(tgt)
+            committer.stop()
             if reading.target is not None:
                 reading.target.abandon()
             raise
         finally:
-            reading.worker.close()
+            committer.close()
         release_advisory_lock(tgt, key)
         budget = self.group.max_changes_per_run
         run.budget_reached = budget is not None and seen >= budget
@@ -265,7 +222,7 @@ class SlotStream:
                 reading.staged_mark += STAGE_EVERY
                 self._progress("stage", run, target.staged)
                 if not target.begun and target.held() > BUFFER_BYTES:
-                    self._begin_now(reading)
+                    reading.committer.begin_now(target)
         return seen
 
     @staticmethod
@@ -287,10 +244,10 @@ class SlotStream:
         if isinstance(message, Begin):
             reading.at = message.commit_time
             if reading.target is None:
-                reading.target = _Target(StagingCopy(reading.sessions.target))
+                reading.target = TargetTransaction(StagingCopy(reading.sessions.target))
                 reading.staged_mark = STAGE_EVERY
-                if not reading.worker.busy:  # the session is free: stage into it at once
-                    self._begin_now(reading)
+                if not reading.committer.busy:  # the session is free: stage into it at once
+                    reading.committer.begin_now(reading.target)
                 else:
                     self._progress("hold", run)
             reading.skipping = message.final_lsn <= run.applied
@@ -303,7 +260,7 @@ class SlotStream:
             target.transactions += 1
             target.last = (message.commit_lsn, message.end_lsn, message.commit_time)
             if target.staged >= self.batch_changes:
-                self._submit(reading, target)
+                reading.committer.submit(target)
                 reading.target = None
         elif isinstance(message, Relation):
             name = TableName(message.schema, message.name)
@@ -312,22 +269,9 @@ class SlotStream:
         elif not reading.skipping:
             for oid in message.relations:
                 truncated = self._table(reading, oid)
-                if truncated is not None:
-                    self._begin_now(reading)
+                if truncated is not None and reading.target is not None:
+                    reading.committer.begin_now(reading.target)
                     truncated.truncate(reading.at)
-
-    def _end(self, reading: _Reading) -> None:
-        """Commits the last target transaction (or ends one that applied nothing), then waits
-        for the worker."""
-        target, reading.target = reading.target, None
-        if target is not None and target.transactions:
-            self._submit(reading, target)
-        elif target is not None and target.begun:
-            reading.worker.wait()
-            target.close()
-            reading.sessions.target.rollback()
-            reading.sessions.target.autocommit = True
-        reading.worker.wait()
 
     def _relation(self, reading: _Reading, relation: Relation, name: TableName) -> None:
         """A table's columns as of here: a change splits its batch and plans it again."""
@@ -338,10 +282,10 @@ class SlotStream:
         reading.plans.pop(relation.oid, None)
         target = reading.target
         if target is not None and relation.oid in target.tables:
-            self._begin_now(reading)
+            reading.committer.begin_now(target)
             current = target.tables.pop(relation.oid)
             current.apply()
-            self._count(reading.run, current)
+            reading.run.count(current)
             current.close()
 
     def _table(self, reading: _Reading, oid: int) -> TableApply | None:
@@ -360,7 +304,7 @@ class SlotStream:
         sessions, run = reading.sessions, reading.run
         plan = reading.plans.get(oid)
         if plan is None:
-            self._begin_now(reading)  # the plan reads the target's catalog, and may evolve it
+            reading.committer.begin_now(target)  # the plan reads the target's catalog; evolves it
             target.copy.end()
             plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
             evolve(sessions.target, plan)
@@ -376,84 +320,3 @@ class SlotStream:
                                deferred=not target.begun)  # fmt: skip
         target.tables[oid] = applying
         return applying
-
-    # -- the target transactions ---------------------------------------------------------------
-
-    def _begin_now(self, reading: _Reading) -> None:
-        """Begins the target transaction being staged on the session (once the worker is done
-        with it), its rows held in memory written into staging."""
-        target = reading.target
-        assert target is not None
-        if target.begun:
-            return
-        reading.worker.wait()
-        self._begin(reading.sessions, reading.run, target)
-
-    def _begin(self, sessions: Sessions, run: RunState, target: _Target) -> None:
-        """Begins ``target`` on the session; writes its held rows into staging."""
-        tgt = sessions.target
-        tgt.autocommit = False  # the transaction spans the peek's messages: no with block
-        set_transaction_mode(tgt, IsolationLevel.READ_COMMITTED, read_only=False)
-        self.ledger.lock(tgt, self.group.slot)  # the stream's session holds it: granted at once
-        state = self.ledger.fetch(tgt, self.group.slot)
-        if state is None or state.applied_lsn != run.applied:
-            moved = "gone" if state is None else f"at {state.applied_lsn}, not {run.applied}"
-            raise engine_error(
-                "replication_failed",
-                f"The group's applied position moved under the run that holds its lock ({moved});"
-                " nothing of this target transaction was applied.",
-            )
-        target.begun = True
-        for table in target.tables.values():
-            table.undefer()
-
-    def _submit(self, reading: _Reading, target: _Target) -> None:
-        """Hands ``target`` to the worker: it begins it (when it is not yet), applies and
-        commits it, then advances the slot, while the stream stages the next one."""
-        sessions, control, run = reading.sessions, reading.control, reading.run
-
-        def apply() -> None:
-            try:
-                if not target.begun:
-                    self._begin(sessions, run, target)
-                self._commit(sessions, control, target, run)
-            except BaseException:
-                target.abandon()
-                raise
-
-        reading.worker.submit(apply)
-
-    def _commit(
-        self, sessions: Sessions, control: Connection, target: _Target, run: RunState
-    ) -> None:
-        """Applies the target transaction's net effect with the applied position, commits,
-        then advances the slot."""
-        tgt = sessions.target
-        self._progress("apply", run, target.staged)
-        for applying in target.tables.values():
-            applying.apply()
-            self._count(run, applying)
-        target.close()
-        assert target.last is not None
-        self.ledger.applied(tgt, self.group.slot, target.last, target.transactions)
-        self._progress("commit", run, target.staged)
-        tgt.commit()
-        tgt.autocommit = True
-        run.applied, run.applied_end, run.applied_at = target.last
-        run.transactions += target.transactions
-        self._progress("committed", run)
-        # Also when the run advances again right after (to its upto LSN): that second advance
-        # moves the slot's restart point up to this one's, so the next peek does not decode
-        # this run's WAL again.
-        advance_slot(control, self.group.slot, run.applied_end)
-        self._progress("advanced", run)
-
-    @staticmethod
-    def _count(run: RunState, applying: TableApply) -> None:
-        name, counts = applying.plan.source, applying.counts
-        before = run.counts.get(name) or TableChanges(name)
-        run.counts[name] = replace(
-            before, inserted=before.inserted + counts.inserted,
-            updated=before.updated + counts.updated, deleted=before.deleted + counts.deleted,
-            truncated=before.truncated + counts.truncated,
-        )  # fmt: skip
