@@ -3,12 +3,13 @@
 Each benchmark with ``--json bench/results/NAME.json`` writes its result table, the command, the
 date and the machine (cores, RAM, PostgreSQL version, load average at its start and end). This
 script rewrites every block ``<!-- bench: NAME -->`` ... ``<!-- /bench: NAME -->`` of the page
-(and of the job pages of :data:`OTHER_PAGES`) from ``bench/results/NAME.json``: a line saying when, how and on what it ran, then the table.
-The block ``<!-- bench-charts -->`` the page opens with shows the charts ``docs/bench_charts.py``
-draws from the same files, and one line for each ratio a chart leaves out because the
-benchmark refused it. Run ``.venv/bin/python docs/benchmarks.py`` after committing a new result
-file: it rewrites the blocks and draws the charts; ``tests/test_docs.py`` fails while a block or
-a chart is not the generated one.
+(and of the job pages of :data:`OTHER_PAGES`) from ``bench/results/NAME.json``: a line saying
+when, how and on what it ran, then the table. The block ``<!-- bench-charts -->`` the page
+opens with shows the charts ``docs/bench_charts.py`` draws from the same files, and one line
+for each ratio a chart leaves out because the benchmark refused it. Run
+``.venv/bin/python docs/benchmarks.py`` after committing a new result file: it rewrites the
+blocks and draws the charts; ``tests/test_docs.py`` fails while a block or a chart is not the
+generated one.
 """
 
 import json

@@ -22,10 +22,11 @@ from dpone_dagster.core.sessions import Sessions
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
 
-from .apply import StagingCopy, TableApply
+from .apply import TableApply
 from .changes import Lsn
 from .report import TableChanges
 from .slot import advance_slot
+from .staging_copy import StagingCopy
 from .state import GroupLedger
 from .worker import ApplyWorker
 

@@ -39,7 +39,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import lock_wait_of
 from dpone_dagster.postgres.plan import TablePlan
 
-from .apply import NetHook, StagingCopy, TableApply, evolve
+from .apply import NetHook, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .commits import Committer, Progress, RunState, TargetTransaction
 from .keyless import table_apply
@@ -48,6 +48,7 @@ from .plan import ReplicationGroup, relation_plan
 from .reader import read_messages
 from .report import TableChanges
 from .slot_health import SlotWait
+from .staging_copy import StagingCopy
 from .state import GroupLedger
 
 STAGE_EVERY = 10_000
