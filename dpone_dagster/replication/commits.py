@@ -4,13 +4,16 @@ A :class:`TargetTransaction` gathers whole source transactions' staged rows per 
 :class:`Committer` begins it on the target session (under the group's lock, at the applied
 position the stream expects: the stream holds the lock, so nothing else moves it), applies its
 net effect with the ledger's new applied position, commits, and only then advances the slot.
-It does the last three on the apply worker's thread (:mod:`.worker`), so the stream reads and
-stages the next target transaction meanwhile; that one's rows are held in memory until the
-worker is done with the session (:meth:`Committer.begin_now`).
+It does the apply and the commit on the apply worker's thread (:mod:`.worker`), so the stream
+reads and stages the next target transaction meanwhile; that one's rows are held in memory until
+the worker is done with the session (:meth:`Committer.begin_now`). The slot's advance (the
+source's work: it decodes the WAL it moves over) runs on a thread of its own, one at a time, to
+the newest committed position, so the worker goes on with the next transaction.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -106,6 +109,10 @@ class Committer:
     run: RunState
     progress: Progress
     worker: ApplyWorker = field(default_factory=ApplyWorker)
+    advancer: ApplyWorker = field(default_factory=ApplyWorker)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _wanted: Lsn = 0
+    _advancing: bool = False
 
     @property
     def busy(self) -> bool:
@@ -145,13 +152,17 @@ class Committer:
             self.sessions.target.rollback()
             self.sessions.target.autocommit = True
         self.worker.wait()
+        self.advancer.wait()
 
     def stop(self) -> None:
-        """On the stream's failure: the transaction in flight on the session is cancelled."""
+        """On the stream's failure: the transaction in flight on the session is cancelled; an
+        advance in flight ends (it only moves the slot to what committed)."""
         self.worker.stop(self.sessions.target)
+        self.advancer.stop(self.control)
 
     def close(self) -> None:
         self.worker.close()
+        self.advancer.close()
 
     def _begin(self, target: TargetTransaction) -> None:
         """Begins ``target`` on the session; writes its held rows into staging."""
@@ -188,8 +199,28 @@ class Committer:
         run.applied, run.applied_end, run.applied_at = target.last
         run.transactions += target.transactions
         self.progress("committed", run, 0)
-        # Also when the run advances again right after (to its upto LSN): that second advance
-        # moves the slot's restart point up to this one's, so the next peek does not decode
-        # this run's WAL again.
-        advance_slot(self.control, self.slot, run.applied_end)
-        self.progress("advanced", run, 0)
+        self._advance(run.applied_end)
+
+    def _advance(self, lsn: Lsn) -> None:
+        """Moves the slot to ``lsn`` (committed) on the advancer's thread: the newest position
+        wins, one advance at a time. Also when the run advances again at its end (to its upto
+        LSN): these moves bring the slot's restart point along, so the run's last advance, and
+        the next run's peek, do not decode this run's WAL again."""
+        with self._lock:
+            self._wanted = lsn
+            if self._advancing:
+                return  # the advance in flight moves on to it
+            self._advancing = True
+        self.advancer.submit(self._advance_latest)
+
+    def _advance_latest(self) -> None:
+        done: Lsn = 0
+        while True:
+            with self._lock:
+                if self._wanted <= done:
+                    self._advancing = False
+                    return
+                lsn = self._wanted
+            advance_slot(self.control, self.slot, lsn)
+            done = lsn
+            self.progress("advanced", self.run, 0)

@@ -45,7 +45,7 @@ from .commits import Committer, Progress, RunState, TargetTransaction
 from .keyless import table_apply
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
 from .plan import ReplicationGroup, relation_plan
-from .reader import read_messages
+from .reader import read_ahead
 from .report import TableChanges
 from .slot_health import SlotWait
 from .staging_copy import StagingCopy
@@ -193,9 +193,9 @@ class SlotStream:
         """Stages every message of the peek; the messages the server output (what it counts
         against the budget)."""
         group, run = self.group, reading.run
-        messages = read_messages(reading.sessions.source, slot=group.slot,
-                                 publication=group.publication, upto_lsn=upto,
-                                 max_changes=group.max_changes_per_run)  # fmt: skip
+        messages = read_ahead(reading.sessions.source, slot=group.slot,
+                              publication=group.publication, upto_lsn=upto,
+                              max_changes=group.max_changes_per_run)  # fmt: skip
         seen = 0
         for data in messages:  # the hot path: one pass per message, no message object
             seen += 1
@@ -307,7 +307,9 @@ class SlotStream:
         if plan is None:
             reading.committer.begin_now(target)  # the plan reads the target's catalog; evolves it
             target.copy.end()
-            plan = relation_plan(sessions.source, sessions.target, name, relation, self.group)
+            # The source's catalog on the control session: the source session is the reader's.
+            catalog = reading.committer.control
+            plan = relation_plan(catalog, sessions.target, name, relation, self.group)
             evolve(sessions.target, plan)
             if plan.schema_changes:
                 counted = run.counts.get(name) or TableChanges(name)
