@@ -9,6 +9,7 @@ the thread's alone until the iterator ends.
 from __future__ import annotations
 
 import queue
+from concurrent.futures import ThreadPoolExecutor
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -74,3 +75,12 @@ def prefetched(items: Callable[[], Iterator[_T]], *, ahead: int) -> Iterator[_T]
                 reader.box.get_nowait()
             except queue.Empty:
                 thread.join(0.01)
+
+
+def at_once(*calls: Callable[[], _T]) -> list[_T]:
+    """The results of ``calls``, run at the same time, each on a thread of its own (each with a
+    session of its own: both servers of a comparison work at once); the first failure raised.
+    """
+    with ThreadPoolExecutor(len(calls), thread_name_prefix="dpone-at-once") as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]

@@ -83,14 +83,21 @@ class SlotChanges:
         wanted = set(keys)
         if not wanted:
             return set()
+        every = self.all_keys(table, key)
+        return wanted if every is None else wanted & every
+
+    def all_keys(self, table: TableName, key: Sequence[str]) -> set[Key] | None:
+        """Every key of ``table`` a transaction committed after the applied position (and by
+        the check's snapshot) inserted, updated or deleted; ``None`` after a ``TRUNCATE`` of
+        the table (every key)."""
         found: set[Key] = set()
         for message, names in self._changes(table):
             if isinstance(message, Truncate):
-                return wanted
+                return None
             where = [names.index(k) for k in key]
             for row in _rows(message):
                 named = self._key(row, where)
-                if named is not None and named in wanted:
+                if named is not None:
                     found.add(named)
         return found
 

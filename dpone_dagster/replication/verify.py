@@ -8,14 +8,20 @@ snapshot, taken with the WAL position ``S`` it covers, and the target under the 
 run applies meanwhile):
 
 1. **The run's keys.** Each target transaction records the keys its net effect touched (the
-   apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows.
-   The check reads them back in chunks of :data:`KEYS_CHUNK` with the target's row hash of each
-   (a key the target no longer holds hashes to nothing), and the source returns only the keys
-   whose row differs (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
+   apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows,
+   in chunks of :data:`KEYS_CHUNK`. The target returns each chunk with its digest (how many of
+   its keys it holds a row of, and the sum of their row hashes; the next chunks read on a thread
+   of its own meanwhile), the source computes the same digest of the same keys
+   (:func:`~dpone_dagster.core.keyed.keys_digest`), and only a chunk whose digests differ is
+   compared key by key (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
    held in Python: a chunk at a time. Checked keys are then removed (those that differ for no
    known reason stay, so the next check fails on them again until they agree).
 2. **The rolling slice** (:func:`~dpone_dagster.core.sweep.sweep_slices`) of each table, its
    position in the ledger's ``replication_sweeps`` (``<slot>:<schema.table>``).
+
+A run whose recorded keys are a large share of its table (a backlog) is checked by the whole
+table's digest instead, which is also a full sweep (:mod:`.verify_whole`); a table without a
+primary key is compared whole (:mod:`.verify_keyless`).
 
 A key whose source row differs from the target's is a real difference only if no change to it
 arrived after ``L``: those changes are still in the slot (it is advanced only to ``L``), so the
@@ -47,6 +53,7 @@ from dpone_dagster.core.sweep import (
     SweepLedger,
     SweepPosition,
     classify,
+    row_estimate,
     sweep_slices,
 )
 from dpone_dagster.core.verification import Verification, timed
@@ -64,6 +71,7 @@ from .plan import ReplicationGroup
 from .slot_changes import SlotChanges
 from .state import GroupLedger
 from .verify_keyless import KeylessTable, check_keyless
+from .verify_whole import WHOLE_SHARE, recorded_keys, whole_run_check
 
 KEYS_CHUNK = 10_000
 """Keys a recorded chunk holds: the check compares each chunk's digest on both sides, one round
@@ -103,6 +111,7 @@ class _Table:
     tables: KeyedTables
     stream_id: str
     later: Later
+    changes: SlotChanges
 
 
 def _compared(
@@ -266,7 +275,8 @@ def verify_group(
                 if isinstance(compared, KeylessTable):
                     found = _keyless(src, tgt, compared, slot, how, (at, applied), full=full)
                 else:
-                    table = _Table(compared, _stream_id(group, name), _later(slot, compared))
+                    later = _later(slot, compared)
+                    table = _Table(compared, _stream_id(group, name), later, slot)
                     found = (
                         _full(src, tgt, table, at, applied)
                         if full
@@ -330,15 +340,21 @@ def _by_run(
     """The run's keys and this run's slice of the sweep; the sweep's position and the keys left
     to verify again are written in the check's transaction."""
     tables = how.ledger.store.tables
-    keys = tables.replication_keys
-    checked, differing = _run_keys(src, tgt, keys, table, how.group.slot)
-    own = classify(_as_comparison(differing), table.later, gone_allowed=False)
+    keys, slot = tables.replication_keys, how.group.slot
     sweeps = SweepLedger(how.ledger.store, tables.replication_sweeps)
+    whole = _whole(src, tgt, table, how, (at, applied), sweeps)
+    if whole is not None:
+        verification, moved, kept = whole
+        sweeps.save(tgt, moved)
+        _keep(tgt, keys, slot, table.tables, kept)
+        return verification
+    checked, differing = _run_keys(src, tgt, keys, table, slot)
+    own = classify(_as_comparison(differing), table.later, gone_allowed=False)
     position = sweeps.fetch(tgt, table.stream_id)
     swept = sweep_slices(src, tgt, table.tables, position, how.sweep, later=table.later, at=at,
                          gone_allowed=False)  # fmt: skip
     sweeps.save(tgt, swept.position)
-    _keep(tgt, keys, how.group.slot, table.tables, list(own.unexplained))
+    _keep(tgt, keys, slot, table.tables, list(own.unexplained))
     unexplained = sorted({*own.unexplained, *swept.found.unexplained})
     pos = swept.position
     return Verification(
@@ -352,9 +368,26 @@ def _by_run(
     )  # fmt: skip
 
 
+def _whole(
+    src: Connection, tgt: Connection, table: _Table, how: CheckContext,
+    proof: tuple[datetime, Lsn], sweeps: SweepLedger,
+) -> tuple[Verification, SweepPosition, list[Key]] | None:  # fmt: skip
+    """The run's check by the whole table, when its recorded keys are a large share of it
+    (:mod:`.verify_whole`); None to check them key by key."""
+    t, slot = table.tables, how.group.slot
+    recorded = recorded_keys(tgt, how.ledger.store.tables.replication_keys, slot, t.source)
+    if not recorded or recorded * WHOLE_SHARE < row_estimate(src, t.source):
+        return None
+    excluded = table.changes.all_keys(t.source, [k.name for k in t.key])
+    if excluded is None:  # a TRUNCATE after the applied position: the run's keys tell
+        return None
+    position = sweeps.fetch(tgt, table.stream_id)
+    return whole_run_check(src, tgt, t, (excluded, table.later), proof, (how.sweep, position),
+                           recorded)  # fmt: skip
+
+
 def _as_comparison(differing: list[Key]) -> Comparison:
-    """The run's differing keys, as a comparison (they differ both ways: missing, extra or
-    changed are one to the classification)."""
+    """The run's differing keys, as a comparison (missing, extra or changed are one here)."""
     return Comparison(differing=dict.fromkeys(differing, ""))
 
 
