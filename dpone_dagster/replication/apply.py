@@ -54,7 +54,7 @@ from dpone_dagster.postgres.staging import PostgresStagingTable
 
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
-from .net import apply_deletes, apply_upserts, net_table, temporary_name
+from .net import apply_deletes, apply_upserts, merge_net, net_table, temporary_name
 from .pgoutput import COPY_ESCAPED
 from .staging_copy import StagingCopy
 from .toast import index_history, resolve_unchanged
@@ -334,11 +334,12 @@ class TableApply:
                 self._indexed = True
             resolve_unchanged(self.conn, self.plan, self.staging, sorted(self._unchanged),
                               old_keys=self._old_keys)  # fmt: skip
-        net, rows = net_table(self.conn, self.plan, self.staging)
-        if self.on_net is not None:  # the check's hook: the keys this net effect touches
-            self.on_net(self.conn, self.plan, net.ident, ())
-        rows -= apply_deletes(self.conn, self.plan, net, self.soft_column)
-        apply_upserts(self.conn, self.plan, net, rows, self.soft_column)
+        if self.on_net is not None:  # the check's hook: every key the staged rows name
+            self.on_net(self.conn, self.plan, self.staging.ident, ())
+        if not merge_net(self.conn, self.plan, self.staging, self.soft_column):
+            net, rows = net_table(self.conn, self.plan, self.staging)
+            rows -= apply_deletes(self.conn, self.plan, net, self.soft_column)
+            apply_upserts(self.conn, self.plan, net, rows, self.soft_column)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False

@@ -31,8 +31,11 @@ from .slot import slot_status
 FETCH_ROWS: Final = 20_000
 """Messages fetched from the server per round trip (the client's bound, with their values)."""
 ROUND_CHANGES: Final = 100_000
-"""Messages a round of :func:`read_ahead` decodes: a run's first row waits for one round's
-decode, not the whole backlog's."""
+"""Messages the first round of :func:`read_ahead` decodes: a run's first row waits for one
+round's decode, not the whole backlog's. Each round after decodes twice the one before, up to
+:data:`MAX_ROUND_CHANGES` (a round starts from its slot's restart point, which may lie inside
+the round before: fewer, larger rounds decode less twice)."""
+MAX_ROUND_CHANGES: Final = 1_600_000
 READ_AHEAD: Final = 5
 """Round trips of messages :func:`read_ahead` holds ahead of the caller (its memory bound)."""
 
@@ -128,8 +131,9 @@ def read_ahead(
     A peek decodes everything up to its LSN before its first row: a backlog's whole decode
     would come before any apply. So the slot is copied into a ``TEMPORARY`` slot of ``conn``'s
     session (at the same position; the server drops it with the session), whose changes are
-    read and consumed ``round_changes`` at a time (``pg_logical_slot_get_binary_changes``):
-    the group's own slot is never moved here. Without a free slot for the copy, the slot is
+    read and consumed a round at a time (``pg_logical_slot_get_binary_changes``), the first of
+    ``round_changes`` messages, each next one twice as many: the group's own slot is never
+    moved here. Without a free slot for the copy, the slot is
     peeked whole (:func:`read_messages`).
 
     Args:
@@ -139,7 +143,7 @@ def read_ahead(
         upto_lsn: Stop after the transaction whose commit record reaches this LSN.
         max_changes: Stop after the transaction in which the server has output this many
             messages, over every round; None: no budget.
-        round_changes: Messages a round decodes before its rows are read.
+        round_changes: Messages the first round decodes before its rows are read.
 
     Yields:
         Every message's bytes, in commit order.
@@ -154,9 +158,10 @@ def read_ahead(
         return
 
     def rounds() -> Iterator[list[bytes]]:
-        left = max_changes
+        left, size = max_changes, round_changes
         while left is None or left > 0:
-            asked = round_changes if left is None else min(round_changes, left)
+            asked = size if left is None else min(size, left)
+            size = min(2 * size, MAX_ROUND_CHANGES)
             read = 0
             taken = _peek(conn, copy, publication, upto_lsn, asked, FETCH_ROWS, with_lsn=False,
                           consume=True, chunks=True, failure_of=slot)  # fmt: skip
