@@ -204,13 +204,19 @@ def one_partition_asset(source: str, target: str, rows: int) -> tuple[Any, dict[
     return asset, resources
 
 
+def row_count(result: Any) -> int:
+    """The ``dagster/row_count`` of the run's one materialization."""
+    [event] = result.get_asset_materialization_events()
+    return int(event.materialization.metadata["dagster/row_count"].value)
+
+
 def child_dagster(source: str, target: str, rows: int) -> None:
     """Materializes the backfill asset's one partition with its defaults; prints its figures."""
     from bench.materialize import timed_materialize
 
     asset, resources = one_partition_asset(source, target, rows)
-    seconds, _ = timed_materialize([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"seconds": seconds, "rss_mb": own_peak_mb()}))
+    seconds, result = timed_materialize([asset], resources, partition_key=f"0..{rows}")
+    print(json.dumps({"seconds": seconds, "rows": row_count(result), "rss_mb": own_peak_mb()}))
 
 
 def child_cold(source: str, target: str, rows: int) -> None:
@@ -219,8 +225,8 @@ def child_cold(source: str, target: str, rows: int) -> None:
     from bench.materialize import materialize_definitions
 
     asset, resources = one_partition_asset(source, target, rows)
-    materialize_definitions([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"rows": rows, "rss_mb": own_peak_mb()}))
+    result = materialize_definitions([asset], resources, partition_key=f"0..{rows}")
+    print(json.dumps({"rows": row_count(result), "rss_mb": own_peak_mb()}))
 
 
 def raw_pipe(source: str, target: str) -> float:

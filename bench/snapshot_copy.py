@@ -13,7 +13,12 @@ source database and an indexed copy of its shape in a fresh target database, the
   process has loaded Dagster, as a run worker has);
 - what a run worker pays (``cold:`` rows): a fresh ``python`` process that imports Dagster and
   the package, builds the ``Definitions`` of that asset and its resources and executes their
-  asset job, timed from the process's start to its exit (``bench/materialize.py``).
+  asset job, timed from the process's start to its exit (``bench/materialize.py``);
+- the same table backfilled instead (``dagster:backfill``, ``cold:backfill``): one
+  ``0..rows`` partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and
+  its check, into an empty target with no ledger (``bench/backfill.py``'s asset). Beside the
+  rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and round
+  (``backfill partition / snapshot copy``: the issue's target is 0.9).
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
@@ -28,6 +33,11 @@ Run from the repository root::
     .venv/bin/python bench/snapshot_copy.py                 # 1M rows, every strategy
     .venv/bin/python bench/snapshot_copy.py --rows 3000000  # memory must stay flat
     .venv/bin/python bench/snapshot_copy.py --strategies batched_copy cold:batched_copy
+    .venv/bin/python bench/snapshot_copy.py --strategies dagster:batched_copy dagster:backfill \
+        cold:batched_copy cold:backfill                     # a partition against the copy
+
+Beside each row it prints the machine's one-minute load average over the row's runs (read
+before each run): the figures of a machine other work shares are not a quiet machine's.
 """
 
 from __future__ import annotations
@@ -72,8 +82,12 @@ TARGETS = {
     "dagster:partitioned_copy": 0.85,
     "cold:batched_copy": 1.0,
     "cold:partitioned_copy": 1.0,
+    "dagster:backfill": 0.85,
+    "cold:backfill": 0.85,
 }
-CHOICES = (*STRATEGIES, "cold:partitioned_copy")
+CHOICES = (*STRATEGIES, "cold:partitioned_copy", "dagster:backfill", "cold:backfill")
+BACKFILL_OF_COPY = 0.9
+"""The issue's target: a backfill partition's ratio to the pipe over the snapshot copy's."""
 
 
 def child_dagster(strategy: str, source: str, target: str) -> None:
@@ -113,9 +127,14 @@ def child_cold(strategy: str, source: str, target: str) -> None:
                       "rss_mb": peak_rss_mb()}))  # fmt: skip
 
 
-def child(strategy: str, source: str, target: str, workers: int) -> None:
+def child(strategy: str, source: str, target: str, workers: int, rows: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
     kind, _, name = strategy.rpartition(":")
+    if name == "backfill":
+        from bench import backfill
+
+        (backfill.child_dagster if kind == "dagster" else backfill.child_cold)(source, target, rows)
+        return
     if kind == "dagster":
         child_dagster(name, source, target)
         return
@@ -147,13 +166,19 @@ def raw_pipe(source: str, target: str) -> float:
     return pipe.psql_pipe(source, target, "public.mixed")
 
 
-def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, Any]:
+def run_strategy(
+    strategy: str, source: str, target: str, workers: int, rows: int
+) -> dict[str, Any]:
     """One run of ``strategy`` in its own process: its seconds, rows and peak RSS (a ``cold:``
-    run's seconds are the whole process's, from its start to its exit)."""
+    run's seconds are the whole process's, from its start to its exit). A backfill starts from
+    an empty target without a ledger; a snapshot copy replaces the pipe's rows."""
+    if strategy.endswith(":backfill"):
+        pg.execute(target, "DROP SCHEMA IF EXISTS dpone_ledger CASCADE")
+        pg.execute(target, "TRUNCATE public.mixed")
     settle_server(target)
     argv = [
         sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,
-        "--workers", str(workers),
+        "--workers", str(workers), "--rows", str(rows),
     ]  # fmt: skip
     if strategy.startswith("cold:"):
         seconds, figures, rss = pipe.cold_process(argv)
@@ -176,11 +201,48 @@ def row_name(strategy: str, runs: list[dict[str, Any]], workers: int) -> str:
     kind, _, name = strategy.rpartition(":")
     if name == "partitioned_copy" and not kind:
         return f"{strategy} ({workers} workers)"
+    if name == "backfill":
+        partition = "one backfill_asset partition + check"
+        return f"dagster: {partition}" if kind == "dagster" else f"cold process: {partition}"
     if kind == "dagster":
         return f"{strategy} + check ({runs[0]['proof']})"
     if kind == "cold":
         return f"cold process: materialize {name} + check ({runs[0]['proof']})"
     return strategy
+
+
+def load_cell(runs: list[dict[str, Any]]) -> str:
+    """The one-minute load average read before the row's runs: its lowest and highest."""
+    loads = [r["load"] for r in runs]
+    return f"{min(loads):.2f}-{max(loads):.2f}"
+
+
+def backfill_of_copy(
+    runs: dict[str, list[dict[str, Any]]], limit: float
+) -> list[dict[str, object]]:
+    """Per kind (``dagster``, ``cold``) run with both: each round's backfill ratio over the
+    snapshot copy's ratio of the same round (best, median), as result rows."""
+    found: list[dict[str, object]] = []
+    for kind in ("dagster", "cold"):
+        copies, partitions = runs.get(f"{kind}:batched_copy"), runs.get(f"{kind}:backfill")
+        if not copies or not partitions:
+            continue
+        shares = [b["ratio"] / c["ratio"] for c, b in zip(copies, partitions, strict=True)]
+        times = [c["seconds"] / b["seconds"] for c, b in zip(copies, partitions, strict=True)]
+        pipes = [p for r in (*copies, *partitions) for p in r["pipes"]]
+        name = f"{kind}: backfill partition / snapshot copy (same round)"
+        best = pipe.ratio_cell(max(shares), pipes, limit)
+        median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
+        print(f"{name:<56} ratios best {best}, median {median} (target {BACKFILL_OF_COPY}); "
+              f"seconds, copy over partition: {', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
+        pipe_s, pipe_spread = pipe.pipe_cells(pipes)
+        found.append({
+            "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
+            "ratio_median": median, "pipe_seconds": pipe_s, "pipe_spread": pipe_spread,
+            "target": BACKFILL_OF_COPY, "peak_rss_mb": "",
+            "load": load_cell([*copies, *partitions]),
+        })  # fmt: skip
+    return found
 
 
 def report(
@@ -200,7 +262,7 @@ def report(
     print(
         f"{name:<56} {min(seconds):7.2f} {statistics.median(seconds):9.2f} "
         f"{rows / min(seconds):>14,.0f} {best:>11} {median:>13} {pipe_s:>7} {pipe_spread:>7} "
-        f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f}"
+        f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f} {load_cell(runs):>10}"
     )
     row = {
         "strategy": name,
@@ -212,6 +274,7 @@ def report(
         "pipe_spread": pipe_spread,
         "target": TARGETS[strategy],
         "peak_rss_mb": round(max(r["rss_mb"] for r in runs)),
+        "load": load_cell(runs),
     }
     return row, pipe.refusal(name, pipes, limit)
 
@@ -232,7 +295,7 @@ def main() -> None:
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.source, args.target, args.workers)
+        child(args.child, args.source, args.target, args.workers, args.rows)
         return
 
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_tgt")
@@ -256,7 +319,9 @@ def main() -> None:
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
         for round_ in range(args.repeat):
             for strategy in args.strategies:
-                figures = run_strategy(strategy, source, target, args.workers)
+                load = os.getloadavg()[0]
+                figures = run_strategy(strategy, source, target, args.workers, args.rows)
+                figures["load"] = load
                 if round_ == args.repeat - 1 and not same_rows(source, target):
                     raise RuntimeError(f"the target differs from the source after {strategy}")
                 raws.append(raw_pipe(source, target))
@@ -271,11 +336,11 @@ def main() -> None:
         print(
             f"{'strategy':<56} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
             f"{'ratio best':>11} {'ratio median':>13} {'pipe s':>7} {'spread':>7} {'target':>7} "
-            f"{'peak RSS MB':>12}"
+            f"{'peak RSS MB':>12} {'load':>10}"
         )
         reported = [report(s, runs[s], args.rows, args.workers, args.max_spread)
                     for s in args.strategies]  # fmt: skip
-        table = [row for row, _ in reported]
+        table = [row for row, _ in reported] + backfill_of_copy(runs, args.max_spread)
         print("target equals source after each strategy's last run (count and md5 of every row)")
         print("pipe s, spread: the raw pipe's median seconds and spread around the row's runs")
         for _, why in reported:
