@@ -205,9 +205,10 @@ def test_a_target_row_the_source_does_not_hold_in_a_batch_range_is_refused_at_it
     with pytest.raises(EngineError) as err:
         b.run()
     assert err.value.code == "backfill_record_changed"
-    assert "read inside the snapshot 999" in str(err.value) and "target count 1000" in str(
-        err.value
+    counts = (
+        "read inside the snapshot 1000, COPY TO tag 1000, COPY FROM tag 1000, target count 1001"
     )
+    assert counts in str(err.value)
     run = b.load()
     assert run is not None and run.progress.batch_count == 1
     assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1001
