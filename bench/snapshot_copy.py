@@ -18,7 +18,12 @@ source database and an indexed copy of its shape in a fresh target database, the
   ``0..rows`` partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and
   its check, into an empty target with no ledger (``bench/backfill.py``'s asset). Beside the
   rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and round
-  (``backfill partition / snapshot copy``: the issue's target is 0.9).
+  (``backfill partition / snapshot copy``: the issue's target is 0.9), and its floor: once a
+  round, the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the snapshot
+  copy's way to load) beside the raw pipe into the keyed table (the way a backfill batch must
+  load, into the table users query, whose key finds the rows a batch already holds). The second
+  over the first is the most a partition's ratio over the copy's can reach on this machine
+  whatever the engine spends beside the load.
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
@@ -56,6 +61,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import pipe, result_file  # noqa: E402
+from bench.partition_vs_copy import (  # noqa: E402
+    backfill_of_copy,
+    frozen_pipe,
+    load_cell,
+    load_floor,
+)
 from dpone_dagster.postgres import (  # noqa: E402
     CopyOptions,
     Strategy,
@@ -86,8 +97,6 @@ TARGETS = {
     "cold:backfill": 0.85,
 }
 CHOICES = (*STRATEGIES, "cold:partitioned_copy", "dagster:backfill", "cold:backfill")
-BACKFILL_OF_COPY = 0.9
-"""The issue's target: a backfill partition's ratio to the pipe over the snapshot copy's."""
 
 
 def child_dagster(strategy: str, source: str, target: str) -> None:
@@ -211,40 +220,6 @@ def row_name(strategy: str, runs: list[dict[str, Any]], workers: int) -> str:
     return strategy
 
 
-def load_cell(runs: list[dict[str, Any]]) -> str:
-    """The one-minute load average read before the row's runs: its lowest and highest."""
-    loads = [r["load"] for r in runs]
-    return f"{min(loads):.2f}-{max(loads):.2f}"
-
-
-def backfill_of_copy(
-    runs: dict[str, list[dict[str, Any]]], limit: float
-) -> list[dict[str, object]]:
-    """Per kind (``dagster``, ``cold``) run with both: each round's backfill ratio over the
-    snapshot copy's ratio of the same round (best, median), as result rows."""
-    found: list[dict[str, object]] = []
-    for kind in ("dagster", "cold"):
-        copies, partitions = runs.get(f"{kind}:batched_copy"), runs.get(f"{kind}:backfill")
-        if not copies or not partitions:
-            continue
-        shares = [b["ratio"] / c["ratio"] for c, b in zip(copies, partitions, strict=True)]
-        times = [c["seconds"] / b["seconds"] for c, b in zip(copies, partitions, strict=True)]
-        pipes = [p for r in (*copies, *partitions) for p in r["pipes"]]
-        name = f"{kind}: backfill partition / snapshot copy (same round)"
-        best = pipe.ratio_cell(max(shares), pipes, limit)
-        median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
-        print(f"{name:<56} ratios best {best}, median {median} (target {BACKFILL_OF_COPY}); "
-              f"seconds, copy over partition: {', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
-        pipe_s, pipe_spread = pipe.pipe_cells(pipes)
-        found.append({
-            "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
-            "ratio_median": median, "pipe_seconds": pipe_s, "pipe_spread": pipe_spread,
-            "target": BACKFILL_OF_COPY, "peak_rss_mb": "",
-            "load": load_cell([*copies, *partitions]),
-        })  # fmt: skip
-    return found
-
-
 def report(
     strategy: str, runs: list[dict[str, Any]], rows: int, workers: int, limit: float
 ) -> tuple[dict[str, object], str | None]:
@@ -277,6 +252,33 @@ def report(
         "load": load_cell(runs),
     }
     return row, pipe.refusal(name, pipes, limit)
+
+
+def measure_rounds(
+    args: argparse.Namespace, source: str, target: str
+) -> tuple[list[float], dict[str, list[dict[str, Any]]], list[tuple[float, float]]]:
+    """The rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every
+    run is compared with the raw pipe measured right before and right after it (the machine's
+    speed drifts; a baseline taken minutes earlier would blur the ratio). With a backfill in
+    the run, each round ends with the frozen pipe beside the keyed one before it (the floor).
+    Returns the raw pipe's seconds, each strategy's runs and the floor's (keyed, frozen) pairs."""
+    raws: list[float] = [raw_pipe(source, target)]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
+    floors: list[tuple[float, float]] = []
+    for round_ in range(args.repeat):
+        for strategy in args.strategies:
+            load = os.getloadavg()[0]
+            figures = run_strategy(strategy, source, target, args.workers, args.rows)
+            figures["load"] = load
+            if round_ == args.repeat - 1 and not same_rows(source, target):
+                raise RuntimeError(f"the target differs from the source after {strategy}")
+            raws.append(raw_pipe(source, target))
+            figures["pipes"] = raws[-2:]
+            figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
+            runs[strategy].append(figures)
+        if any(s.endswith(":backfill") for s in args.strategies):
+            floors.append((raws[-1], frozen_pipe(source, target)))
+    return raws, runs, floors
 
 
 def main() -> None:
@@ -312,22 +314,7 @@ def main() -> None:
             f"(built in {time.perf_counter() - started:.0f} s); {os.cpu_count()} cores; "
             f"best and median of {args.repeat} runs"
         )
-        # Rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every run
-        # is compared with the raw pipe measured right before and right after it (the machine's
-        # speed drifts; a baseline taken minutes earlier would blur the ratio).
-        raws: list[float] = [raw_pipe(source, target)]
-        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
-        for round_ in range(args.repeat):
-            for strategy in args.strategies:
-                load = os.getloadavg()[0]
-                figures = run_strategy(strategy, source, target, args.workers, args.rows)
-                figures["load"] = load
-                if round_ == args.repeat - 1 and not same_rows(source, target):
-                    raise RuntimeError(f"the target differs from the source after {strategy}")
-                raws.append(raw_pipe(source, target))
-                figures["pipes"] = raws[-2:]
-                figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
-                runs[strategy].append(figures)
+        raws, runs, floors = measure_rounds(args, source, target)
         print(
             f"{'raw binary psql pipe':<56} best {min(raws):6.2f} s  median "
             f"{statistics.median(raws):6.2f} s {args.rows / min(raws):>12,.0f} rows/s, spread "
@@ -341,6 +328,7 @@ def main() -> None:
         reported = [report(s, runs[s], args.rows, args.workers, args.max_spread)
                     for s in args.strategies]  # fmt: skip
         table = [row for row, _ in reported] + backfill_of_copy(runs, args.max_spread)
+        table += load_floor(floors, args.max_spread)
         print("target equals source after each strategy's last run (count and md5 of every row)")
         print("pipe s, spread: the raw pipe's median seconds and spread around the row's runs")
         for _, why in reported:
