@@ -265,8 +265,17 @@ def seed_row_by_row(source: str, target: str, rows: int, batch: int = 1000) -> f
     return time.perf_counter() - started
 
 
+LEDGER_TABLES = "dpone_ledger.backfill_runs, dpone_ledger.backfill_batch_receipts, " + (
+    "dpone_ledger.backfill_range_checks"
+)
+
+
 def fresh_target(dsn: str) -> None:
-    pg.execute(dsn, "DROP SCHEMA IF EXISTS dpone_ledger CASCADE")
+    """An empty target table and a ledger that holds no run: its tables exist, as every
+    partition but a target database's first finds them (the first creates them, once)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        RunLedger().ensure(conn)
+    pg.execute(dsn, f"TRUNCATE {LEDGER_TABLES}")
     pg.execute(dsn, "DROP TABLE IF EXISTS public.mixed")
     pg.create_mixed_table(dsn, rows=0)
     pg.execute(dsn, "CHECKPOINT")

@@ -32,7 +32,8 @@ after a warm-up materialization (Dagster's own start is left out, as a run worke
 
 Each job's row: seconds, seconds per million rows and its multiple of the smallest size's,
 peak RSS and its multiple, the WAL the target's server wrote meanwhile and the target table's
-size after it (what the disk really took, beside the estimate printed first).
+size after it (what the disk really took, beside the estimate printed first). Last, the hours a
+billion rows would take each job on this machine at the rate of the largest size.
 """
 
 from __future__ import annotations
@@ -280,10 +281,14 @@ def main() -> None:
     print("\nper million rows, each job beside its smallest size:")
     first = {r["job"]: r for r in found if r["rows"] == sizes[0]}
     table = [print_row(r, first[r["job"]]) for r in found]
+    billion = {r["job"]: round(per_million(r) * 1000 / 3600, 1) for r in found
+               if r["rows"] == sizes[-1]}  # fmt: skip
+    print(f"1,000,000,000 rows at the rate of {sizes[-1]:,}, hours: {billion}")
     if args.json:
         result_file.write(
             args.json, "scale", began, table, sizes=sizes, partition_rows=args.partition_rows,
             source_postgresql=setting(source_admin, "server_version"), disk_needed=disk,
+            one_billion_rows_hours=billion,
         )  # fmt: skip
 
 

@@ -14,16 +14,17 @@ source database and an indexed copy of its shape in a fresh target database, the
 - what a run worker pays (``cold:`` rows): a fresh ``python`` process that imports Dagster and
   the package, builds the ``Definitions`` of that asset and its resources and executes their
   asset job, timed from the process's start to its exit (``bench/materialize.py``);
-- the same table backfilled instead (``dagster:backfill``, ``cold:backfill``): one
-  ``0..rows`` partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and
-  its check, into an empty target with no ledger (``bench/backfill.py``'s asset). Beside the
-  rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and round
-  (``backfill partition / snapshot copy``: the issue's target is 0.9), and its floor: once a
-  round, the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the snapshot
-  copy's way to load) beside the raw pipe into the keyed table (the way a backfill batch must
-  load, into the table users query, whose key finds the rows a batch already holds). The second
-  over the first is the most a partition's ratio over the copy's can reach on this machine
-  whatever the engine spends beside the load.
+- the same table backfilled instead (``dagster:backfill``, ``cold:backfill``): one ``0..rows``
+  partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and its check,
+  into an empty target whose ledger holds no run (``bench/backfill.py``'s asset and target: the
+  ledger's tables exist, as every partition but a target database's first finds them). Beside
+  the rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and
+  round (``backfill partition / snapshot copy``: the issue's target is 0.9), and its floor: once
+  a round, the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the
+  snapshot copy's way to load) beside the raw pipe into the keyed table (the way a backfill
+  batch must load, into the table users query, whose key finds the rows a batch already holds).
+  The second over the first is the most a partition's ratio over the copy's can reach on this
+  machine whatever the engine spends beside the load.
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
@@ -60,7 +61,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import pipe, result_file  # noqa: E402
+from bench import backfill, pipe, result_file  # noqa: E402
 from bench.partition_vs_copy import (  # noqa: E402
     backfill_of_copy,
     frozen_pipe,
@@ -140,8 +141,6 @@ def child(strategy: str, source: str, target: str, workers: int, rows: int) -> N
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
     kind, _, name = strategy.rpartition(":")
     if name == "backfill":
-        from bench import backfill
-
         (backfill.child_dagster if kind == "dagster" else backfill.child_cold)(source, target, rows)
         return
     if kind == "dagster":
@@ -182,8 +181,7 @@ def run_strategy(
     run's seconds are the whole process's, from its start to its exit). A backfill starts from
     an empty target without a ledger; a snapshot copy replaces the pipe's rows."""
     if strategy.endswith(":backfill"):
-        pg.execute(target, "DROP SCHEMA IF EXISTS dpone_ledger CASCADE")
-        pg.execute(target, "TRUNCATE public.mixed")
+        backfill.fresh_target(target)
     settle_server(target)
     argv = [
         sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,

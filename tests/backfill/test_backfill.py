@@ -53,7 +53,8 @@ WHERE t.relname = 'mixed'
 def test_a_batch_into_an_empty_range_takes_its_target_count_from_its_copy_and_reads_no_row(
     pair: Pair,
 ) -> None:
-    # The server's own statistics of the target table: rows inserted, and rows its scans read.
+    """A batch into an empty range of a table without triggers counts its rows by its COPY's
+    command tag and reads none of them back (the server's own statistics of the target)."""
     with Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000) as b:
         result = b.run(reconcile=False)
     receipts = [r.observation for r in Backfill(

@@ -43,6 +43,7 @@ def expected_size(dsn: str, table: str) -> int:
 def test_the_plan_sizes_batches_from_the_table_width_about_the_same_bytes_each(
     source_dsn: str, target_dsn: str
 ) -> None:
+    """The plan sizes batches at about 64 MiB of the table: a narrow table's hold more rows."""
     pair = make_pair(source_dsn, target_dsn, 20_000)
     for dsn, rows in ((pair.source, 20_000), (pair.target, 0)):
         pg.execute(dsn, NARROW)
@@ -60,6 +61,7 @@ def test_the_plan_sizes_batches_from_the_table_width_about_the_same_bytes_each(
 
 
 def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair: Pair) -> None:
+    """The size is the run's: a second orchestrator's batch is a replay after the width changed."""
     pg.execute(pair.source, "ANALYZE mixed")
     first = Backfill(pair.source, pair.target, "public.mixed", cursor="id")
     planned = first.plan()
@@ -86,6 +88,7 @@ def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair
 def test_a_table_the_server_has_no_row_estimate_for_gets_the_default_and_a_given_size_wins(
     source_dsn: str, target_dsn: str
 ) -> None:
+    """A table never analyzed gets the default batch size; a size given explicitly wins."""
     for dsn in (source_dsn, target_dsn):
         pg.execute(dsn, NARROW + " WITH (autovacuum_enabled = false)")
     pg.execute(source_dsn, FILL_NARROW, (3000,))

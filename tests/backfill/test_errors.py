@@ -197,8 +197,10 @@ def test_reconciliation_repairs_a_missing_row_and_reports_a_changed_one(pair: Pa
 def test_a_target_row_the_source_does_not_hold_in_a_batch_range_is_refused_at_its_batch(
     pair: Pair,
 ) -> None:
-    # The row's key is not the source's, so the batch's COPY meets no unique violation: only
-    # the target's count of the range (taken because the range was not empty) sees the row.
+    """A target row the source does not hold, in a batch's range, is refused at the batch.
+
+    The row's key is not the source's, so the batch's COPY meets no unique violation: only the
+    target's count of the range (taken because the range was not empty) sees the row."""
     pg.execute(pair.source, "DELETE FROM mixed WHERE id = 1500")
     pg.execute(pair.target, "INSERT INTO mixed (id, qty, label) VALUES (1500, 7, 'not the source')")
     b = backfill(pair)
