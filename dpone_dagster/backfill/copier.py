@@ -117,29 +117,32 @@ _NOTHING_MOVED = _Moved(RelayResult(0, 0, 0, EMPTY_HASH), 0, 0, ApplyPath.NONE)
 _NOTHING_COUNTED = _Counted(0, None)
 
 
+_COUNT = "SELECT count(*) FROM {t} WHERE {w}"
+_EMPTY = "SELECT NOT EXISTS (SELECT FROM {t} WHERE {w})"
+"""Whether the range holds no row: an index probe, not a count."""
+
+
+def _over_range(
+    conn: Connection,
+    shape: TableShape,
+    table: TableName,
+    after: str | None,
+    upper: str | None,
+    query: str,
+) -> object:
+    """The one value ``query`` (``_COUNT`` or ``_EMPTY``) answers over ``table``'s rows in
+    ``(after, upper]``."""
+    where, params = shape.where(after, upper)
+    row = conn.execute(sql.SQL(query).format(t=table.ident, w=where), params).fetchone()
+    assert row is not None
+    return row[0]
+
+
 def _count_range(
     conn: Connection, shape: TableShape, table: TableName, after: str | None, upper: str | None
 ) -> int:
     """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
-    where, params = shape.where(after, upper)
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, where), params
-    ).fetchone()
-    assert row is not None
-    assert isinstance(row[0], int)
-    return row[0]
-
-
-def _range_is_empty(
-    conn: Connection, shape: TableShape, table: TableName, after: str | None, upper: str | None
-) -> bool:
-    """Whether ``table`` holds no row in ``(after, upper]`` (an index probe, not a count)."""
-    where, params = shape.where(after, upper)
-    row = conn.execute(
-        sql.SQL("SELECT NOT EXISTS (SELECT FROM {} WHERE {})").format(table.ident, where), params
-    ).fetchone()
-    assert row is not None
-    return bool(row[0])
+    return int(str(_over_range(conn, shape, table, after, upper, _COUNT)))
 
 
 def _bounds(src: Connection, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
@@ -228,7 +231,7 @@ def _move(
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
             check_columns_unchanged(src, shape)
             tgt = sessions.target
-            was_empty = _range_is_empty(tgt, shape, shape.target, after, bounds.upper)
+            was_empty = _over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper, overwrite)
             counted = _count_target(tgt, shape, after, bounds, moved, window.xmin, was_empty)
