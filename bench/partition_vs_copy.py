@@ -69,8 +69,8 @@ def load_floor(floors: list[tuple[float, float]], limit: float) -> list[dict[str
     best = pipe.ratio_cell(max(shares), pipes, limit)
     median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
     print(f"{name:<56} ratios best {best}, median {median}: the most a load into the keyed "
-          f"table reaches of the snapshot copy's load; frozen pipe seconds "
-          f"{', '.join(f'{f:.2f}' for _, f in floors)}")  # fmt: skip
+          f"table reaches of the snapshot copy's load; each round's keyed / frozen pipe seconds "
+          f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f in floors)}")  # fmt: skip
     pipe_s, pipe_spread = pipe.pipe_cells(pipes)
     return [{
         "strategy": name, "best_seconds": round(min(f for _, f in floors), 2),
@@ -97,7 +97,8 @@ def backfill_of_copy(
         best = pipe.ratio_cell(max(shares), pipes, limit)
         median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
         print(f"{name:<56} ratios best {best}, median {median} (target {BACKFILL_OF_COPY}); "
-              f"seconds, copy over partition: {', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
+              f"each round's: {', '.join(f'{r:.2f}' for r in shares)}; its seconds, copy over "
+              f"partition: {', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
         pipe_s, pipe_spread = pipe.pipe_cells(pipes)
         found.append({
             "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
