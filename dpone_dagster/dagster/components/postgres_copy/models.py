@@ -154,7 +154,7 @@ class IncrementalStreamModel(InlineAttributes):
         deletes: ``ignore`` (default), ``hard``, ``soft`` or ``sweep`` (found by the rolling
             sweep, at most one full sweep late).
         soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
-        batch_size: Rows per committed batch (by default chosen from the table's width).
+        batch_size: Rows per committed batch.
         target: The target table (the source's name by default).
         lookback_seconds: Seconds below the mark every run reads again (a cursor set from a
             client clock that may run behind the server's).
