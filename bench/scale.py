@@ -105,14 +105,15 @@ def needs(source: str, target: str, rows: int) -> list[Need]:
     ]  # fmt: skip
 
 
-def check_disk(found: list[Need]) -> list[dict[str, Any]]:
-    """Prints the needs; refuses when a file system has less free space than its servers need.
+def check_disk(found: list[Need]) -> list[str]:
+    """Prints the needs and returns them as lines; refuses when a file system has less free
+    space than its servers need.
 
     Raises:
         SystemExit: a data directory is not visible here, or the space is short.
     """
     by_device: dict[int, tuple[str, int]] = {}
-    rows = []
+    rows: list[str] = []
     for need in found:
         if not Path(need.directory).is_dir():
             raise SystemExit(
@@ -125,7 +126,7 @@ def check_disk(found: list[Need]) -> list[dict[str, Any]]:
         by_device[device] = (path, total + need.total)
         for part, size in need.parts.items():
             print(f"  {need.server:<7} {part:<70} {size / 1e9:8.1f} GB")
-            rows.append({"server": need.server, "what": part, "gb": round(size / 1e9, 1)})
+            rows.append(f"{need.server}: {part} {size / 1e9:.1f} GB")
     for path, total in by_device.values():
         free = shutil.disk_usage(path).free
         print(f"  file system of {path}: needs {total / 1e9:.1f} GB, {free / 1e9:.1f} GB free")
@@ -281,14 +282,15 @@ def main() -> None:
     print("\nper million rows, each job beside its smallest size:")
     first = {r["job"]: r for r in found if r["rows"] == sizes[0]}
     table = [print_row(r, first[r["job"]]) for r in found]
-    billion = {r["job"]: round(per_million(r) * 1000 / 3600, 1) for r in found
-               if r["rows"] == sizes[-1]}  # fmt: skip
-    print(f"1,000,000,000 rows at the rate of {sizes[-1]:,}, hours: {billion}")
+    billion = ", ".join(f"{r['job']} {per_million(r) * 1000 / 3600:.1f} h" for r in found
+                        if r["rows"] == sizes[-1])  # fmt: skip
+    print(f"1,000,000,000 rows at the rate of {sizes[-1]:,}: {billion}")
     if args.json:
         result_file.write(
-            args.json, "scale", began, table, sizes=sizes, partition_rows=args.partition_rows,
-            source_postgresql=setting(source_admin, "server_version"), disk_needed=disk,
-            one_billion_rows_hours=billion,
+            args.json, "scale", began, table, sizes=", ".join(f"{n:,}" for n in sizes),
+            partition_rows=f"{args.partition_rows:,}",
+            source_postgresql=setting(source_admin, "server_version"),
+            disk_needed_by_the_largest="; ".join(disk), one_billion_rows_at_its_rate=billion,
         )  # fmt: skip
 
 
