@@ -58,26 +58,36 @@ def load_cell(runs: list[dict[str, Any]]) -> str:
     return f"{min(loads):.2f}-{max(loads):.2f}"
 
 
+def _share_row(
+    name: str, shares: list[float], pipes: list[float], limit: float, **cells: object
+) -> tuple[dict[str, object], str]:
+    """A share's result row (best and median, ``refused`` past the pipe's spread limit, the
+    pipe's seconds and spread; ``cells`` fill the rest) and its printed ratios."""
+    best = pipe.ratio_cell(max(shares), pipes, limit)
+    median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
+    pipe_s, pipe_spread = pipe.pipe_cells(pipes)
+    row: dict[str, object] = {
+        "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
+        "ratio_median": median, "pipe_seconds": pipe_s, "pipe_spread": pipe_spread,
+        "target": "", "peak_rss_mb": "", "load": "",
+    }  # fmt: skip
+    return {**row, **cells}, f"{name:<56} ratios best {best}, median {median}"
+
+
 def load_floor(floors: list[tuple[float, float]], limit: float) -> list[dict[str, object]]:
     """The floor under ``backfill partition / snapshot copy``: each round's frozen-then-keyed
     pipe over the keyed raw pipe right before it (best, median), as a result row."""
     if not floors:
         return []
-    shares = [frozen / keyed for keyed, frozen in floors]
-    pipes = [keyed for keyed, _ in floors]
-    name = "ceiling: keyed pipe, of the frozen-then-keyed pipe"
-    best = pipe.ratio_cell(max(shares), pipes, limit)
-    median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
-    print(f"{name:<56} ratios best {best}, median {median}: the most a load into the keyed "
-          f"table reaches of the snapshot copy's load; each round's keyed / frozen pipe seconds "
+    row, line = _share_row(
+        "ceiling: keyed pipe, of the frozen-then-keyed pipe",
+        [frozen / keyed for keyed, frozen in floors], [keyed for keyed, _ in floors], limit,
+        best_seconds=round(min(f for _, f in floors), 2),
+    )  # fmt: skip
+    print(f"{line}: the most a load into the keyed table reaches of the snapshot copy's load; "
+          f"each round's keyed / frozen pipe seconds "
           f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f in floors)}")  # fmt: skip
-    pipe_s, pipe_spread = pipe.pipe_cells(pipes)
-    return [{
-        "strategy": name, "best_seconds": round(min(f for _, f in floors), 2),
-        "rows_per_second": "", "ratio_best": best, "ratio_median": median,
-        "pipe_seconds": pipe_s, "pipe_spread": pipe_spread, "target": "", "peak_rss_mb": "",
-        "load": "",
-    }]  # fmt: skip
+    return [row]
 
 
 def backfill_of_copy(
@@ -92,18 +102,13 @@ def backfill_of_copy(
             continue
         shares = [b["ratio"] / c["ratio"] for c, b in zip(copies, partitions, strict=True)]
         times = [c["seconds"] / b["seconds"] for c, b in zip(copies, partitions, strict=True)]
-        pipes = [p for r in (*copies, *partitions) for p in r["pipes"]]
-        name = f"{kind}: backfill partition / snapshot copy (same round)"
-        best = pipe.ratio_cell(max(shares), pipes, limit)
-        median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
-        print(f"{name:<56} ratios best {best}, median {median} (target {BACKFILL_OF_COPY}); "
-              f"each round's: {', '.join(f'{r:.2f}' for r in shares)}; its seconds, copy over "
-              f"partition: {', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
-        pipe_s, pipe_spread = pipe.pipe_cells(pipes)
-        found.append({
-            "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
-            "ratio_median": median, "pipe_seconds": pipe_s, "pipe_spread": pipe_spread,
-            "target": BACKFILL_OF_COPY, "peak_rss_mb": "",
-            "load": load_cell([*copies, *partitions]),
-        })  # fmt: skip
+        row, line = _share_row(
+            f"{kind}: backfill partition / snapshot copy (same round)", shares,
+            [p for r in (*copies, *partitions) for p in r["pipes"]], limit,
+            target=BACKFILL_OF_COPY, load=load_cell([*copies, *partitions]),
+        )  # fmt: skip
+        print(f"{line} (target {BACKFILL_OF_COPY}); each round's: "
+              f"{', '.join(f'{r:.2f}' for r in shares)}; its seconds, copy over partition: "
+              f"{', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
+        found.append(row)
     return found
