@@ -1,6 +1,7 @@
 """Backfill benchmark: the raw binary COPY pipe against the backfill, from an empty target to done.
 
-    .venv/bin/python bench/backfill.py                   # 1,000,000 rows, 50,000-row batches
+    .venv/bin/python bench/backfill.py                   # 1,000,000 rows, batches by width
+    .venv/bin/python bench/backfill.py --batch 50000     # 50,000-row batches
     .venv/bin/python bench/backfill.py --repeat 5        # five alternating rounds: best, median
     .venv/bin/python bench/backfill.py --rows 3000000    # the flat-memory check at 3M rows
     .venv/bin/python bench/backfill.py --rows 100000 --json bench/results/backfill.json
@@ -25,7 +26,7 @@ COPY), one after the other:
 * what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
   of ``backfill_asset("public.mixed", cursor="id", partitions_def=cursor_range_partitions(0,
   rows, rows))`` for its one partition, with the factory's default options
-  (``BACKFILL_BATCH_SIZE`` rows per batch) and its default ``dpone_reconciled`` check, timed
+  (batches sized from the table's width) and its default ``dpone_reconciled`` check, timed
   around ``materialize`` after a warm-up materialization of a trivial asset (the process has
   loaded Dagster, as a run worker has);
 * what a run worker pays, in a fresh ``python`` process: it imports Dagster and the package,
@@ -142,8 +143,9 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
     """Runs the backfill in this process and prints its timings as JSON."""
     phases = BatchPhases()
     backfill = Backfill(
-        source, target, "public.mixed", cursor="id", batch_size=batch, on_phase=phases.on_phase
-    )
+        source, target, "public.mixed", cursor="id", batch_size=batch or None,
+        on_phase=phases.on_phase,
+    )  # fmt: skip
     ledger = TimedLedger(backfill.ledger.schema, [100_000, rows])
     backfill.ledger = ledger
     started = time.perf_counter()
@@ -152,7 +154,8 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
     phases.start()
     batches = sum(1 for _ in backfill.batches())
     copy_seconds = time.perf_counter() - started
-    moved = sum(r.observation.byte_count for r in backfill.receipts())
+    receipts = [r.observation for r in backfill.receipts()]
+    moved = sum(o.byte_count for o in receipts)
     started = time.perf_counter()
     report = backfill.reconcile()
     reconcile_seconds = time.perf_counter() - started
@@ -165,6 +168,7 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
         json.dumps(
             {
                 "batches": batches,
+                "batch_rows": max(o.source_count for o in receipts),
                 "copy_seconds": copy_seconds - ledger.sampling,  # without the extra samples
                 "reconcile_seconds": reconcile_seconds,
                 "reconciled": report.ok and hashed.ok,
@@ -204,13 +208,19 @@ def one_partition_asset(source: str, target: str, rows: int) -> tuple[Any, dict[
     return asset, resources
 
 
+def row_count(result: Any) -> int:
+    """The ``dagster/row_count`` of the run's one materialization."""
+    [event] = result.get_asset_materialization_events()
+    return int(event.materialization.metadata["dagster/row_count"].value)
+
+
 def child_dagster(source: str, target: str, rows: int) -> None:
     """Materializes the backfill asset's one partition with its defaults; prints its figures."""
     from bench.materialize import timed_materialize
 
     asset, resources = one_partition_asset(source, target, rows)
-    seconds, _ = timed_materialize([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"seconds": seconds, "rss_mb": own_peak_mb()}))
+    seconds, result = timed_materialize([asset], resources, partition_key=f"0..{rows}")
+    print(json.dumps({"seconds": seconds, "rows": row_count(result), "rss_mb": own_peak_mb()}))
 
 
 def child_cold(source: str, target: str, rows: int) -> None:
@@ -219,8 +229,8 @@ def child_cold(source: str, target: str, rows: int) -> None:
     from bench.materialize import materialize_definitions
 
     asset, resources = one_partition_asset(source, target, rows)
-    materialize_definitions([asset], resources, partition_key=f"0..{rows}")
-    print(json.dumps({"rows": rows, "rss_mb": own_peak_mb()}))
+    result = materialize_definitions([asset], resources, partition_key=f"0..{rows}")
+    print(json.dumps({"rows": row_count(result), "rss_mb": own_peak_mb()}))
 
 
 def raw_pipe(source: str, target: str) -> float:
@@ -259,8 +269,17 @@ def seed_row_by_row(source: str, target: str, rows: int, batch: int = 1000) -> f
     return time.perf_counter() - started
 
 
+LEDGER_TABLES = "dpone_ledger.backfill_runs, dpone_ledger.backfill_batch_receipts, " + (
+    "dpone_ledger.backfill_range_checks"
+)
+
+
 def fresh_target(dsn: str) -> None:
-    pg.execute(dsn, "DROP SCHEMA IF EXISTS dpone_ledger CASCADE")
+    """An empty target table and a ledger that holds no run: its tables exist, as every
+    partition but a target database's first finds them (the first creates them, once)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        RunLedger().ensure(conn)
+    pg.execute(dsn, f"TRUNCATE {LEDGER_TABLES}")
     pg.execute(dsn, "DROP TABLE IF EXISTS public.mixed")
     pg.create_mixed_table(dsn, rows=0)
     pg.execute(dsn, "CHECKPOINT")
@@ -315,7 +334,10 @@ def measure_round(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--batch", type=int, default=50_000)
+    parser.add_argument(
+        "--batch", type=int, default=0,
+        help="rows per batch of the engine's run (0: chosen from the table's width, the default)",
+    )  # fmt: skip
     parser.add_argument("--seed-rows", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1, help="alternating rounds")
     parser.add_argument(
@@ -356,7 +378,9 @@ def main() -> None:
         pg.drop_database(source)
         pg.drop_database(target)
     summary = Summary(rounds, rows, args.max_spread)
-    print(f"\nrows {rows:,}, batch {args.batch:,}, {args.repeat} round(s); ratios are of the raw")
+    batch = rounds[0]["stats"]["batch_rows"]
+    print(f"\nrows {rows:,}, batch {batch:,} ({'given' if args.batch else 'from the width'}), "
+          f"{args.repeat} round(s); ratios are of the raw")  # fmt: skip
     print("pipe's time right before and after each path (best = highest ratio); beside each: the")
     print(f"pipe's median seconds and spread over those runs (its {len(pipes)} runs spread "
           f"{pipe.spread(pipes):.0%}):")  # fmt: skip
@@ -369,7 +393,7 @@ def main() -> None:
     if args.json:
         result_file.write(
             args.json, "backfill", began, summary.table(seed_rows / seed), table_rows=rows,
-            batch=args.batch, repeat=args.repeat, raw_pipe_spread=f"{pipe.spread(pipes):.0%}",
+            batch=batch, repeat=args.repeat, raw_pipe_spread=f"{pipe.spread(pipes):.0%}",
             max_spread=f"{args.max_spread:.0%}", batch_phases_ms=phase_ms(rounds),
         )  # fmt: skip
 

@@ -8,7 +8,6 @@ import statistics
 from typing import Any
 
 from bench import pipe
-from dpone_dagster.postgres import BACKFILL_BATCH_SIZE
 
 
 def print_round(n: int, r: dict[str, Any], rows: int) -> None:
@@ -99,8 +98,7 @@ class Summary:
             {"measure": "the same, every range hashed", **self.seconds("hash_all")},
             {"measure": "to done (batches + reconciliation)",
              **self.ratio("done_ratio", "backfill", "0.70")},
-            {"measure": f"dagster.materialize of the asset + check (warm; "
-                        f"{BACKFILL_BATCH_SIZE:,}-row batches)",
+            {"measure": "dagster.materialize of the asset + check (warm; batches by width)",
              **self.ratio("dagster_ratio", "dagster", "0.75")},
             {"measure": "cold process: Definitions + materialize + check",
              **self.ratio("cold_ratio", "cold", "0.85")},

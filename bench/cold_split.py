@@ -10,8 +10,8 @@ process and splits its time. Two runs, each in a child process of its own:
   ["public.mixed"])`` with its defaults and its ``dpone_reconciled`` check, into a target that
   holds the raw pipe's rows (as in ``bench/snapshot_copy.py``: the swap drops a full table);
 - ``backfill``: one ``0..rows`` partition of ``backfill_asset("public.mixed", cursor="id")``
-  with its defaults and its check, into an empty target with the same primary key and no ledger
-  (as in ``bench/backfill.py``).
+  with its defaults and its check, into an empty target with the same primary key, whose
+  ledger holds no run (as in ``bench/backfill.py``).
 
 How each phase is timed:
 

@@ -13,7 +13,18 @@ source database and an indexed copy of its shape in a fresh target database, the
   process has loaded Dagster, as a run worker has);
 - what a run worker pays (``cold:`` rows): a fresh ``python`` process that imports Dagster and
   the package, builds the ``Definitions`` of that asset and its resources and executes their
-  asset job, timed from the process's start to its exit (``bench/materialize.py``).
+  asset job, timed from the process's start to its exit (``bench/materialize.py``);
+- the same table backfilled instead (``dagster:backfill``, ``cold:backfill``): one ``0..rows``
+  partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and its check,
+  into an empty target whose ledger holds no run (``bench/backfill.py``'s asset and target: the
+  ledger's tables exist, as every partition but a target database's first finds them). Beside
+  the rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and
+  round (``backfill partition / snapshot copy``: the issue's target is 0.9), and its floor: once
+  a round, the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the
+  snapshot copy's way to load) beside the raw pipe into the keyed table (the way a backfill
+  batch must load, into the table users query, whose key finds the rows a batch already holds).
+  The second over the first is the most a partition's ratio over the copy's can reach on this
+  machine whatever the engine spends beside the load.
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
@@ -28,6 +39,11 @@ Run from the repository root::
     .venv/bin/python bench/snapshot_copy.py                 # 1M rows, every strategy
     .venv/bin/python bench/snapshot_copy.py --rows 3000000  # memory must stay flat
     .venv/bin/python bench/snapshot_copy.py --strategies batched_copy cold:batched_copy
+    .venv/bin/python bench/snapshot_copy.py --strategies dagster:batched_copy dagster:backfill \
+        cold:batched_copy cold:backfill                     # a partition against the copy
+
+Beside each row it prints the machine's one-minute load average over the row's runs (read
+before each run): the figures of a machine other work shares are not a quiet machine's.
 """
 
 from __future__ import annotations
@@ -45,7 +61,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import pipe, result_file  # noqa: E402
+from bench import backfill, pipe, result_file  # noqa: E402
+from bench.partition_vs_copy import (  # noqa: E402
+    backfill_of_copy,
+    frozen_pipe,
+    load_cell,
+    load_floor,
+)
 from dpone_dagster.postgres import (  # noqa: E402
     CopyOptions,
     Strategy,
@@ -72,8 +94,10 @@ TARGETS = {
     "dagster:partitioned_copy": 0.85,
     "cold:batched_copy": 1.0,
     "cold:partitioned_copy": 1.0,
+    "dagster:backfill": 0.85,
+    "cold:backfill": 0.85,
 }
-CHOICES = (*STRATEGIES, "cold:partitioned_copy")
+CHOICES = (*STRATEGIES, "cold:partitioned_copy", "dagster:backfill", "cold:backfill")
 
 
 def child_dagster(strategy: str, source: str, target: str) -> None:
@@ -113,9 +137,12 @@ def child_cold(strategy: str, source: str, target: str) -> None:
                       "rss_mb": peak_rss_mb()}))  # fmt: skip
 
 
-def child(strategy: str, source: str, target: str, workers: int) -> None:
+def child(strategy: str, source: str, target: str, workers: int, rows: int) -> None:
     """Runs one strategy and prints its figures as JSON (the parent's measurement)."""
     kind, _, name = strategy.rpartition(":")
+    if name == "backfill":
+        (backfill.child_dagster if kind == "dagster" else backfill.child_cold)(source, target, rows)
+        return
     if kind == "dagster":
         child_dagster(name, source, target)
         return
@@ -147,13 +174,18 @@ def raw_pipe(source: str, target: str) -> float:
     return pipe.psql_pipe(source, target, "public.mixed")
 
 
-def run_strategy(strategy: str, source: str, target: str, workers: int) -> dict[str, Any]:
+def run_strategy(
+    strategy: str, source: str, target: str, workers: int, rows: int
+) -> dict[str, Any]:
     """One run of ``strategy`` in its own process: its seconds, rows and peak RSS (a ``cold:``
-    run's seconds are the whole process's, from its start to its exit)."""
+    run's seconds are the whole process's, from its start to its exit). A backfill starts from
+    an empty target without a ledger; a snapshot copy replaces the pipe's rows."""
+    if strategy.endswith(":backfill"):
+        backfill.fresh_target(target)
     settle_server(target)
     argv = [
         sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,
-        "--workers", str(workers),
+        "--workers", str(workers), "--rows", str(rows),
     ]  # fmt: skip
     if strategy.startswith("cold:"):
         seconds, figures, rss = pipe.cold_process(argv)
@@ -176,6 +208,9 @@ def row_name(strategy: str, runs: list[dict[str, Any]], workers: int) -> str:
     kind, _, name = strategy.rpartition(":")
     if name == "partitioned_copy" and not kind:
         return f"{strategy} ({workers} workers)"
+    if name == "backfill":
+        partition = "one backfill_asset partition + check"
+        return f"dagster: {partition}" if kind == "dagster" else f"cold process: {partition}"
     if kind == "dagster":
         return f"{strategy} + check ({runs[0]['proof']})"
     if kind == "cold":
@@ -200,7 +235,7 @@ def report(
     print(
         f"{name:<56} {min(seconds):7.2f} {statistics.median(seconds):9.2f} "
         f"{rows / min(seconds):>14,.0f} {best:>11} {median:>13} {pipe_s:>7} {pipe_spread:>7} "
-        f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f}"
+        f"{TARGETS[strategy]:>7.2f} {max(r['rss_mb'] for r in runs):>12.0f} {load_cell(runs):>10}"
     )
     row = {
         "strategy": name,
@@ -212,8 +247,36 @@ def report(
         "pipe_spread": pipe_spread,
         "target": TARGETS[strategy],
         "peak_rss_mb": round(max(r["rss_mb"] for r in runs)),
+        "load": load_cell(runs),
     }
     return row, pipe.refusal(name, pipes, limit)
+
+
+def measure_rounds(
+    args: argparse.Namespace, source: str, target: str
+) -> tuple[list[float], dict[str, list[dict[str, Any]]], list[tuple[float, float]]]:
+    """The rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every
+    run is compared with the raw pipe measured right before and right after it (the machine's
+    speed drifts; a baseline taken minutes earlier would blur the ratio). With a backfill in
+    the run, each round ends with the frozen pipe beside the keyed one before it (the floor).
+    Returns the raw pipe's seconds, each strategy's runs and the floor's (keyed, frozen) pairs."""
+    raws: list[float] = [raw_pipe(source, target)]
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
+    floors: list[tuple[float, float]] = []
+    for round_ in range(args.repeat):
+        for strategy in args.strategies:
+            load = os.getloadavg()[0]
+            figures = run_strategy(strategy, source, target, args.workers, args.rows)
+            figures["load"] = load
+            if round_ == args.repeat - 1 and not same_rows(source, target):
+                raise RuntimeError(f"the target differs from the source after {strategy}")
+            raws.append(raw_pipe(source, target))
+            figures["pipes"] = raws[-2:]
+            figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
+            runs[strategy].append(figures)
+        if any(s.endswith(":backfill") for s in args.strategies):
+            floors.append((raws[-1], frozen_pipe(source, target)))
+    return raws, runs, floors
 
 
 def main() -> None:
@@ -232,7 +295,7 @@ def main() -> None:
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.source, args.target, args.workers)
+        child(args.child, args.source, args.target, args.workers, args.rows)
         return
 
     source, target = pg.create_database("dpone_bench_src"), pg.create_database("dpone_bench_tgt")
@@ -249,20 +312,7 @@ def main() -> None:
             f"(built in {time.perf_counter() - started:.0f} s); {os.cpu_count()} cores; "
             f"best and median of {args.repeat} runs"
         )
-        # Rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every run
-        # is compared with the raw pipe measured right before and right after it (the machine's
-        # speed drifts; a baseline taken minutes earlier would blur the ratio).
-        raws: list[float] = [raw_pipe(source, target)]
-        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
-        for round_ in range(args.repeat):
-            for strategy in args.strategies:
-                figures = run_strategy(strategy, source, target, args.workers)
-                if round_ == args.repeat - 1 and not same_rows(source, target):
-                    raise RuntimeError(f"the target differs from the source after {strategy}")
-                raws.append(raw_pipe(source, target))
-                figures["pipes"] = raws[-2:]
-                figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
-                runs[strategy].append(figures)
+        raws, runs, floors = measure_rounds(args, source, target)
         print(
             f"{'raw binary psql pipe':<56} best {min(raws):6.2f} s  median "
             f"{statistics.median(raws):6.2f} s {args.rows / min(raws):>12,.0f} rows/s, spread "
@@ -271,11 +321,12 @@ def main() -> None:
         print(
             f"{'strategy':<56} {'best s':>7} {'median s':>9} {'rows/s (best)':>14} "
             f"{'ratio best':>11} {'ratio median':>13} {'pipe s':>7} {'spread':>7} {'target':>7} "
-            f"{'peak RSS MB':>12}"
+            f"{'peak RSS MB':>12} {'load':>10}"
         )
         reported = [report(s, runs[s], args.rows, args.workers, args.max_spread)
                     for s in args.strategies]  # fmt: skip
-        table = [row for row, _ in reported]
+        table = [row for row, _ in reported] + backfill_of_copy(runs, args.max_spread)
+        table += load_floor(floors, args.max_spread)
         print("target equals source after each strategy's last run (count and md5 of every row)")
         print("pipe s, spread: the raw pipe's median seconds and spread around the row's runs")
         for _, why in reported:

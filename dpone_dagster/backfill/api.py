@@ -26,8 +26,9 @@ from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
+from dpone_dagster.postgres.options import BatchSize
 
+from .batch_size import batch_size_for, width_batch_size
 from .boundary import mark_boundary, take_high_water_mark
 from .chain import verify_chain
 from .copier import BatchResult, PhaseHook, copy_batch
@@ -59,8 +60,9 @@ class Backfill:
         cursor: The cursor column's exact name; ``None`` is refused (``backfill_cursor_missing``).
         target_table: The target table; defaults to the source table's name.
         ledger: Where the ledger lives (default: schema ``dpone_ledger`` of the target).
-        batch_size: Rows per batch (rows tied on the last cursor value are added);
-            :data:`~dpone_dagster.postgres.options.BACKFILL_BATCH_SIZE` by default.
+        batch_size: Rows per batch (rows tied on the last cursor value are added); by
+            default chosen once, when the run is planned, from the source table's width
+            (about 64 MiB of it a batch: :mod:`dpone_dagster.backfill.batch_size`).
         lower: Exclusive lower bound of the partition (an int, datetime, date or text).
         upper: Inclusive upper bound of the partition.
         write_pause: A reference to a bounded write pause (ticket, window) when the cursor does
@@ -102,7 +104,7 @@ class Backfill:
         cursor: str | None,
         target_table: TableName | str | None = None,
         ledger: LedgerConfig | None = None,
-        batch_size: int = BACKFILL_BATCH_SIZE,
+        batch_size: int | None = None,
         lower: object = None,
         upper: object = None,
         write_pause: str | None = None,
@@ -123,7 +125,9 @@ class Backfill:
         self.source_dsn, self.target_dsn = source_dsn, target_dsn
         self.ledger_config = ledger or LedgerConfig()
         self.ledger = RunLedger(self.ledger_config.schema)
-        self.batch_size = BatchSize.parse(batch_size, refusal="plan_invalid")
+        self.batch_size = (
+            None if batch_size is None else BatchSize.parse(batch_size, refusal="plan_invalid")
+        )
         self.lower, self.upper = lower, upper
         self.write_pause, self.label = write_pause, label
         self.settle_timeout = settle_timeout
@@ -243,7 +247,11 @@ class Backfill:
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
         )
         boundary, evidence = mark_boundary(mark, self.cursor, self.write_pause)
-        run = start_run(scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence)
+        sized = width_batch_size(sessions.source, shape)
+        run = start_run(
+            scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence,
+            planned=() if sized is None else (sized,),
+        )  # fmt: skip
         try:
             with transaction(sessions.ledger, IsolationLevel.READ_COMMITTED, read_only=False):
                 return self.ledger.insert_run(sessions.ledger, run)
@@ -376,7 +384,7 @@ class Backfill:
         while run.status in (BackfillStatus.PLANNED, BackfillStatus.IN_PROGRESS):
             if max_batches is not None and done >= max_batches:
                 return
-            result = self.apply(next_request(run, self.batch_size))
+            result = self.apply(next_request(run, batch_size_for(run, self.batch_size)))
             run = result.run
             done += 1
             yield result

@@ -19,11 +19,15 @@ A batch is:
    inserted, equal rows counted as duplicates, a differing row refused with
    ``backfill_record_changed``. (Staging every batch would cost an extra pass of the executor
    per row; it only pays when rows exist.)
-4. The target counts the range (a direct COPY also records the row-version evidence that lets
-   the final reconciliation prove the range unchanged without hashing it,
-   :mod:`dpone_dagster.postgres.evidence`), the pure rules check order and counts, and the
-   receipt and the advanced run are written to the ledger: in the target's own transaction when
-   the ledger is there (one COMMIT for rows and receipt), else right after the target's commit.
+4. The target's count of the range: after a direct COPY into a range that held no row when
+   the batch began (one index probe, before the COPY) of a table without user triggers, the
+   rows in the range are exactly the rows the target's COPY inserted, so its command tag is the
+   count and the range is not read again; otherwise the target counts the range. A direct COPY
+   also records the row-version evidence that lets the final reconciliation prove the range
+   unchanged without hashing it (:mod:`dpone_dagster.postgres.evidence`). The pure rules check
+   order and counts, and the receipt and the advanced run are written to the ledger: in the
+   target's own transaction when the ledger is there (one COMMIT for rows and receipt), else
+   right after the target's commit.
 """
 
 from __future__ import annotations
@@ -113,17 +117,32 @@ _NOTHING_MOVED = _Moved(RelayResult(0, 0, 0, EMPTY_HASH), 0, 0, ApplyPath.NONE)
 _NOTHING_COUNTED = _Counted(0, None)
 
 
+_COUNT = "SELECT count(*) FROM {t} WHERE {w}"
+_EMPTY = "SELECT NOT EXISTS (SELECT FROM {t} WHERE {w})"
+"""Whether the range holds no row: an index probe, not a count."""
+
+
+def _over_range(
+    conn: Connection,
+    shape: TableShape,
+    table: TableName,
+    after: str | None,
+    upper: str | None,
+    query: str,
+) -> object:
+    """The one value ``query`` (``_COUNT`` or ``_EMPTY``) answers over ``table``'s rows in
+    ``(after, upper]``."""
+    where, params = shape.where(after, upper)
+    row = conn.execute(sql.SQL(query).format(t=table.ident, w=where), params).fetchone()
+    assert row is not None
+    return row[0]
+
+
 def _count_range(
     conn: Connection, shape: TableShape, table: TableName, after: str | None, upper: str | None
 ) -> int:
     """``count(*)`` of ``table``'s rows in ``(after, upper]``."""
-    where, params = shape.where(after, upper)
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, where), params
-    ).fetchone()
-    assert row is not None
-    assert isinstance(row[0], int)
-    return row[0]
+    return int(str(_over_range(conn, shape, table, after, upper, _COUNT)))
 
 
 def _bounds(src: Connection, shape: TableShape, after: str | None, hwm: str, size: int) -> _Bounds:
@@ -174,22 +193,28 @@ def _count_target(
     shape: TableShape,
     after: str | None,
     bounds: _Bounds,
-    path: ApplyPath,
+    moved: _Moved,
     xmin: int,
+    was_empty: bool,
 ) -> _Counted:
     """The target's count of the range after the copy.
 
     After a direct COPY into a table whose row versions can prove its content, the count also
     takes the evidence of who wrote the rows (with the batch snapshot's ``xmin``), which lets the
-    final reconciliation prove the range without hashing it (:func:`written_rows`).
+    final reconciliation prove the range without hashing it (:func:`written_rows`). When the
+    range held no row before the COPY (``was_empty``) and the table has no user trigger (the
+    evidence is taken only then), the range now holds exactly the rows the COPY inserted: its
+    command tag is the count, and the range is not read again.
     """
-    if path is ApplyPath.DIRECT and shape.versions is not None and bounds.first is not None:
+    if moved.path is ApplyPath.DIRECT and shape.versions is not None and bounds.first is not None:
         probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
         counted, versions = written_rows(
             tgt, shape.target, shape.versions, where=shape.where(after, bounds.upper),
-            first=(probe, [bounds.first]), source_xmin=xmin,
+            first=(probe, [bounds.first]), source_xmin=xmin, count=False,
         )  # fmt: skip
-        return _Counted(counted or 0, versions)
+        if not (was_empty and versions is not None):
+            counted = _count_range(tgt, shape, shape.target, after, bounds.upper)
+        return _Counted(moved.relayed.rows_in if counted is None else counted, versions)
     return _Counted(_count_range(tgt, shape, shape.target, after, bounds.upper), None)
 
 
@@ -205,9 +230,11 @@ def _move(
         if hwm is not None:
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
             check_columns_unchanged(src, shape)
+            tgt = sessions.target
+            was_empty = _over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper, overwrite)
-            counted = _count_target(sessions.target, shape, after, bounds, moved.path, window.xmin)
+            counted = _count_target(tgt, shape, after, bounds, moved, window.xmin, was_empty)
         extraction = close_read_window(src, window, moved.relayed.rows_out, moved.relayed.bytes)
     return BatchObservation(
         upper=bounds.upper,

@@ -241,7 +241,10 @@ class BatchObservation(Document):
         source_count: ``count(*)`` of the range, read inside the batch's snapshot.
         copy_out_count: The source's ``COPY ... TO STDOUT`` command-tag count.
         copy_in_count: The target's ``COPY ... FROM STDIN`` command-tag count.
-        target_count: Rows of the range in the target after apply, counted by the target.
+        target_count: Rows of the range in the target after apply: counted by the target, or,
+            after a direct COPY into a range the target held no row of when the batch began
+            (an index probe) and a table without user triggers, the target's COPY command tag
+            (those rows are then the only rows of the range).
         copied_count: Rows inserted.
         duplicate_count: Rows already present and equal.
         content_hash: ``sha256:`` of the batch's COPY stream (rows in cursor, key order).

@@ -95,8 +95,10 @@ def start_run(
     *,
     rows_at_boundary: int,
     boundary_evidence: BackfillEvidence,
+    planned: Sequence[BackfillEvidence] = (),
 ) -> BackfillRun:
-    """Creates the planned run for ``scope`` bounded by ``boundary``.
+    """Creates the planned run for ``scope`` bounded by ``boundary``, with the boundary's
+    evidence and what else the plan chose (``planned``: its batch size).
 
     Raises:
         EngineError: ``backfill_cursor_missing`` for a missing boundary or an empty mark,
@@ -134,7 +136,7 @@ def start_run(
             remaining_estimate=rows_at_boundary,
             next_after=scope.lower,
         ),
-        evidence=(boundary_evidence,),
+        evidence=(boundary_evidence, *planned),
         next_actions=("Copy the next ordered batch and commit it with its receipt.",),
     )
     return _sealed(run)

@@ -44,9 +44,9 @@ SNAPSHOT_COPY_BATCH_SIZE: Final = BatchSize(250_000)
 the copy's one snapshot, and nothing commits per range, so a larger range only saves range
 queries; memory stays flat at any size."""
 BACKFILL_BATCH_SIZE: Final = BatchSize(100_000)
-"""A backfill batch: each is one target transaction (its rows and its receipt), so a crash redoes
-at most one batch; at this size the per-batch work (bounds, target count, commit) costs a few
-hundredths of the batch's time."""
+"""A backfill batch of a run planned without an estimate of its table's rows (the plan otherwise
+sizes the batches from the table's width, :mod:`dpone_dagster.backfill.batch_size`): each is one
+target transaction (its rows and its receipt), so a crash redoes at most one batch."""
 INCREMENTAL_BATCH_SIZE: Final = BatchSize(50_000)
 """An incremental stream's batch: each is one ``MERGE`` with the stream's state, in one target
 transaction; half a backfill batch, because a merged row costs more than a copied one (an

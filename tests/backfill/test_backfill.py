@@ -43,6 +43,33 @@ def test_batches_copy_every_row_with_receipts_that_prove_it(pair: Pair) -> None:
     assert seen[0].receipt.observation.first_cursor == "1"
 
 
+TARGET_READS = """
+SELECT t.n_tup_ins, t.seq_tup_read, coalesce(t.idx_tup_fetch, 0), i.idx_tup_read
+FROM pg_stat_user_tables t JOIN pg_stat_user_indexes i ON i.relid = t.relid
+WHERE t.relname = 'mixed'
+"""
+
+
+def test_a_batch_into_an_empty_range_takes_its_target_count_from_its_copy_and_reads_no_row(
+    pair: Pair,
+) -> None:
+    """A batch into an empty range of a table without triggers counts its rows by its COPY's
+    command tag and reads none of them back (the server's own statistics of the target)."""
+    with Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000) as b:
+        result = b.run(reconcile=False)
+    receipts = [r.observation for r in Backfill(
+        pair.source, pair.target, "public.mixed", cursor="id").receipts()]  # fmt: skip
+    assert result.committed == 5 and [o.target_count for o in receipts] == [1000] * 5
+    assert all(o.copy_in_count == o.target_count and o.row_versions for o in receipts)
+    # Every backend of the run has ended (the Backfill closed them), so its counters are in.
+    _, seq_read, fetched, index_read = pg.wait_until(
+        lambda: (found := pg.fetch_all(pair.target, TARGET_READS)) and found[0][0] == 5000
+        and found[0], timeout=30, what="the target's statistics show the 5,000 inserted rows",
+    )  # fmt: skip
+    # Per batch: the empty range's probe reads nothing, the evidence's probe one row.
+    assert (seq_read, fetched) == (0, 5) and index_read <= 5
+
+
 def test_a_new_process_loads_the_last_committed_state_and_resumes_after_it(pair: Pair) -> None:
     first = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
     partial = first.run(max_batches=2)

@@ -192,3 +192,25 @@ def test_reconciliation_repairs_a_missing_row_and_reports_a_changed_one(pair: Pa
     assert checks == [(4, "differs", "backfill_record_changed")]
     pg.execute(pair.target, "UPDATE mixed SET label = 'changed later' WHERE id = 3333")
     assert b.reconcile().ok and b.load().status is BackfillStatus.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_target_row_the_source_does_not_hold_in_a_batch_range_is_refused_at_its_batch(
+    pair: Pair,
+) -> None:
+    """A target row the source does not hold, in a batch's range, is refused at the batch.
+
+    The row's key is not the source's, so the batch's COPY meets no unique violation: only the
+    target's count of the range (taken because the range was not empty) sees the row."""
+    pg.execute(pair.source, "DELETE FROM mixed WHERE id = 1500")
+    pg.execute(pair.target, "INSERT INTO mixed (id, qty, label) VALUES (1500, 7, 'not the source')")
+    b = backfill(pair)
+    with pytest.raises(EngineError) as err:
+        b.run()
+    assert err.value.code == "backfill_record_changed"
+    counts = (
+        "read inside the snapshot 1000, COPY TO tag 1000, COPY FROM tag 1000, target count 1001"
+    )
+    assert counts in str(err.value)
+    run = b.load()
+    assert run is not None and run.progress.batch_count == 1
+    assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 1001

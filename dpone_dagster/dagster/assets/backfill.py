@@ -24,7 +24,7 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.postgres import BACKFILL_BATCH_SIZE, BatchSize, check_identifier
+from dpone_dagster.postgres import BatchSize, check_identifier
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:
@@ -47,7 +47,7 @@ def backfill_asset(
     *,
     cursor: str,
     partitions_def: dg.PartitionsDefinition,
-    batch_size: int = BACKFILL_BATCH_SIZE,
+    batch_size: int | None = None,
     target_table: str | None = None,
     translator: DponeTranslator | None = None,
     name: str | None = None,
@@ -66,7 +66,9 @@ def backfill_asset(
             a unique index or the primary key starting with it).
         partitions_def: ``cursor_range_partitions(...)`` for an integer cursor, or any Dagster
             time-window partitions for a timestamp cursor.
-        batch_size: Rows per batch (each batch commits with its receipt).
+        batch_size: Rows per batch (each batch commits with its receipt); by default chosen
+            when each partition's run is planned, from the table's width (about 64 MiB of it
+            a batch: :mod:`dpone_dagster.backfill.batch_size`).
         target_table: The target table; the source's name by default.
         translator: Maps the table to its asset spec (key ``[schema, table]`` by default).
         name: The op's name; derived from the key by default.
@@ -110,7 +112,7 @@ def backfill_asset(
     _check_partitions(partitions_def)
     check_instance_storage()
     changed = OnChanged.parse(on_changed)
-    rows = BatchSize.parse(batch_size, refusal="plan_invalid")
+    rows = None if batch_size is None else BatchSize.parse(batch_size, refusal="plan_invalid")
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at the mark, per range."

@@ -115,7 +115,7 @@ class BackfillEvents:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
-    batch_size: int
+    batch_size: int | None
     reconcile: bool
     on_changed: OnChanged | str
 
@@ -155,7 +155,7 @@ class _PartitionRunner:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: LedgerConfig
-    batch_size: int
+    batch_size: int | None
     reconcile: bool
     progress: ProgressReporter
     on_changed: OnChanged | str

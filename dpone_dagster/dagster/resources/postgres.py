@@ -38,7 +38,6 @@ from dpone_dagster.incremental import (
     Sweep,
 )
 from dpone_dagster.postgres import (
-    BACKFILL_BATCH_SIZE,
     INCREMENTAL_BATCH_SIZE,
     SchemaChanges,
     Sink,
@@ -170,7 +169,7 @@ class PostgresSourceResource(PostgresResource):
         *,
         target: PostgresTargetResource,
         ledger: LedgerResource | None = None,
-        batch_size: int = BACKFILL_BATCH_SIZE,
+        batch_size: int | None = None,
         reconcile: bool = True,
         on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> BackfillEvents:
@@ -188,7 +187,8 @@ class PostgresSourceResource(PostgresResource):
             target: The target database.
             ledger: Where the runs and receipts are kept; ``None``: schema ``dpone_ledger`` of
                 the target database.
-            batch_size: Rows per batch.
+            batch_size: Rows per batch; ``None``: chosen from the table's width when each
+                partition's run is planned.
             reconcile: Reconcile each partition once it reaches its mark.
             on_changed: ``"fail"`` (default): a row the source changed or deleted after its
                 batch was copied fails the partition with ``backfill_record_changed``;

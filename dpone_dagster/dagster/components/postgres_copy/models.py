@@ -20,7 +20,6 @@ from dpone_dagster.incremental import (
 )
 from dpone_dagster.incremental.sweep import DEFAULT_SWEEP_RUNS
 from dpone_dagster.postgres import (
-    BACKFILL_BATCH_SIZE,
     INCREMENTAL_BATCH_SIZE,
     SchemaChanges,
     Sink,
@@ -101,7 +100,7 @@ class BackfillModel(InlineAttributes):
         cursor: The column batches are ordered by.
         range_partitions: Integer cursor ranges (or ``daily_partitions`` for a timestamp).
         daily_partitions: One partition per day of a timestamp cursor.
-        batch_size: Rows per committed batch.
+        batch_size: Rows per committed batch (by default chosen from the table's width).
         target: The target table (the source's name by default).
         group_name: The asset's group.
         pool: Concurrency pool.
@@ -115,7 +114,7 @@ class BackfillModel(InlineAttributes):
     cursor: str
     range_partitions: RangePartitionsModel | None = None
     daily_partitions: DailyPartitionsModel | None = None
-    batch_size: int = BACKFILL_BATCH_SIZE
+    batch_size: int | None = None
     target: str | None = None
     group_name: str | None = None
     pool: str | None = None

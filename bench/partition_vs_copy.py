@@ -1,0 +1,114 @@
+"""A backfill partition beside the snapshot copy of the same table, for ``bench/snapshot_copy.py``.
+
+Its ``dagster:backfill`` and ``cold:backfill`` rows time one ``0..rows`` partition of
+``backfill_asset`` (``bench/backfill.py``'s asset) among the snapshot copy's rows; this module
+prints each round's partition ratio over the copy's ratio of the same kind and round, and the
+floor under it: the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the
+snapshot copy's way to load) beside the raw pipe into the table with its key (the way a
+backfill batch must load: into the table users query, whose key finds the rows a batch already
+holds). The keyed pipe's share of the frozen one is the most a partition's ratio over the
+copy's can reach on this machine, whatever the engine spends beside the load.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from bench import pipe
+from tests.helpers import pg
+
+BACKFILL_OF_COPY = 0.9
+"""The issue's target: a backfill partition's ratio to the pipe over the snapshot copy's."""
+
+
+FROZEN = "public._dpone_frozen"
+
+
+def frozen_pipe(source: str, target: str) -> float:
+    """Seconds of the raw pipe into a new table created in the load's transaction, loaded with
+    ``FREEZE`` and keyed afterwards (``ADD PRIMARY KEY``): the snapshot copy's way to load, where
+    the raw pipe loads the way a backfill batch must, into the table with its key."""
+    pg.execute(target, f"DROP TABLE IF EXISTS {FROZEN}")
+    pg.execute(target, "CHECKPOINT")
+    out = [*pipe.psql_args(source), "-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
+    load = [
+        *pipe.psql_args(target), "-c", "BEGIN",
+        "-c", f"CREATE TABLE {FROZEN} (LIKE public.mixed INCLUDING DEFAULTS)",
+        "-c", f"COPY {FROZEN} FROM STDIN (FORMAT binary, FREEZE)",
+        "-c", f"ALTER TABLE {FROZEN} ADD PRIMARY KEY (id)", "-c", "COMMIT",
+    ]  # fmt: skip
+    started = time.perf_counter()
+    producer = subprocess.Popen(out, stdout=subprocess.PIPE)
+    subprocess.run(load, stdin=producer.stdout, check=True, stdout=subprocess.DEVNULL)
+    assert producer.stdout is not None
+    producer.stdout.close()
+    if producer.wait() != 0:
+        raise RuntimeError("the frozen psql pipe failed")
+    seconds = time.perf_counter() - started
+    pg.execute(target, f"DROP TABLE {FROZEN}")
+    return seconds
+
+
+def load_cell(runs: list[dict[str, Any]]) -> str:
+    """The one-minute load average read before the row's runs: its lowest and highest."""
+    loads = [r["load"] for r in runs]
+    return f"{min(loads):.2f}-{max(loads):.2f}"
+
+
+def _share_row(
+    name: str, shares: list[float], pipes: list[float], limit: float, **cells: object
+) -> tuple[dict[str, object], str]:
+    """A share's result row (best and median, ``refused`` past the pipe's spread limit, the
+    pipe's seconds and spread; ``cells`` fill the rest) and its printed ratios."""
+    best = pipe.ratio_cell(max(shares), pipes, limit)
+    median = pipe.ratio_cell(statistics.median(shares), pipes, limit)
+    pipe_s, pipe_spread = pipe.pipe_cells(pipes)
+    row: dict[str, object] = {
+        "strategy": name, "best_seconds": "", "rows_per_second": "", "ratio_best": best,
+        "ratio_median": median, "pipe_seconds": pipe_s, "pipe_spread": pipe_spread,
+        "target": "", "peak_rss_mb": "", "load": "",
+    }  # fmt: skip
+    return {**row, **cells}, f"{name:<56} ratios best {best}, median {median}"
+
+
+def load_floor(floors: list[tuple[float, float]], limit: float) -> list[dict[str, object]]:
+    """The floor under ``backfill partition / snapshot copy``: each round's frozen-then-keyed
+    pipe over the keyed raw pipe right before it (best, median), as a result row."""
+    if not floors:
+        return []
+    row, line = _share_row(
+        "ceiling: keyed pipe, of the frozen-then-keyed pipe",
+        [frozen / keyed for keyed, frozen in floors], [keyed for keyed, _ in floors], limit,
+        best_seconds=round(min(f for _, f in floors), 2),
+    )  # fmt: skip
+    print(f"{line}: the most a load into the keyed table reaches of the snapshot copy's load; "
+          f"each round's keyed / frozen pipe seconds "
+          f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f in floors)}")  # fmt: skip
+    return [row]
+
+
+def backfill_of_copy(
+    runs: dict[str, list[dict[str, Any]]], limit: float
+) -> list[dict[str, object]]:
+    """Per kind (``dagster``, ``cold``) run with both: each round's backfill ratio over the
+    snapshot copy's ratio of the same round (best, median), as result rows."""
+    found: list[dict[str, object]] = []
+    for kind in ("dagster", "cold"):
+        copies, partitions = runs.get(f"{kind}:batched_copy"), runs.get(f"{kind}:backfill")
+        if not copies or not partitions:
+            continue
+        shares = [b["ratio"] / c["ratio"] for c, b in zip(copies, partitions, strict=True)]
+        times = [c["seconds"] / b["seconds"] for c, b in zip(copies, partitions, strict=True)]
+        row, line = _share_row(
+            f"{kind}: backfill partition / snapshot copy (same round)", shares,
+            [p for r in (*copies, *partitions) for p in r["pipes"]], limit,
+            target=BACKFILL_OF_COPY, load=load_cell([*copies, *partitions]),
+        )  # fmt: skip
+        print(f"{line} (target {BACKFILL_OF_COPY}); each round's: "
+              f"{', '.join(f'{r:.2f}' for r in shares)}; its seconds, copy over partition: "
+              f"{', '.join(f'{t:.2f}' for t in times)}")  # fmt: skip
+        found.append(row)
+    return found
