@@ -9,9 +9,9 @@ the thread's alone until the iterator ends.
 from __future__ import annotations
 
 import queue
-from concurrent.futures import ThreadPoolExecutor
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 

@@ -109,9 +109,6 @@ class TableApply:
             item and its parameters), before that net effect is applied (the check's record
             of the keys a run applied, :func:`~.verify.key_recorder`); ``None``: nothing is
             recorded.
-        deferred: Keep the staged rows in memory, written to the session only by
-            :meth:`flush` (the stream's next target transaction, staged while the previous
-            one is applied on the session, :mod:`.stream`).
     """
 
     conn: Connection
@@ -121,7 +118,6 @@ class TableApply:
     encoding: str
     copy: StagingCopy | None = None
     on_net: NetHook | None = None
-    deferred: bool = False
     counts: Counts = field(default_factory=Counts)
     staged: int = 0
     _buffer: list[bytes] = field(default_factory=list)
@@ -193,11 +189,11 @@ class TableApply:
         self._append(line)
 
     def _append(self, line: bytes) -> None:
-        """Buffers one staged row's line (written once the buffer fills, unless deferred)."""
+        """Buffers one staged row's line (written once the buffer fills)."""
         self._buffer.append(line)
         self._size += len(line)
         self.staged += 1
-        if self._size >= FLUSH_BYTES and not self.deferred:
+        if self._size >= FLUSH_BYTES:
             self._write()
 
     def _line(
@@ -278,22 +274,11 @@ class TableApply:
             values[i] = old[i]
         return values
 
-    @property
-    def buffered(self) -> int:
-        """Bytes of staged rows held in memory, not yet written to the session."""
-        return self._size
-
     def flush(self) -> None:
         """Writes the buffered rows into the staging table and ends its ``COPY``: the staging
         table holds every row staged so far."""
         self._write()
         self._copying.end()
-
-    def undefer(self) -> None:
-        """Writes the rows held in memory into the staging table's ``COPY`` (left open), and
-        every later row as the buffer fills: the session is this table's from now on."""
-        self.deferred = False
-        self._write()
 
     def _write(self) -> None:
         """Writes the buffered rows into the staging table's ``COPY``, left open for the next

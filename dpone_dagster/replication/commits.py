@@ -1,14 +1,19 @@
 """The stream's target transactions: begun, applied and committed in the stream's order.
 
-A :class:`TargetTransaction` gathers whole source transactions' staged rows per table. The
-:class:`Committer` begins it on the target session (under the group's lock, at the applied
-position the stream expects: the stream holds the lock, so nothing else moves it), applies its
-net effect with the ledger's new applied position, commits, and only then advances the slot.
-It does the apply and the commit on the apply worker's thread (:mod:`.worker`), so the stream
-reads and stages the next target transaction meanwhile; that one's rows are held in memory until
-the worker is done with the session (:meth:`Committer.begin_now`). The slot's advance (the
-source's work: it decodes the WAL it moves over) runs on a thread of its own, one at a time, to
-the newest committed position, so the worker goes on with the next transaction.
+A :class:`TargetTransaction` gathers whole source transactions' staged rows per table, on one of
+two target sessions. The :class:`Committer` begins each on the session the one before it does not
+use, so the stream stages a target transaction (its rows stream into that session's
+``TEMPORARY`` staging tables by ``COPY``) while the apply worker's thread (:mod:`.worker`)
+applies the one before on the other: its net effect, the ledger's new applied position (only at
+the position the transaction before it committed: a compare-and-set under the stream's lock),
+the commit. Target transactions commit one at a time, in the stream's order: the worker takes
+the next only once the one before committed. The slot's advance (the source's work: it decodes
+the WAL it moves over) runs on a thread of its own, one at a time, to the newest committed
+position, so the worker goes on with the next transaction.
+
+What must see the target as every committed transaction left it (a table's first plan and its
+schema changes, a Relation message that splits a table's batch, a ``TRUNCATE``) waits for the
+worker first (:meth:`Committer.quiesce`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from datetime import datetime
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.core.sessions import Sessions
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
 
@@ -64,19 +68,15 @@ apply worker's thread for the phases of a target transaction's apply)."""
 
 @dataclass
 class TargetTransaction:
-    """A target transaction: its tables, their staging ``COPY`` and the source transactions
-    it holds. ``begun``: open on the session (else its staged rows are held in memory)."""
+    """A target transaction on ``conn``: its tables, their staging ``COPY`` and the source
+    transactions it holds."""
 
+    conn: Connection
     copy: StagingCopy
     tables: dict[int, TableApply] = field(default_factory=dict)
     transactions: int = 0
     staged: int = 0
     last: tuple[Lsn, Lsn, datetime] | None = None
-    begun: bool = False
-
-    def held(self) -> int:
-        """Bytes of staged rows held in memory."""
-        return sum(table.buffered for table in self.tables.values())
 
     def close(self) -> None:
         self.copy.end()
@@ -94,9 +94,9 @@ class Committer:
     """Begins, applies and commits one run's target transactions, in order (see the module).
 
     Attributes:
-        slot: The group's slot (its ledger row and lock).
+        slot: The group's slot (its ledger row).
         ledger: The group's ledger.
-        sessions: The run's sessions (the target's is the one the transactions run on).
+        targets: The two target sessions, in autocommit (the first holds the group's lock).
         control: The source session that advances the slot.
         run: The run's state, which each commit moves.
         progress: Called at each step.
@@ -104,12 +104,13 @@ class Committer:
 
     slot: str
     ledger: GroupLedger
-    sessions: Sessions
+    targets: tuple[Connection, Connection]
     control: Connection
     run: RunState
     progress: Progress
     worker: ApplyWorker = field(default_factory=ApplyWorker)
     advancer: ApplyWorker = field(default_factory=ApplyWorker)
+    _turn: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wanted: Lsn = 0
     _advancing: bool = False
@@ -119,21 +120,24 @@ class Committer:
         """True while the worker applies a target transaction."""
         return self.worker.busy
 
-    def begin_now(self, target: TargetTransaction) -> None:
-        """Begins ``target`` on the session once the worker is done with it (its held rows
-        written into staging); nothing when it is begun already."""
-        if not target.begun:
-            self.worker.wait()
-            self._begin(target)
+    def begin(self) -> TargetTransaction:
+        """The next target transaction, begun on the session the one before does not use."""
+        conn = self.targets[self._turn]
+        self._turn = 1 - self._turn
+        conn.autocommit = False  # the transaction spans the peek's messages: no with block
+        set_transaction_mode(conn, IsolationLevel.READ_COMMITTED, read_only=False)
+        return TargetTransaction(conn, StagingCopy(conn))
+
+    def quiesce(self) -> None:
+        """Waits until every target transaction before the one being staged committed."""
+        self.worker.wait()
 
     def submit(self, target: TargetTransaction) -> None:
-        """Hands ``target`` to the worker: it begins it (when it is not yet), applies and
-        commits it, then advances the slot, while the stream stages the next one."""
+        """Hands ``target`` to the worker: once the one before committed, it applies and
+        commits it, then has the slot advanced, while the stream stages the next one."""
 
         def apply() -> None:
             try:
-                if not target.begun:
-                    self._begin(target)
                 self._commit(target)
             except BaseException:
                 target.abandon()
@@ -143,33 +147,35 @@ class Committer:
 
     def end(self, target: TargetTransaction | None) -> None:
         """The stream's end: commits ``target`` (or rolls back one that applied nothing), then
-        waits for the worker; raises its failure."""
+        waits for the worker and the advancer; raises their failure."""
         if target is not None and target.transactions:
             self.submit(target)
-        elif target is not None and target.begun:
-            self.worker.wait()
+        elif target is not None:
             target.close()
-            self.sessions.target.rollback()
-            self.sessions.target.autocommit = True
+            target.conn.rollback()
+            target.conn.autocommit = True
         self.worker.wait()
         self.advancer.wait()
 
-    def stop(self) -> None:
-        """On the stream's failure: the transaction in flight on the session is cancelled; an
-        advance in flight ends (it only moves the slot to what committed)."""
-        self.worker.stop(self.sessions.target)
+    def stop(self, target: TargetTransaction | None) -> None:
+        """On the stream's failure: the transaction the worker applies is cancelled, ``target``
+        (being staged) abandoned; an advance in flight ends (it only moves the slot to what
+        committed)."""
+        self.worker.stop(*self.targets)
         self.advancer.stop(self.control)
+        if target is not None:
+            target.abandon()
 
     def close(self) -> None:
         self.worker.close()
         self.advancer.close()
 
-    def _begin(self, target: TargetTransaction) -> None:
-        """Begins ``target`` on the session; writes its held rows into staging."""
-        tgt, run = self.sessions.target, self.run
-        tgt.autocommit = False  # the transaction spans the peek's messages: no with block
-        set_transaction_mode(tgt, IsolationLevel.READ_COMMITTED, read_only=False)
-        self.ledger.lock(tgt, self.slot)  # the stream's session holds it: granted at once
+    def _commit(self, target: TargetTransaction) -> None:
+        """Applies the target transaction's net effect with the applied position, commits,
+        then advances the slot."""
+        tgt, run = target.conn, self.run
+        self.progress("apply", run, target.staged)
+        target.copy.end()  # the session runs one statement at a time: the staging COPY first
         state = self.ledger.fetch(tgt, self.slot)
         if state is None or state.applied_lsn != run.applied:
             moved = "gone" if state is None else f"at {state.applied_lsn}, not {run.applied}"
@@ -178,15 +184,6 @@ class Committer:
                 f"The group's applied position moved under the run that holds its lock ({moved});"
                 " nothing of this target transaction was applied.",
             )
-        target.begun = True
-        for table in target.tables.values():
-            table.undefer()
-
-    def _commit(self, target: TargetTransaction) -> None:
-        """Applies the target transaction's net effect with the applied position, commits,
-        then advances the slot."""
-        tgt, run = self.sessions.target, self.run
-        self.progress("apply", run, target.staged)
         for applying in target.tables.values():
             applying.apply()
             run.count(applying)

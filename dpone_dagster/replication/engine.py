@@ -163,14 +163,15 @@ class Replication:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def _open(self) -> tuple[Sessions, Connection]:
-        """The source, target and control sessions, opened at once."""
-        src, tgt, control = open_at_once(
-            partial(prepared_session, self.source_dsn, self.options, "source"),
-            partial(prepared_session, self.target_dsn, self.target_options, "target"),
-            partial(prepared_session, self.source_dsn, self.options, "source"),
-        )
-        return Sessions(source=src, target=tgt, ledger=tgt), control
+    def _open(self) -> tuple[Sessions, Connection, Connection]:
+        """The source, target and control sessions and a second target session (the stream's
+        target transactions alternate between the two), opened at once."""
+        target = partial(prepared_session, self.target_dsn, self.target_options, "target")
+        src, tgt, control, second = open_at_once(
+            partial(prepared_session, self.source_dsn, self.options, "source"), target,
+            partial(prepared_session, self.source_dsn, self.options, "source"), target,
+        )  # fmt: skip
+        return Sessions(source=src, target=tgt, ledger=tgt), control, second
 
     def run(self) -> ReplicationReport:
         """Runs the group once: the initial copy when needed, then every source transaction
@@ -186,8 +187,8 @@ class Replication:
             DponeError: a database failure (its code from the database-failure catalog, else
                 ``replication_failed``); what committed stays, the next run continues after it.
         """
-        with self._guarded() as (sessions, control):
-            return self._run(sessions, control)
+        with self._guarded() as (sessions, control, second):
+            return self._run(sessions, control, second)
 
     def check(self) -> Mapping[TableName, Verification]:
         """Compares both whole tables of every table of the group with the source, writing
@@ -201,27 +202,31 @@ class Replication:
             DponeError: a database failure (its code), ``replication_slot_missing`` and the
                 other slot codes of the peek.
         """
-        with self._guarded() as (sessions, control):
+        with self._guarded() as (sessions, control, _):
             self.ledger.ensure(sessions.target)
             return verify_group(sessions.source, sessions.target, control, self.checking,
                                 full=True)  # fmt: skip
 
     @contextmanager
-    def _guarded(self) -> Iterator[tuple[Sessions, Connection]]:
-        """The run's sessions and its control session, closed at the end; a failure inside
-        ends the run through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`:
-        sessions abandoned, a database error raised as its coded error)."""
-        sessions, control = self._open()
+    def _guarded(self) -> Iterator[tuple[Sessions, Connection, Connection]]:
+        """The run's sessions, its control session and its second target session, closed at
+        the end (the server rolls back what they left open); a failure inside ends the run
+        through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`: sessions
+        abandoned, a database error raised as its coded error)."""
+        sessions, control, second = self._open()
         try:
-            yield sessions, control
+            yield sessions, control, second
         except BaseException as exc:
             tables = list(self.group.tables)
             fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
         finally:
             sessions.close()
             control.close()
+            second.close()
 
-    def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
+    def _run(
+        self, sessions: Sessions, control: Connection, second: Connection
+    ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
         state = self._state(tgt)
         copied: CopyReport | None = None
@@ -240,7 +245,7 @@ class Replication:
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
         try:
-            self.stream.run(sessions, control, run, upto)
+            self.stream.run(sessions, control, second, run, upto)
         except psycopg.errors.UndefinedObject as exc:  # PostgreSQL 15: a publication gone
             raise publication_error(group.publication, "the slot's read", exc) from exc
         confirmed = run.applied_end

@@ -60,19 +60,15 @@ def table_apply(
     encoding: str,
     on_net: NetHook | None = None,
     copy: StagingCopy | None = None,
-    *,
-    deferred: bool = False,
 ) -> TableApply:
     """The apply of one table's changes: by key (:class:`~.apply.TableApply`) for a table with
     a primary key, by the old rows' images (:class:`KeylessApply`) for one without (its plan
     has no source key: :func:`~.plan.relation_plan` refused it unless ``REPLICA IDENTITY
     FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only);
-    ``copy``: the session's staging ``COPY`` the target transaction's tables share;
-    ``deferred``: its rows held in memory until the session is the transaction's."""
+    ``copy``: the session's staging ``COPY`` the target transaction's tables share."""
     if not plan.key:
-        return KeylessApply(conn, plan, soft_column, dsn, encoding, copy=copy, deferred=deferred)
-    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net, copy=copy,
-                      deferred=deferred)  # fmt: skip
+        return KeylessApply(conn, plan, soft_column, dsn, encoding, copy=copy)
+    return TableApply(conn, plan, soft_column, dsn, encoding, on_net=on_net, copy=copy)
 
 
 @dataclass

@@ -1,28 +1,25 @@
 """The stream: a run's slot read, source transaction by source transaction, into the target.
 
 :meth:`SlotStream.run` holds the group's advisory lock for its session (another run of the group
-waits for it, as long as its ``lock_wait``), peeks the slot up to the run's LSN
-(:func:`~.reader.read_messages`, within ``max_changes_per_run``), decodes each message (a row
-change from its parts, with no message object: :func:`~.pgoutput.row_change`), and gathers whole
-source transactions into target transactions of about ``batch_changes`` changes. Every source
-transaction that committed at or before the ledger's applied position is skipped; the others
-are staged per table (:mod:`.apply`, :mod:`.keyless`), and at a target transaction's end their
-net effect is applied, the new applied position written in the ledger, the transaction
-committed, and only then the slot advanced.
+waits for it, as long as its ``lock_wait``), reads the slot up to the run's LSN
+(:func:`~.reader.read_ahead`, within ``max_changes_per_run``, decoded a round at a time while
+this thread stages the rounds before), decodes each message (a row change from its bytes, with
+no message object: :func:`~.pgoutput.new_tuple_text`, :func:`~.pgoutput.row_change`), and
+gathers whole source transactions into target transactions of about ``batch_changes`` changes.
+Every source transaction that committed at or before the ledger's applied position is skipped;
+the others are staged per table (:mod:`.apply`, :mod:`.keyless`), and at a target
+transaction's end their net effect is applied, the new applied position written in the ledger,
+the transaction committed, and only then the slot advanced.
 
-The apply is pipelined (:mod:`.commits`): a target transaction's apply runs on the apply
-worker's thread (:mod:`.worker`) while this thread reads and decodes the next source
-transactions, holding
-their staged rows in memory (:attr:`~.apply.TableApply.deferred`, at most
-:data:`BUFFER_BYTES`). The next target transaction begins on the session once the worker is
-done with it: its held rows are written into staging and the rest streamed there. It begins at
-once, waiting for the worker, where the session is needed mid-transaction: a table's first
-change (its plan reads the target's catalog, and may evolve it in that transaction), a
-Relation message whose columns changed (it splits its table's batch and plans it again,
-:mod:`.plan`), a ``TRUNCATE`` (:meth:`~.apply.TableApply.truncate`), or more held rows than
-:data:`BUFFER_BYTES` (a large source transaction streams through staging in bounded memory).
-Each source transaction is still applied whole in one target transaction, each target
-transaction commits with its applied position and before the slot moves, in the stream's order.
+The apply is pipelined (:mod:`.commits`): target transactions alternate between two target
+sessions, so this thread stages one (its rows stream into its session's staging tables) while
+the apply worker's thread applies and commits the one before on the other session, in the
+stream's order. What must see the target as every committed transaction left it waits for the
+worker first: a table's first change (its plan reads the target's catalog, and may evolve it in
+that transaction), a Relation message whose columns changed (it splits its table's batch and
+plans it again, :mod:`.plan`), a ``TRUNCATE`` (:meth:`~.apply.TableApply.truncate`). Each source
+transaction is still applied whole in one target transaction, and each target transaction
+commits with its applied position, before the slot moves.
 """
 
 from __future__ import annotations
@@ -48,15 +45,10 @@ from .plan import ReplicationGroup, relation_plan
 from .reader import read_ahead
 from .report import TableChanges
 from .slot_health import SlotWait
-from .staging_copy import StagingCopy
 from .state import GroupLedger
 
 STAGE_EVERY = 10_000
-"""Staged changes between two ``stage`` progress reports (and two looks at the rows held in
-memory)."""
-BUFFER_BYTES = 48 << 20
-"""Staged rows a target transaction holds in memory while the worker applies the one before;
-past it, it waits for the worker and streams into staging."""
+"""Staged changes between two ``stage`` progress reports."""
 _ROW_KINDS = frozenset(b"IUD")
 """The first bytes of the row change messages (insert, update, delete)."""
 _OID = struct.Struct(">I").unpack_from
@@ -118,11 +110,15 @@ class SlotStream:
     def _progress(self, phase: str, run: RunState, staged: int = 0) -> None:
         self._report(phase, run, staged)
 
-    def run(self, sessions: Sessions, control: Connection, run: RunState, upto: Lsn) -> None:
+    def run(
+        self, sessions: Sessions, control: Connection, second: Connection, run: RunState,
+        upto: Lsn,
+    ) -> None:  # fmt: skip
         """Reads the slot up to ``upto`` (within the group's budget) and applies every source
         transaction after the ledger's applied position, a target transaction at a time, each
         committed with the ledger's applied position and then confirmed to the slot; ``run``
-        follows what committed.
+        follows what committed. Target transactions alternate between the target session and
+        ``second`` (another session of the target, in autocommit).
 
         Raises:
             EngineError: ``replication_slot_active`` when another run holds the group past the
@@ -131,7 +127,7 @@ class SlotStream:
         tgt, key = sessions.target, self.ledger.lock_key(self.group.slot)
         self._hold(tgt, key)
         starts = self._applied(tgt, run)
-        committer = Committer(self.group.slot, self.ledger, sessions, control, run,
+        committer = Committer(self.group.slot, self.ledger, (tgt, second), control, run,
                               self._report)  # fmt: skip
         reading = _Reading(sessions, run, committer, server_encoding(sessions.source),
                            starts=starts)  # fmt: skip
@@ -140,9 +136,7 @@ class SlotStream:
             target, reading.target = reading.target, None
             committer.end(target)
         except BaseException:
-            committer.stop()
-            if reading.target is not None:
-                reading.target.abandon()
+            committer.stop(reading.target)
             raise
         finally:
             committer.close()
@@ -222,8 +216,6 @@ class SlotStream:
             if target.staged >= reading.staged_mark:
                 reading.staged_mark += STAGE_EVERY
                 self._progress("stage", run, target.staged)
-                if not target.begun and target.held() > BUFFER_BYTES:
-                    reading.committer.begin_now(target)
         return seen
 
     @staticmethod
@@ -245,12 +237,10 @@ class SlotStream:
         if isinstance(message, Begin):
             reading.at = message.commit_time
             if reading.target is None:
-                reading.target = TargetTransaction(StagingCopy(reading.sessions.target))
+                reading.target = reading.committer.begin()
                 reading.staged_mark = STAGE_EVERY
-                if not reading.committer.busy:  # the session is free: stage into it at once
-                    reading.committer.begin_now(reading.target)
-                else:
-                    self._progress("hold", run)
+                if reading.committer.busy:  # staged while the one before is applied
+                    self._progress("next", run)
             reading.skipping = message.final_lsn <= run.applied
             reading.final = message.final_lsn
             run.skipped += reading.skipping
@@ -270,8 +260,8 @@ class SlotStream:
         elif not reading.skipping:
             for oid in message.relations:
                 truncated = self._table(reading, oid)
-                if truncated is not None and reading.target is not None:
-                    reading.committer.begin_now(reading.target)
+                if truncated is not None:
+                    reading.committer.quiesce()
                     truncated.truncate(reading.at)
 
     def _relation(self, reading: _Reading, relation: Relation, name: TableName) -> None:
@@ -283,7 +273,7 @@ class SlotStream:
         reading.plans.pop(relation.oid, None)
         target = reading.target
         if target is not None and relation.oid in target.tables:
-            reading.committer.begin_now(target)
+            reading.committer.quiesce()
             current = target.tables.pop(relation.oid)
             current.apply()
             reading.run.count(current)
@@ -302,15 +292,15 @@ class SlotStream:
         name, relation = known
         if reading.final <= reading.starts.get(name, 0):
             return None  # the table joined the group after this transaction: its copy holds it
-        sessions, run = reading.sessions, reading.run
+        run, tgt = reading.run, target.conn
         plan = reading.plans.get(oid)
         if plan is None:
-            reading.committer.begin_now(target)  # the plan reads the target's catalog; evolves it
+            reading.committer.quiesce()  # the plan reads the target's catalog; evolves it
             target.copy.end()
             # The source's catalog on the control session: the source session is the reader's.
             catalog = reading.committer.control
-            plan = relation_plan(catalog, sessions.target, name, relation, self.group)
-            evolve(sessions.target, plan)
+            plan = relation_plan(catalog, tgt, name, relation, self.group)
+            evolve(tgt, plan)
             if plan.schema_changes:
                 counted = run.counts.get(name) or TableChanges(name)
                 run.counts[name] = replace(
@@ -318,8 +308,8 @@ class SlotStream:
                 )
             plan = replace(plan, schema_changes=())
             reading.plans[oid] = plan
-        applying = table_apply(sessions.target, plan, self.group.soft_column, self.target_dsn,
-                               reading.encoding, on_net=self.record_keys, copy=target.copy,
-                               deferred=not target.begun)  # fmt: skip
+        applying = table_apply(tgt, plan, self.group.soft_column, self.target_dsn,
+                               reading.encoding, on_net=self.record_keys,
+                               copy=target.copy)  # fmt: skip
         target.tables[oid] = applying
         return applying

@@ -47,15 +47,16 @@ class ApplyWorker:
         if job is not None:
             job.result()
 
-    def stop(self, conn: Connection) -> None:
-        """On the stream's failure: cancels the job's statement in flight on ``conn`` (the
-        target session) and waits for the job to end. Its own failure (the cancel's, most
-        often) is the job's to clean up, and never replaces the stream's."""
+    def stop(self, *conns: Connection) -> None:
+        """On the stream's failure: cancels the job's statement in flight on ``conns`` (the
+        sessions it may be using) and waits for the job to end. Its own failure (the cancel's,
+        most often) is the job's to clean up, and never replaces the stream's."""
         job, self._job = self._job, None
         if job is not None:
-            if not job.done() and not conn.closed:
-                with contextlib.suppress(Exception):
-                    conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+            for conn in conns:
+                if not job.done() and not conn.closed:
+                    with contextlib.suppress(Exception):
+                        conn.cancel_safe(timeout=CANCEL_TIMEOUT)
             with contextlib.suppress(BaseException):
                 job.result()
         self.close()

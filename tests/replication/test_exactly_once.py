@@ -1,7 +1,8 @@
 """Contract points 1 and 2 against real servers: ``kill -9`` of a run at >= 12 moments
 (inside the initial copy, inside a large source transaction, at the apply, at the commit,
 between the target's commit and the slot's advance, at random), and of a pipelined run while one
-target transaction is applied and the next held, never loses or doubles a change;
+target transaction is applied and the next staged on the other target session, never loses or
+doubles a change;
 a source transaction that touched two tables is seen whole by a concurrent reader; a replay from
 an older slot position skips what the ledger holds."""
 
@@ -114,13 +115,14 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     assert pg.staging_tables(target_dsn) == []
 
 
-def test_kill_9_while_one_target_transaction_applies_and_the_next_is_held_loses_nothing(
+def test_kill_9_while_one_target_transaction_applies_and_the_next_is_staged_loses_nothing(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     """The pipelined apply: a run's target transactions of about 300 changes each, the next one
-    staged in memory (``hold``) while the one before is applied and committed on the apply
-    worker's thread; ``kill -9`` just after a ``hold`` (the worker mid-apply) and just after a
-    ``committed`` (the commit landed, the slot not yet advanced, the next one held)."""
+    staged on one target session (``next``) while the one before is applied and committed on
+    the other by the apply worker's thread; ``kill -9`` just after a ``next`` (the worker
+    mid-apply) and just after a ``committed`` (between the two sessions' commits: one landed,
+    the slot not yet advanced, the next one staged)."""
     src = logical_source_dsn
     pg.execute(src, SHOP)
     pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n', g FROM generate_series(1, 5000) g")
@@ -132,7 +134,7 @@ def test_kill_9_while_one_target_transaction_applies_and_the_next_is_held_loses_
     for round_ in range(8):
         with psycopg.connect(src, autocommit=True) as conn:
             expected += _transfers(conn, rng, 5_000_000 + round_ * 10_000, 120)
-        mode = ("hold", "committed")[round_ % 2]
+        mode = ("next", "committed")[round_ % 2]
         child = crash.start_child("replication", src, target_dsn, 300)
         outcomes.append((mode, crash.kill_at(child, mode, rng.randint(1, 4), rng)))
         assert ledger_state(target_dsn)[1] <= expected, f"seed {seed}: {outcomes}"
