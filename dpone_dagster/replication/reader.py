@@ -124,9 +124,9 @@ def read_ahead(
     upto_lsn: Lsn,
     max_changes: int | None,
     round_changes: int = ROUND_CHANGES,
-) -> Iterator[bytes]:
-    """The slot's messages as :func:`read_messages` reads them, decoded a round at a time on a
-    background thread while the caller stages the ones before.
+) -> Iterator[list[bytes]]:
+    """The slot's messages as :func:`read_messages` reads them, a round trip's list at a time,
+    decoded a round at a time on a background thread while the caller stages the ones before.
 
     A peek decodes everything up to its LSN before its first row: a backlog's whole decode
     would come before any apply. So the slot is copied into a ``TEMPORARY`` slot of ``conn``'s
@@ -146,15 +146,18 @@ def read_ahead(
         round_changes: Messages the first round decodes before its rows are read.
 
     Yields:
-        Every message's bytes, in commit order.
+        Every message's bytes, in commit order, a list of them at a time.
 
     Raises:
         EngineError: the codes of :func:`read_messages`.
     """
     copy = _copy_slot(conn, slot)
     if copy is None:
-        yield from read_messages(conn, slot=slot, publication=publication, upto_lsn=upto_lsn,
-                                 max_changes=max_changes)  # fmt: skip
+        whole = _peek(conn, slot, publication, upto_lsn, max_changes, FETCH_ROWS, with_lsn=False,
+                      chunks=True)  # fmt: skip
+        with closing(whole):
+            for chunk in whole:
+                yield [data for (data,) in chunk]
         return
 
     def rounds() -> Iterator[list[bytes]]:
@@ -174,8 +177,7 @@ def read_ahead(
             left = None if left is None else left - read
 
     try:
-        for chunk in prefetched(rounds, ahead=READ_AHEAD):
-            yield from chunk
+        yield from prefetched(rounds, ahead=READ_AHEAD)
     finally:  # a failed statement drops the session's temporary slots itself
         if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):  # never replaces the read's own failure

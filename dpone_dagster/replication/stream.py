@@ -184,16 +184,24 @@ class SlotStream:
         return state.starts
 
     def _read(self, reading: _Reading, upto: Lsn) -> int:
-        """Stages every message of the peek; the messages the server output (what it counts
+        """Stages every message of the read; the messages the server output (what it counts
         against the budget)."""
-        group, run = self.group, reading.run
-        messages = read_ahead(reading.sessions.source, slot=group.slot,
-                              publication=group.publication, upto_lsn=upto,
-                              max_changes=group.max_changes_per_run)  # fmt: skip
+        group = self.group
+        chunks = read_ahead(reading.sessions.source, slot=group.slot,
+                            publication=group.publication, upto_lsn=upto,
+                            max_changes=group.max_changes_per_run)  # fmt: skip
         seen = 0
-        for data in messages:  # the hot path: one pass per message, no message object
-            seen += 1
-            if data[0] not in _ROW_KINDS:
+        for chunk in chunks:
+            seen += len(chunk)
+            self._stage_chunk(reading, chunk)
+        return seen
+
+    def _stage_chunk(self, reading: _Reading, chunk: list[bytes]) -> None:
+        """The hot path: one pass per message, no message object; an insert's or a plain
+        update's row staged from its bytes."""
+        for data in chunk:
+            kind = data[0]
+            if kind not in _ROW_KINDS:
                 message = decode(data)
                 if message is not None:
                     self._control(reading, message)  # type: ignore[arg-type]
@@ -206,7 +214,6 @@ class SlotStream:
             applying = target.tables.get(oid) or self._table(reading, oid)
             if applying is None:
                 continue
-            kind = data[0]
             body = None if kind == 68 else new_tuple_text(data, applying.width)  # 68: 'D'
             if body is not None:
                 applying.stage_new(kind, body)
@@ -215,8 +222,7 @@ class SlotStream:
             target.staged += 1
             if target.staged >= reading.staged_mark:
                 reading.staged_mark += STAGE_EVERY
-                self._progress("stage", run, target.staged)
-        return seen
+                self._progress("stage", reading.run, target.staged)
 
     @staticmethod
     def _stage(applying: TableApply, change: RowChange, at: datetime) -> None:
