@@ -107,7 +107,7 @@ class TableApply:
             (one of its own when omitted).
         on_net: Called with the session, the plan and the keys of each net effect (a ``FROM``
             item and its parameters), before that net effect is applied (the check's record
-            of the keys a run applied, :func:`~.verify.key_recorder`); ``None``: nothing is
+            of the keys a run applied, :class:`~.recorder.KeyRecorder`); ``None``: nothing is
             recorded.
     """
 

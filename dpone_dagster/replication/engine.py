@@ -64,6 +64,7 @@ from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
 from .publication import publication_error, read_publication
+from .recorder import KeyRecorder
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
@@ -71,7 +72,7 @@ from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
 from .slot_health import SlotWait
 from .state import GroupLedger, GroupState, TableState
 from .stream import SlotStream
-from .verify import CheckContext, key_recorder, verify_group
+from .verify import CheckContext, verify_group
 
 BATCH_CHANGES = 100_000
 """Changes a target transaction gathers (whole source transactions) before it commits. Each
@@ -146,7 +147,7 @@ class Replication:
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
         self.checking = CheckContext(group, self.ledger, sweep or Sweep())
-        self.record_keys = key_recorder(self.ledger.store.tables, group.slot) if reconcile else None
+        self.record_keys = KeyRecorder(self.ledger.store.tables, group.slot) if reconcile else None
         self.stream = SlotStream(
             group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
             record_keys=self.record_keys, progress=self._progress, on_wait=self._slot_wait,
@@ -242,6 +243,8 @@ class Replication:
         assert state.applied_lsn is not None
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
+        if self.record_keys is not None:
+            self.record_keys.reset()
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
         try:

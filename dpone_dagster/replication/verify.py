@@ -8,14 +8,15 @@ snapshot, taken with the WAL position ``S`` it covers, and the target under the 
 run applies meanwhile):
 
 1. **The run's keys.** Each target transaction records the keys its net effect touched (the
-   apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows,
-   in chunks of :data:`KEYS_CHUNK`. The target returns each chunk with its digest (how many of
-   its keys it holds a row of, and the sum of their row hashes; the next chunks read on a thread
-   of its own meanwhile), the source computes the same digest of the same keys
-   (:func:`~dpone_dagster.core.keyed.keys_digest`), and only a chunk whose digests differ is
-   compared key by key (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
-   held in Python: a chunk at a time. Checked keys are then removed (those that differ for no
-   known reason stay, so the next check fails on them again until they agree).
+   apply path's hook, :class:`~.recorder.KeyRecorder`) in the ledger's ``replication_keys``,
+   with its rows, in chunks of :data:`~.recorder.KEYS_CHUNK`. The target returns each chunk
+   with its digest (how many of its keys it holds a row of, and the sum of their row hashes;
+   the next chunks read on a thread of its own meanwhile), the source computes the same digest
+   of the same keys (:func:`~dpone_dagster.core.keyed.keys_digest`), and only a chunk whose
+   digests differ is compared key by key (:func:`~dpone_dagster.core.keyed.differing_keys`).
+   No run's key set is held in Python: a chunk at a time. Checked keys are then removed (those
+   that differ for no known reason stay, so the next check fails on them again until they
+   agree).
 2. **The rolling slice** (:func:`~dpone_dagster.core.sweep.sweep_slices`) of each table, its
    position in the ledger's ``replication_sweeps`` (``<slot>:<schema.table>``).
 
@@ -37,14 +38,13 @@ same rule, and writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg import IsolationLevel, sql
 
 from dpone_dagster.core.keyed import KeyedTables, differing_keys, keys_digest
-from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.prefetch import prefetched
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.core.sweep import (
@@ -60,12 +60,10 @@ from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
-from .apply import NetHook
 from .changes import Lsn, lsn_text
 from .plan import ReplicationGroup
 from .slot_changes import SlotChanges
@@ -73,35 +71,8 @@ from .state import GroupLedger
 from .verify_keyless import KeylessTable, check_keyless
 from .verify_whole import WHOLE_SHARE, recorded_keys, whole_run_check
 
-KEYS_CHUNK = 10_000
-"""Keys a recorded chunk holds: the check compares each chunk's digest on both sides, one round
-trip each, and compares key by key only the chunks that differ."""
 _FETCH_CHUNKS = 4
 """Chunks the check reads from the target per round trip."""
-
-
-def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
-    """The hook that records, in the target transaction, the keys of each net effect applied
-    (a changed key's old key too: it is staged as a delete), in chunks of :data:`KEYS_CHUNK`."""
-
-    def record(
-        conn: Connection, plan: TablePlan, keys: sql.Composable, params: Sequence[object]
-    ) -> None:
-        if not plan.target_key:
-            return  # a table without a primary key is not checked by key
-        names = [sql.Identifier(k) for k in plan.target_key]
-        arrays = sql.SQL(", ").join(sql.SQL("array_agg({}::text)").format(n) for n in names)
-        insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
-        conn.execute(
-            insert
-            + sql.SQL(
-                " SELECT %s, %s, ARRAY[{}] FROM (SELECT {}, (row_number() OVER () - 1) / %s"
-                " AS _dpone_chunk FROM {}) AS n GROUP BY _dpone_chunk"
-            ).format(arrays, sql.SQL(", ").join(names), keys),
-            (slot, plan.source.qualified, KEYS_CHUNK, *params),
-        )
-
-    return record
 
 
 @dataclass(frozen=True)
@@ -142,7 +113,7 @@ _CHUNKS = (
     # chunks holds one key per row (a 1-D array): read as a chunk of one.
     "SELECT c.key, d.n, d.s FROM (SELECT CASE WHEN array_ndims(key) = 1"
     " THEN ARRAY(SELECT ARRAY[x] FROM unnest(key) AS x) ELSE key END AS key FROM {keys}"
-    " WHERE slot = %s AND source_table = %s) AS c CROSS JOIN LATERAL"
+    " WHERE slot = %s AND source_table = %s AND cardinality(key) > 0) AS c CROSS JOIN LATERAL"
     " (SELECT count(r.h) AS n, coalesce(sum(r.h), 0) AS s FROM unnest({columns}) AS u({names})"
     " LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r"
     " ON true) AS d"
@@ -375,12 +346,13 @@ def _whole(
     """The run's check by the whole table, when its recorded keys are a large share of it
     (:mod:`.verify_whole`); None to check them key by key."""
     t, slot = table.tables, how.group.slot
-    recorded = recorded_keys(tgt, how.ledger.store.tables.replication_keys, slot, t.source)
-    if not recorded or recorded * WHOLE_SHARE < row_estimate(src, t.source):
+    keys = how.ledger.store.tables.replication_keys
+    recorded, marked = recorded_keys(tgt, keys, slot, t.source)
+    estimate = row_estimate(src, t.source)  # 0 when unknown: by key then
+    if not marked and (not recorded or not estimate or recorded * WHOLE_SHARE < estimate):
         return None
-    excluded = table.changes.all_keys(t.source, [k.name for k in t.key])
-    if excluded is None:  # a TRUNCATE after the applied position: the run's keys tell
-        return None
+    # After a TRUNCATE (None), every key differs for a known reason: compared range by range.
+    excluded = table.changes.all_keys(t.source, [k.name for k in t.key]) or set()
     position = sweeps.fetch(tgt, table.stream_id)
     return whole_run_check(src, tgt, t, (excluded, table.later), proof, (how.sweep, position),
                            recorded)  # fmt: skip
@@ -392,9 +364,7 @@ def _as_comparison(differing: list[Key]) -> Comparison:
 
 
 __all__ = [
-    "KEYS_CHUNK",
     "CheckContext",
     "SlotChanges",
-    "key_recorder",
     "verify_group",
 ]

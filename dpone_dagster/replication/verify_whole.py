@@ -8,7 +8,9 @@ hashes), leaving out the keys a transaction changed after the applied position (
 next run's, as for the run's keys: :meth:`~.slot_changes.SlotChanges.all_keys`). Equal, every
 key of the run is proved equal, and so is every other row: it is also a full sweep. Different,
 the table is compared range by range (the one drill-down compare) and the keys that differ are
-named. A ``TRUNCATE`` after the applied position leaves it to the run's keys.
+named (also after a ``TRUNCATE`` after the applied position: its keys are the next run's).
+The recorder marks a table whose run's keys reach the share, and stops recording them
+(:class:`~.recorder.KeyRecorder`).
 """
 
 from __future__ import annotations
@@ -34,17 +36,21 @@ WHOLE_SHARE = 8
 """A run whose recorded keys are at least the table's rows over this is checked whole."""
 
 
-def recorded_keys(tgt: Connection, keys: sql.Identifier, slot: str, table: TableName) -> int:
+def recorded_keys(
+    tgt: Connection, keys: sql.Identifier, slot: str, table: TableName
+) -> tuple[int, bool]:
     """The keys recorded for ``table`` since its last check (a key recorded by two target
-    transactions counts twice)."""
+    transactions counts twice), and whether the recorder marked the table to be compared
+    whole (:class:`~.recorder.KeyRecorder`: an empty chunk)."""
     row = tgt.execute(
         sql.SQL(
             "SELECT coalesce(sum(CASE WHEN array_ndims(key) = 1 THEN 1"
-            " ELSE array_length(key, 2) END), 0) FROM {} WHERE slot = %s AND source_table = %s"
+            " ELSE array_length(key, 2) END), 0), coalesce(bool_or(cardinality(key) = 0), false)"
+            " FROM {} WHERE slot = %s AND source_table = %s"
         ).format(keys),
         (slot, table.qualified),
     ).fetchone()
-    return int(row[0]) if row is not None else 0
+    return (int(row[0]), bool(row[1])) if row is not None else (0, False)
 
 
 def whole_digests_equal(
