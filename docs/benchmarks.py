@@ -68,7 +68,10 @@ def render(name: str, result: dict[str, Any]) -> str:
         "",
         "| " + " | ".join(c.replace("_", " ") for c in columns) + " |",
         "| " + " | ".join("---" for _ in columns) + " |",
-        *("| " + " | ".join(f"{row[c]}" for c in columns) + " |" for row in rows),
+        *(
+            "| " + " | ".join("" if row[c] is None else f"{row[c]}" for c in columns) + " |"
+            for row in rows
+        ),
         f"<!-- /bench: {name} -->",
     ]
     return "\n".join(lines)
