@@ -89,6 +89,26 @@ class TargetTransaction:
             table.abandon()
 
 
+class LazySession:
+    """A session opened on its first use (a run that needs one target transaction never opens
+    the second target session)."""
+
+    def __init__(self, opener: Callable[[], Connection]) -> None:
+        self._opener = opener
+        self.conn: Connection | None = None
+
+    def get(self) -> Connection:
+        """The session (opened now, the first time)."""
+        if self.conn is None:
+            self.conn = self._opener()
+        return self.conn
+
+    def close(self) -> None:
+        """Closes it, if it was opened (the server rolls back what it left open)."""
+        if self.conn is not None:
+            self.conn.close()
+
+
 @dataclass
 class Committer:
     """Begins, applies and commits one run's target transactions, in order (see the module).
@@ -96,7 +116,8 @@ class Committer:
     Attributes:
         slot: The group's slot (its ledger row).
         ledger: The group's ledger.
-        targets: The two target sessions, in autocommit (the first holds the group's lock).
+        target: The target session, in autocommit (it holds the group's lock).
+        second: The second target session, opened when a second target transaction begins.
         control: The source session that advances the slot.
         run: The run's state, which each commit moves.
         progress: Called at each step.
@@ -104,7 +125,8 @@ class Committer:
 
     slot: str
     ledger: GroupLedger
-    targets: tuple[Connection, Connection]
+    target: Connection
+    second: LazySession
     control: Connection
     run: RunState
     progress: Progress
@@ -122,7 +144,7 @@ class Committer:
 
     def begin(self) -> TargetTransaction:
         """The next target transaction, begun on the session the one before does not use."""
-        conn = self.targets[self._turn]
+        conn = self.second.get() if self._turn else self.target
         self._turn = 1 - self._turn
         conn.autocommit = False  # the transaction spans the peek's messages: no with block
         set_transaction_mode(conn, IsolationLevel.READ_COMMITTED, read_only=False)
@@ -161,7 +183,7 @@ class Committer:
         """On the stream's failure: the transaction the worker applies is cancelled, ``target``
         (being staged) abandoned; an advance in flight ends (it only moves the slot to what
         committed)."""
-        self.worker.stop(*self.targets)
+        self.worker.stop(*(c for c in (self.target, self.second.conn) if c is not None))
         self.advancer.stop(self.control)
         if target is not None:
             target.abandon()

@@ -58,7 +58,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
 
-from .commits import RunState
+from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
@@ -164,15 +164,17 @@ class Replication:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def _open(self) -> tuple[Sessions, Connection, Connection]:
-        """The source, target and control sessions and a second target session (the stream's
-        target transactions alternate between the two), opened at once."""
+    def _open(self) -> tuple[Sessions, Connection, LazySession]:
+        """The source, target and control sessions, opened at once, and a second target
+        session, opened when the stream needs it (its target transactions alternate between
+        the two)."""
         target = partial(prepared_session, self.target_dsn, self.target_options, "target")
-        src, tgt, control, second = open_at_once(
-            partial(prepared_session, self.source_dsn, self.options, "source"), target,
-            partial(prepared_session, self.source_dsn, self.options, "source"), target,
-        )  # fmt: skip
-        return Sessions(source=src, target=tgt, ledger=tgt), control, second
+        src, tgt, control = open_at_once(
+            partial(prepared_session, self.source_dsn, self.options, "source"),
+            target,
+            partial(prepared_session, self.source_dsn, self.options, "source"),
+        )
+        return Sessions(source=src, target=tgt, ledger=tgt), control, LazySession(target)
 
     def run(self) -> ReplicationReport:
         """Runs the group once: the initial copy when needed, then every source transaction
@@ -209,7 +211,7 @@ class Replication:
                                 full=True)  # fmt: skip
 
     @contextmanager
-    def _guarded(self) -> Iterator[tuple[Sessions, Connection, Connection]]:
+    def _guarded(self) -> Iterator[tuple[Sessions, Connection, LazySession]]:
         """The run's sessions, its control session and its second target session, closed at
         the end (the server rolls back what they left open); a failure inside ends the run
         through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`: sessions
@@ -226,7 +228,7 @@ class Replication:
             second.close()
 
     def _run(
-        self, sessions: Sessions, control: Connection, second: Connection
+        self, sessions: Sessions, control: Connection, second: LazySession
     ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
         state = self._state(tgt)

@@ -36,6 +36,8 @@ round's decode, not the whole backlog's. Each round after decodes twice the one 
 :data:`MAX_ROUND_CHANGES` (a round starts from its slot's restart point, which may lie inside
 the round before: fewer, larger rounds decode less twice)."""
 MAX_ROUND_CHANGES: Final = 1_600_000
+READ_AHEAD_BYTES: Final = 16 << 20
+"""WAL to read under which a run peeks its slot whole (a copy costs a few milliseconds)."""
 READ_AHEAD: Final = 5
 """Round trips of messages :func:`read_ahead` holds ahead of the caller (its memory bound)."""
 
@@ -124,6 +126,7 @@ def read_ahead(
     upto_lsn: Lsn,
     max_changes: int | None,
     round_changes: int = ROUND_CHANGES,
+    ahead: bool = True,
 ) -> Iterator[list[bytes]]:
     """The slot's messages as :func:`read_messages` reads them, a round trip's list at a time,
     decoded a round at a time on a background thread while the caller stages the ones before.
@@ -133,8 +136,9 @@ def read_ahead(
     session (at the same position; the server drops it with the session), whose changes are
     read and consumed a round at a time (``pg_logical_slot_get_binary_changes``), the first of
     ``round_changes`` messages, each next one twice as many: the group's own slot is never
-    moved here. Without a free slot for the copy, the slot is
-    peeked whole (:func:`read_messages`).
+    moved here. Without a free slot for the copy, or with ``ahead`` false (little WAL to read:
+    the copy would cost more than it saves), the slot is peeked whole, as :func:`read_messages`
+    does.
 
     Args:
         conn: An idle source session; the background thread's until the iterator ends.
@@ -144,6 +148,7 @@ def read_ahead(
         max_changes: Stop after the transaction in which the server has output this many
             messages, over every round; None: no budget.
         round_changes: Messages the first round decodes before its rows are read.
+        ahead: Read through a copy, round by round (else one peek of the slot).
 
     Yields:
         Every message's bytes, in commit order, a list of them at a time.
@@ -151,7 +156,7 @@ def read_ahead(
     Raises:
         EngineError: the codes of :func:`read_messages`.
     """
-    copy = _copy_slot(conn, slot)
+    copy = _copy_slot(conn, slot) if ahead else None
     if copy is None:
         whole = _peek(conn, slot, publication, upto_lsn, max_changes, FETCH_ROWS, with_lsn=False,
                       chunks=True)  # fmt: skip

@@ -38,11 +38,11 @@ from dpone_dagster.postgres.plan import TablePlan
 
 from .apply import NetHook, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
-from .commits import Committer, Progress, RunState, TargetTransaction
+from .commits import Committer, LazySession, Progress, RunState, TargetTransaction
 from .keyless import table_apply
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
 from .plan import ReplicationGroup, relation_plan
-from .reader import read_ahead
+from .reader import READ_AHEAD_BYTES, read_ahead
 from .report import TableChanges
 from .slot_health import SlotWait
 from .state import GroupLedger
@@ -111,14 +111,14 @@ class SlotStream:
         self._report(phase, run, staged)
 
     def run(
-        self, sessions: Sessions, control: Connection, second: Connection, run: RunState,
+        self, sessions: Sessions, control: Connection, second: LazySession, run: RunState,
         upto: Lsn,
     ) -> None:  # fmt: skip
         """Reads the slot up to ``upto`` (within the group's budget) and applies every source
         transaction after the ledger's applied position, a target transaction at a time, each
         committed with the ledger's applied position and then confirmed to the slot; ``run``
         follows what committed. Target transactions alternate between the target session and
-        ``second`` (another session of the target, in autocommit).
+        ``second`` (another session of the target, in autocommit, opened when needed).
 
         Raises:
             EngineError: ``replication_slot_active`` when another run holds the group past the
@@ -127,7 +127,7 @@ class SlotStream:
         tgt, key = sessions.target, self.ledger.lock_key(self.group.slot)
         self._hold(tgt, key)
         starts = self._applied(tgt, run)
-        committer = Committer(self.group.slot, self.ledger, (tgt, second), control, run,
+        committer = Committer(self.group.slot, self.ledger, tgt, second, control, run,
                               self._report)  # fmt: skip
         reading = _Reading(sessions, run, committer, server_encoding(sessions.source),
                            starts=starts)  # fmt: skip
@@ -189,7 +189,8 @@ class SlotStream:
         group = self.group
         chunks = read_ahead(reading.sessions.source, slot=group.slot,
                             publication=group.publication, upto_lsn=upto,
-                            max_changes=group.max_changes_per_run)  # fmt: skip
+                            max_changes=group.max_changes_per_run,
+                            ahead=upto - reading.run.applied_end > READ_AHEAD_BYTES)  # fmt: skip
         seen = 0
         for chunk in chunks:
             seen += len(chunk)
