@@ -32,7 +32,7 @@ from dpone_dagster.replication import (
     parse_lsn,
 )
 from dpone_dagster.replication.pgoutput import decode, new_tuple_text, row_change
-from dpone_dagster.replication.reader import read_changes
+from dpone_dagster.replication.reader import read_ahead, read_changes
 from dpone_dagster.replication.slot import advance_slot, current_lsn, slot_status
 from tests.helpers import logical
 
@@ -313,6 +313,51 @@ def test_the_budget_stops_only_at_a_transaction_boundary(
     assert len(rows(changes(source, max_changes=54))) == 100  # one more: the next one whole
     with pytest.raises(ValueError, match="max_changes"):
         changes(source, max_changes=0)
+
+
+def test_read_ahead_through_a_copy_reads_what_a_peek_reads_and_never_moves_the_slot(
+    source: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """:func:`~dpone_dagster.replication.reader.read_ahead` with its temporary copy, in rounds
+    of 30 messages growing to 60 and more: the same changes, in the same order, as one peek (a
+    round repeats the Relation message of a table it meets first: the same message), the
+    budget kept at a transaction's boundary over the rounds, the group's slot unmoved, the copy
+    gone after the read (and after a read closed early)."""
+    source.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    replicate(source, "t")
+    for start in range(1, 400, 20):  # 20 transactions of 20 rows: 22 messages each
+        source.execute(
+            "INSERT INTO t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+            (start, start + 19),
+        )
+    source.execute("UPDATE t SET v = 'x' WHERE id % 7 = 0")
+    before = slot_status(source, SLOT)
+    upto = current_lsn(source)
+
+    def read(ahead: bool, budget: int | None = None) -> list[bytes]:
+        chunks = read_ahead(source, slot=SLOT, publication=PUBLICATION, upto_lsn=upto,
+                            max_changes=budget, round_changes=30, ahead=ahead)  # fmt: skip
+        return [data for chunk in chunks for data in chunk]
+
+    def changes_of(messages: list[bytes]) -> list[bytes]:
+        return [m for m in messages if m[0] != ord("R")]
+
+    peeked, ahead = read(ahead=False), read(ahead=True)
+    assert len(peeked) == 1 + 20 * 22 + 57 + 2  # a relation, 20 x (begin, 20 rows, commit), ...
+    assert changes_of(ahead) == changes_of(peeked) and len(ahead) > len(peeked)
+    assert {m for m in ahead if m[0] == ord("R")} == {m for m in peeked if m[0] == ord("R")}
+    budgeted = changes_of(read(ahead=True, budget=100))  # whole transactions, about 100 messages
+    assert budgeted == changes_of(peeked)[: len(budgeted)] and budgeted[-1][0] == ord("C")
+    assert 90 <= len(budgeted) <= 110
+    early = read_ahead(source, slot=SLOT, publication=PUBLICATION, upto_lsn=upto,
+                       max_changes=None, round_changes=30)  # fmt: skip
+    next(early)
+    early.close()  # a read closed early: its copy is dropped all the same
+    after = slot_status(source, SLOT)
+    assert before is not None and after is not None
+    assert after.confirmed_flush_lsn == before.confirmed_flush_lsn
+    copies = "SELECT count(*) FROM pg_replication_slots WHERE temporary AND database = %s"
+    assert source.execute(copies, (source.info.dbname,)).fetchone() == (0,)
 
 
 def test_a_large_transaction_is_read_with_bounded_client_memory(
