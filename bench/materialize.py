@@ -18,12 +18,23 @@ def _passed(result: Any) -> Any:
     """The result of a materialization that succeeded with every check passing.
 
     Raises:
-        SystemExit: the materialization failed or one of its checks did not pass.
+        SystemExit: the materialization failed or one of its checks did not pass (a warning
+            that a check verified nothing this run is not a failure).
     """
     checks = result.get_asset_check_evaluations()
-    if not result.success or not all(c.passed for c in checks):
+    if not result.success or not all(c.passed or _verified_nothing(c) for c in checks):
         raise SystemExit(f"the materialization failed or its check did not pass: {checks}")
     return result
+
+
+def _verified_nothing(check: Any) -> bool:
+    """A check's warning that it verified nothing this run (a run stopped by its budget)."""
+    import dagster as dg
+
+    verified = check.metadata.get("dpone/verified")
+    return (
+        check.severity == dg.AssetCheckSeverity.WARN and getattr(verified, "value", None) is False
+    )
 
 
 def timed_materialize(

@@ -5,6 +5,7 @@ decode rate, a full ``batched_copy`` and the incremental stream's floor, in one 
     .venv/bin/python bench/replication.py --rows 100000     # small
     .venv/bin/python bench/replication.py --rows 100000 --json bench/results/replication.json
     .venv/bin/python bench/replication.py --rss-changes 3000000   # peak RSS at 1M and at 3M
+    .venv/bin/python bench/replication.py --native-only      # the native subscriber's yardstick
 
 The source is a database on the replication tests' server (``wal_level = logical``: the
 embedded PostgreSQL 18 of ``.dpone_pg/`` unless ``DPONE_TEST_LOGICAL_DSN`` names one), the
@@ -45,7 +46,13 @@ end. The table is ``bench/incremental.py``'s ``shop.orders`` (id bigint key, six
 * what a Dagster user runs: ``dagster.materialize`` of ``replication_assets`` (its
   ``dpone_slot_healthy`` check included) with nothing changed and after 1% changed, timed around
   ``materialize`` after a warm-up materialization; and a backlog of a quarter of ``--changes``
-  applied by repeated materializations.
+  applied by repeated materializations;
+* the yardstick (``bench/native.py``, ``--native-repeat`` rounds, 0 to leave it out): the same
+  slot backlog of ``--changes`` changes, OLTP and bulk, applied by PostgreSQL's own
+  logical-replication subscriber, by the engine alone and by ``dagster.materialize`` with its
+  defaults (check included), in turn on the same cluster: each one's ratio to the native
+  subscriber, CPU seconds by process, and the engine's peak RSS (``--native-only`` runs this
+  section alone; with ``--json NAME.json``, its rows go to ``NAME_native.json``).
 
 Each engine figure is the engine call (``Replication(...).run()``), without Dagster's process
 start. A CHECKPOINT precedes each timed run and each engine drain (both targets share one server).
@@ -71,7 +78,7 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import result_file  # noqa: E402
+from bench import native, result_file  # noqa: E402
 from bench.incremental import (  # noqa: E402
     FILL,
     ORDERS,
@@ -509,6 +516,13 @@ def main() -> None:
     parser.add_argument("--rss-changes", type=int, default=0, help="a second backlog, RSS only")
     parser.add_argument("--child", nargs=4, metavar=("SRC", "TGT", "SLOT", "BUDGET"))
     parser.add_argument("--json", help="also write the result table there (bench/results/...)")
+    parser.add_argument(
+        "--native-repeat",
+        type=int,
+        default=3,
+        help="rounds of the native subscriber's yardstick (0: leave it out)",
+    )
+    parser.add_argument("--native-only", action="store_true", help="the yardstick alone")
     args = parser.parse_args()
     if args.child:
         source, target, slot, budget = args.child
@@ -519,13 +533,22 @@ def main() -> None:
     source_version = str(pg.fetch_one(logical_admin_dsn(), "SHOW server_version"))
     made: list[str] = []
     try:
-        figures = measure(args, made)
-        table = report(figures)
-        if args.json:
-            result_file.write(
-                args.json, "replication", began, table, table_rows=args.rows,
-                budget=args.budget, source_postgresql=source_version,
-            )  # fmt: skip
+        if not args.native_only:
+            table = report(measure(args, made))
+            if args.json:
+                result_file.write(
+                    args.json, "replication", began, table, table_rows=args.rows,
+                    budget=args.budget, source_postgresql=source_version,
+                )  # fmt: skip
+        if args.native_repeat:
+            yardstick = native.report([native.measure(shape, args.changes, args.native_repeat)
+                                       for shape in native.SHAPES])  # fmt: skip
+            if args.json:  # its own file, beside: <name>_native.json
+                result_file.write(
+                    args.json.removesuffix(".json") + "_native.json", "replication_native",
+                    began, yardstick, table_rows=args.changes, repeat=args.native_repeat,
+                    source_postgresql=source_version,
+                )  # fmt: skip
     finally:
         for dsn in made:
             if dsn == made[0]:

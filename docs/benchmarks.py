@@ -3,12 +3,13 @@
 Each benchmark with ``--json bench/results/NAME.json`` writes its result table, the command, the
 date and the machine (cores, RAM, PostgreSQL version, load average at its start and end). This
 script rewrites every block ``<!-- bench: NAME -->`` ... ``<!-- /bench: NAME -->`` of the page
-from ``bench/results/NAME.json``: a line saying when, how and on what it ran, then the table.
-The block ``<!-- bench-charts -->`` the page opens with shows the charts ``docs/bench_charts.py``
-draws from the same files, and one line for each ratio a chart leaves out because the
-benchmark refused it. Run ``.venv/bin/python docs/benchmarks.py`` after committing a new result
-file: it rewrites the blocks and draws the charts; ``tests/test_docs.py`` fails while a block or
-a chart is not the generated one.
+(and of the job pages of :data:`OTHER_PAGES`) from ``bench/results/NAME.json``: a line saying
+when, how and on what it ran, then the table. The block ``<!-- bench-charts -->`` the page
+opens with shows the charts ``docs/bench_charts.py`` draws from the same files, and one line
+for each ratio a chart leaves out because the benchmark refused it. Run
+``.venv/bin/python docs/benchmarks.py`` after committing a new result file: it rewrites the
+blocks and draws the charts; ``tests/test_docs.py`` fails while a block or a chart is not the
+generated one.
 """
 
 import json
@@ -23,6 +24,8 @@ import bench_charts
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
+OTHER_PAGES = (ROOT / "docs" / "replication.md",)
+"""Job pages that show a benchmark's block too (the same rendering, from the same file)."""
 RESULTS = ROOT / "bench" / "results"
 _BLOCK = re.compile(r"<!-- bench: (\w+) -->\n.*?<!-- /bench: \1 -->", re.DOTALL)
 _CHARTS = re.compile(r"<!-- bench-charts -->\n.*?<!-- /bench-charts -->", re.DOTALL)
@@ -65,7 +68,10 @@ def render(name: str, result: dict[str, Any]) -> str:
         "",
         "| " + " | ".join(c.replace("_", " ") for c in columns) + " |",
         "| " + " | ".join("---" for _ in columns) + " |",
-        *("| " + " | ".join(f"{row[c]}" for c in columns) + " |" for row in rows),
+        *(
+            "| " + " | ".join("" if row[c] is None else f"{row[c]}" for c in columns) + " |"
+            for row in rows
+        ),
         f"<!-- /bench: {name} -->",
     ]
     return "\n".join(lines)
@@ -112,6 +118,8 @@ def main() -> None:
     assert _BLOCK.search(text), "docs/benchmarks.md has no <!-- bench: NAME --> block"
     assert _CHARTS.search(text), "docs/benchmarks.md has no <!-- bench-charts --> block"
     PAGE.write_text(generated(text))
+    for page in OTHER_PAGES:
+        page.write_text(generated(page.read_text()))
     for drawn in bench_charts.draw():
         print(drawn.relative_to(ROOT))
 

@@ -266,9 +266,9 @@ def test_the_pages_show_only_pictures_the_screenshot_script_takes() -> None:
 
 
 def test_the_benchmarks_page_shows_what_the_benchmarks_wrote() -> None:
-    """Every ``<!-- bench: NAME -->`` block of docs/benchmarks.md is the one ``docs/benchmarks.py``
-    renders from ``bench/results/NAME.json`` (run it after a new result), and each says its
-    date, command and machine."""
+    """Every ``<!-- bench: NAME -->`` block of docs/benchmarks.md (and of the job pages that show
+    one) is the one ``docs/benchmarks.py`` renders from ``bench/results/NAME.json`` (run it after
+    a new result), and each says its date, command and machine."""
     script = _docs_script("benchmarks")
     text = (DOCS / "benchmarks.md").read_text()
     names = re.findall(r"<!-- bench: (\w+) -->", text)
@@ -277,6 +277,10 @@ def test_the_benchmarks_page_shows_what_the_benchmarks_wrote() -> None:
     for name in names:
         assert (ROOT / "bench" / "results" / f"{name}.json").is_file()
     assert "load average" in text and "PostgreSQL" in text
+    for page in script.OTHER_PAGES:  # a job page that shows a benchmark's block
+        other = page.read_text()
+        assert re.search(r"<!-- bench: (\w+) -->", other), f"{page.name} shows no bench block"
+        assert script.generated(other) == other, "run .venv/bin/python docs/benchmarks.py"
 
 
 def test_the_benchmarks_page_opens_with_the_charts_the_results_draw(tmp_path: Path) -> None:

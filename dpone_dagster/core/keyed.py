@@ -128,6 +128,22 @@ def key_value(key: Sequence[Column]) -> sql.Composed:
     )
 
 
+def keys_digest(
+    conn: Connection, table: TableName, given: TextKeys, live: sql.Composable, h: sql.Composable
+) -> tuple[int, int]:
+    """The rows of ``table`` (its ``live`` rows) that have one of the ``given`` keys: how many,
+    and the sum of their row hashes ``h`` (a key given twice counts twice). Both sides of a
+    comparison return the same pair for the same keys when their rows are equal; one index
+    probe per key, computed by ``conn``'s server, which returns two numbers."""
+    query = sql.SQL(
+        "SELECT count(r.h), coalesce(sum(r.h), 0) FROM {given} LEFT JOIN LATERAL"
+        " (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r ON true"
+    ).format(given=given.rows(), h=h, t=table.ident, on=given.equal("t"), live=live)
+    row = conn.execute(query, given.params).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 def differing_keys(
     conn: Connection, table: TableName, key: Sequence[Column], live: sql.Composable,
     h: sql.Composable, columns: Sequence[Sequence[str | None]], hashes: Sequence[int | None],

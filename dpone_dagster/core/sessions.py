@@ -24,6 +24,7 @@ import psycopg
 from psycopg import IsolationLevel, pq
 
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.waits import wait_while
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import (
     Connection,
@@ -133,6 +134,66 @@ def advisory_xact_lock(conn: Connection, key: str) -> None:
     another transaction holds it)."""
     # psycopg has no API for advisory locks: a transaction-scoped one, released at its end.
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
+
+
+_HOLDERS = (
+    # A bigint advisory key is held as classid (its high half) and objid (its low half).
+    "SELECT l.pid FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory' AND l.granted"
+    " AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_catalog.pg_database"
+    " WHERE datname = current_database())"
+    " AND l.classid::int8 = (hashtextextended(%(key)s, 0) >> 32) & 4294967295"
+    " AND l.objid::int8 = hashtextextended(%(key)s, 0) & 4294967295"
+    " AND l.pid <> pg_backend_pid()"
+)
+
+
+def hold_advisory_lock(
+    conn: Connection,
+    key: str,
+    *,
+    timeout: float,
+    timed_out: Callable[[int], Exception],
+    on_wait: Callable[[int], None] | None = None,
+) -> float:
+    """Takes the advisory lock named ``key`` for ``conn``'s session (released by
+    :func:`release_advisory_lock`, or when the session ends), waiting at most ``timeout``
+    seconds while another session holds it.
+
+    Args:
+        conn: An autocommit session.
+        key: The lock's name (the one :func:`advisory_xact_lock` takes: the two exclude each
+            other across sessions).
+        timeout: Seconds to wait for it.
+        timed_out: Builds the error raised past ``timeout``, from the holder's pid (0 when it
+            could not be read).
+        on_wait: Called once, with the holder's pid, when the lock is held by another session.
+
+    Returns:
+        The seconds waited.
+
+    Raises:
+        Exception: ``timed_out(pid)``, past ``timeout``.
+    """
+    take = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))"
+    told = False
+
+    def holders() -> list[int]:
+        row = conn.execute(take, (key,)).fetchone()
+        if row is not None and row[0]:
+            return []
+        pids = [int(r[0]) for r in conn.execute(_HOLDERS, {"key": key})]
+        nonlocal told
+        if not told and on_wait is not None:
+            told = True
+            on_wait(pids[0] if pids else 0)
+        return pids or [0]  # released between the two reads: try again
+
+    return wait_while(holders, timeout=timeout, interval=0.1, timed_out=lambda p: timed_out(p[0]))
+
+
+def release_advisory_lock(conn: Connection, key: str) -> None:
+    """Releases the session's advisory lock named ``key`` (:func:`hold_advisory_lock`)."""
+    conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
 
 
 @dataclass

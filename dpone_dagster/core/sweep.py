@@ -174,7 +174,8 @@ def classify(found: Comparison, later: Later, *, gone_allowed: bool) -> Differen
     return Differences(count_later, gone, tuple(sorted(unexplained)))
 
 
-def _estimate(src: Connection, table: TableName) -> int:
+def row_estimate(src: Connection, table: TableName) -> int:
+    """The planner's estimate of ``table``'s rows (``pg_class.reltuples``, 0 when unknown)."""
     row = src.execute(
         "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = CAST(%s AS regclass)",
         (table.ident.as_string(src),),
@@ -265,7 +266,7 @@ def sweep_slices(
         gone_allowed: Target keys the source lost are expected (``ignore``, or deletes found by
             the sweep), not differences.
     """
-    estimate = _estimate(src, tables.source)
+    estimate = row_estimate(src, tables.source)
     size = slice_rows(sweep, estimate)
     slicer = _Slicer(src, tgt, tables)
     started = time.monotonic()

@@ -26,8 +26,10 @@ class Verification(Document):
         deleted_kept: Target rows whose key the source lost, kept under ``ignore``.
         unexplained: How many rows differ with no such reason.
         examples: Up to 20 of their keys.
-        scope: ``full`` (both whole tables compared) or ``run`` (the run's keys and a slice of
-            the rolling sweep, :mod:`.sweep`).
+        scope: ``full`` (both whole tables compared), ``run`` (the run's keys and a slice of
+            the rolling sweep, :mod:`.sweep`) or ``table`` (a replicated table without a
+            primary key, compared whole by its digest when ``ranges_checked`` is 1, not this
+            run when 0; ``ranges_total``: the runs between two comparisons).
         keys_checked: ``run``: the run's keys verified (source rows in the run's cursor range).
         ranges_checked: ``run``: the sweep's key ranges verified by this run.
         ranges_total: ``run``: the ranges a full sweep takes (from the source's row estimate).

@@ -32,7 +32,6 @@ the old columns are applied, then the target evolves (:mod:`.plan`).
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -40,31 +39,31 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-import psycopg
 from psycopg import sql
 from psycopg._encodings import pg2pyenc  # psycopg's PostgreSQL-to-Python codec names
 
 from dpone_dagster.lifecycle import owned_staging_handle
-from dpone_dagster.postgres.catalog import column_list, column_type, columns_equal
+from dpone_dagster.postgres.catalog import column_type
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import evolve_target
 from dpone_dagster.postgres.lock_wait import under_lock_wait
-from dpone_dagster.postgres.plan import Sink, TablePlan
-from dpone_dagster.postgres.sinks import apply_sink, key_lookups
-from dpone_dagster.postgres.soft_deletes import ensure_soft_column, revive
-from dpone_dagster.postgres.staging import PostgresStagingTable, staging_name_for
+from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.soft_deletes import ensure_soft_column
+from dpone_dagster.postgres.staging import PostgresStagingTable
 
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
+from .net import apply_deletes, apply_upserts, merge_net, net_table, temporary_name
+from .pgoutput import COPY_ESCAPED
+from .staging_copy import StagingCopy
 from .toast import index_history, resolve_unchanged
 
 FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
-_ESCAPED: Final = re.compile(rb"[\\\n\r]")
-"""What ``COPY`` text escapes, but the tab (a line's tabs are counted instead)."""
+"""What ``COPY`` text escapes (:data:`~.pgoutput.COPY_ESCAPED`, and the tab)."""
 _NULL: Final = b"\\N"
 
 
@@ -94,45 +93,6 @@ class Counts:
     truncated: int = 0
 
 
-class StagingCopy:
-    """The one ``COPY`` a target session runs into a staging table, kept open while that
-    table's rows stream in, so that the server writes them while the next ones are decoded.
-
-    A session runs one statement at a time: whatever else it runs (another table's staging,
-    the net effect, the ledger, a plan's catalog reads) ends the open ``COPY`` first
-    (:meth:`end`).
-    """
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self._into: TableName | None = None
-        self._copy: psycopg.Copy | None = None
-        self._stack = ExitStack()
-
-    def write(self, into: TableName, statement: sql.Composed, data: bytes) -> None:
-        """Writes ``data`` into the ``COPY`` of ``statement`` into ``into`` (started here, the
-        open one into another table ended first)."""
-        if self._into != into:
-            self.end()
-            self._copy = self._stack.enter_context(self.conn.cursor().copy(statement))
-            self._into = into
-        assert self._copy is not None
-        self._copy.write(data)
-
-    def end(self) -> None:
-        """Ends the open ``COPY``, if any: its rows are in its staging table."""
-        if self._into is not None:
-            self._into, self._copy = None, None
-            self._stack.close()
-
-    def abandon(self) -> None:
-        """On a failure: the open ``COPY`` fails (its transaction is rolled back after)."""
-        if self._into is not None:
-            self._into, self._copy = None, None
-            with contextlib.suppress(psycopg.Error):
-                self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
-
-
 @dataclass
 class TableApply:
     """One table's changes in the target transaction in progress.
@@ -147,7 +107,7 @@ class TableApply:
             (one of its own when omitted).
         on_net: Called with the session, the plan and the keys of each net effect (a ``FROM``
             item and its parameters), before that net effect is applied (the check's record
-            of the keys a run applied, :func:`~.verify.key_recorder`); ``None``: nothing is
+            of the keys a run applied, :class:`~.recorder.KeyRecorder`); ``None``: nothing is
             recorded.
     """
 
@@ -205,7 +165,7 @@ class TableApply:
                   for i, c in enumerate(keys)),
             ]
         )  # fmt: skip
-        table = PostgresStagingTable(self.conn, _temporary_name(plan.target), columns=definition,
+        table = PostgresStagingTable(self.conn, temporary_name(plan.target), columns=definition,
                                      dsn=self.dsn, temporary=True)  # fmt: skip
         self._guard = self._stack.enter_context(owned_staging_handle(table))
         return table
@@ -223,9 +183,13 @@ class TableApply:
         except TypeError:
             line = self._line(op, values, at, old)
         else:
-            if body.count(9) != self.width - 1 or _ESCAPED.search(body) is not None:
+            if body.count(9) != self.width - 1 or COPY_ESCAPED.search(body) is not None:
                 body = b"\t".join([_text(v) for v in values])  # type: ignore[arg-type]
             line = b"%d\t%b\t\\N\t%b\t%b%b\n" % (self._seq, op, at, body, self._no_old_key)
+        self._append(line)
+
+    def _append(self, line: bytes) -> None:
+        """Buffers one staged row's line (written once the buffer fills)."""
         self._buffer.append(line)
         self._size += len(line)
         self.staged += 1
@@ -249,6 +213,21 @@ class TableApply:
             olds = tuple(_text(old[i]) for i in self.key)  # type: ignore[arg-type]
             self._old_keys = True
         return b"\t".join([b"%d" % self._seq, op, flags, at, *parts, *olds]) + b"\n"
+
+    def stage_new(self, kind: int, body: bytes) -> None:
+        """Stages an insert (``kind`` ``ord("I")``) or an update (``ord("U")``) that sent no
+        old key, its new row already ``COPY`` text (:func:`~.pgoutput.new_tuple_text`): the
+        hot path, where no value is built on its own."""
+        if self._held is not None:
+            self._stage_held()
+        if kind == 73:
+            self.counts.inserted += 1
+            op = b"I"
+        else:
+            self.counts.updated += 1
+            op = b"U"
+        self._seq += 1
+        self._append(b"%d\t%b\t\\N\t\\N\t%b%b\n" % (self._seq, op, body, self._no_old_key))
 
     def insert(self, new: Sequence[Value]) -> None:
         """Stages an inserted row."""
@@ -340,59 +319,15 @@ class TableApply:
                 self._indexed = True
             resolve_unchanged(self.conn, self.plan, self.staging, sorted(self._unchanged),
                               old_keys=self._old_keys)  # fmt: skip
-        net, rows = self._net()
-        if self.on_net is not None:  # the check's hook: the keys this net effect touches
-            self.on_net(self.conn, self.plan, net.ident, ())
-        rows -= self._deletes(net)
-        self._upserts(net, rows)
+        if self.on_net is not None:  # the check's hook: every key the staged rows name
+            self.on_net(self.conn, self.plan, self.staging.ident, ())
+        if not merge_net(self.conn, self.plan, self.staging, self.soft_column):
+            net, rows = net_table(self.conn, self.plan, self.staging)
+            rows -= apply_deletes(self.conn, self.plan, net, self.soft_column)
+            apply_upserts(self.conn, self.plan, net, rows, self.soft_column)
         self.conn.execute(sql.SQL("TRUNCATE {}").format(self.staging.ident))
         self._unchanged.clear()
         self._old_keys = False
-
-    def _net(self) -> tuple[TableName, int]:
-        """The last staged row of each key, in a table of its own (one sort of the staging
-        table); its rows."""
-        keys = column_list(self.plan.target_key)
-        net = _temporary_name(self.plan.target)
-        statement = sql.SQL(
-            "CREATE TEMPORARY TABLE {n} AS SELECT DISTINCT ON ({k}) {c}, _dpone_op, _dpone_at"
-            " FROM {s} ORDER BY {k}, _dpone_seq DESC"
-        ).format(n=net.ident, k=keys, c=column_list(self.plan.column_names),
-                 s=self.staging.ident)  # fmt: skip
-        return net, self.conn.execute(statement).rowcount
-
-    def _deletes(self, net: TableName) -> int:
-        """Applies the keys whose last change is a delete, then leaves them out of ``net``;
-        the rows left."""
-        keys = self.plan.target_key
-        equal = columns_equal("t", "f", keys)
-        target = self.plan.target.ident
-        statement: sql.Composed
-        if self.soft_column is None:
-            statement = sql.SQL(
-                "DELETE FROM {} AS t USING {} AS f WHERE f._dpone_op = 'D' AND {}"
-            ).format(target, net.ident, equal)
-        else:
-            soft = sql.Identifier(self.soft_column)
-            statement = sql.SQL(
-                "UPDATE {} AS t SET {} = f._dpone_at FROM {} AS f"
-                " WHERE f._dpone_op = 'D' AND {} AND t.{} IS NULL"
-            ).format(target, soft, net.ident, equal, soft)
-        with key_lookups(self.conn):  # the net table has no statistics
-            self.conn.execute(statement)
-        return self.conn.execute(
-            sql.SQL("DELETE FROM {} WHERE _dpone_op = 'D'").format(net.ident)
-        ).rowcount
-
-    def _upserts(self, net: TableName, rows: int) -> None:
-        """The last row of each key that is not a delete, through the one merge sink (which
-        drops ``net``)."""
-        if rows == 0:  # every key's last change was a delete
-            self.conn.execute(sql.SQL("DROP TABLE {}").format(net.ident))
-            return
-        if self.soft_column is not None:
-            revive(self.conn, self.plan.target, self.soft_column, self.plan.target_key, net)
-        apply_sink(self.conn, self.plan, net, Sink.MERGE, rows, changes_only=True)
 
     def truncate(self, at: datetime) -> None:
         """A ``TRUNCATE`` of the table at this point of the batch."""
@@ -435,12 +370,6 @@ class TableApply:
         self._stack.__exit__(RuntimeError, RuntimeError("abandoned"), None)
         self._staging = None
         self._statement = None
-
-
-def _temporary_name(target: TableName) -> TableName:
-    """A staging name in ``pg_temp``: the staging and net tables live in the target
-    transaction of one session, so they are temporary (no WAL, no file sync at creation)."""
-    return TableName("pg_temp", staging_name_for(target).name)
 
 
 def evolve(conn: Connection, plan: TablePlan) -> None:

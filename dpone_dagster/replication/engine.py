@@ -58,24 +58,27 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
 
+from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
 from .publication import publication_error, read_publication
+from .recorder import KeyRecorder
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import sync_sequences
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
 from .slot_health import SlotWait
 from .state import GroupLedger, GroupState, TableState
-from .stream import RunState, SlotStream
-from .verify import CheckContext, key_recorder, verify_group
+from .stream import SlotStream
+from .verify import CheckContext, verify_group
 
-BATCH_CHANGES = 500_000
-"""Changes a target transaction gathers (whole source transactions) before it commits: each
-commit costs a netting, a merge per table and a slot advance, so a run of a budget up to this
-applies in one."""
+BATCH_CHANGES = 100_000
+"""Changes a target transaction gathers (whole source transactions) before it commits. Each
+commit costs a netting, a merge per table and a slot advance; smaller transactions let the
+apply worker merge one while the stream decodes the next (:mod:`.stream`), so a backlog's first
+decode and its last merge, which nothing overlaps, stay short."""
 
 
 class Replication:
@@ -144,10 +147,10 @@ class Replication:
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
         self.checking = CheckContext(group, self.ledger, sweep or Sweep())
-        self.record_keys = key_recorder(self.ledger.store.tables, group.slot) if reconcile else None
+        self.record_keys = KeyRecorder(self.ledger.store.tables, group.slot) if reconcile else None
         self.stream = SlotStream(
             group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
-            record_keys=self.record_keys, progress=self._progress,
+            record_keys=self.record_keys, progress=self._progress, on_wait=self._slot_wait,
         )  # fmt: skip
         self.context = GroupContext(
             group, self.ledger, source, target, self.options, self.target_options,
@@ -161,14 +164,17 @@ class Replication:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def _open(self) -> tuple[Sessions, Connection]:
-        """The source, target and control sessions, opened at once."""
+    def _open(self) -> tuple[Sessions, Connection, LazySession]:
+        """The source, target and control sessions, opened at once, and a second target
+        session, opened when the stream needs it (its target transactions alternate between
+        the two)."""
+        target = partial(prepared_session, self.target_dsn, self.target_options, "target")
         src, tgt, control = open_at_once(
             partial(prepared_session, self.source_dsn, self.options, "source"),
-            partial(prepared_session, self.target_dsn, self.target_options, "target"),
+            target,
             partial(prepared_session, self.source_dsn, self.options, "source"),
         )
-        return Sessions(source=src, target=tgt, ledger=tgt), control
+        return Sessions(source=src, target=tgt, ledger=tgt), control, LazySession(target)
 
     def run(self) -> ReplicationReport:
         """Runs the group once: the initial copy when needed, then every source transaction
@@ -184,8 +190,8 @@ class Replication:
             DponeError: a database failure (its code from the database-failure catalog, else
                 ``replication_failed``); what committed stays, the next run continues after it.
         """
-        with self._guarded() as (sessions, control):
-            return self._run(sessions, control)
+        with self._guarded() as (sessions, control, second):
+            return self._run(sessions, control, second)
 
     def check(self) -> Mapping[TableName, Verification]:
         """Compares both whole tables of every table of the group with the source, writing
@@ -199,27 +205,31 @@ class Replication:
             DponeError: a database failure (its code), ``replication_slot_missing`` and the
                 other slot codes of the peek.
         """
-        with self._guarded() as (sessions, control):
+        with self._guarded() as (sessions, control, _):
             self.ledger.ensure(sessions.target)
             return verify_group(sessions.source, sessions.target, control, self.checking,
                                 full=True)  # fmt: skip
 
     @contextmanager
-    def _guarded(self) -> Iterator[tuple[Sessions, Connection]]:
-        """The run's sessions and its control session, closed at the end; a failure inside
-        ends the run through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`:
-        sessions abandoned, a database error raised as its coded error)."""
-        sessions, control = self._open()
+    def _guarded(self) -> Iterator[tuple[Sessions, Connection, LazySession]]:
+        """The run's sessions, its control session and its second target session, closed at
+        the end (the server rolls back what they left open); a failure inside ends the run
+        through the one run guard (:func:`~dpone_dagster.core.sessions.fail_run`: sessions
+        abandoned, a database error raised as its coded error)."""
+        sessions, control, second = self._open()
         try:
-            yield sessions, control
+            yield sessions, control, second
         except BaseException as exc:
             tables = list(self.group.tables)
             fail_run(sessions, exc, "replication_failed", sources=tables, targets=tables)
         finally:
             sessions.close()
             control.close()
+            second.close()
 
-    def _run(self, sessions: Sessions, control: Connection) -> ReplicationReport:
+    def _run(
+        self, sessions: Sessions, control: Connection, second: LazySession
+    ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
         state = self._state(tgt)
         copied: CopyReport | None = None
@@ -235,10 +245,12 @@ class Replication:
         assert state.applied_lsn is not None
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
+        if self.record_keys is not None:
+            self.record_keys.reset()
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
         try:
-            self.stream.run(sessions, control, run, upto)
+            self.stream.run(sessions, control, second, run, upto)
         except psycopg.errors.UndefinedObject as exc:  # PostgreSQL 15: a publication gone
             raise publication_error(group.publication, "the slot's read", exc) from exc
         confirmed = run.applied_end

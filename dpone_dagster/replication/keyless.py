@@ -47,8 +47,9 @@ from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
 
-from .apply import NetHook, StagingCopy, TableApply
+from .apply import NetHook, TableApply
 from .changes import UNCHANGED, Value
+from .staging_copy import StagingCopy
 
 
 def table_apply(

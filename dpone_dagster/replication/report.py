@@ -55,11 +55,12 @@ class ReplicationProgress:
         phase: ``copy`` (the initial copy starts), ``copied`` (it committed), ``joining`` (a
             table that joins a streaming group is being copied alone), ``joined`` (its copy
             committed), ``stage`` (staged changes were written to the target's staging
-            tables), ``apply`` (the net effect of a group of source transactions is being
-            applied), ``commit`` (just before the target's COMMIT), ``committed`` (it
-            committed), ``advanced`` (the slot was moved), ``slot_wait`` (another session
-            holds the slot: the run waits for it, ``wait`` says for whom and how long;
-            reported when the wait begins and when it ends).
+            tables), ``next`` (a target transaction begins on one target session while the
+            one before it is applied on the other), ``apply`` (the net effect of a group of
+            source transactions is being applied), ``commit`` (just before the target's
+            COMMIT), ``committed`` (it committed), ``advanced`` (the slot was moved),
+            ``slot_wait`` (another session holds the slot: the run waits for it, ``wait``
+            says for whom and how long; reported when the wait begins and when it ends).
         transactions: Source transactions applied so far by this run.
         applied_lsn: The commit LSN of the last one committed (0: none yet).
         staged: Changes staged in the target transaction in progress.

@@ -115,9 +115,15 @@ class GroupLedger:
         """Brings the ledger up to date (its migrations)."""
         self.store.ensure(conn)
 
+    @staticmethod
+    def lock_key(slot: str) -> str:
+        """The name of the group's advisory lock (a stream holds it for its session,
+        :mod:`.stream`)."""
+        return f"replication:{slot}"
+
     def lock(self, conn: Connection, slot: str) -> None:
         """The group's advisory lock, until the current transaction ends."""
-        self.store.lock(conn, f"replication:{slot}")
+        self.store.lock(conn, self.lock_key(slot))
 
     def fetch(self, conn: Connection, slot: str) -> GroupState | None:
         """The group's row, or ``None``."""

@@ -8,14 +8,21 @@ snapshot, taken with the WAL position ``S`` it covers, and the target under the 
 run applies meanwhile):
 
 1. **The run's keys.** Each target transaction records the keys its net effect touched (the
-   apply path's hook, :func:`key_recorder`) in the ledger's ``replication_keys``, with its rows.
-   The check reads them back in chunks of :data:`KEYS_CHUNK` with the target's row hash of each
-   (a key the target no longer holds hashes to nothing), and the source returns only the keys
-   whose row differs (:func:`~dpone_dagster.core.keyed.differing_keys`). No run's key set is
-   held in Python: a chunk at a time. Checked keys are then removed (those that differ for no
-   known reason stay, so the next check fails on them again until they agree).
+   apply path's hook, :class:`~.recorder.KeyRecorder`) in the ledger's ``replication_keys``,
+   with its rows, in chunks of :data:`~.recorder.KEYS_CHUNK`. The target returns each chunk
+   with its digest (how many of its keys it holds a row of, and the sum of their row hashes;
+   the next chunks read on a thread of its own meanwhile), the source computes the same digest
+   of the same keys (:func:`~dpone_dagster.core.keyed.keys_digest`), and only a chunk whose
+   digests differ is compared key by key (:func:`~dpone_dagster.core.keyed.differing_keys`).
+   No run's key set is held in Python: a chunk at a time. Checked keys are then removed (those
+   that differ for no known reason stay, so the next check fails on them again until they
+   agree).
 2. **The rolling slice** (:func:`~dpone_dagster.core.sweep.sweep_slices`) of each table, its
    position in the ledger's ``replication_sweeps`` (``<slot>:<schema.table>``).
+
+A run whose recorded keys are a large share of its table (a backlog) is checked by the whole
+table's digest instead, which is also a full sweep (:mod:`.verify_whole`); a table without a
+primary key is compared whole (:mod:`.verify_keyless`).
 
 A key whose source row differs from the target's is a real difference only if no change to it
 arrived after ``L``: those changes are still in the slot (it is advanced only to ``L``), so the
@@ -31,130 +38,41 @@ same rule, and writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg import IsolationLevel, sql
 
-# psycopg has no public name for a server encoding's Python codec (``conn.info.encoding`` is
-# the client encoding's); pgoutput sends values in the database's own encoding.
-from psycopg._encodings import pg2pyenc
-
-from dpone_dagster.core.keyed import KeyedTables, differing_keys
-from dpone_dagster.core.ledger_schema import LedgerTables
+from dpone_dagster.core.keyed import KeyedTables, differing_keys, keys_digest
+from dpone_dagster.core.prefetch import prefetched
 from dpone_dagster.core.sessions import transaction
-from dpone_dagster.core.sweep import Later, Sweep, SweepLedger, classify, sweep_slices
+from dpone_dagster.core.sweep import (
+    Later,
+    Sweep,
+    SweepLedger,
+    SweepPosition,
+    classify,
+    row_estimate,
+    sweep_slices,
+)
 from dpone_dagster.core.verification import Verification, timed
 from dpone_dagster.postgres.catalog import table_catalog
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
-from .apply import NetHook
-from .changes import Begin, Delete, Insert, Lsn, Relation, Row, Truncate, Update, lsn_text
+from .changes import Lsn, lsn_text
 from .plan import ReplicationGroup
-from .reader import read_changes
+from .slot_changes import SlotChanges
 from .state import GroupLedger
+from .verify_keyless import KeylessTable, check_keyless
+from .verify_whole import WHOLE_SHARE, recorded_keys, whole_run_check
 
-KEYS_CHUNK = 10_000
-"""Keys of the run read, looked up on the source and compared per round trip."""
-
-
-def key_recorder(tables: LedgerTables, slot: str) -> NetHook:
-    """The hook that records, in the target transaction, the keys of each net effect applied
-    (a changed key's old key too: it is staged as a delete)."""
-
-    def record(
-        conn: Connection, plan: TablePlan, keys: sql.Composable, params: Sequence[object]
-    ) -> None:
-        if not plan.target_key:
-            return  # a table without a primary key is not checked by key
-        texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(k))
-                                   for k in plan.target_key)  # fmt: skip
-        insert = tables.sql("INSERT INTO {replication_keys} (slot, source_table, key)")
-        conn.execute(
-            insert + sql.SQL(" SELECT %s, %s, ARRAY[{}] FROM {}").format(texts, keys),
-            (slot, plan.source.qualified, *params),
-        )
-
-    return record
-
-
-class SlotChanges:
-    """The keys the slot holds changes to after the applied position (see the module).
-
-    Args:
-        control: An idle source session that may read the slot.
-        group: The group (its slot and publication).
-        applied: The applied position ``L``: transactions that committed at or before it are
-            the target's already.
-        upto: The check's WAL position ``S`` (its source snapshot's).
-        encoding: The source database's encoding (the slot's values are in it).
-    """
-
-    def __init__(
-        self, control: Connection, group: ReplicationGroup, applied: Lsn, upto: Lsn, encoding: str
-    ) -> None:
-        self.control, self.group = control, group
-        self.applied, self.upto = applied, upto
-        self.codec = pg2pyenc(encoding.encode())
-        self.peeks = 0
-
-    def changed(self, table: TableName, key: Sequence[str], keys: Sequence[Key]) -> set[Key]:
-        """Of ``keys`` of ``table``, those a transaction committed after the applied position
-        (and by the check's snapshot) inserted, updated or deleted (every one, after a
-        ``TRUNCATE`` of the table)."""
-        wanted = set(keys)
-        if not wanted:
-            return set()
-        self.peeks += 1
-        found: set[Key] = set()
-        positions: dict[int, list[int]] = {}
-        after = False
-        truncated = False
-        changes = read_changes(self.control, slot=self.group.slot,
-                               publication=self.group.publication, upto_lsn=self.upto,
-                               max_changes=None)  # fmt: skip
-        for _, message in changes:  # read to its end: the peek's transaction ends with it
-            if isinstance(message, Begin):
-                after = message.final_lsn > self.applied
-            elif isinstance(message, Relation):
-                if (message.schema, message.name) == (table.schema, table.name):
-                    names = [c.name for c in message.columns]
-                    positions[message.oid] = [names.index(k) for k in key]
-            elif not after or truncated:
-                continue
-            elif isinstance(message, Truncate):
-                truncated = any(oid in positions for oid in message.relations)
-            elif isinstance(message, (Insert, Update, Delete)):
-                where = positions.get(message.relation)
-                if where is None:
-                    continue  # another table's change
-                for row in _rows(message):
-                    named = self._key(row, where)
-                    if named is not None and named in wanted:
-                        found.add(named)
-        if truncated:
-            return wanted
-        return found
-
-    def _key(self, row: Row, where: list[int]) -> Key | None:
-        values = [row[i] for i in where]
-        if not all(isinstance(v, bytes) for v in values):
-            return None  # NULL or unchanged: not a key this row names
-        return tuple(v.decode(self.codec) for v in values)  # type: ignore[union-attr]
-
-
-def _rows(message: Insert | Update | Delete) -> list[Row]:
-    if isinstance(message, Insert):
-        return [message.new]
-    if isinstance(message, Delete):
-        return [message.old]
-    return [message.new] if message.old is None else [message.new, message.old]
+_FETCH_CHUNKS = 4
+"""Chunks the check reads from the target per round trip."""
 
 
 @dataclass(frozen=True)
@@ -164,17 +82,16 @@ class _Table:
     tables: KeyedTables
     stream_id: str
     later: Later
+    changes: SlotChanges
 
 
-def _keyed(
+def _compared(
     src: Connection, tgt: Connection, table: TableName, soft: str | None
-) -> KeyedTables | None:
-    """The table's compared columns: the source's (generated ones left out) that the target
-    has, the source's key, and the target's soft-delete column (``soft``, once it exists);
-    ``None`` for a table without a primary key (not checked by key)."""
+) -> KeyedTables | KeylessTable:
+    """The table as its check compares it: the source's columns (generated ones left out) that
+    the target has; by key (the source's key, the target's soft-delete column ``soft`` once it
+    exists), or whole when it has no primary key (:mod:`.verify_keyless`)."""
     found = table_catalog(src, table)
-    if not found.key:
-        return None
     have = {
         str(r[0])
         for r in tgt.execute(
@@ -184,38 +101,75 @@ def _keyed(
         )
     }
     columns = tuple(c for c in found.columns if not c.generated and c.name in have)
+    if not found.key:
+        return KeylessTable(table, table, columns)
     by_name = {c.name: c for c in found.columns}
     marked = soft if soft in have else None  # added with the first delete: until then, none
     return KeyedTables(table, table, columns, tuple(by_name[k] for k in found.key), marked)
 
 
+_CHUNKS = (
+    # A chunk is a 2-D array: a row per key column, a column per key. A ledger written before
+    # chunks holds one key per row (a 1-D array): read as a chunk of one.
+    "SELECT c.key, d.n, d.s FROM (SELECT CASE WHEN array_ndims(key) = 1"
+    " THEN ARRAY(SELECT ARRAY[x] FROM unnest(key) AS x) ELSE key END AS key FROM {keys}"
+    " WHERE slot = %s AND source_table = %s AND cardinality(key) > 0) AS c CROSS JOIN LATERAL"
+    " (SELECT count(r.h) AS n, coalesce(sum(r.h), 0) AS s FROM unnest({columns}) AS u({names})"
+    " LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t WHERE {on} AND {live} LIMIT 1) AS r"
+    " ON true) AS d"
+)
+
+
 def _run_keys(
     src: Connection, tgt: Connection, keys: sql.Identifier, table: _Table, slot: str
 ) -> tuple[int, list[Key]]:
-    """The keys the runs applied since the last check, and those whose source row differs."""
+    """The keys the runs applied since the last check, and those whose source row differs.
+
+    The target returns each recorded chunk of keys with its digest (how many of its keys it
+    holds a row of, the sum of their row hashes); the source computes the same digest of the
+    same keys; only a chunk whose digests differ is compared key by key."""
     t = table.tables
     h = row_hash(src, t.columns)
-    on = sql.SQL(" AND ").join(
-        sql.SQL("t.{} = CAST(k.key[{}] AS {})").format(c.ident, sql.Literal(i + 1),
-                                                       sql.SQL(c.type_sql))
-        for i, c in enumerate(t.key)
+    # A slice per key column, each read once (a subscript per key would read the whole array
+    # each time), unnested side by side: a row per key.
+    unnested = TextKeys.from_arrays(t.key, [[] for _ in t.key])
+    columns = sql.SQL(", ").join(
+        sql.SQL("c.key[{}:{}]").format(sql.Literal(i + 1), sql.Literal(i + 1))
+        for i in range(len(t.key))
+    )
+    query = sql.SQL(_CHUNKS).format(
+        keys=keys, columns=columns, names=sql.SQL(", ").join(unnested.names), h=h,
+        t=t.target.ident, on=unnested.equal("t"), live=t.live(),
     )  # fmt: skip
-    query = sql.SQL(
-        "SELECT k.key, r.h FROM (SELECT DISTINCT key FROM {keys} WHERE slot = %s"
-        " AND source_table = %s) AS k LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t"
-        " WHERE {on} AND {live} LIMIT 1) AS r ON true"
-    ).format(keys=keys, h=h, t=t.target.ident, on=on, live=t.live())
+
+    def chunks() -> Iterator[tuple[list[list[str]], int, int]]:
+        with tgt.cursor("dpone_replication_keys") as cursor:
+            cursor.execute(query, (slot, t.source.qualified))
+            while rows := cursor.fetchmany(_FETCH_CHUNKS):
+                yield from rows
+
     checked = 0
-    differing: list[Key] = []
-    with tgt.cursor("dpone_replication_keys") as cursor:
-        cursor.execute(query, (slot, t.source.qualified))
-        while chunk := cursor.fetchmany(KEYS_CHUNK):
-            checked += len(chunk)
-            columns = [[r[0][i] for r in chunk] for i in range(len(t.key))]
-            hashes = [None if r[1] is None else int(r[1]) for r in chunk]
-            differing += differing_keys(src, t.source, t.key, sql.SQL("true"), h, columns,
-                                        hashes)  # fmt: skip
+    differ: list[TextKeys] = []
+    # The target digests the next chunks while the source digests this one.
+    for arrays, count, total in prefetched(chunks, ahead=2 * _FETCH_CHUNKS):
+        given = TextKeys.from_arrays(t.key, arrays)
+        checked += len(arrays[0])
+        if keys_digest(src, t.source, given, sql.SQL("true"), h) != (count, total):
+            differ.append(given)
+    differing = [k for given in differ for k in _differing(src, tgt, t, given, h)]
     return checked, differing
+
+
+def _differing(
+    src: Connection, tgt: Connection, t: KeyedTables, given: TextKeys, h: sql.Composable
+) -> list[Key]:
+    """The keys of a chunk whose digests differ, compared one by one."""
+    query = sql.SQL(
+        "SELECT r.h FROM {given} LEFT JOIN LATERAL (SELECT {h} AS h FROM {t} AS t"
+        " WHERE {on} AND {live} LIMIT 1) AS r ON true"
+    ).format(given=given.rows(), h=h, t=t.target.ident, on=given.equal("t"), live=t.live())
+    hashes = [None if r[0] is None else int(r[0]) for r in tgt.execute(query, given.params)]
+    return differing_keys(src, t.source, t.key, sql.SQL("true"), h, given.arrays, hashes)
 
 
 def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
@@ -227,12 +181,12 @@ def _keep(tgt: Connection, keys: sql.Identifier, slot: str, table: KeyedTables,
     )
     if not kept:
         return
-    kept_keys = TextKeys.of(table.key, kept)
+    chunk = TextKeys.of(table.key, kept).arrays
     tgt.execute(
-        sql.SQL("INSERT INTO {} (slot, source_table, key) SELECT %s, %s, {} FROM {}").format(
-            keys, kept_keys.as_text(), kept_keys.rows()
+        sql.SQL("INSERT INTO {} (slot, source_table, key) VALUES (%s, %s, %s::text[])").format(
+            keys
         ),
-        (slot, table.source.qualified, *kept_keys.params),
+        (slot, table.source.qualified, list(chunk)),
     )
 
 
@@ -265,8 +219,8 @@ def verify_group(
         full: Compare both whole tables instead of the run's keys and a slice.
 
     Returns:
-        Each table's verification (none before the group's initial copy completed, none for a
-        table without a primary key).
+        Each table's verification (none before the group's initial copy completed); a table
+        without a primary key is compared whole (:mod:`.verify_keyless`).
     """
     group, ledger = how.group, how.ledger
     encoding = server_encoding(src)
@@ -287,19 +241,48 @@ def verify_group(
             at, upto = row[0], int(row[1])
             slot = SlotChanges(control, group, applied, upto, encoding)
             for name in group.tables:
-                keyed = _keyed(src, tgt, name, group.soft_column)
-                if keyed is None:
-                    continue
-                later = _later(slot, keyed)
-                table = _Table(keyed, f"{group.slot}:{name.qualified}", later)
+                compared = _compared(src, tgt, name, group.soft_column)
                 started = time.monotonic()
-                checks[name] = timed(
-                    _full(src, tgt, table, at, applied)
-                    if full
-                    else _by_run(src, tgt, table, how, at, applied),
-                    started,
-                )
+                if isinstance(compared, KeylessTable):
+                    found = _keyless(src, tgt, compared, slot, how, (at, applied), full=full)
+                else:
+                    later = _later(slot, compared)
+                    table = _Table(compared, _stream_id(group, name), later, slot)
+                    found = (
+                        _full(src, tgt, table, at, applied)
+                        if full
+                        else _by_run(src, tgt, table, how, at, applied)
+                    )
+                checks[name] = timed(found, started)
     return checks
+
+
+def _stream_id(group: ReplicationGroup, table: TableName) -> str:
+    """The table's row of the group's sweeps (``<slot>:<schema.table>``)."""
+    return f"{group.slot}:{table.qualified}"
+
+
+def _keyless(
+    src: Connection,
+    tgt: Connection,
+    table: KeylessTable,
+    slot: SlotChanges,
+    how: CheckContext,
+    proof: tuple[datetime, Lsn],
+    *,
+    full: bool,
+) -> Verification:
+    """A keyless table's check (:mod:`.verify_keyless`): its position is read and written in
+    the check's transaction (the check run alone, ``full``, compares it now and writes
+    nothing)."""
+    sweeps = SweepLedger(how.ledger.store, how.ledger.store.tables.replication_sweeps)
+    stream_id = _stream_id(how.group, table.source)
+    position = SweepPosition(stream_id=stream_id) if full else sweeps.fetch(tgt, stream_id)
+    found, moved = check_keyless(src, tgt, table, slot, proof, sweep=None if full else how.sweep,
+                                 position=position)  # fmt: skip
+    if not full:
+        sweeps.save(tgt, moved)
+    return found
 
 
 def _later(slot: SlotChanges, keyed: KeyedTables) -> Later:
@@ -328,15 +311,21 @@ def _by_run(
     """The run's keys and this run's slice of the sweep; the sweep's position and the keys left
     to verify again are written in the check's transaction."""
     tables = how.ledger.store.tables
-    keys = tables.replication_keys
-    checked, differing = _run_keys(src, tgt, keys, table, how.group.slot)
-    own = classify(_as_comparison(differing), table.later, gone_allowed=False)
+    keys, slot = tables.replication_keys, how.group.slot
     sweeps = SweepLedger(how.ledger.store, tables.replication_sweeps)
+    whole = _whole(src, tgt, table, how, (at, applied), sweeps)
+    if whole is not None:
+        verification, moved, kept = whole
+        sweeps.save(tgt, moved)
+        _keep(tgt, keys, slot, table.tables, kept)
+        return verification
+    checked, differing = _run_keys(src, tgt, keys, table, slot)
+    own = classify(_as_comparison(differing), table.later, gone_allowed=False)
     position = sweeps.fetch(tgt, table.stream_id)
     swept = sweep_slices(src, tgt, table.tables, position, how.sweep, later=table.later, at=at,
                          gone_allowed=False)  # fmt: skip
     sweeps.save(tgt, swept.position)
-    _keep(tgt, keys, how.group.slot, table.tables, list(own.unexplained))
+    _keep(tgt, keys, slot, table.tables, list(own.unexplained))
     unexplained = sorted({*own.unexplained, *swept.found.unexplained})
     pos = swept.position
     return Verification(
@@ -350,16 +339,32 @@ def _by_run(
     )  # fmt: skip
 
 
+def _whole(
+    src: Connection, tgt: Connection, table: _Table, how: CheckContext,
+    proof: tuple[datetime, Lsn], sweeps: SweepLedger,
+) -> tuple[Verification, SweepPosition, list[Key]] | None:  # fmt: skip
+    """The run's check by the whole table, when its recorded keys are a large share of it
+    (:mod:`.verify_whole`); None to check them key by key."""
+    t, slot = table.tables, how.group.slot
+    keys = how.ledger.store.tables.replication_keys
+    recorded, marked = recorded_keys(tgt, keys, slot, t.source)
+    estimate = row_estimate(src, t.source)  # 0 when unknown: by key then
+    if not marked and (not recorded or not estimate or recorded * WHOLE_SHARE < estimate):
+        return None
+    # After a TRUNCATE (None), every key differs for a known reason: compared range by range.
+    excluded = table.changes.all_keys(t.source, [k.name for k in t.key]) or set()
+    position = sweeps.fetch(tgt, table.stream_id)
+    return whole_run_check(src, tgt, t, (excluded, table.later), proof, (how.sweep, position),
+                           recorded)  # fmt: skip
+
+
 def _as_comparison(differing: list[Key]) -> Comparison:
-    """The run's differing keys, as a comparison (they differ both ways: missing, extra or
-    changed are one to the classification)."""
+    """The run's differing keys, as a comparison (missing, extra or changed are one here)."""
     return Comparison(differing=dict.fromkeys(differing, ""))
 
 
 __all__ = [
-    "KEYS_CHUNK",
     "CheckContext",
     "SlotChanges",
-    "key_recorder",
     "verify_group",
 ]

@@ -163,9 +163,13 @@ def test_the_check_alone_copies_nothing_and_verifies_what_the_target_holds(strea
         assert result.success
         assert not result.asset_materializations_for_node(result.job_def.nodes[0].name)
         [check] = result.get_asset_check_evaluations()
+        severities.append(check.severity)
         return check.passed, {k: getattr(v, "value", v) for k, v in check.metadata.items()}
 
-    assert check_alone() == (True, {"dpone/verified": False})  # no run yet: nothing to contradict
+    severities: list[dg.AssetCheckSeverity] = []
+    # No run yet: nothing verified, and said with a warning, never a pass.
+    assert check_alone() == (False, {"dpone/verified": False})
+    assert severities == [dg.AssetCheckSeverity.WARN]
     assert not pg.table_exists(stream.target, "shop", "orders")
     assert _materialize(stream, orders).success
     pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id <= 5")

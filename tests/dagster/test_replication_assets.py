@@ -376,6 +376,43 @@ def test_the_groups_check_says_what_it_verified_and_its_job_checks_whole_tables(
     assert rows(src, "shop.orders") != rows(tgt, "shop.orders")  # it applied nothing
 
 
+def test_a_keyless_tables_check_compares_it_whole_and_a_run_that_verified_nothing_warns(
+    logical_source_dsn: str,  # noqa: F811 (the fixture imported above)
+    make_database: Any,
+) -> None:
+    """``dpone_reconciled`` of a table without a primary key (``REPLICA IDENTITY FULL``, as
+    pgbench's history): compared whole by its digest at every run, failing (an error) on a
+    target row changed behind the replication's back; a run stopped by its budget verified
+    nothing and says so with a warning, never a pass."""
+    src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
+    history = dg.AssetKey(["shop", "history"])
+    pg.execute(src, "CREATE SCHEMA shop; CREATE TABLE shop.history (tid int, delta int)")
+    pg.execute(src, "ALTER TABLE shop.history REPLICA IDENTITY FULL")
+    pg.execute(src, "INSERT INTO shop.history SELECT g %% 10, g FROM generate_series(1, 300) g")
+    slot = unique_slot("dpone_k")
+    shop = replication_assets(["shop.history"], slot=slot)
+    dg.materialize([shop], resources=resources(src, tgt))
+    pg.execute(src, "INSERT INTO shop.history VALUES (1, 1), (1, 1)")
+    passed, md = check_metadata(dg.materialize([shop], resources=resources(src, tgt)), history)
+    assert passed and md["dpone/verified"] is True and md["dpone/check_scope"] == "table"
+    assert (md["dpone/rows_swept"], md["dpone/ranges_checked"]) == (302, 1)
+    pg.execute(tgt, "UPDATE shop.history SET delta = -1 WHERE ctid = (SELECT ctid"
+                    " FROM shop.history WHERE tid = 1 AND delta = 1 LIMIT 1)")  # fmt: skip
+    failed = dg.materialize([shop], resources=resources(src, tgt))
+    [check] = [c for c in failed.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "digest differs" in (check.description or "")
+    pg.execute(
+        src, "INSERT INTO shop.history VALUES (2, 2); INSERT INTO shop.history VALUES (3, 3)"
+    )
+    budget = replication_assets(["shop.history"], slot=slot, max_changes_per_run=1)
+    stopped = dg.materialize([budget], resources=resources(src, tgt))
+    [check] = [c for c in stopped.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["dpone/verified"].value is False
+    assert "verified nothing" in (check.description or "")
+
+
 def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_whole(
     small_wal_server: str, make_database: Any
 ) -> None:

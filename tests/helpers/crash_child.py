@@ -10,7 +10,9 @@ once, ``replication_keyless`` the group of the keyless ``shop.events`` (slot
 ``dpone_crash_keyless``) once, ``replication_join``, ``replication_lines`` and
 ``replication_all`` the group of slot ``dpone_crash`` with other tables (a table joins, one
 leaves) once. It prints one line per
-phase the engine reports (``copy N``, ``apply N``, ``commit N``), one per committed batch
+phase the engine reports (``copy N``, ``apply N``, ``commit N``; a replication's ``next N``: a
+target transaction begun on one target session while the one before is applied on the other),
+one per committed batch
 (``committed N``, or ``replayed N`` for a batch answered by replay), then ``done`` and the rows
 read, flushing each line so that the parent can ``kill -9`` it at a chosen moment
 (:func:`tests.helpers.crash.kill_at`). An engine error prints ``error CODE`` and exits 3.
@@ -144,7 +146,7 @@ def _replicate(
     def on_progress(step: ReplicationProgress) -> None:
         if step.phase in ("copy", "stage"):
             phases.on_phase("copy")
-        elif step.phase in ("apply", "commit"):
+        elif step.phase in ("apply", "commit", "next"):
             phases.on_phase(step.phase)
         elif step.phase == "committed":
             phases.committed(step.transactions)

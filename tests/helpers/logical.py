@@ -31,6 +31,9 @@ LOGICAL_ENV = "DPONE_TEST_LOGICAL_DSN"
 """An admin DSN (a role that may ``CREATE DATABASE`` and has ``REPLICATION``) of a server with
 ``wal_level = logical``, for the replication tests' sources."""
 
+OWN_SLOTS = "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+"""The slots of the session's database: a test counts its own (the server is shared)."""
+
 LOGICAL_HINT = (
     f"Set {LOGICAL_ENV} to the admin DSN of a PostgreSQL server with wal_level = logical "
     "(ALTER SYSTEM SET wal_level = logical, then restart it), or leave it unset and let the "

@@ -104,3 +104,22 @@ class Group:
         return pg.table_fingerprint(self.source, schema, name) == pg.table_fingerprint(
             self.target, schema, name
         )
+
+
+DDL_LOG = """
+CREATE TABLE public.ddl_log (tag text NOT NULL);
+CREATE FUNCTION public.log_ddl() RETURNS event_trigger LANGUAGE plpgsql AS
+$$ BEGIN INSERT INTO public.ddl_log (tag) VALUES (tg_tag); END $$;
+CREATE EVENT TRIGGER dpone_test_log_ddl ON ddl_command_end
+    WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS') EXECUTE FUNCTION public.log_ddl();
+"""
+"""An event trigger that logs every table the target creates (a staging or netting table)."""
+
+
+def tables_created(target: str) -> int:
+    """The ``CREATE TABLE`` statements the target logged, then forgets them."""
+    with psycopg.connect(target, autocommit=True) as conn:
+        row = conn.execute("WITH gone AS (DELETE FROM public.ddl_log RETURNING 1) "
+                           "SELECT count(*) FROM gone").fetchone()  # fmt: skip
+    assert row is not None
+    return int(row[0])

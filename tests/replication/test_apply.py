@@ -10,8 +10,10 @@ import psycopg
 import pytest
 
 from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.replication.reader import READ_AHEAD_BYTES
 from dpone_dagster.replication.slot import drop_replication
 from tests.helpers import crash, pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group
 
 ORDERS = """
@@ -51,6 +53,37 @@ def test_first_run_copies_then_later_runs_apply_changes(
     third = group.run()
     assert third.transactions == 0
     group.assert_equal()
+
+
+def test_a_backlog_past_the_read_ahead_threshold_is_read_through_a_copy_and_applied_whole(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A backlog of more WAL than :data:`~dpone_dagster.replication.reader.READ_AHEAD_BYTES`:
+    the run reads it through a temporary copy of the slot, in rounds, in several target
+    transactions over two target sessions; the target ends equal, the copy is gone, the slot
+    confirmed at the run's LSN."""
+    src = logical_source_dsn
+    pg.execute(src, ORDERS)
+    group = Group(src, target_dsn, ("shop.orders", "shop.lines"))
+    group.run()
+    start = pg.fetch_one(src, "SELECT pg_current_wal_lsn()")
+    fill = (
+        "INSERT INTO shop.orders SELECT g, repeat(md5(g::text), 6), g"
+        " FROM generate_series(%s::int, %s::int) g"
+    )
+    for first in range(1, 120_001, 20_000):  # 6 transactions, 120,000 rows of 200 bytes
+        pg.execute(src, fill, (first, first + 19_999))
+    pg.execute(src, "UPDATE shop.orders SET amount = amount + 1 WHERE id %% 3 = 0")
+    written = pg.fetch_one(src, "SELECT pg_current_wal_lsn() - %s::pg_lsn", (start,))
+    assert int(str(written)) > READ_AHEAD_BYTES
+    seen: list[str] = []
+    report = group.run(batch_changes=50_000, on_progress=lambda p: seen.append(p.phase))
+    assert report.transactions == 7 and report.tables[0].inserted == 120_000
+    assert seen.count("committed") >= 3 and "next" in seen  # staged while the one before applied
+    group.assert_equal()
+    assert report.slot.confirmed_flush_lsn >= report.upto_lsn
+    temporary = "SELECT count(*) FROM pg_replication_slots WHERE temporary"
+    assert pg.fetch_one(src, temporary + " AND database = current_database()") == 0
 
 
 RUN_CHILD = """
@@ -186,7 +219,7 @@ def test_a_group_whose_slot_was_dropped_changes_nothing_and_a_resync_makes_it_wh
         group.run()
     assert caught.value.code == "replication_slot_missing"
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     again = group.run(resync=True)
     assert again.initial_copy is not None
     group.assert_equal()

@@ -9,7 +9,8 @@ import pytest
 
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
-from tests.replication.group import Group
+from tests.helpers.logical import OWN_SLOTS
+from tests.replication.group import DDL_LOG, Group, tables_created
 
 DOCS = """
 CREATE SCHEMA app;
@@ -85,6 +86,33 @@ def test_soft_deletes_mark_and_revive(logical_source_dsn: str, target_dsn: str) 
     assert live == pg.fetch_all(src, "SELECT id, v FROM public.t ORDER BY id")
 
 
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_a_target_one_merge_cannot_serve_takes_the_net_effect_step_by_step(
+    logical_source_dsn: str, target_dsn: str, deletes: str
+) -> None:
+    """The net effect is one ``MERGE`` where the target allows it; a target with a rule does
+    not (PostgreSQL refuses ``MERGE`` on it), and the same changes go by the netting table, the
+    deletes by key and the merge sink's upsert (which a ``DELETE`` rule allows), to the same
+    rows."""
+    src = logical_source_dsn
+    pg.execute(src, "CREATE TABLE public.t (id int PRIMARY KEY, v text)")
+    pg.execute(src, "INSERT INTO public.t SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    group = Group(src, target_dsn, ("public.t",))
+    group.run(deletes=deletes)
+    pg.execute(target_dsn, "CREATE RULE t_deleted AS ON DELETE TO public.t DO ALSO NOTIFY gone")
+    pg.execute(target_dsn, DDL_LOG)
+    pg.execute(src, "UPDATE public.t SET id = id + 1000 WHERE id <= 10")  # key changes
+    pg.execute(src, "UPDATE public.t SET v = 'changed' WHERE id BETWEEN 40 AND 49")
+    pg.execute(src, "DELETE FROM public.t WHERE id BETWEEN 20 AND 29")
+    pg.execute(src, "INSERT INTO public.t VALUES (20, 'again'), (500, 'new')")
+    report = group.run(deletes=deletes)
+    assert (report.tables[0].updated, report.tables[0].deleted) == (20, 10)
+    live = "" if deletes == "hard" else " WHERE _dpone_deleted_at IS NULL"
+    target = pg.fetch_all(target_dsn, f"SELECT id, v FROM public.t{live} ORDER BY id")
+    assert target == pg.fetch_all(src, "SELECT id, v FROM public.t ORDER BY id")
+    assert tables_created(target_dsn) >= 2  # the staging and the netting table: step by step
+
+
 HOSTILE = """
 CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy');
 CREATE DOMAIN public.posint AS integer CHECK (VALUE > 0);
@@ -126,7 +154,7 @@ def test_a_table_without_key_is_refused_before_anything_is_created(
     with pytest.raises(DponeError) as err:
         group.run()
     assert err.value.code == "replica_identity_missing"
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
 
 

@@ -1,7 +1,8 @@
 """The replication group's check (``reconcile=True``) against real servers: every key a run
 applied, exactly, and a rolling sweep of each table's key, proved at the applied position while
 writers go on writing (a key a change committed after it is left to the next run, counted); a
-target row edited behind the engine's back fails the check naming its key; the sweep finds a
+target row edited behind the engine's back fails the check naming its key; a keyless table is
+compared whole; the sweep finds a
 difference in a key no run touched within its stated number of runs; the check run alone
 compares both whole tables."""
 
@@ -76,6 +77,36 @@ def test_writers_after_the_runs_position_are_left_to_the_next_run_and_counted(
     again = _check(_checked(group).run())  # the next run applies them: nothing left over
     assert again.ok and again.changed_since_mark == 0 and again.keys_checked == 8
     group.assert_equal()
+
+
+def test_a_backlog_is_checked_by_the_whole_table_which_also_finds_a_row_no_run_touched(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """A run whose keys are an eighth of the table or more is checked by both whole tables'
+    digests (a full sweep too), the keys changed after its position left out; a target row no
+    run touched, edited behind the engine's back, fails it, named."""
+    src = logical_source_dsn
+    _shop(src)
+    group = Group(src, target_dsn, ("shop.orders",))
+    _checked(group).run()
+    pg.execute(src, "UPDATE shop.orders SET note = 'backlog' WHERE id <= 400")
+
+    def write_on(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
+        seen.append(progress.phase)
+        if progress.phase == "advanced" and seen.count("advanced") == 2:  # the slot is at L
+            pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 5 AND 9")
+            pg.execute(src, "DELETE FROM shop.orders WHERE id = 2222")
+
+    whole = _check(_checked(group, on_progress=write_on).run())
+    assert whole.ok and whole.keys_checked == 400 and whole.keys_compared == 0
+    assert whole.ranges_checked == whole.ranges_total == 5 and whole.swept_at == whole.proved_at
+    assert whole.changed_since_mark == 6  # 5..9 and 2222: the next run's
+    pg.execute(target_dsn, "UPDATE shop.orders SET note = 'edited' WHERE id = 2000")
+    pg.execute(src, "UPDATE shop.orders SET note = 'again' WHERE id BETWEEN 401 AND 800")
+    failed = _check(_checked(group).run())
+    assert not failed.ok and failed.examples == (("2000",),) and failed.ranges_checked == 0
+    small = _check(_checked(group).run())  # a few keys: checked key by key, 2000 kept failing
+    assert small.keys_checked < 100 and not small.ok and small.examples == (("2000",),)
 
 
 def test_a_truncate_after_the_runs_position_leaves_every_key_to_the_next_run(
@@ -194,12 +225,12 @@ def test_a_run_stopped_by_its_budget_leaves_its_keys_to_the_run_that_drains_the_
     group.assert_equal()
 
 
-def test_a_keyless_table_of_the_group_is_applied_and_left_out_of_the_check(
+def test_a_keyless_table_beside_a_keyed_one_is_compared_whole_and_records_no_key(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
     """A table without a primary key (``REPLICA IDENTITY FULL``) beside a keyed one: the run
-    applies both, the keyed table is checked, the keyless one has no verification (the check
-    compares by key) and records no key."""
+    applies both, checks the keyed one by its keys and the keyless one whole (its digest,
+    :mod:`dpone_dagster.replication.verify_keyless`), and records no key of it."""
     src = logical_source_dsn
     _shop(src)
     pg.execute(src, "CREATE TABLE shop.log (at int, what text)")
@@ -209,8 +240,10 @@ def test_a_keyless_table_of_the_group_is_applied_and_left_out_of_the_check(
     pg.execute(src, "INSERT INTO shop.log VALUES (1, 'a'), (1, 'a'), (2, 'b')")
     pg.execute(src, "UPDATE shop.orders SET note = 'k' WHERE id = 3")
     report = _checked(group).run()
-    assert set(report.checks) == {ORDERS}
+    assert set(report.checks) == {ORDERS, TableName("shop", "log")}
     assert _check(report).ok and _check(report).keys_checked == 1
+    log = report.checks[TableName("shop", "log")]
+    assert (log.ok, log.scope, log.ranges_checked, log.rows_swept) == (True, "table", 1, 3)
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM dpone_ledger.replication_keys") == 0
     group.assert_equal()
 

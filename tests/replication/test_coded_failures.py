@@ -17,7 +17,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.publication import ensure_publication, publication_tables
 from dpone_dagster.replication.slot import drop_replication
 from tests.helpers import pg
-from tests.helpers.logical import drop_logical_database
+from tests.helpers.logical import OWN_SLOTS, drop_logical_database
 from tests.helpers.roles import as_role, role_with
 from tests.replication.group import Group
 from tests.replication.test_setup import refused
@@ -185,7 +185,7 @@ def test_no_free_wal_sender_for_the_slots_snapshot_is_refused_with_a_code(
             assert f"max_wal_senders (currently {most})" in error.message
             assert "pg_stat_replication" in error.next_actions[0]
             assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
-            assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+            assert pg.fetch_one(src, OWN_SLOTS) == 0
         senders = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'"
         pg.wait_until(
             lambda: pg.fetch_one(src, senders) == 0, timeout=30, what="the held senders ended"

@@ -1,6 +1,8 @@
 """Contract points 1 and 2 against real servers: ``kill -9`` of a run at >= 12 moments
 (inside the initial copy, inside a large source transaction, at the apply, at the commit,
-between the target's commit and the slot's advance, at random) never loses or doubles a change;
+between the target's commit and the slot's advance, at random), and of a pipelined run while one
+target transaction is applied and the next staged on the other target session, never loses or
+doubles a change;
 a source transaction that touched two tables is seen whole by a concurrent reader; a replay from
 an older slot position skips what the ledger holds."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from typing import Any
 
 import psycopg
 
@@ -23,22 +26,27 @@ CREATE TABLE shop.lines (id bigint PRIMARY KEY, order_id bigint, qty int);
 TABLES = ("shop.orders", "shop.lines")
 
 
+def _transfers(conn: psycopg.Connection[Any], rng: random.Random, base: int, count: int) -> int:
+    """``count`` source transactions over both tables (10 lines inserted from ``base`` on, one
+    order updated, in each); how many."""
+    for i in range(count):
+        with conn.transaction():
+            start = base + i * 10
+            conn.execute(
+                "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
+                (start, start + 9),
+            )
+            conn.execute(
+                "UPDATE shop.orders SET note = %s WHERE id = %s",
+                (f"b{start}", rng.randint(1, 5000)),
+            )
+    return count
+
+
 def _mutate(src: str, rng: random.Random, round_: int, big: bool) -> int:
     """Source transactions over both tables (one large one when ``big``); how many."""
-    made = 0
     with psycopg.connect(src, autocommit=True) as conn:
-        for i in range(5):
-            with conn.transaction():
-                base = 1_000_000 + round_ * 1000 + i * 10
-                conn.execute(
-                    "INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(%s, %s) g",
-                    (base, base + 9),
-                )
-                conn.execute(
-                    "UPDATE shop.orders SET note = %s WHERE id = %s",
-                    (f"r{round_}.{i}", rng.randint(1, 5000)),
-                )
-            made += 1
+        made = _transfers(conn, rng, 1_000_000 + round_ * 1000, 5)
         # A delete of an id an earlier round deleted changes nothing, and the server sends no
         # empty transaction (pgoutput skips them since PostgreSQL 15): it counts only when it
         # deleted its row.
@@ -104,6 +112,37 @@ def test_kill_9_at_many_moments_applies_every_change_exactly_once(
     group.assert_equal()
     phase, applied = ledger_state(target_dsn)
     assert (phase, applied) == ("streaming", expected), f"seed {seed}: {outcomes}"
+    assert pg.staging_tables(target_dsn) == []
+
+
+def test_kill_9_while_one_target_transaction_applies_and_the_next_is_staged_loses_nothing(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """The pipelined apply: a run's target transactions of about 300 changes each, the next one
+    staged on one target session (``next``) while the one before is applied and committed on
+    the other by the apply worker's thread; ``kill -9`` just after a ``next`` (the worker
+    mid-apply) and just after a ``committed`` (between the two sessions' commits: one landed,
+    the slot not yet advanced, the next one staged)."""
+    src = logical_source_dsn
+    pg.execute(src, SHOP)
+    pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n', g FROM generate_series(1, 5000) g")
+    group = Group(src, target_dsn, TABLES, slot="dpone_crash", publication="dpone_crash")
+    group.run()
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    expected, outcomes = 0, []
+    for round_ in range(8):
+        with psycopg.connect(src, autocommit=True) as conn:
+            expected += _transfers(conn, rng, 5_000_000 + round_ * 10_000, 120)
+        mode = ("next", "committed")[round_ % 2]
+        child = crash.start_child("replication", src, target_dsn, 300)
+        outcomes.append((mode, crash.kill_at(child, mode, rng.randint(1, 4), rng)))
+        assert ledger_state(target_dsn)[1] <= expected, f"seed {seed}: {outcomes}"
+    assert sum(1 for _, o in outcomes if o == "killed") >= 6, f"seed {seed}: {outcomes}"
+    report = group.run(batch_changes=300)
+    assert report.initial_copy is None
+    group.assert_equal()
+    assert ledger_state(target_dsn) == ("streaming", expected), f"seed {seed}: {outcomes}"
     assert pg.staging_tables(target_dsn) == []
 
 

@@ -12,6 +12,7 @@ import pytest
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT
 from tests.helpers import pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group
 
 EVENTS = """
@@ -72,7 +73,7 @@ def test_a_filled_target_is_refused_unless_adopted(
     with pytest.raises(DponeError) as err:
         group.run()
     assert err.value.code == "replication_target_exists"
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.t WHERE v = 'old'") == 50
     adopted = group.run(adopt=True)
     assert adopted.adopted and adopted.initial_copy is not None

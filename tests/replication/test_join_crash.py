@@ -13,6 +13,7 @@ import random
 import psycopg
 
 from tests.helpers import crash, pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group, ledger_state
 
 SHOP = """
@@ -89,7 +90,7 @@ def test_kill_9_while_tables_join_and_leave_loses_and_doubles_nothing(
     Group(src, target_dsn, everything, slot="dpone_crash").assert_equal()
     assert pg.staging_tables(target_dsn) == []
     pg.wait_until(  # the killed runs' temporary slots went with their sessions
-        lambda: pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 1,
+        lambda: pg.fetch_one(src, OWN_SLOTS) == 1,
         timeout=30,
         what="only the group's slot is left",
     )

@@ -15,6 +15,7 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.replication.changes import UNCHANGED, Update
 from dpone_dagster.replication.pgoutput import decode
 from tests.helpers import crash, pg
+from tests.helpers.logical import OWN_SLOTS
 from tests.replication.group import Group, ledger_state
 from tests.replication.test_change_kinds import HOSTILE, HOSTILE_ROWS
 
@@ -197,7 +198,7 @@ def test_keyless_tables_without_full_identity_or_under_soft_deletes_are_refused(
         group.run(deletes="soft")
     assert err.value.code == "replication_options_invalid"
     assert "public.nokey" in err.value.message
-    assert pg.fetch_one(src, "SELECT count(*) FROM pg_replication_slots") == 0
+    assert pg.fetch_one(src, OWN_SLOTS) == 0
     assert pg.fetch_one(src, "SELECT count(*) FROM pg_publication") == 0
     group.run()  # FULL and hard deletes: replicated
     # Back to DEFAULT at the source: its next change is refused where the table is planned.

@@ -31,8 +31,8 @@ from dpone_dagster.replication import (
     lsn_text,
     parse_lsn,
 )
-from dpone_dagster.replication.pgoutput import decode
-from dpone_dagster.replication.reader import read_changes
+from dpone_dagster.replication.pgoutput import decode, new_tuple_text, row_change
+from dpone_dagster.replication.reader import read_ahead, read_changes
 from dpone_dagster.replication.slot import advance_slot, current_lsn, slot_status
 from tests.helpers import logical
 
@@ -315,6 +315,51 @@ def test_the_budget_stops_only_at_a_transaction_boundary(
         changes(source, max_changes=0)
 
 
+def test_read_ahead_through_a_copy_reads_what_a_peek_reads_and_never_moves_the_slot(
+    source: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """:func:`~dpone_dagster.replication.reader.read_ahead` with its temporary copy, in rounds
+    of 30 messages growing to 60 and more: the same changes, in the same order, as one peek (a
+    round repeats the Relation message of a table it meets first: the same message), the
+    budget kept at a transaction's boundary over the rounds, the group's slot unmoved, the copy
+    gone after the read (and after a read closed early)."""
+    source.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    replicate(source, "t")
+    for start in range(1, 400, 20):  # 20 transactions of 20 rows: 22 messages each
+        source.execute(
+            "INSERT INTO t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+            (start, start + 19),
+        )
+    source.execute("UPDATE t SET v = 'x' WHERE id % 7 = 0")
+    before = slot_status(source, SLOT)
+    upto = current_lsn(source)
+
+    def read(ahead: bool, budget: int | None = None) -> list[bytes]:
+        chunks = read_ahead(source, slot=SLOT, publication=PUBLICATION, upto_lsn=upto,
+                            max_changes=budget, round_changes=30, ahead=ahead)  # fmt: skip
+        return [data for chunk in chunks for data in chunk]
+
+    def changes_of(messages: list[bytes]) -> list[bytes]:
+        return [m for m in messages if m[0] != ord("R")]
+
+    peeked, ahead = read(ahead=False), read(ahead=True)
+    assert len(peeked) == 1 + 20 * 22 + 57 + 2  # a relation, 20 x (begin, 20 rows, commit), ...
+    assert changes_of(ahead) == changes_of(peeked) and len(ahead) > len(peeked)
+    assert {m for m in ahead if m[0] == ord("R")} == {m for m in peeked if m[0] == ord("R")}
+    budgeted = changes_of(read(ahead=True, budget=100))  # whole transactions, about 100 messages
+    assert budgeted == changes_of(peeked)[: len(budgeted)] and budgeted[-1][0] == ord("C")
+    assert 90 <= len(budgeted) <= 110
+    early = read_ahead(source, slot=SLOT, publication=PUBLICATION, upto_lsn=upto,
+                       max_changes=None, round_changes=30)  # fmt: skip
+    next(early)
+    early.close()  # a read closed early: its copy is dropped all the same
+    after = slot_status(source, SLOT)
+    assert before is not None and after is not None
+    assert after.confirmed_flush_lsn == before.confirmed_flush_lsn
+    copies = "SELECT count(*) FROM pg_replication_slots WHERE temporary AND database = %s"
+    assert source.execute(copies, (source.info.dbname,)).fetchone() == (0,)
+
+
 def test_a_large_transaction_is_read_with_bounded_client_memory(
     source: psycopg.Connection[tuple[object, ...]],
 ) -> None:
@@ -390,3 +435,43 @@ def test_lsns_convert_to_and_from_the_servers_notation(
     for bad in ("", "12", "0/", "/1", "G/1", "123456789/0"):
         with pytest.raises(ValueError, match="not an LSN"):
             parse_lsn(bad)
+
+
+def test_the_fast_paths_text_is_the_decoded_values_joined_or_none_where_copy_needs_more(
+    source: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """:func:`~dpone_dagster.replication.pgoutput.new_tuple_text` (the apply's fast path) on
+    the server's own messages: an insert's and a plain update's row is the decoded values
+    joined by tabs; a NULL, text that COPY escapes (tab, newline, backslash), an update with
+    its old key, a delete, an unchanged TOASTed value and a truncated message give None (the
+    decoder's path, which codes a malformed message)."""
+    source.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b text)")
+    replicate(source, "t")
+    source.execute(
+        "INSERT INTO t VALUES (1, 'plain', 'x'), (2, NULL, 'x'), (3, e'tab\\there', 'x')"
+    )
+    source.execute("INSERT INTO t VALUES (4, e'new\\nline', 'x'), (5, e'back\\\\slash', 'x')")
+    source.execute("UPDATE t SET a = 'upd' WHERE id = 1")
+    source.execute("UPDATE t SET id = 10 WHERE id = 2")  # its old key is sent
+    source.execute("INSERT INTO t VALUES (6, 'toast', repeat('y', 300000))")
+    source.execute("UPDATE t SET a = 'kept' WHERE id = 6")  # b: an unchanged TOASTed value
+    source.execute("DELETE FROM t WHERE id = 5")
+    rows = [
+        bytes(r[0])
+        for r in source.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL,"
+            " 'proto_version', '1', 'publication_names', %s) WHERE get_byte(data, 0) IN"
+            " (73, 85, 68)",
+            (SLOT, PUBLICATION),
+        )
+    ]
+    fast = [new_tuple_text(r, 3) for r in rows]
+    plain = [b"\t".join(row_change(r)[2]) for r, f in zip(rows, fast, strict=True) if f]
+    assert fast == [b"1\tplain\tx", None, None, None, None, b"1\tupd\tx", None, fast[7], None,
+                    None]  # fmt: skip
+    assert fast[7] is not None and fast[7].startswith(b"6\ttoast\tyyy")
+    assert [f for f in fast if f] == plain
+    assert new_tuple_text(rows[0][:-2], 3) is None  # truncated: the decoder says why
+    with pytest.raises(EngineError) as caught:
+        row_change(rows[0][:-2])
+    assert caught.value.code == "replication_message_invalid"

@@ -123,12 +123,12 @@ def _subset_refused(context: dg.AssetExecutionContext, group: GroupSpecs) -> Dpo
 
 
 _UNCHECKED = (
-    "The run stopped at max_changes_per_run (dpone/budget_reached): its keys stay recorded and "
-    "are checked by the first run that drains the slot."
+    "This run verified nothing: it stopped at max_changes_per_run (dpone/budget_reached); its "
+    "keys stay recorded and are checked by the first run that drains the slot."
 )
 """The ``dpone_reconciled`` description of a run stopped by its budget (not verified)."""
-_KEYLESS = "The table has no primary key: the check compares rows by key, so it is not checked."
-"""The ``dpone_reconciled`` description of a table without a primary key (not verified)."""
+_NOT_CHECKED = "This run verified nothing of the table: the group's check did not reach it."
+"""The ``dpone_reconciled`` description of a table the check did not return (not verified)."""
 
 
 def group_engine(
@@ -216,7 +216,7 @@ class ReplicationEvents:
             )
         for joined in report.tables_joined:
             context.log.info(f"dpone: {joined.qualified} was copied alone and joined the stream.")
-        unchecked = _UNCHECKED if report.budget_reached else _KEYLESS
+        unchecked = _UNCHECKED if report.budget_reached else _NOT_CHECKED
         checks = [
             *self._checks(group, report.slot),
             *self._verifications(group, report.checks, unchecked),

@@ -1,6 +1,7 @@
 """An incremental stream's metadata: a run's materialization (its counts, marks and lag as
 numbers) and the ``dpone_reconciled`` result of its verification."""
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -79,22 +80,25 @@ def incremental_check(key: dg.AssetKey, result: IncrementalResult) -> dg.AssetCh
     """The ``dpone_reconciled`` result of an incremental run: its final batch's verification.
 
     A run with nothing to verify (no batch: nothing changed and no deletes or verification
-    asked for) passes with ``dpone/verified`` false.
+    asked for) verified nothing: a warning with ``dpone/verified`` false, never a pass.
     """
-    nothing = "Nothing ran this time; the previous run's check stands."
+    nothing = (
+        "This run verified nothing: nothing changed since the last run, and no deletes or "
+        "check were asked for; the last run's check stands."
+    )
     return verification_check(key, result.verification, nothing)
 
 
 def verification_check(
     key: dg.AssetKey, check: Verification | None, nothing: str
 ) -> dg.AssetCheckResult:
-    """The ``dpone_reconciled`` result of a verification (``None``: nothing was verified, the
-    check passes with ``dpone/verified`` false and ``nothing`` as its description)."""
+    """The ``dpone_reconciled`` result of a verification. A check that verified nothing
+    (``None``, with ``nothing`` as its description, or a keyless table not compared this run)
+    is a warning with ``dpone/verified`` false: never a silent pass."""
     if check is None:
-        return dg.AssetCheckResult(
-            asset_key=key, check_name=CHECK_NAME, passed=True, description=nothing,
-            metadata=dict(DponeMetadataSet(verified=False)),
-        )  # fmt: skip
+        return unverified(key, nothing)
+    if check.scope == "table":
+        return whole_table_check(key, check)
     guarantee, scope = "equal_at_or_below_mark", {}
     description = "Every source row at or below the mark is in the target, equal"
     later = dict(DponeMetadataSet(changed_since_mark=check.changed_since_mark))
@@ -140,6 +144,72 @@ def verification_check(
         | later
         | scope,
     )
+
+
+def unverified(
+    key: dg.AssetKey, description: str, next_actions: Sequence[str] = ()
+) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` warning of a run that verified nothing: why, and what to do."""
+    metadata = DponeMetadataSet(verified=False, next_actions=_actions(next_actions))
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=CHECK_NAME, passed=False,
+        severity=dg.AssetCheckSeverity.WARN, description=description, metadata=dict(metadata),
+    )  # fmt: skip
+
+
+_KEYLESS_ACTIONS = (
+    "Give the table a primary key: its check then verifies the keys of every run.",
+    "Or compare the whole table now: run the group's check job (replication_check_job).",
+)
+
+
+def whole_table_check(key: dg.AssetKey, check: Verification) -> dg.AssetCheckResult:
+    """The ``dpone_reconciled`` result of a table without a primary key, compared whole by its
+    digest (``scope`` ``table``): passed or failed when this run compared it, a warning when
+    it did not (its last comparison, and when the next one comes)."""
+    every = check.ranges_total
+    cadence = "at every run" if every <= 1 else f"once every {every} runs (the sweep's budget)"
+    last = "never yet" if check.swept_at is None else f"at {check.swept_at.isoformat()}"
+    if not check.ranges_checked:
+        why = (
+            "a change after the applied position (a TRUNCATE) could not be taken out of the "
+            "source's digest; the next run compares it"
+            if check.changed_since_mark
+            else f"it has no primary key and is compared whole {cadence}"
+        )
+        return unverified(
+            key, f"This run compared nothing of the table: {why}. Last found equal: {last}.",
+            _KEYLESS_ACTIONS,
+        )  # fmt: skip
+    if check.ok:
+        description = (
+            f"The whole table ({check.rows_swept} rows; no primary key, so compared by its "
+            f"digest) is in the target, equal, as of {check.applied_lsn}; compared {cadence}."
+        )
+    else:
+        description = (
+            f"The whole table's digest differs from the source's as of {check.applied_lsn}: "
+            f"{check.unexplained} row(s) or more are missing, extra or changed in the target "
+            "(no key names them); compared again at every run until it agrees."
+        )
+    metadata = DponeMetadataSet(
+        verified=True, guarantee="equal_at_applied_lsn", check_scope="table",
+        proved_at=timestamp_value(check.proved_at), check_seconds=check.seconds,
+        unexplained=check.unexplained, ranges_checked=check.ranges_checked,
+        ranges_total=check.ranges_total, rows_swept=check.rows_swept,
+        swept_at=_iso(check.swept_at), applied_lsn=check.applied_lsn,
+        next_actions=None if check.ok else _actions(
+            ("Resync the group (resync: true) to copy the table again.", *_KEYLESS_ACTIONS)
+        ),
+    )  # fmt: skip
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=CHECK_NAME, passed=check.ok, description=description,
+        metadata=dict(metadata),
+    )  # fmt: skip
+
+
+def _actions(actions: Sequence[str]) -> dg.MarkdownMetadataValue | None:
+    return dg.MetadataValue.md("\n".join(f"- {a}" for a in actions)) if actions else None
 
 
 def _verdict_words(check: Verification) -> str:

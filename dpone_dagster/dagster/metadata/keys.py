@@ -377,8 +377,9 @@ class DponeMetadataSet(NamespacedMetadataSet):
     examples: dg.JsonMetadataValue | None = None
     """Keys of some differing rows (check of a stream)."""
     check_scope: str | None = None
-    """``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both whole
-    tables) (check of a stream)."""
+    """``run`` (the run's keys and a slice of the rolling sweep), ``full`` (both whole
+    tables) or ``table`` (a replicated table without a primary key, compared whole by its
+    digest) (check of a stream)."""
     keys_checked: int | None = None
     """The run's keys verified exactly: source rows in the run's cursor range, or the keys the
     replication runs applied since the last check (check of a stream, ``run``)."""
