@@ -49,6 +49,7 @@ _COMMIT: Final = struct.Struct(">xxQQq").unpack_from  # flags, commit LSN, end L
 _ROW: Final = struct.Struct(">xIBH").unpack_from  # relation OID, tuple kind (N, K, O), count
 _TRUNCATE: Final = struct.Struct(">xIB").unpack_from  # relation count, options
 _ATTR: Final = struct.Struct(">Ii").unpack_from  # a column's type OID and type modifier
+_VALUE: Final = struct.Struct(">BI").unpack_from  # a tuple value's kind and its text's length
 
 _POSTGRES_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
 """Where the protocol's timestamps (microseconds) count from."""
@@ -144,17 +145,18 @@ def new_tuple_text(data: bytes, width: int) -> bytes | None:
 
 
 def _new_tuple_text(data: bytes, width: int) -> bytes | None:
-    if data[5] != 78 or _U16(data, 6)[0] != width:  # 'N': no old key or row before it
+    # Hot: the readers bound once; a count other than ``width`` ends off the message's end.
+    if data[5] != 78:  # 'N': no old key or row before the new tuple
         return None
-    pos, length = 8, _U32
+    pos, value = 8, _VALUE
     parts: list[bytes] = []
-    append = parts.append
     for _ in range(width):
-        if data[pos] != 116:  # 't'
+        kind, length = value(data, pos)
+        if kind != 116:  # 't'
             return None
-        start = pos + 5
-        pos = start + length(data, pos + 1)[0]
-        append(data[start:pos])
+        pos += 5
+        parts.append(data[pos : pos + length])
+        pos += length
     if pos != len(data):
         return None
     body = b"\t".join(parts)
