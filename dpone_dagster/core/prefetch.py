@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,11 @@ def prefetched(items: Callable[[], Iterator[_T]], *, ahead: int) -> Iterator[_T]
                 thread.join(0.01)
 
 
-def at_once(*calls: Callable[[], _T]) -> list[_T]:
-    """The results of ``calls``, run at the same time, each on a thread of its own (each with a
-    session of its own: both servers of a comparison work at once); the first failure raised.
+def at_once(first: Callable[[], _T], second: Callable[[], _U]) -> tuple[_T, _U]:
+    """The results of ``first`` and ``second``, run at the same time, each on a thread of its own
+    (each with a session of its own: both servers of a comparison work at once); both have
+    ended when it returns or raises, and the first failure is the one raised.
     """
-    with ThreadPoolExecutor(len(calls), thread_name_prefix="dpone-at-once") as pool:
-        futures = [pool.submit(call) for call in calls]
-        return [future.result() for future in futures]
+    with ThreadPoolExecutor(2, thread_name_prefix="dpone-at-once") as pool:
+        one, two = pool.submit(first), pool.submit(second)
+        return one.result(), two.result()

@@ -40,6 +40,7 @@ from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
+from dpone_dagster.core.prefetch import at_once
 from dpone_dagster.core.sessions import (
     Sessions,
     fail_run,
@@ -58,6 +59,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.report import CopyReport
 
+from .changes import Lsn
 from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
 from .follow import GroupChange, follow_group, with_entries
@@ -66,10 +68,10 @@ from .plan import ReplicationGroup, refuse_keyless
 from .publication import publication_error, read_publication
 from .recorder import KeyRecorder
 from .report import ReplicationProgress, ReplicationReport, TableChanges
-from .sequences import sync_sequences
+from .sequences import SequenceSync, sync_sequences
 from .setup import check_replication_setup, create_replication
 from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
-from .slot_health import SlotWait
+from .slot_health import SlotStatus, SlotWait
 from .state import GroupLedger, GroupState, TableState
 from .stream import SlotStream
 from .verify import CheckContext, verify_group
@@ -256,8 +258,11 @@ class Replication:
         confirmed = run.applied_end
         if not run.budget_reached:
             confirmed = max(confirmed, upto)  # every transaction committed before upto is applied
-        advance_slot(control, group.slot, confirmed)
-        status = slot_status(control, group.slot)
+        # The slot's advance and the sequences' sync use different sessions: they run at once.
+        status, sequences = at_once(
+            partial(_advanced_status, control, group.slot, confirmed),
+            partial(_synced_sequences, sessions.source, tgt, group),
+        )
         assert status is not None
         self._progress("advanced", run)
         # Drained to upto, the target holds the source as of the run's read, however quiet the
@@ -270,7 +275,6 @@ class Replication:
         # peek the whole backlog the slot still holds).
         if self.record_keys is not None and not run.budget_reached:
             checks = verify_group(sessions.source, tgt, control, self.checking, full=False)
-        sequences = sync_sequences(sessions.source, tgt, group) if group.sequences else ()
         return ReplicationReport(
             group=group, initial_copy=copied, start_lsn=state.applied_lsn,
             applied_lsn=run.applied, upto_lsn=upto, transactions=run.transactions,
@@ -361,3 +365,17 @@ class Replication:
 
 
 __all__ = ["BATCH_CHANGES", "DponeError", "Replication"]
+
+
+def _advanced_status(control: Connection, slot: str, confirmed: Lsn) -> SlotStatus | None:
+    """Moves ``slot`` to ``confirmed`` and reads its state after (the control session)."""
+    advance_slot(control, slot, confirmed)
+    return slot_status(control, slot)
+
+
+def _synced_sequences(
+    src: Connection, tgt: Connection, group: ReplicationGroup
+) -> tuple[SequenceSync, ...]:
+    """The group's sequences brought along (:func:`.sequences.sync_sequences`), unless the
+    group leaves them alone."""
+    return sync_sequences(src, tgt, group) if group.sequences else ()

@@ -23,6 +23,7 @@ CREATE TABLE shop.lines (id bigint PRIMARY KEY, order_id bigint, qty int);
 CREATE TABLE shop.extra (n int, v text);
 ALTER TABLE shop.extra REPLICA IDENTITY FULL;
 INSERT INTO shop.orders SELECT g, 'n', g FROM generate_series(1, 20000) g;
+INSERT INTO shop.lines SELECT g, g %% 100, 1 FROM generate_series(1, 30000) g;
 INSERT INTO shop.extra SELECT g %% 100, 'e' FROM generate_series(1, 30000) g;
 """
 GROUPS = {
@@ -62,17 +63,19 @@ def test_kill_9_while_tables_join_and_leave_loses_and_doubles_nothing(
     rng = random.Random(seed)
     first = crash.start_child("replication", src, target_dsn, 30_000)
     assert crash.kill_at(first, "never", 1, rng) == "finished", f"seed {seed}"
+    # Each table joins killed inside its copy (runs alternate: lines joins, then extra), and
+    # both tables of 30,000 rows: a kill up to 50 ms after the joining line lands in the copy.
     plan = [
-        ("joining", 1), ("joined", 1), ("joining", 1), ("apply", 1), ("joined", 1),
-        ("commit", 1), ("joining", 1), ("committed", 1), ("joined", 1), ("advanced", 1),
-        ("joining", 1), ("joined", 1),
+        ("joining", 1), ("joining", 1), ("joined", 1), ("apply", 1), ("joining", 1),
+        ("commit", 1), ("joined", 1), ("committed", 1), ("joining", 1), ("advanced", 1),
+        ("joined", 1), ("joined", 1),
     ]  # fmt: skip
     issued, outcomes, engines = 0, [], list(GROUPS)
     for i, (mode, nth) in enumerate(plan):
         issued += _mutate(src, rng, i)
         engine = engines[i % 2]
         child = crash.start_child(engine, src, target_dsn, 30_000)
-        outcome = crash.kill_at(child, mode, nth, rng, inside_copy=0.3)
+        outcome = crash.kill_at(child, mode, nth, rng, inside_copy=0.05)
         outcomes.append((engine, mode, outcome))
         phase, applied = ledger_state(target_dsn)
         assert phase == "streaming" and applied <= issued, f"seed {seed}: {outcomes}"
