@@ -211,6 +211,29 @@ def test_keyless_tables_without_full_identity_or_under_soft_deletes_are_refused(
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.nokey") == 0
 
 
+
+def test_an_identity_changed_from_full_inside_a_run_fails_it_and_commits_nothing(
+    logical_source_dsn: str, target_dsn: str
+) -> None:
+    """An update before and after ``REPLICA IDENTITY USING INDEX`` in one run's read: the second
+    comes without the old row's image, and the run fails before any of it is committed."""
+    src = logical_source_dsn
+    pg.execute(src, "CREATE TABLE public.u (code text NOT NULL, n int)")
+    pg.execute(src, "CREATE UNIQUE INDEX u_code ON public.u (code)")
+    pg.execute(src, "ALTER TABLE public.u REPLICA IDENTITY FULL")
+    pg.execute(src, "INSERT INTO public.u SELECT 'c' || g, g FROM generate_series(1, 10) g")
+    group = Group(src, target_dsn, ("public.u",))
+    group.run()
+    before = group.rows(target_dsn, "public.u")
+    pg.execute(src, "UPDATE public.u SET n = n + 100 WHERE code = 'c1'")
+    pg.execute(src, "ALTER TABLE public.u REPLICA IDENTITY USING INDEX u_code")
+    pg.execute(src, "UPDATE public.u SET n = n + 100 WHERE code = 'c2'")  # its new row only
+    with pytest.raises(DponeError) as err:
+        group.run()
+    assert err.value.code == "replica_identity_missing"
+    assert group.rows(target_dsn, "public.u") == before
+
+
 EVENTS = """
 CREATE SCHEMA shop;
 CREATE TABLE shop.events (kind text, n int, note text);
