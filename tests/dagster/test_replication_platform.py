@@ -5,6 +5,7 @@ writes nothing to the target."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -200,15 +201,17 @@ def test_an_open_transaction_holding_the_slot_is_named_by_the_run_and_its_check(
         instance = dg.DagsterInstance.ephemeral()
         assert dg.materialize([shop], resources=resources(src, tgt), instance=instance).success
         holder = psycopg.connect(other, application_name="nightly report")
+        began = time.monotonic()
         holder.execute("INSERT INTO public.busy (pad) VALUES ('card 4111 1111')")
         pg.execute(src, "UPDATE shop.orders SET note = 'while held' WHERE id <= 3")
         write_wal([src, other], 5 * MB)
         checkpoint(src)
         held = dg.materialize([shop], resources=resources(src, tgt), instance=instance)
+        held_for = time.monotonic() - began  # the holder's age can be no more than this
         assert held.success
         assert table_metadata(held, ORDERS)["dpone/rows_updated"] == 3
         pid = holder.info.backend_pid
-        _assert_named(held, instance, pid, other)
+        _assert_named(held, instance, pid, other, held_for)
         holder.commit()
         holder.close()
         checkpoint(src)
@@ -226,9 +229,15 @@ def test_an_open_transaction_holding_the_slot_is_named_by_the_run_and_its_check(
 
 
 def _assert_named(
-    result: dg.ExecuteInProcessResult, instance: dg.DagsterInstance, pid: int, other: str
+    result: dg.ExecuteInProcessResult,
+    instance: dg.DagsterInstance,
+    pid: int,
+    other: str,
+    held_for: float,
 ) -> None:
-    """The run names the holding session ``pid`` of the database ``other`` everywhere."""
+    """The run names the holding session ``pid`` of the database ``other`` everywhere, its
+    age at most ``held_for`` seconds (the test's own clock from before its transaction began
+    to after the run)."""
     database = str(psycopg.conninfo.conninfo_to_dict(other)["dbname"])
     md = table_metadata(result, ORDERS)
     [holder] = md["dpone/slot_held_by"]
@@ -238,7 +247,8 @@ def _assert_named(
     assert holder["application_name"] == "nightly report" and holder["seconds"] > 0
     assert holder["query"] == "INSERT INTO public.busy (pad) VALUES ('…')"
     assert holder["xact_start"] is not None
-    assert md["dpone/slot_held_seconds"] >= holder["seconds"] > 0
+    assert 0 < holder["seconds"] <= held_for
+    assert md["dpone/slot_held_seconds"] == holder["seconds"]  # the oldest (and only) holder
     for key, evaluation in checks_of(result, SLOT_CHECK_NAME).items():
         assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN, key
         text = evaluation.description or ""

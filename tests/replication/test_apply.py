@@ -49,7 +49,6 @@ def test_first_run_copies_then_later_runs_apply_changes(
     # Drained, the run confirms the slot at least to its LSN (tests/replication/test_slot_wal.py
     # proves it for a quiet group and states the WAL the slot then retains).
     assert second.slot.confirmed_flush_lsn >= second.upto_lsn
-    assert second.lag_bytes == second.slot.current_lsn - second.slot.confirmed_flush_lsn
     third = group.run()
     assert third.transactions == 0
     group.assert_equal()

@@ -112,4 +112,6 @@ def test_sequences_off_freeze_and_an_unreadable_source_sequence(
         synced = _by_column(as_role_group.run().sequences)
         assert synced["lines.id"].status == "unreadable"
         assert synced["lines.id"].source_value is None
+        # Left as it is: the target has no sequence for lines.id (none was made under freeze).
+        assert pg.fetch_one(target_dsn, "SELECT to_regclass('shop.lines_id_seq') IS NULL")
         assert synced["orders.id"].status == "created"
