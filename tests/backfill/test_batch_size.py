@@ -5,13 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpone_dagster.backfill import Backfill, BackfillRun
-from dpone_dagster.backfill.batch_size import (
-    BATCH_BYTES,
-    EVIDENCE_KIND,
-    MAX_ROWS,
-    MIN_ROWS,
-    batch_size_for,
-)
+from dpone_dagster.backfill.batch_size import EVIDENCE_KIND, batch_size_for
 from dpone_dagster.backfill.rules import next_request
 from dpone_dagster.core import EngineError
 from dpone_dagster.postgres import BACKFILL_BATCH_SIZE
@@ -34,10 +28,14 @@ def planned_size(run: BackfillRun) -> int | None:
     return int(found[0]) if found else None
 
 
-def expected_size(dsn: str, table: str) -> int:
-    """The batch size the plan must choose: about BATCH_BYTES at the server's bytes a row."""
+SIXTY_FOUR_MIB = 64 * 1024 * 1024
+"""What the docs promise a batch sized from the width reads (written here, not imported)."""
+
+
+def bytes_a_row(dsn: str, table: str) -> float:
+    """The server's bytes a row of ``table``: its size on disk over its estimated rows."""
     size, rows = pg.fetch_all(dsn, WIDTH.format(table))[0]
-    return min(max(int(BATCH_BYTES / (int(size) / float(rows))), MIN_ROWS), MAX_ROWS)
+    return int(size) / float(rows)
 
 
 def test_the_plan_sizes_batches_from_the_table_width_about_the_same_bytes_each(
@@ -53,11 +51,33 @@ def test_the_plan_sizes_batches_from_the_table_width_about_the_same_bytes_each(
     for table in ("mixed", "narrow"):
         run = Backfill(pair.source, pair.target, f"public.{table}", cursor="id").plan()
         sizes[table] = planned_size(run)
-        assert sizes[table] == expected_size(pair.source, table)
+        assert sizes[table] is not None
+        read = sizes[table] * bytes_a_row(pair.source, table)
+        assert abs(read - SIXTY_FOUR_MIB) < 0.01 * SIXTY_FOUR_MIB, (table, read)
         assert batch_size_for(run, None) == sizes[table]
     # The same bytes a batch: a narrow row is a fraction of a mixed one, so many more a batch.
     assert sizes["narrow"] is not None and sizes["mixed"] is not None
     assert sizes["narrow"] > 4 * sizes["mixed"]
+
+
+def test_a_table_of_very_wide_rows_gets_batches_of_a_thousand_rows(
+    source_dsn: str, target_dsn: str
+) -> None:
+    """Rows of about 200 KB each (TOASTed): 64 MiB would be a few hundred rows; a batch takes
+    at least 1,000."""
+    pair = make_pair(source_dsn, target_dsn, 10)
+    wide = "CREATE TABLE public.wide (id bigint PRIMARY KEY, t text)"
+    for dsn in (pair.source, pair.target):
+        pg.execute(dsn, wide)
+    pg.execute(
+        pair.source,
+        "INSERT INTO public.wide SELECT g, (SELECT string_agg(md5(random()::text || i), '')"
+        " FROM generate_series(1, 6000) i) FROM generate_series(1, 40) g",
+    )
+    pg.execute(pair.source, "ANALYZE public.wide")
+    assert SIXTY_FOUR_MIB / bytes_a_row(pair.source, "wide") < 1_000
+    run = Backfill(pair.source, pair.target, "public.wide", cursor="id").plan()
+    assert planned_size(run) == 1_000
 
 
 def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair: Pair) -> None:
@@ -66,12 +86,15 @@ def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair
     first = Backfill(pair.source, pair.target, "public.mixed", cursor="id")
     planned = first.plan()
     size = planned_size(planned)
-    assert size == expected_size(pair.source, "mixed")
+    assert size is not None
+    narrow_row = bytes_a_row(pair.source, "mixed")
+    assert abs(size * narrow_row - SIXTY_FOUR_MIB) < 0.01 * SIXTY_FOUR_MIB
     # The source's rows grow wider after the plan: sized now, its batches would be smaller.
     pg.execute(pair.source, WIDEN)
     pg.execute(pair.source, "VACUUM FULL mixed")
     pg.execute(pair.source, "ANALYZE mixed")
-    assert expected_size(pair.source, "mixed") < size // 4
+    wide_row = bytes_a_row(pair.source, "mixed")
+    assert wide_row > 4 * narrow_row
     first.run(max_batches=1)
     # A second orchestrator that read the run before the first committed asks for the same
     # batch: the same request, answered by replay (a batch sized anew would be a changed one).
@@ -79,7 +102,7 @@ def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair
     assert batch_size_for(second.plan(), second.batch_size) == size
     again = second.apply(next_request(planned, batch_size_for(planned, second.batch_size)))
     assert again.replayed and again.receipt == first.receipts()[0]
-    resized = next_request(planned, expected_size(pair.source, "mixed"))
+    resized = next_request(planned, int(SIXTY_FOUR_MIB / wide_row))  # sized anew
     with pytest.raises(EngineError) as err:
         second.apply(resized)
     assert err.value.code == "backfill_batch_changed"

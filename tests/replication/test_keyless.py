@@ -211,7 +211,6 @@ def test_keyless_tables_without_full_identity_or_under_soft_deletes_are_refused(
     assert pg.fetch_one(target_dsn, "SELECT count(*) FROM public.nokey") == 0
 
 
-
 def test_an_identity_changed_from_full_inside_a_run_fails_it_and_commits_nothing(
     logical_source_dsn: str, target_dsn: str
 ) -> None:
