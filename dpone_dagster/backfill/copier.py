@@ -231,7 +231,10 @@ def _move(
             bounds = _bounds(src, shape, after, hwm, request.batch_size)
             check_columns_unchanged(src, shape)
             tgt = sessions.target
-            was_empty = _over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True
+            # Only a table whose row versions prove its content takes its count from the tag.
+            was_empty = shape.versions is not None and (
+                _over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True
+            )
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper, overwrite)
             counted = _count_target(tgt, shape, after, bounds, moved, window.xmin, was_empty)

@@ -169,6 +169,21 @@ def digest_query(
     return query, list(params)
 
 
+def digest_sums(
+    conn: Connection,
+    table: TableName,
+    row: sql.Composable,
+    where: sql.Composable | None = None,
+    params: Sequence[object] = (),
+) -> tuple[int, int]:
+    """Runs one :func:`digest_query` in ``conn``'s current transaction: the row count and the
+    sum of the rows' hashes as numbers (for a caller that adds or takes digests away)."""
+    query, values = digest_query(table, row, where, params)
+    found = conn.execute(query, values).fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1])
+
+
 def run_digest(conn: Connection, query: sql.Composed, params: Sequence[object] = ()) -> Digest:
     """Runs one :func:`digest_query` in ``conn``'s current transaction."""
     found = conn.execute(query, params).fetchone()

@@ -15,9 +15,11 @@ The net effect of the staged rows, applied before the commit (:meth:`TableApply.
    the row's history (through a key change to the old key), else the target's row's value
    (never NULL, never a placeholder);
 2. the last change of each key decides: a delete deletes (``soft``: sets the soft-delete column
-   to the deleting transaction's commit time), an insert or update goes through the one ``merge``
-   sink (:func:`~dpone_dagster.postgres.sinks.apply_sink`); a key change is the delete of the old
-   key (staged at the update's place) and the upsert of the new one.
+   to the deleting transaction's commit time), an insert or update is upserted; all of it in
+   one ``MERGE`` (:func:`~.net.merge_net`), or, where ``MERGE`` cannot run, a netting table, the
+   deletes by key and the ``merge`` sink (:func:`~dpone_dagster.postgres.sinks.apply_sink`); a
+   key change is the delete of the old key (staged at the update's place) and the upsert of the
+   new one.
 
 A batch of deletes alone, of at most :data:`~.held.HELD_DELETES` keys (a run that applies a
 few deletes), is not staged: its keys are held as the server sent them and applied in one

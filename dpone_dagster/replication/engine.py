@@ -12,17 +12,19 @@ One :meth:`Replication.run`:
    alone under a snapshot whose place in the stream is known (:mod:`.join`), one that left is
    dropped from the publication, a partitioned table's new partitions are merged
    (:mod:`.partitions`);
-2. **stream** (:mod:`.stream`): the source's current LSN is taken (``upto_lsn``); the slot is
-   peeked up to it (:func:`~.reader.read_messages`, within ``max_changes_per_run``); whole
-   source transactions are grouped into target transactions of about ``batch_changes``
-   changes; each begins under the group's advisory lock with the ledger's applied position,
-   skips every source transaction that committed at or before it, stages the others
-   (:mod:`.apply`), applies their net effect and writes the new applied position, and commits;
-   only then is the slot advanced (to the end of the last applied commit record; after the
-   whole peek, to ``upto_lsn``);
-3. **sequences** (unless the group's ``sequences=False``): the target's sequences of the
-   tables' identity and ``serial`` columns are brought to at least the source's values
-   (:mod:`.sequences`).
+2. **stream** (:mod:`.stream`), under the group's advisory lock held by the stream's target
+   session for the whole read: the source's current LSN is taken (``upto_lsn``); the slot is
+   read up to it (:func:`~.reader.read_ahead`, within ``max_changes_per_run``); whole source
+   transactions are grouped into target transactions of about ``batch_changes`` changes,
+   alternating between two target sessions (:mod:`.commits`): the stream stages one
+   (:mod:`.apply`), skipping every source transaction that committed at or before the applied
+   position, while the apply worker applies the net effect of the one before, writes its new
+   applied position (checked against the one it began from) and commits; only then is the slot
+   advanced, on a thread of its own (to the end of the last applied commit record; after the
+   whole read, to ``upto_lsn``);
+3. **sequences** (unless the group's ``sequences=False``), at once with the slot's last
+   advance: the target's sequences of the tables' identity and ``serial`` columns are brought
+   to at least the source's values (:mod:`.sequences`).
 
 A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
 committed but not yet confirmed to the slot is read again by the next run and skipped.

@@ -178,6 +178,4 @@ def _plan(
         elif change is not None:
             merge.extend((leaf, table) for leaf in change.merge)
     left = tuple(t for t in state.tables if t not in tables)
-    if not (whole or merge or left) and members == dict(state.members):
-        return Joining((), (), members), left
     return Joining(tuple(whole), tuple(merge), members), left

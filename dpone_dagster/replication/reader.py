@@ -99,25 +99,6 @@ def read_changes(
                 yield lsn, message
 
 
-def read_messages(
-    conn: Connection,
-    *,
-    slot: str,
-    publication: str,
-    upto_lsn: Lsn,
-    max_changes: int | None,
-    fetch_rows: int = FETCH_ROWS,
-) -> Iterator[bytes]:
-    """The slot's messages as :func:`read_changes` reads them, undecoded: every ``pgoutput``
-    message's bytes (type and origin messages included, as the server counts them against
-    ``max_changes``), for a caller that decodes them itself (:func:`~.pgoutput.decode`,
-    :func:`~.pgoutput.row_change`). Same arguments and errors as :func:`read_changes`."""
-    peek = _peek(conn, slot, publication, upto_lsn, max_changes, fetch_rows, with_lsn=False)
-    with closing(peek):
-        for (data,) in peek:
-            yield data
-
-
 def read_ahead(
     conn: Connection,
     *,
@@ -128,7 +109,9 @@ def read_ahead(
     round_changes: int = ROUND_CHANGES,
     ahead: bool = True,
 ) -> Iterator[list[bytes]]:
-    """The slot's messages as :func:`read_messages` reads them, a round trip's list at a time,
+    """The slot's messages as :func:`read_changes` reads them, undecoded (every ``pgoutput``
+    message's bytes, type and origin messages included, as the server counts them against
+    ``max_changes``), a round trip's list at a time,
     decoded a round at a time on a background thread while the caller stages the ones before.
 
     A peek decodes everything up to its LSN before its first row: a backlog's whole decode
@@ -137,7 +120,7 @@ def read_ahead(
     read and consumed a round at a time (``pg_logical_slot_get_binary_changes``), the first of
     ``round_changes`` messages, each next one twice as many: the group's own slot is never
     moved here. Without a free slot for the copy, or with ``ahead`` false (little WAL to read:
-    the copy would cost more than it saves), the slot is peeked whole, as :func:`read_messages`
+    the copy would cost more than it saves), the slot is peeked whole, as :func:`read_changes`
     does.
 
     Args:
@@ -154,7 +137,7 @@ def read_ahead(
         Every message's bytes, in commit order, a list of them at a time.
 
     Raises:
-        EngineError: the codes of :func:`read_messages`.
+        EngineError: the codes of :func:`read_changes`.
     """
     copy = _copy_slot(conn, slot) if ahead else None
     if copy is None:

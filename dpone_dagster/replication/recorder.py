@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from psycopg import sql
 
 from dpone_dagster.core.ledger_schema import LedgerTables
+from dpone_dagster.core.sweep import row_estimate
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import TablePlan
@@ -65,9 +66,5 @@ class KeyRecorder:
 def _whole_limit(conn: Connection, plan: TablePlan) -> int:
     """The keys past which a run's check compares ``plan``'s whole table (from the target's
     row estimate; none while the target has no estimate)."""
-    row = conn.execute(
-        "SELECT reltuples::int8 FROM pg_class WHERE oid = CAST(%s AS regclass)",
-        (plan.target.ident.as_string(conn),),
-    ).fetchone()
-    estimate = int(row[0]) if row is not None and row[0] is not None else -1
+    estimate = row_estimate(conn, plan.target)
     return max(1, estimate // WHOLE_SHARE) if estimate > 0 else sys.maxsize

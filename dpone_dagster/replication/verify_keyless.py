@@ -29,12 +29,13 @@ from datetime import datetime
 
 from psycopg import sql
 
+from dpone_dagster.core.prefetch import at_once
 from dpone_dagster.core.sweep import Sweep, SweepPosition, row_estimate, slice_rows
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.catalog import Column, column_type
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.reconcile.digest import digest_query, row_hash
+from dpone_dagster.reconcile.digest import digest_sums, row_hash
 
 from .changes import Lsn, lsn_text
 from .slot_changes import Image, SlotChanges
@@ -121,20 +122,18 @@ def _compare(
     if images is None:
         return None
     h = row_hash(src, table.columns)
-    count, total = _digest(src, table.source, h)
-    later_count, later_total = _images_digest(src, table.columns, h, images)
-    count, total = count - later_count, total - later_total
-    target_count, target_total = _digest(tgt, table.target, h)
+
+    def source_side() -> tuple[int, int]:  # the source as of ``L``: the later images taken out
+        count, total = digest_sums(src, table.source, h)
+        later_count, later_total = _images_digest(src, table.columns, h, images)
+        return count - later_count, total - later_total
+
+    (count, total), (target_count, target_total) = at_once(
+        source_side, lambda: digest_sums(tgt, table.target, h)
+    )
     equal = (count, total) == (target_count, target_total)
     missing = 0 if equal else max(1, abs(count - target_count))
     return equal, count, missing
-
-
-def _digest(conn: Connection, table: TableName, h: sql.Composable) -> tuple[int, int]:
-    query, params = digest_query(table, h)
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 def _images_digest(

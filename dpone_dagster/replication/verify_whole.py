@@ -28,7 +28,7 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Key, compare
-from dpone_dagster.reconcile.digest import digest_query, row_hash
+from dpone_dagster.reconcile.digest import digest_sums, row_hash
 
 from .changes import Lsn, lsn_text
 
@@ -62,10 +62,7 @@ def whole_digests_equal(
 
     def side(conn: Connection, table: TableName, live: sql.Composable) -> tuple[int, int]:
         where, params = _without(tables, table, excluded, live)
-        query, params = digest_query(table, h, where, params)
-        row = conn.execute(query, params).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1])
+        return digest_sums(conn, table, h, where, params)
 
     source, target = at_once(
         lambda: side(src, tables.source, sql.SQL("true")),

@@ -2,9 +2,10 @@
 while the stream reads and stages the next one.
 
 A target transaction's apply (its net effect by key, the merge, the ledger's applied position,
-the commit, then the slot's advance) is the target server's work: the thread mostly waits on the
-server, without the interpreter's lock, while the stream's own thread decodes the next source
-transactions into memory. The worker runs one job at a time and holds at most one: submitting
+the commit; the slot's advance after it runs on a thread of its own, :mod:`.commits`) is the
+target server's work: the thread mostly waits on the server, without the interpreter's lock,
+while the stream's own thread stages the next source transactions on the other target
+session. The worker runs one job at a time and holds at most one: submitting
 the next waits for the one before, so target transactions commit in the stream's order, and the
 session is never used by both threads at once (the stream touches it only after :meth:`wait`).
 """

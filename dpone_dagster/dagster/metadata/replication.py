@@ -19,6 +19,7 @@ from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
+from dpone_dagster.replication.join import rows_loaded
 from dpone_dagster.replication.report import ReplicationReport, TableChanges
 from dpone_dagster.replication.slot_health import SlotStatus, SlotWait
 
@@ -169,8 +170,7 @@ def replication_metadata(
     """A table's materialization: its changes by kind (none when the run had none for it), the
     group's run and slot, as numbers; the group's changes and the table's sequences."""
     copies = (*([report.initial_copy] if report.initial_copy else []), *report.join_copies)
-    loaded = [t.rows_loaded or 0 for c in copies for t in c.tables if t.target == source_table]
-    copied = sum(loaded) if loaded else None
+    copied = rows_loaded(copies).get(source_table)
     metadata: dict[str, Any] = {
         **DponeMetadataSet(
             publication=report.group.publication,
