@@ -383,7 +383,8 @@ def test_a_keyless_tables_check_compares_it_whole_and_a_run_that_verified_nothin
     """``dpone_reconciled`` of a table without a primary key (``REPLICA IDENTITY FULL``, as
     pgbench's history): compared whole by its digest at every run, failing (an error) on a
     target row changed behind the replication's back; a run stopped by its budget verified
-    nothing and says so with a warning, never a pass."""
+    nothing and says so with a warning, never a pass, as does a run between two comparisons
+    of a table over the sweep's budget."""
     src, tgt = logical_source_dsn, make_database("dpone_repl_tgt")
     history = dg.AssetKey(["shop", "history"])
     pg.execute(src, "CREATE SCHEMA shop; CREATE TABLE shop.history (tid int, delta int)")
@@ -411,6 +412,20 @@ def test_a_keyless_tables_check_compares_it_whole_and_a_run_that_verified_nothin
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     assert check.metadata["dpone/verified"].value is False
     assert "verified nothing" in (check.description or "")
+    # Over the sweep's budget (100 rows a run of 304), the table is compared once every four
+    # runs: a run between comparisons warns that it compared nothing, never a pass.
+    pg.execute(tgt, "UPDATE shop.history SET delta = 1 WHERE delta = -1")  # agrees again
+    pg.execute(src, "ANALYZE shop.history")  # the row estimate the budget is divided by
+    swept = replication_assets(["shop.history"], slot=slot, sweep=Sweep(rows=100))
+    checks = []
+    for _ in range(4):
+        run = dg.materialize([swept], resources=resources(src, tgt))
+        checks += [c for c in run.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    idle = [c for c in checks if "compared nothing of the table" in (c.description or "")]
+    assert len(idle) == 3, [c.description for c in checks]
+    assert all(not c.passed and c.severity == dg.AssetCheckSeverity.WARN for c in idle)
+    assert all(c.metadata["dpone/verified"].value is False for c in idle)
+    assert [c.passed for c in checks if c not in idle] == [True]
 
 
 def test_a_lost_slot_fails_the_run_with_the_resync_which_then_makes_the_target_whole(

@@ -70,6 +70,10 @@ def test_a_target_row_changed_behind_the_replications_back_fails_until_it_agrees
     pg.execute(target_dsn, "DELETE FROM shop.log WHERE ctid = (SELECT ctid FROM shop.log LIMIT 1)")
     lost = _run(group, target_dsn)
     assert not lost.ok and lost.unexplained == 1
+    # Two rows added, twins of rows the source has: the target holds one row too many.
+    pg.execute(target_dsn, "INSERT INTO shop.log SELECT * FROM shop.log WHERE at = 1 LIMIT 2")
+    added = _run(group, target_dsn)
+    assert not added.ok and added.unexplained == 1
     group.replication(resync=True).run()
     assert _run(group, target_dsn).ok
     group.assert_equal()
