@@ -30,7 +30,7 @@ from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
 
 from .apply import TableApply
-from .changes import Lsn
+from .changes import Lsn, lsn_text
 from .report import TableChanges
 from .slot import advance_slot
 from .staging_copy import StagingCopy
@@ -198,20 +198,19 @@ class Committer:
         tgt, run = target.conn, self.run
         self.progress("apply", run, target.staged)
         target.copy.end()  # the session runs one statement at a time: the staging COPY first
-        state = self.ledger.fetch(tgt, self.slot)
-        if state is None or state.applied_lsn != run.applied:
-            moved = "gone" if state is None else f"at {state.applied_lsn}, not {run.applied}"
-            raise engine_error(
-                "replication_failed",
-                f"The group's applied position moved under the run that holds its lock ({moved});"
-                " nothing of this target transaction was applied.",
-            )
         for applying in target.tables.values():
             applying.apply()
             run.count(applying)
         target.close()
         assert target.last is not None
-        self.ledger.applied(tgt, self.slot, target.last, target.transactions)
+        if not self.ledger.applied(tgt, self.slot, target.last, target.transactions,
+                                   was=run.applied):  # fmt: skip
+            raise engine_error(
+                "replication_failed",
+                "The group's applied position is no longer the one this run applied from (it "
+                f"moved, or the group is gone; expected {lsn_text(run.applied)}) although the "
+                "run holds the group's lock; nothing of this target transaction was committed.",
+            )
         self.progress("commit", run, target.staged)
         tgt.commit()
         tgt.autocommit = True

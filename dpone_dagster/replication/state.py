@@ -180,17 +180,32 @@ class GroupLedger:
         conn.execute(query, (_tables(members), slot))
 
     def applied(
-        self, conn: Connection, slot: str, position: tuple[Lsn, Lsn, datetime], transactions: int
-    ) -> None:
-        """Moves the applied position to ``(commit LSN, end LSN, commit time)`` of the last
-        source transaction applied, in the transaction that applied its rows."""
+        self,
+        conn: Connection,
+        slot: str,
+        position: tuple[Lsn, Lsn, datetime],
+        transactions: int,
+        *,
+        was: Lsn,
+    ) -> bool:
+        """Moves the applied position from ``was`` to ``(commit LSN, end LSN, commit time)`` of
+        the last source transaction applied, in the transaction that applied its rows.
+
+        Returns:
+            False, changing nothing, when the group's applied position is not ``was`` (or the
+            group is gone): the one statement compares and sets.
+        """
         query = self.store.tables.sql(
             "UPDATE {replication_groups} SET applied_lsn = %s::pg_lsn,"
             " applied_end_lsn = %s::pg_lsn, applied_commit_time = %s,"
-            " transactions = transactions + %s, updated_at = clock_timestamp() WHERE slot = %s"
+            " transactions = transactions + %s, updated_at = clock_timestamp()"
+            " WHERE slot = %s AND applied_lsn = %s::pg_lsn"
         )
         commit, end, at = position
-        conn.execute(query, (lsn_text(commit), lsn_text(end), at, transactions, slot))
+        found = conn.execute(
+            query, (lsn_text(commit), lsn_text(end), at, transactions, slot, lsn_text(was))
+        )
+        return found.rowcount == 1
 
 
 def _tables(members: Mapping[TableName, TableState] | tuple[TableName, ...]) -> Jsonb:
