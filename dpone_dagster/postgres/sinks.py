@@ -179,14 +179,14 @@ _TYPED_FIRST = frozenset(
 )
 
 
-def _of(alias: str, names: Sequence[str]) -> sql.Composed:
+def aliased(alias: str, names: Sequence[str]) -> sql.Composed:
     """``alias."a", alias."b"`` for SQL text."""
     return sql.SQL(", ").join(
         sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(n)) for n in names
     )
 
 
-def _set_from(alias: str, names: Sequence[str]) -> sql.Composed:
+def set_from(alias: str, names: Sequence[str]) -> sql.Composed:
     """``"a" = alias."a", ...``: an ``UPDATE``'s assignments from the row ``alias``."""
     return sql.SQL(", ").join(
         sql.SQL("{} = {}.{}").format(sql.Identifier(n), sql.Identifier(alias), sql.Identifier(n))
@@ -208,7 +208,7 @@ def _changed(plan: TablePlan, others: Sequence[str], old: str, new: str) -> sql.
         and not types[n].type_sql.endswith("[]")
     ]  # fmt: skip
     text = sql.SQL("ROW({})::text IS DISTINCT FROM ROW({})::text").format(
-        _of(old, others), _of(new, others)
+        aliased(old, others), aliased(new, others)
     )
     first = [
         sql.SQL("{}.{} IS DISTINCT FROM {}.{}").format(
@@ -270,13 +270,13 @@ def _merge_statement(
             if how.changes_only
             else sql.SQL("AND {} ").format(_changed(plan, others, "t", "s"))
         )
-        matched = sql.SQL("WHEN MATCHED {}THEN UPDATE SET {} ").format(when, _set_from("s", others))
+        matched = sql.SQL("WHEN MATCHED {}THEN UPDATE SET {} ").format(when, set_from("s", others))
     statement = sql.SQL(
         "MERGE INTO {} AS t USING {} AS s ON ({}) = ({}) {}"
         "WHEN NOT MATCHED THEN INSERT ({}) OVERRIDING SYSTEM VALUE VALUES ({})"
     ).format(
-        plan.target.ident, staging.ident, _of("t", keys), _of("s", keys), matched, names,
-        _of("s", plan.column_names),
+        plan.target.ident, staging.ident, aliased("t", keys), aliased("s", keys), matched, names,
+        aliased("s", plan.column_names),
     )  # fmt: skip
     try:
         with conn.transaction():
@@ -327,10 +327,10 @@ def _upsert(
     others = [c.name for c in plan.columns if c.name not in plan.target_key]
     action: sql.Composable
     if others and changes_only:
-        action = sql.SQL("DO UPDATE SET {}").format(_set_from("excluded", others))
+        action = sql.SQL("DO UPDATE SET {}").format(set_from("excluded", others))
     elif others:
         action = sql.SQL("DO UPDATE SET {} WHERE {}").format(
-            _set_from("excluded", others), _changed(plan, others, "t", "excluded")
+            set_from("excluded", others), _changed(plan, others, "t", "excluded")
         )
     else:
         action = sql.SQL("DO NOTHING")
@@ -338,7 +338,7 @@ def _upsert(
     inserted: sql.Composable = sql.SQL("t.xmax = 0")
     if plan.partitioned_target:
         inserted = sql.SQL("NOT EXISTS (SELECT 1 FROM {} AS o WHERE ({}) = ({}))").format(
-            plan.target.ident, _of("o", plan.target_key), _of("t", plan.target_key)
+            plan.target.ident, aliased("o", plan.target_key), aliased("t", plan.target_key)
         )
     statement = sql.SQL(
         "WITH merged AS ({} ON CONFLICT ({}) {} RETURNING {} AS inserted) "

@@ -12,8 +12,6 @@ inserted), the net effect takes its steps: the netting table (:func:`net_table`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import psycopg
 from psycopg import sql
 
@@ -21,7 +19,13 @@ from dpone_dagster.postgres.catalog import column_list, columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import Sink, TablePlan
-from dpone_dagster.postgres.sinks import MERGE_SINCE, apply_sink, key_lookups
+from dpone_dagster.postgres.sinks import (
+    MERGE_SINCE,
+    aliased,
+    apply_sink,
+    key_lookups,
+    set_from,
+)
 from dpone_dagster.postgres.soft_deletes import revive
 from dpone_dagster.postgres.staging import staging_name_for
 
@@ -44,8 +48,8 @@ def merge_net(conn: Connection, plan: TablePlan, staging: TableName, soft: str |
     if conn.info.server_version < MERGE_SINCE:
         return False
     names, keys = plan.column_names, plan.target_key
-    sets = [sql.SQL("{} = s.{}").format(sql.Identifier(n), sql.Identifier(n))
-            for n in names if n not in keys]  # fmt: skip
+    others = [n for n in names if n not in keys]
+    sets: list[sql.Composable] = [set_from("s", others)] if others else []
     deleted: sql.Composable = sql.SQL("WHEN MATCHED AND s._dpone_op = 'D' THEN DELETE")
     if soft is not None:  # marked, on a live row only; an upsert revives it
         deleted = sql.SQL(
@@ -62,8 +66,8 @@ def merge_net(conn: Connection, plan: TablePlan, staging: TableName, soft: str |
         " WHEN NOT MATCHED AND s._dpone_op <> 'D' THEN INSERT ({c})"
         " OVERRIDING SYSTEM VALUE VALUES ({sc})"
     ).format(
-        t=plan.target.ident, net=net, tk=_of("t", keys), sk=_of("s", keys), deleted=deleted,
-        updated=updated, c=column_list(names), sc=_of("s", names),
+        t=plan.target.ident, net=net, tk=aliased("t", keys), sk=aliased("s", keys), deleted=deleted,
+        updated=updated, c=column_list(names), sc=aliased("s", names),
     )  # fmt: skip
     try:
         with conn.transaction(), key_lookups(conn):
@@ -77,11 +81,6 @@ _UNUSABLE = (
     psycopg.errors.UniqueViolation,  # a concurrent writer inserted a staged key
     psycopg.errors.FeatureNotSupported,  # a target with rules
 )
-
-
-def _of(alias: str, names: Sequence[str]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(n))
-                              for n in names)  # fmt: skip
 
 
 def net_table(conn: Connection, plan: TablePlan, staging: TableName) -> tuple[TableName, int]:
