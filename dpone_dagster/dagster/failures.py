@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, metadata_key
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, bullets, metadata_key
 from dpone_dagster.lifecycle import DponeError
 
 ERROR_CODE_KEY = metadata_key("error_code")
@@ -35,7 +35,7 @@ def failure_description(error: DponeError) -> str:
     """A :class:`DponeFailure`'s description: :func:`headline` on its first line (what the CLI
     prints after the exception's name and the UI shows first in the step's failure), then every
     next action, one per line."""
-    actions = "\n".join(f"- {action}" for action in error.next_actions)
+    actions = bullets(error.next_actions)
     return headline(error) + (f"\n\nNext actions:\n{actions}" if actions else "")
 
 
@@ -54,7 +54,7 @@ class DponeFailure(dg.Failure):
 
     def __init__(self, error: DponeError, metadata: Mapping[str, Any] | None = None) -> None:
         self.error = error
-        actions = "\n".join(f"- {action}" for action in error.next_actions) or "-"
+        actions = bullets(error.next_actions) or "-"
         failure = DponeMetadataSet(error_code=error.code, next_actions=dg.MetadataValue.md(actions))
         super().__init__(
             description=failure_description(error),

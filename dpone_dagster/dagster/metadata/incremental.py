@@ -19,7 +19,7 @@ from .parts import (
     snapshot_digests,
     timestamp_value,
 )
-from .sets import DponeMetadataSet
+from .sets import DponeMetadataSet, bullets
 
 
 def _stream_summary(result: IncrementalResult) -> dict[str, Any]:
@@ -209,7 +209,7 @@ def whole_table_check(key: dg.AssetKey, check: Verification) -> dg.AssetCheckRes
 
 
 def _actions(actions: Sequence[str]) -> dg.MarkdownMetadataValue | None:
-    return dg.MetadataValue.md("\n".join(f"- {a}" for a in actions)) if actions else None
+    return dg.MetadataValue.md(bullets(actions)) if actions else None
 
 
 def _verdict_words(check: Verification) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, bullets
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
 from dpone_dagster.replication.join import rows_loaded
@@ -72,8 +72,8 @@ def slot_check(
         )
     severity, description = failure
     if status is not None and status.held_by:
-        actions = "\n".join(f"- {action}" for action in held_actions(status))
-        metadata.update(DponeMetadataSet(next_actions=dg.MetadataValue.md(actions)))
+        actions = dg.MetadataValue.md(bullets(held_actions(status)))
+        metadata.update(DponeMetadataSet(next_actions=actions))
     return dg.AssetCheckResult(
         asset_key=key, check_name=SLOT_CHECK_NAME, passed=False, severity=severity,
         description=description, metadata=metadata,

@@ -20,7 +20,7 @@ The standard keys (``dagster/row_count``, ``dagster/table_name``, ``dagster/colu
 ``dagster/column_lineage``) are Dagster's ``TableMetadataSet``.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
 import dagster as dg
@@ -37,6 +37,17 @@ __all__ = [
     "read_metadata",
     "readable_number",
 ]
+
+
+def bullets(items: Sequence[str]) -> str:
+    """``items`` as a Markdown list, one a line (next actions, in metadata and descriptions).
+
+    Examples:
+        >>> print(bullets(["Run again.", "Or resync."]))
+        - Run again.
+        - Or resync.
+    """
+    return "\n".join(f"- {item}" for item in items)
 
 
 def metadata_key(field: str) -> str:
