@@ -176,7 +176,7 @@ def _copy_slot(conn: Connection, slot: str) -> str | None:
     """A ``TEMPORARY`` copy of ``slot`` for ``conn``'s session to consume; None when every
     replication slot is in use."""
     copy = f"dpone_read_{conn.info.backend_pid}"
-    status = slot_status(conn, slot)
+    status = slot_status(conn, slot, holders=False)
     if status is not None and status.active_pid is not None:  # as a peek of it would fail
         raise engine_error(
             "replication_slot_active",
@@ -246,7 +246,7 @@ def _slot_failure(conn: Connection, slot: str, exc: psycopg.Error) -> Exception:
     """The coded error of a peek that failed because of the slot itself, else ``exc``."""
     if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return exc
-    status = slot_status(conn, slot)
+    status = slot_status(conn, slot, holders=False)
     if status is None:
         return engine_error(
             "replication_slot_missing", f"The source has no replication slot {slot!r}."

@@ -134,14 +134,20 @@ class SlotStatus:
     held_by: tuple[SlotHolder, ...] = ()
 
 
-# The holders: backends whose transaction id is at or before the slot's catalog_xmin (age()
-# counts back from the server's next transaction id, so it orders ids across wraparound).
 _STATUS = sql.SQL(
     "SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, s.wal_status,"
     " s.safe_wal_size, (coalesce(s.confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
     " (coalesce(s.restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text,"
-    " (SELECT coalesce(json_agg(json_build_object('pid', a.pid, 'database', a.datname,"
+    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}"
+    " FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = %s"
+)
+"""A slot's state; ``holders`` is :data:`_HOLDERS`, or an empty list where no caller reads
+them (a wait on the slot, a read's check that no session holds it)."""
+
+# The holders: backends whose transaction id is at or before the slot's catalog_xmin (age()
+# counts back from the server's next transaction id, so it orders ids across wraparound).
+_HOLDERS = sql.SQL(
+    "(SELECT coalesce(json_agg(json_build_object('pid', a.pid, 'database', a.datname,"
     "   'user', a.usename, 'application_name', nullif(a.application_name, ''),"
     "   'state', a.state, 'xact_start', a.xact_start,"
     "   'seconds', extract(epoch FROM clock_timestamp() - a.xact_start), 'query', a.query)"
@@ -149,13 +155,16 @@ _STATUS = sql.SQL(
     "  FROM pg_catalog.pg_stat_activity AS a"
     "  WHERE s.catalog_xmin IS NOT NULL AND a.backend_xid IS NOT NULL"
     "  AND age(a.backend_xid) >= age(s.catalog_xmin) AND a.pid <> pg_backend_pid())"
-    " FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = %s"
 )
+_NO_HOLDERS = sql.SQL("'[]'::json")
 
 
-def slot_status(conn: Connection, slot: str) -> SlotStatus | None:
-    """The state of ``slot`` on ``conn``'s server, or None when there is no such slot."""
-    row = conn.execute(_STATUS, (slot,)).fetchone()
+def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotStatus | None:
+    """The state of ``slot`` on ``conn``'s server, or None when there is no such slot;
+    without ``holders``, :attr:`SlotStatus.held_by` is empty (a lighter query: no scan of the
+    server's sessions)."""
+    query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS)
+    row = conn.execute(query, (slot,)).fetchone()
     if row is None:
         return None
     name, plugin, active, pid, wal_status, safe, confirmed, restart, current, database = row[:10]
@@ -264,7 +273,7 @@ def wait_for_slot(
     """
     started = time.monotonic()
     deadline = started + timeout
-    status = slot_status(conn, slot)
+    status = slot_status(conn, slot, holders=False)
     if status is None or not status.active:
         return status
     wait = SlotWait(slot, status.active_pid, timeout)
@@ -272,7 +281,7 @@ def wait_for_slot(
         on_wait(wait)
     while status is not None and status.active and time.monotonic() < deadline:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-        status = slot_status(conn, slot)
+        status = slot_status(conn, slot, holders=False)
     if on_wait is not None:
         released = status is None or not status.active
         on_wait(SlotWait(slot, wait.holder_pid, timeout, time.monotonic() - started, True,
