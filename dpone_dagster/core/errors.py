@@ -393,6 +393,41 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "again.",
         ),
     ),
+    "replication_failover_unsupported": (
+        "The group asks for a failover slot (failover=True), and the source server is older "
+        "than PostgreSQL 17, which added them; nothing was created.",
+        (
+            "Upgrade the source to PostgreSQL 17 or later, or leave failover unset (a failover "
+            "slot where the server supports it) or False (a plain slot), then run again.",
+        ),
+    ),
+    "replication_failover_slot_missing": (
+        "The source was promoted from a standby (its timeline changed since the target's "
+        "applied position) and has no slot of the group: the standby never held a synchronized "
+        "copy of it, so the changes since the target's position cannot be read; nothing was "
+        "written.",
+        (
+            "Run once with resync=True: the slot is created on the new primary and the tables "
+            "are copied anew under its snapshot.",
+            "Then make the group's slot survive the next failover: a failover slot (PostgreSQL "
+            "17+), sync_replication_slots = on and hot_standby_feedback = on on the standby, "
+            "and the standby's physical slot in synchronized_standby_slots on the primary "
+            "(docs/replication.md, Failover).",
+        ),
+    ),
+    "replication_source_diverged": (
+        "The source's history forked before what the target holds: the server was promoted "
+        "from a standby that had not received transactions the target already applied, so the "
+        "target holds changes the new primary never had, and the new primary's positions past "
+        "the fork name other transactions; nothing was written.",
+        (
+            "Run once with resync=True: the tables are copied anew from the new primary under "
+            "a new slot's snapshot.",
+            "Then list the standby's physical slot in synchronized_standby_slots on the "
+            "primary, so that a slot's reader never receives a transaction the standby lacks "
+            "(docs/replication.md, Failover).",
+        ),
+    ),
     "replication_message_invalid": (
         "A message read from the replication slot is not one of pgoutput's protocol version 1; "
         "nothing of it was applied.",

@@ -242,12 +242,20 @@ with its rows, read and emptied by the check). ``UNLOGGED``: appending a run's k
 a crash of the target server empties it, and the keys it held are then verified by the sweep
 only."""
 
+_MIGRATION_6: Final = (
+    "ALTER TABLE {replication_groups} ADD COLUMN IF NOT EXISTS source_timeline integer",
+)
+"""The source's timeline the group's applied position was read on (``replication/failover.py``):
+a run on another timeline (the source was promoted from a standby) checks that the new history
+holds everything the target applied before it goes on."""
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _MIGRATION_1,
     _MIGRATION_2,
     _MIGRATION_3,
     _MIGRATION_4,
     _MIGRATION_5,
+    _MIGRATION_6,
 )
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""

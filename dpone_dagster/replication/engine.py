@@ -64,6 +64,7 @@ from dpone_dagster.postgres.report import CopyReport
 from .changes import Lsn
 from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
+from .failover import check_timeline, standby_slot
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
@@ -72,7 +73,14 @@ from .recorder import KeyRecorder
 from .report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import SequenceSync, sync_sequences
 from .setup import check_replication_setup, create_replication
-from .slot import advance_slot, current_lsn, slot_status, wait_for_slot
+from .slot import (
+    advance_slot,
+    current_lsn,
+    failover_supported,
+    set_failover,
+    slot_status,
+    wait_for_slot,
+)
 from .slot_health import SlotStatus, SlotWait
 from .state import GroupLedger, GroupState, TableState
 from .stream import SlotStream
@@ -114,6 +122,9 @@ class Replication:
             a run stopped by ``max_changes_per_run``: the first run that drains the slot checks
             its keys too).
         sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
+        standby: A DSN of the source's standby: each run reads its copy of the group's slot
+            (:class:`~.failover.StandbySlot`, in the report), whether a promotion of it would
+            keep the group going.
 
     Raises:
         EngineError: ``replication_options_invalid`` for a ledger outside the target.
@@ -134,6 +145,7 @@ class Replication:
         batch_changes: int = BATCH_CHANGES,
         reconcile: bool = False,
         sweep: Sweep | None = None,
+        standby: str | None = None,
     ) -> None:
         ledger = ledger or LedgerConfig()
         if not ledger.in_target:
@@ -145,7 +157,7 @@ class Replication:
             )
         self.group, self.source_dsn, self.target_dsn = group, source, target
         self.ledger = GroupLedger(ledger.schema)
-        self.adopt, self.resync = adopt, resync
+        self.adopt, self.resync, self.standby = adopt, resync, standby
         self.options, self.target_options = options, target_options or options
         self.slot_wait = (options or ConnectionOptions()).lock_wait
         self.on_progress = on_progress or (lambda _: None)
@@ -235,6 +247,11 @@ class Replication:
         self, sessions: Sessions, control: Connection, second: LazySession
     ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
+        if group.failover and not failover_supported(sessions.source):
+            raise engine_error(
+                "replication_failover_unsupported",
+                f"The source runs PostgreSQL {sessions.source.info.server_version // 10000}.",
+            )
         state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
@@ -242,11 +259,14 @@ class Replication:
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
         else:
+            self._follow_timeline(control, tgt, state)
             change = follow_group(self.context, sessions, state, adopt=self.adopt)
         if copied is not None or change.copies or change.left:
             state = self._state(tgt)
         assert state is not None
         assert state.applied_lsn is not None
+        if copied is not None:
+            self._follow_timeline(control, tgt, state)
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
         if self.record_keys is not None:
@@ -266,7 +286,12 @@ class Replication:
             partial(_synced_sequences, sessions.source, tgt, group),
         )
         assert status is not None
+        if status.failover is False and self._wants_failover(control):
+            status = _failover_slot(self.source_dsn, self.options, control, group.slot)
         self._progress("advanced", run)
+        standby = None
+        if self.standby is not None:
+            standby = standby_slot(self.standby, group.slot, status, self.options)
         # Drained to upto, the target holds the source as of the run's read, however quiet the
         # source; stopped by the budget, only as of the newest transaction applied.
         held = run.applied_at if run.budget_reached else read_at
@@ -285,8 +310,26 @@ class Replication:
             budget_reached=run.budget_reached, skipped_transactions=run.skipped,
             adopted=adopted, tables_removed=change.left, checks=checks,
             tables_joined=change.joined, partitions_merged=change.merged,
-            join_copies=change.copies, sequences=sequences,
+            join_copies=change.copies, sequences=sequences, standby=standby,
         )  # fmt: skip
+
+    def _wants_failover(self, source: Connection) -> bool:
+        """The group's slot should be a failover slot (:attr:`ReplicationGroup.failover`)."""
+        wanted = self.group.failover
+        return failover_supported(source) if wanted is None else wanted
+
+    def _follow_timeline(self, control: Connection, tgt: Connection, state: GroupState) -> None:
+        """Checks that the source's history holds what the target applied (a source promoted
+        from a standby, :mod:`.failover`), and records its timeline when it changed."""
+        applied = state.applied_end_lsn or state.applied_lsn or 0
+        timeline = check_timeline(control, dsn=self.source_dsn, options=self.options,
+                                  slot=self.group.slot, recorded=state.source_timeline,
+                                  applied_end=applied)  # fmt: skip
+        if timeline == state.source_timeline:
+            return
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            self.ledger.lock(tgt, self.group.slot)
+            self.ledger.set_timeline(tgt, self.group.slot, timeline)
 
     def _state(self, tgt: Connection) -> GroupState | None:
         """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
@@ -351,6 +394,7 @@ class Replication:
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
             tables=group.tables, owner_comment=self.owner_comment, options=self.options,
+            failover=self._wants_failover(src),
         )  # fmt: skip
         with creating as created:
             point = created.consistent_point
@@ -373,6 +417,17 @@ def _advanced_status(control: Connection, slot: str, confirmed: Lsn) -> SlotStat
     """Moves ``slot`` to ``confirmed`` and reads its state after (the control session)."""
     advance_slot(control, slot, confirmed)
     return slot_status(control, slot)
+
+
+def _failover_slot(
+    dsn: str, options: ConnectionOptions | None, control: Connection, slot: str
+) -> SlotStatus:
+    """Makes the group's existing slot a failover slot (one created before the server supported
+    them, or with ``failover=False``) and reads its state after."""
+    set_failover(dsn, slot, options)
+    status = slot_status(control, slot)
+    assert status is not None
+    return status
 
 
 def _synced_sequences(

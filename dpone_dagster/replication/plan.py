@@ -54,6 +54,11 @@ class ReplicationGroup:
         sequences: Each run brings the target's sequences of the tables' identity and
             ``serial`` columns to at least the source's value (:mod:`.sequences`); False
             leaves the target's sequences alone.
+        failover: The group's slot is a failover slot, synchronized to the source's standbys
+            that are set up for it, so that the group goes on from a promoted standby
+            (:mod:`.failover`). None (default): one where the source supports it (PostgreSQL
+            17+), a plain slot before; True: required (``replication_failover_unsupported``
+            on an older source, before anything is created); False: a plain slot.
 
     Raises:
         EngineError: ``replication_options_invalid`` for a bad option.
@@ -68,6 +73,7 @@ class ReplicationGroup:
     max_changes_per_run: int | None = None
     soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
     sequences: bool = True
+    failover: bool | None = None
 
     def __post_init__(self) -> None:
         tables = tuple(t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables)
@@ -108,6 +114,13 @@ def _refuse_options(group: ReplicationGroup) -> None:
             f"sequences={group.sequences!r}.",
             ["Use True (bring the target's sequences along, the default) or False."],
         )
+    if group.failover not in (None, True, False):
+        raise engine_error(
+            "replication_options_invalid",
+            f"failover={group.failover!r}.",
+            ["Use None (a failover slot where the source supports it, the default), True "
+             "(required) or False (a plain slot)."],
+        )  # fmt: skip
     budget = group.max_changes_per_run
     if budget is not None and (
         isinstance(budget, bool) or not isinstance(budget, int) or budget < 1

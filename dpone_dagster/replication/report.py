@@ -14,6 +14,7 @@ from dpone_dagster.postgres.schema_change import ColumnChange
 from .changes import Lsn
 
 if TYPE_CHECKING:
+    from .failover import StandbySlot
     from .plan import ReplicationGroup
     from .sequences import SequenceSync
     from .slot_health import SlotStatus, SlotWait
@@ -111,6 +112,8 @@ class ReplicationReport:
         join_copies: The snapshot copies of ``tables_joined`` and ``partitions_merged``.
         sequences: Each sequence of the group's columns and what the run did to the target's
             (:mod:`.sequences`; empty with ``sequences=False``).
+        standby: The source's standby's copy of the slot, read at the run's end (None without
+            a standby DSN; :mod:`.failover`).
     """
 
     group: ReplicationGroup
@@ -132,6 +135,7 @@ class ReplicationReport:
     partitions_merged: tuple[TableName, ...] = ()
     join_copies: tuple[CopyReport, ...] = ()
     sequences: tuple[SequenceSync, ...] = ()
+    standby: StandbySlot | None = None
 
     @property
     def changes(self) -> int:

@@ -269,6 +269,7 @@ def create_replication(
     tables: Sequence[TableName],
     owner_comment: str,
     options: ConnectionOptions | None = None,
+    failover: bool = False,
 ) -> Iterator[CreatedSlot]:
     """Creates the group's publication and slot, after :func:`check_replication_setup`.
 
@@ -284,6 +285,7 @@ def create_replication(
         tables: The group's tables.
         owner_comment: The mark of the group's own publication.
         options: The sessions' options.
+        failover: A failover slot (PostgreSQL 17+).
 
     Yields:
         The new slot's consistent point and snapshot.
@@ -303,7 +305,7 @@ def create_replication(
             )
         change = ensure_publication(conn, publication, tables, comment=owner_comment)
         try:
-            with create_slot(dsn, slot, options) as created:
+            with create_slot(dsn, slot, options, failover=failover) as created:
                 yield created
         except BaseException as exc:
             _undo(conn, slot, publication if change.created else None, exc)

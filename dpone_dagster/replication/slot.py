@@ -40,6 +40,9 @@ __all__ = [  # the slot's state and its wait live in .slot_health; importable fr
     "create_slot",
     "current_lsn",
     "drop_replication",
+    "failover_supported",
+    "replication_options",
+    "set_failover",
     "slot_creation_error",
     "slot_status",
     "wait_for_slot",
@@ -119,7 +122,12 @@ class CreatedSlot:
 
 @contextlib.contextmanager
 def create_slot(
-    dsn: str, slot: str, options: ConnectionOptions | None = None, *, temporary: bool = False
+    dsn: str,
+    slot: str,
+    options: ConnectionOptions | None = None,
+    *,
+    temporary: bool = False,
+    failover: bool = False,
 ) -> Iterator[CreatedSlot]:
     """Creates the logical slot ``slot`` (``pgoutput``) with an exported snapshot.
 
@@ -134,6 +142,8 @@ def create_slot(
         slot: The new slot's name.
         options: The session's options.
         temporary: A ``TEMPORARY`` slot, for its snapshot and consistent point alone.
+        failover: A failover slot (PostgreSQL 17+, :func:`failover_supported`): the server
+            synchronizes it to the standbys set up for it.
 
     Yields:
         The slot's consistent point and snapshot token.
@@ -145,16 +155,8 @@ def create_slot(
             ``replication_senders_exhausted`` when ``max_wal_senders`` are all in use.
         SessionError: the replication session could not be opened.
     """
-    base = options or ConnectionOptions()
-    options = ConnectionOptions(
-        application_name=base.application_name,
-        connect_timeout=base.connect_timeout,
-        statement_timeout_ms=base.statement_timeout_ms,
-        lock_wait=base.lock_wait,
-        extra={**base.extra, "replication": "database"},
-    )
     try:
-        session = connect(dsn, options, side="source", autocommit=True)
+        session = connect(dsn, replication_options(options), side="source", autocommit=True)
     except SessionError as exc:
         if "max_wal_senders" not in exc.message:
             raise
@@ -164,6 +166,8 @@ def create_slot(
     with session as conn:
         # The snapshot option's spelling since PostgreSQL 15; before, a bare keyword.
         mode = "(SNAPSHOT 'export')" if conn.info.server_version >= 150000 else "EXPORT_SNAPSHOT"
+        if failover:
+            mode = "(SNAPSHOT 'export', FAILOVER true)"
         kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
         statement = sql.SQL("CREATE_REPLICATION_SLOT {} " + kind + " {} " + mode).format(
             sql.Identifier(slot), sql.Identifier(PLUGIN)
@@ -174,6 +178,45 @@ def create_slot(
             raise slot_creation_error(slot, exc) from exc
         assert row is not None
         yield CreatedSlot(slot, parse_lsn(str(row[1])), str(row[2]))
+
+
+FAILOVER_VERSION = 170000
+"""The first server version with failover slots (``server_version_num``)."""
+
+
+def failover_supported(conn: Connection) -> bool:
+    """The source server can synchronize a slot to its standbys (PostgreSQL 17+)."""
+    return conn.info.server_version >= FAILOVER_VERSION
+
+
+def replication_options(options: ConnectionOptions | None) -> ConnectionOptions:
+    """``options`` for a replication connection of the database (``replication=database``):
+    the one that creates a slot, alters it, or reads the timeline history."""
+    base = options or ConnectionOptions()
+    return ConnectionOptions(
+        application_name=base.application_name,
+        connect_timeout=base.connect_timeout,
+        statement_timeout_ms=base.statement_timeout_ms,
+        lock_wait=base.lock_wait,
+        extra={**base.extra, "replication": "database"},
+    )
+
+
+def set_failover(dsn: str, slot: str, options: ConnectionOptions | None = None) -> None:
+    """Makes ``slot`` a failover slot (``ALTER_REPLICATION_SLOT``, PostgreSQL 17+): a slot
+    created before the server supported them keeps going, now synchronized to the standbys.
+
+    Raises:
+        EngineError: ``replication_slot_active`` when another session holds the slot.
+    """
+    statement = sql.SQL("ALTER_REPLICATION_SLOT {} (FAILOVER true)").format(sql.Identifier(slot))
+    with connect(dsn, replication_options(options), side="source", autocommit=True) as conn:
+        try:
+            conn.execute(statement)
+        except psycopg.errors.ObjectInUse as exc:
+            raise engine_error(
+                "replication_slot_active", f"Replication slot {slot!r} is in use ({exc})."
+            ) from exc
 
 
 def slot_creation_error(slot: str, exc: psycopg.Error) -> Exception:

@@ -117,6 +117,11 @@ class SlotStatus:
         database: The database the slot decodes (None for a physical slot).
         held_by: The open transactions that hold the slot back, oldest first (see the
             module); empty when none does.
+        failover: It is a failover slot, synchronized to the standbys set up for it
+            (:mod:`.failover`); None on a server before PostgreSQL 17.
+        synchronized_standbys: The physical slots the server's ``synchronized_standby_slots``
+            names (a failover slot's reader receives only what their standbys confirmed);
+            empty when none.
     """
 
     slot: str
@@ -132,17 +137,21 @@ class SlotStatus:
     retained_bytes: int = 0
     database: str | None = None
     held_by: tuple[SlotHolder, ...] = ()
+    failover: bool | None = None
+    synchronized_standbys: tuple[str, ...] = ()
 
 
 _STATUS = sql.SQL(
     "SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, s.wal_status,"
     " s.safe_wal_size, (coalesce(s.confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
     " (coalesce(s.restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}"
+    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}, {failover},"
+    " coalesce(current_setting('synchronized_standby_slots', true), '')"
     " FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = %s"
 )
 """A slot's state; ``holders`` is :data:`_HOLDERS`, or an empty list where no caller reads
-them (a wait on the slot, a read's check that no session holds it)."""
+them (a wait on the slot, a read's check that no session holds it); ``failover`` the column
+of PostgreSQL 17+, or NULL before."""
 
 # The holders: backends whose transaction id is at or before the slot's catalog_xmin (age()
 # counts back from the server's next transaction id, so it orders ids across wraparound).
@@ -163,7 +172,8 @@ def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotSta
     """The state of ``slot`` on ``conn``'s server, or None when there is no such slot;
     without ``holders``, :attr:`SlotStatus.held_by` is empty (a lighter query: no scan of the
     server's sessions)."""
-    query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS)
+    failover = sql.SQL("s.failover" if conn.info.server_version >= 170000 else "NULL::bool")
+    query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS, failover=failover)
     row = conn.execute(query, (slot,)).fetchone()
     if row is None:
         return None
@@ -182,6 +192,8 @@ def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotSta
         retained_bytes=max(0, int(current) - int(restart)) if restart else 0,
         database=database,
         held_by=tuple(_holder(h) for h in row[10]),
+        failover=row[11],
+        synchronized_standbys=tuple(n.strip() for n in str(row[12]).split(",") if n.strip()),
     )
 
 

@@ -70,6 +70,8 @@ class GroupState:
         applied_commit_time: When that transaction committed at the source.
         transactions: Source transactions applied since the initial copy.
         members: Each table's :class:`TableState`, by table (every table of ``tables``).
+        source_timeline: The source's timeline the applied position was read on (None: not
+            recorded yet; :mod:`.failover`).
     """
 
     slot: str
@@ -82,6 +84,7 @@ class GroupState:
     applied_commit_time: datetime | None
     transactions: int
     members: Mapping[TableName, TableState] = field(default_factory=dict)
+    source_timeline: int | None = None
 
     @property
     def starts(self) -> dict[TableName, Lsn]:
@@ -91,7 +94,8 @@ class GroupState:
 
 _FETCH = (
     "SELECT slot, publication, tables, phase, consistent_lsn::text, applied_lsn::text,"
-    " applied_end_lsn::text, applied_commit_time, transactions FROM {replication_groups}"
+    " applied_end_lsn::text, applied_commit_time, transactions, source_timeline"
+    " FROM {replication_groups}"
     " WHERE slot = %s"
 )
 
@@ -136,7 +140,7 @@ class GroupLedger:
             slot=str(row[0]), publication=str(row[1]), tables=tuple(members), members=members,
             phase="copying" if row[3] == "copying" else "streaming",
             consistent_lsn=_lsn(row[4]), applied_lsn=_lsn(row[5]), applied_end_lsn=_lsn(row[6]),
-            applied_commit_time=row[7], transactions=int(row[8]),
+            applied_commit_time=row[7], transactions=int(row[8]), source_timeline=row[9],
         )  # fmt: skip
 
     def begin_copy(
@@ -148,9 +152,18 @@ class GroupLedger:
             " VALUES (%s, %s, %s, 'copying') ON CONFLICT (slot) DO UPDATE SET"
             " publication = excluded.publication, tables = excluded.tables, phase = 'copying',"
             " consistent_lsn = NULL, applied_lsn = NULL, applied_end_lsn = NULL,"
-            " applied_commit_time = NULL, transactions = 0, updated_at = clock_timestamp()"
+            " applied_commit_time = NULL, transactions = 0, source_timeline = NULL,"
+            " updated_at = clock_timestamp()"
         )
         conn.execute(query, (slot, publication, _tables(tables)))
+
+    def set_timeline(self, conn: Connection, slot: str, timeline: int) -> None:
+        """Records the source's timeline the group reads on (:mod:`.failover`)."""
+        query = self.store.tables.sql(
+            "UPDATE {replication_groups} SET source_timeline = %s, updated_at = clock_timestamp()"
+            " WHERE slot = %s"
+        )
+        conn.execute(query, (timeline, slot))
 
     def copied(
         self,
