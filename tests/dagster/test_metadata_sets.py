@@ -86,6 +86,10 @@ ONLY_WHEN = {
     "by_the_run_and_its_check)",
     "dpone/cron_schedule": "a replication group is built with cron_schedule= (tests/dagster/"
     "test_replication_platform.py::test_one_cron_string_drives_the_schedule_and_the_freshness)",
+    "dpone/standby_holds_slot": "the source resource names its standby (standby_dsn: tests/"
+    "dagster/test_replication_failover.py::test_the_slot_check_says_whether_the_standby_holds_"
+    "the_slot)",
+    "dpone/standby_slot_lag_bytes": "the same, once the standby holds a copy of the slot",
 }
 """Declared keys that the runs below do not write, and when they are written."""
 

@@ -147,6 +147,7 @@ def replication_assets(
     reconcile: bool = True,
     sweep: Sweep | None = None,
     sequences: bool = True,
+    failover: bool | None = None,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -205,6 +206,14 @@ def replication_assets(
             ``serial`` columns to at least the source's value (made when the target has none),
             so that a target promoted to primary never hands out a used key; reported per table
             (``dpone/sequences``). False leaves the target's sequences alone.
+        failover: The group's slot is a failover slot, which the source synchronizes to a
+            standby set up for it, so that the group goes on from the standby once promoted
+            (point the source's DSN at both servers with ``target_session_attrs=read-write``;
+            set the source resource's ``standby_dsn`` for ``dpone_slot_healthy`` to watch the
+            standby's copy). None (default): a failover slot where the source supports it
+            (PostgreSQL 17+), a plain slot before; True: required (an older source fails the
+            run with ``replication_failover_unsupported``, nothing created); False: a plain
+            slot. See docs/replication.md, Failover.
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
@@ -240,7 +249,7 @@ def replication_assets(
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
         publication=publication or slot_name, deletes=Deletes.parse(deletes),
         schema_changes=SchemaChanges.parse(schema_changes),
-        max_changes_per_run=max_changes_per_run, sequences=sequences,
+        max_changes_per_run=max_changes_per_run, sequences=sequences, failover=failover,
     )  # fmt: skip
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="replication_options_invalid"
@@ -280,6 +289,7 @@ def replication_assets(
             schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
             adopt=config.adopt, reconcile=reconcile, sweep=sweep, sequences=group.sequences,
+            failover=group.failover,
         )  # fmt: skip
 
     return _replication

@@ -52,6 +52,7 @@ from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.replication.engine import Replication
+from dpone_dagster.replication.failover import StandbySlot
 from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
@@ -141,6 +142,7 @@ def group_engine(
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
     max_changes_per_run: int | None = None,
     sequences: bool = True,
+    failover: bool | None = None,
     **engine: Any,
 ) -> Replication:
     """The engine of the group the specs name, on the resources' databases (``engine``: the
@@ -153,10 +155,12 @@ def group_engine(
         schema_changes=schema_changes,
         max_changes_per_run=max_changes_per_run,
         sequences=sequences,
+        failover=failover,
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
-        options=source.options, target_options=target.options, **engine,
+        options=source.options, target_options=target.options,
+        standby=source.standby_dsn, **engine,
     )  # fmt: skip
 
 
@@ -182,6 +186,7 @@ class ReplicationEvents:
     reconcile: bool = False
     sweep: Sweep | None = None
     sequences: bool = True
+    failover: bool | None = None
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -218,7 +223,7 @@ class ReplicationEvents:
             context.log.info(f"dpone: {joined.qualified} was copied alone and joined the stream.")
         unchecked = _UNCHECKED if report.budget_reached else _NOT_CHECKED
         checks = [
-            *self._checks(group, report.slot),
+            *self._checks(group, report.slot, report.standby),
             *self._verifications(group, report.checks, unchecked),
         ]
         yield from checks
@@ -245,7 +250,7 @@ class ReplicationEvents:
             deletes=self.deletes, schema_changes=self.schema_changes,
             max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
             reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
-            on_progress=self._progress, sequences=self.sequences,
+            on_progress=self._progress, sequences=self.sequences, failover=self.failover,
         )  # fmt: skip
 
     def _progress(self, progress: ReplicationProgress) -> None:
@@ -273,13 +278,13 @@ class ReplicationEvents:
             return None
 
     def _checks(
-        self, group: GroupSpecs, status: SlotStatus | None
+        self, group: GroupSpecs, status: SlotStatus | None, standby: StandbySlot | None = None
     ) -> Iterator[dg.AssetCheckResult]:
         """``dpone_slot_healthy`` of every table that declares it."""
         selected = self.context.selected_asset_check_keys
         for key in group.tables:
             if dg.AssetCheckKey(key, SLOT_CHECK_NAME) in selected:
-                yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes)
+                yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes, standby)
 
     def _materializations(
         self, group: GroupSpecs, report: ReplicationReport

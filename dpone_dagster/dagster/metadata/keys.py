@@ -280,6 +280,17 @@ class DponeMetadataSet(NamespacedMetadataSet):
     """The open transactions on the source that hold the slot's WAL back, oldest first: each
     one's pid, database, user, application, state, transaction start and age, and the start of
     its last statement with its literals masked (replication, check of a slot; only then)."""
+    slot_failover: bool | None = None
+    """The slot is a failover slot, which the source synchronizes to its standbys set up for it
+    (replication, check of a slot; left out before PostgreSQL 17)."""
+    standby_holds_slot: bool | None = None
+    """The source's standby (``PostgresSourceResource.standby_dsn``) holds a synchronized copy
+    of the slot that its promotion keeps: the group would go on from it (check of a slot; only
+    with a standby)."""
+    standby_slot_lag_bytes: int | None = None
+    """How far the standby's copy of the slot trails the primary's, in bytes of WAL: what a run
+    after a failover reads again and skips (check of a slot; only with a standby holding a
+    copy)."""
     tables_joined: dg.JsonMetadataValue | None = None
     """Tables the run copied alone before it streamed: tables that joined the group, and
     partitioned tables copied again after a partition left (replication, when there was any)."""

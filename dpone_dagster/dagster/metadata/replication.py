@@ -7,7 +7,10 @@ check warns when the slot retains more WAL than a threshold, and when an open tr
 the source holds its WAL back (naming it, with what to do:
 :attr:`~dpone_dagster.replication.slot_health.SlotStatus.held_by`); it fails (error) when its
 ``wal_status`` is ``unreserved`` (the server may remove WAL it still needs at the next
-checkpoint) or ``lost`` (it has).
+checkpoint) or ``lost`` (it has). With the source's standby known
+(``PostgresSourceResource.standby_dsn``), it also warns when the standby does not hold a copy of
+the slot its promotion keeps, or when the copy trails the slot by more than the threshold: a
+failover to it would need a resync (:mod:`dpone_dagster.replication.failover`).
 """
 
 from collections.abc import Sequence
@@ -19,6 +22,7 @@ from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, bullets
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
+from dpone_dagster.replication.failover import StandbySlot
 from dpone_dagster.replication.join import rows_loaded
 from dpone_dagster.replication.report import ReplicationReport, TableChanges
 from dpone_dagster.replication.slot_health import SlotStatus, SlotWait
@@ -48,24 +52,45 @@ def slot_metadata(status: SlotStatus) -> dict[str, Any]:
             retained_wal_bytes=status.retained_bytes,
             slot_held_seconds=max(ages) if ages else (None if held else 0.0),
             slot_held_by=dg.JsonMetadataValue([h.as_dict() for h in held]) if held else None,
+            slot_failover=status.failover,
+        )
+    )
+
+
+def standby_metadata(standby: StandbySlot | None) -> dict[str, Any]:
+    """Whether the standby holds a copy of the slot, and how far it trails (empty without a
+    standby)."""
+    if standby is None:
+        return {}
+    return dict(
+        DponeMetadataSet(
+            standby_holds_slot=standby.holds,
+            standby_slot_lag_bytes=standby.lag_bytes if standby.holds else None,
         )
     )
 
 
 def slot_check(
-    key: dg.AssetKey, slot: str, status: SlotStatus | None, warn_bytes: int
+    key: dg.AssetKey,
+    slot: str,
+    status: SlotStatus | None,
+    warn_bytes: int,
+    standby: StandbySlot | None = None,
 ) -> dg.AssetCheckResult:
     """``dpone_slot_healthy`` of one table of the group.
 
     Fails with severity ``ERROR`` when the slot is missing, ``unreserved`` or ``lost``; with
-    severity ``WARN`` when it retains more than ``warn_bytes`` of WAL; passes otherwise.
+    severity ``WARN`` when it retains more than ``warn_bytes`` of WAL, or when ``standby`` (the
+    source's standby, when known) does not hold a copy of it or its copy trails by more than
+    ``warn_bytes``; passes otherwise.
     """
     threshold = dict(DponeMetadataSet(retained_wal_warn_bytes=warn_bytes))
     if status is None:
         metadata = {**threshold, **DponeMetadataSet(slot=slot)}
     else:
         metadata = {**slot_metadata(status), **threshold}
-    failure = _slot_failure(slot, status, warn_bytes)
+    metadata.update(standby_metadata(standby))
+    failure = _slot_failure(slot, status, warn_bytes, standby)
     if failure is None:
         return dg.AssetCheckResult(
             asset_key=key, check_name=SLOT_CHECK_NAME, passed=True, metadata=metadata
@@ -81,7 +106,7 @@ def slot_check(
 
 
 def _slot_failure(
-    slot: str, status: SlotStatus | None, warn_bytes: int
+    slot: str, status: SlotStatus | None, warn_bytes: int, standby: StandbySlot | None = None
 ) -> tuple[dg.AssetCheckSeverity, str] | None:
     """Why the slot fails its check, and how badly (``None``: it passes)."""
     if status is None:
@@ -105,7 +130,33 @@ def _slot_failure(
                 else "run the group more often, or drop the slot if the group is gone."
             )
         )
+    if standby is not None:
+        warnings.extend(_standby_warnings(slot, status, standby, warn_bytes))
     return (dg.AssetCheckSeverity.WARN, " ".join(warnings)) if warnings else None
+
+
+def _standby_warnings(
+    slot: str, status: SlotStatus, standby: StandbySlot, warn_bytes: int
+) -> list[str]:
+    """Why a promotion of the standby would not keep the group going (empty: it would)."""
+    if not standby.holds:
+        why = (
+            "the slot is not a failover slot (the group's failover option, PostgreSQL 17+)"
+            if status.failover is False
+            else standby.describe()
+        )
+        return [
+            f"Slot {slot} would not survive a failover: {why}. A promoted standby without it "
+            "fails the group with replication_failover_slot_missing (a resync); see "
+            "docs/replication.md, Failover."
+        ]
+    if standby.lag_bytes is not None and standby.lag_bytes > warn_bytes:
+        return [
+            f"The standby's copy of slot {slot} trails it by {standby.lag_bytes} bytes of WAL, "
+            f"over {warn_bytes}: is the standby's slot sync running (sync_replication_slots, "
+            "hot_standby_feedback)?"
+        ]
+    return []
 
 
 HELD_SHOWN = 3

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core.deletes import Deletes
@@ -48,7 +48,7 @@ from dpone_dagster.postgres.connection import Side, connect
 from dpone_dagster.replication.slot import Dropped, drop_replication
 
 from .ledger import LedgerResource
-from .sessions import PostgresResource
+from .sessions import PostgresResource, checked_dsn
 
 
 class PostgresTargetResource(PostgresResource):
@@ -87,6 +87,21 @@ class PostgresSourceResource(PostgresResource):
         >>> source.application_name
         'dpone-dagster'
     """
+
+    standby_dsn: str | None = Field(
+        default=None,
+        description=(
+            "libpq DSN of the source's physical standby (use EnvVar): each replication run "
+            "reads its copy of the group's slot, and dpone_slot_healthy warns when a promotion "
+            "of it would not keep the group going (docs/replication.md, Failover)."
+        ),
+        repr=False,
+    )
+
+    @field_validator("standby_dsn", mode="before")
+    @classmethod
+    def _standby_shape(cls, value: Any) -> Any:
+        return None if value is None else checked_dsn(value, cls.__name__)
 
     def open_snapshot(self, *, export: bool = False) -> SnapshotSession:
         """Opens a ``REPEATABLE READ READ ONLY`` session with a fixed snapshot.
@@ -315,6 +330,7 @@ class PostgresSourceResource(PostgresResource):
         reconcile: bool = True,
         sweep: Sweep | None = None,
         sequences: bool = True,
+        failover: bool | None = None,
     ) -> ReplicationEvents:
         """Runs the multi-asset's replication group once.
 
@@ -346,6 +362,9 @@ class PostgresSourceResource(PostgresResource):
             sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
             sequences: Bring the target's sequences of the tables' identity and ``serial``
                 columns to at least the source's value each run (``dpone/sequences``).
+            failover: The slot is a failover slot: None, one where the source supports it
+                (PostgreSQL 17+); True, required; False, a plain slot; see
+                :func:`~dpone_dagster.replication_assets`.
 
         Returns:
             The run's events; iterating them runs it.
@@ -369,7 +388,7 @@ class PostgresSourceResource(PostgresResource):
             deletes=Deletes.parse(deletes), schema_changes=SchemaChanges.parse(schema_changes),
             max_changes_per_run=max_changes_per_run,
             retained_wal_warn_bytes=retained_wal_warn_bytes, resync=resync, adopt=adopt,
-            reconcile=reconcile, sweep=sweep, sequences=sequences,
+            reconcile=reconcile, sweep=sweep, sequences=sequences, failover=failover,
         )  # fmt: skip
 
     def drop_replication(
