@@ -301,3 +301,38 @@ def test_a_replica_identity_index_other_than_the_key_is_refused(source: str) -> 
     # The primary key's own index as the identity is the key: accepted.
     pg.execute(source, "ALTER TABLE coded REPLICA IDENTITY USING INDEX coded_pkey")
     assert check(source, tables) == SetupState(False, False, ())
+
+
+def test_the_slot_is_a_failover_slot_where_the_source_supports_it_and_true_is_refused_before_17(
+    versioned_source_dsn: str, target_dsn: str
+) -> None:
+    """``failover=None`` makes a failover slot on PostgreSQL 17+ and a plain one before;
+    ``failover=True`` on an older source is refused with its code before anything is created
+    (no ledger row, slot or publication); a plain slot (``failover=False``) becomes a failover
+    slot at the next run that asks for one."""
+    from tests.replication.group import Group, ledger_state
+
+    src = versioned_source_dsn
+    pg.execute(src, "CREATE TABLE orders (id int PRIMARY KEY, total numeric)")
+    pg.execute(src, "INSERT INTO orders SELECT g, g FROM generate_series(1, 10) g")
+    group = Group(src, target_dsn, ("public.orders",), slot="dpone_fo", publication="dpone_fo")
+    modern = int(str(pg.fetch_one(src, "SHOW server_version_num"))) >= 170000
+    if not modern:
+        with pytest.raises(DponeError) as caught:
+            group.run(failover=True)
+        assert caught.value.code == "replication_failover_unsupported"
+        assert "PostgreSQL 15" in caught.value.message
+        assert ledger_state(target_dsn) == (None, 0)
+        assert not pg.fetch_all(src, "SELECT 1 FROM pg_replication_slots")
+        assert not pg.fetch_all(src, "SELECT 1 FROM pg_publication")
+        report = group.run()
+        assert report.slot.failover is None  # the column does not exist before 17
+        return
+    plain = group.run(failover=False)
+    assert plain.slot.failover is False
+    pg.execute(src, "INSERT INTO orders VALUES (11, 11)")
+    report = group.run()
+    assert report.slot.failover is True and report.transactions == 1
+    slots = pg.fetch_all(src, "SELECT slot_name::text, failover FROM pg_replication_slots")
+    assert slots == [("dpone_fo", True)]
+    group.assert_equal()
