@@ -55,10 +55,14 @@ class Group:
         batch_changes: int | None = None,
         options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
+        standby: str | None = None,
         **kwargs: Any,
     ) -> Replication:
-        """The engine of the group."""
-        extra = {} if batch_changes is None else {"batch_changes": batch_changes}
+        """The engine of the group (``standby``: the DSN of a standby of the source, whose copy
+        of the slot the run reports)."""
+        extra: dict[str, Any] = {} if batch_changes is None else {"batch_changes": batch_changes}
+        if standby is not None:
+            extra["standby"] = standby
         return Replication(
             self.group(**kwargs),
             source=self.source,
