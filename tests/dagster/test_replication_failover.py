@@ -1,0 +1,91 @@
+"""A replication group's ``dpone_slot_healthy`` check with the source's standby known
+(``PostgresSourceResource(standby_dsn=...)``), through Dagster against a real primary and its
+physical standby (:mod:`tests.helpers.standby`): it warns while a promotion of the standby would
+not keep the group going, and passes with the copy's figures once the standby holds the slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from dpone_dagster import (
+    LedgerResource,
+    PostgresSourceResource,
+    PostgresTargetResource,
+    replication_assets,
+)
+from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME
+from tests.dagster.test_replication_assets import SHOP, unique_slot
+from tests.helpers import pg
+from tests.helpers.standby import standby_pair
+
+ORDERS = dg.AssetKey(["shop", "orders"])
+
+
+def _slot_check(result: dg.ExecuteInProcessResult) -> Any:
+    """The ``dpone_slot_healthy`` evaluation of ``shop.orders``."""
+    [check] = [
+        e for e in result.get_asset_check_evaluations()
+        if e.check_name == SLOT_CHECK_NAME and e.asset_key == ORDERS
+    ]  # fmt: skip
+    return check
+
+
+def _values(check: Any) -> dict[str, Any]:
+    return {k: getattr(v, "value", v) for k, v in check.metadata.items()}
+
+
+def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: Any) -> None:
+    """With ``standby_dsn`` set, each run's slot check reports whether the standby holds a copy
+    of the slot a promotion keeps: a warning naming why while it does not (the copy is still
+    temporary, or the slot is a plain one), then a pass with ``dpone/standby_holds_slot`` and
+    how far the copy trails once it does."""
+    tgt = make_database("dpone_repl_fo_tgt")
+    with standby_pair() as pair:
+        src = pair.primary_dsn("source")
+        pg.execute(src, SHOP)
+        resources = {
+            "source": PostgresSourceResource(dsn=src, standby_dsn=pair.standby_dsn("source")),
+            "target": PostgresTargetResource(dsn=tgt),
+            "ledger": LedgerResource(),
+        }
+        shop = replication_assets(["shop.orders", "shop.customers"],
+                                  slot=unique_slot("dpone_fo"))  # fmt: skip
+
+        def run() -> Any:
+            result = dg.materialize([shop], resources=resources)
+            assert result.success
+            return _slot_check(result)
+
+        first = run()  # the initial copy: the standby's copy is not kept yet
+        first_values = _values(first)
+        assert first_values["dpone/slot_failover"] is True
+        assert first_values["dpone/standby_holds_slot"] is False
+        assert not first.passed and first.severity == dg.AssetCheckSeverity.WARN
+        assert "would not survive a failover" in (first.description or "")
+        assert "dpone/standby_slot_lag_bytes" not in first_values
+
+        def advance() -> None:
+            pg.execute(src, "UPDATE shop.orders SET note = note || '.' WHERE id = 1")
+            run()
+
+        pair.wait_synced(shop.node_def.name.removeprefix("replication_"), advance=advance)
+        held = run()
+        held_values = _values(held)
+        assert held.passed, held.description
+        assert held_values["dpone/standby_holds_slot"] is True
+        assert isinstance(held_values["dpone/standby_slot_lag_bytes"], int)
+        assert held_values["dpone/standby_slot_lag_bytes"] >= 0
+
+        plain = replication_assets(["shop.customers"], slot=unique_slot("dpone_plain"),
+                                   failover=False, name="plain_group")  # fmt: skip
+        other = {**resources, "target": PostgresTargetResource(dsn=make_database("dpone_fo_t2"))}
+        result = dg.materialize([plain], resources=other)
+        assert result.success
+        [check] = [e for e in result.get_asset_check_evaluations()
+                   if e.check_name == SLOT_CHECK_NAME]  # fmt: skip
+        values = _values(check)
+        assert values["dpone/slot_failover"] is False
+        assert values["dpone/standby_holds_slot"] is False
+        assert not check.passed and "not a failover slot" in (check.description or "")
