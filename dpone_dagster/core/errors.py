@@ -415,6 +415,17 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "(docs/replication.md, Failover).",
         ),
     ),
+    "replication_standby_slot_missing": (
+        "The source's synchronized_standby_slots names a physical slot the server does not "
+        "have (or has invalidated): a failover slot's reader would wait for that standby "
+        "forever, so the run did not read the slot; nothing was written.",
+        (
+            "On the source, set synchronized_standby_slots to the physical slots of its "
+            "standbys (ALTER SYSTEM SET synchronized_standby_slots = '<slot>', then SELECT "
+            "pg_reload_conf()), or to '' when it has none; a promoted standby keeps its old "
+            "primary's setting, which names its own slot there. Then run again.",
+        ),
+    ),
     "replication_source_diverged": (
         "The source's history forked before what the target holds: the server was promoted "
         "from a standby that had not received transactions the target already applied, so the "

@@ -72,7 +72,8 @@ def follow_group(
 
     Raises:
         EngineError: ``replication_group_changed`` (another publication),
-            ``replication_slot_missing``, ``replication_publication_missing``,
+            ``replication_slot_missing``, ``replication_standby_slot_missing``,
+            ``replication_publication_missing``,
             ``replication_slot_foreign``, ``replication_target_exists``, the codes of
             :func:`~.setup.check_replication_setup` and of :func:`~.join.join_tables`.
     """
@@ -87,11 +88,18 @@ def follow_group(
         )  # fmt: skip
     # A slot another run (or a killed one's server process) still holds is waited for, as long
     # as a lock is (``lock_wait``), before the publication is touched.
-    if wait_for_slot(src, group.slot, context.slot_wait, context.on_slot_wait) is None:
+    status = wait_for_slot(src, group.slot, context.slot_wait, context.on_slot_wait)
+    if status is None:
         raise engine_error(
             "replication_slot_missing",
             f"The source has no replication slot {group.slot!r}, which the ledger's group "
             "reads; nothing was changed.",
+        )
+    if status.failover and status.missing_standbys:  # its read would wait for them forever
+        raise engine_error(
+            "replication_standby_slot_missing",
+            f"synchronized_standby_slots names {', '.join(status.missing_standbys)}, which "
+            f"the source {src.info.dbname!r} has no valid physical slot of.",
         )
     publication = _own_publication(context, read_publication(src, group.publication))
     joining, left = _plan(context, state, publication, partition_trees(src, group.tables))

@@ -122,6 +122,9 @@ class SlotStatus:
         synchronized_standbys: The physical slots the server's ``synchronized_standby_slots``
             names (a failover slot's reader receives only what their standbys confirmed);
             empty when none.
+        missing_standbys: Those of them the server has no valid physical slot of: a failover
+            slot's reader would wait for them forever (a promoted standby that kept its old
+            primary's setting).
     """
 
     slot: str
@@ -139,19 +142,33 @@ class SlotStatus:
     held_by: tuple[SlotHolder, ...] = ()
     failover: bool | None = None
     synchronized_standbys: tuple[str, ...] = ()
+    missing_standbys: tuple[str, ...] = ()
 
 
 _STATUS = sql.SQL(
     "SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, s.wal_status,"
     " s.safe_wal_size, (coalesce(s.confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
     " (coalesce(s.restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}, {failover},"
-    " coalesce(current_setting('synchronized_standby_slots', true), '')"
+    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}, {failover}"
     " FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = %s"
 )
 """A slot's state; ``holders`` is :data:`_HOLDERS`, or an empty list where no caller reads
-them (a wait on the slot, a read's check that no session holds it); ``failover`` the column
-of PostgreSQL 17+, or NULL before."""
+them (a wait on the slot, a read's check that no session holds it); ``failover`` is
+:data:`_FAILOVER` on PostgreSQL 17+, NULLs before."""
+
+# The failover column, the names synchronized_standby_slots lists, and those of them without a
+# valid physical slot on this server (PostgreSQL 17+).
+_NAMES = sql.SQL(
+    "array_remove(string_to_array(replace(current_setting('synchronized_standby_slots'),"
+    " ' ', ''), ','), '')"
+)
+_FAILOVER = sql.SQL(
+    "s.failover, {names}, (SELECT coalesce(array_agg(m ORDER BY m), '{{}}')"
+    " FROM unnest({names}) AS m WHERE NOT EXISTS (SELECT 1"
+    "  FROM pg_catalog.pg_replication_slots AS p WHERE p.slot_name = m"
+    "  AND p.slot_type = 'physical' AND p.invalidation_reason IS NULL))"
+).format(names=_NAMES)
+_NO_FAILOVER = sql.SQL("NULL::bool, '{}'::text[], '{}'::text[]")
 
 # The holders: backends whose transaction id is at or before the slot's catalog_xmin (age()
 # counts back from the server's next transaction id, so it orders ids across wraparound).
@@ -172,7 +189,7 @@ def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotSta
     """The state of ``slot`` on ``conn``'s server, or None when there is no such slot;
     without ``holders``, :attr:`SlotStatus.held_by` is empty (a lighter query: no scan of the
     server's sessions)."""
-    failover = sql.SQL("s.failover" if conn.info.server_version >= 170000 else "NULL::bool")
+    failover = _FAILOVER if conn.info.server_version >= 170000 else _NO_FAILOVER
     query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS, failover=failover)
     row = conn.execute(query, (slot,)).fetchone()
     if row is None:
@@ -193,7 +210,8 @@ def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotSta
         database=database,
         held_by=tuple(_holder(h) for h in row[10]),
         failover=row[11],
-        synchronized_standbys=tuple(n.strip() for n in str(row[12]).split(",") if n.strip()),
+        synchronized_standbys=tuple(row[12]),
+        missing_standbys=tuple(row[13]),
     )
 
 

@@ -336,3 +336,43 @@ def test_the_slot_is_a_failover_slot_where_the_source_supports_it_and_true_is_re
     slots = pg.fetch_all(src, "SELECT slot_name::text, failover FROM pg_replication_slots")
     assert slots == [("dpone_fo", True)]
     group.assert_equal()
+
+
+def test_a_standby_slot_the_source_lacks_fails_the_run_instead_of_waiting_forever(
+    target_dsn: str,
+) -> None:
+    """A source whose ``synchronized_standby_slots`` names a physical slot it does not have (a
+    promoted standby keeps its old primary's setting) would make a failover slot's read wait
+    forever: the run fails at once with ``replication_standby_slot_missing``, nothing written,
+    and goes on once the setting names what exists (a private server: the setting is the
+    whole server's)."""
+    from tests.helpers.private_server import private_server
+    from tests.replication.group import Group, ledger_state
+
+    with private_server("dpone_sss_") as admin:
+        src = pg.create_database("dpone_sss_src", admin)
+        pg.execute(src, "CREATE TABLE orders (id int PRIMARY KEY, total numeric)")
+        group = Group(src, target_dsn, ("public.orders",), slot="dpone_sss", publication="sss")
+        group.run()
+        pg.execute(admin, "ALTER SYSTEM SET synchronized_standby_slots = 'gone_standby'")
+        pg.execute(admin, "SELECT pg_reload_conf()")
+        pg.wait_until(
+            lambda: pg.fetch_one(src, "SHOW synchronized_standby_slots") == "gone_standby",
+            timeout=10, what="the setting reloaded",
+        )  # fmt: skip
+        pg.execute(src, "INSERT INTO orders VALUES (1, 1)")
+        before = ledger_state(target_dsn)
+        with pytest.raises(DponeError) as caught:
+            group.run()
+        assert caught.value.code == "replication_standby_slot_missing"
+        assert "gone_standby" in caught.value.message
+        assert ledger_state(target_dsn) == before
+        assert pg.fetch_all(target_dsn, "SELECT * FROM public.orders") == []
+        pg.execute(admin, "ALTER SYSTEM RESET synchronized_standby_slots")
+        pg.execute(admin, "SELECT pg_reload_conf()")
+        pg.wait_until(
+            lambda: pg.fetch_one(src, "SHOW synchronized_standby_slots") == "",
+            timeout=10, what="the setting reloaded",
+        )  # fmt: skip
+        assert group.run().transactions == 1
+        group.assert_equal()
