@@ -64,7 +64,7 @@ from dpone_dagster.postgres.report import CopyReport
 from .changes import Lsn
 from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
-from .failover import check_timeline, standby_slot
+from .failover import StandbySlot, check_timeline, standby_slot
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
@@ -247,11 +247,7 @@ class Replication:
         self, sessions: Sessions, control: Connection, second: LazySession
     ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
-        if group.failover and not failover_supported(sessions.source):
-            raise engine_error(
-                "replication_failover_unsupported",
-                f"The source runs PostgreSQL {sessions.source.info.server_version // 10000}.",
-            )
+        self._refuse_failover(sessions.source)
         state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
@@ -285,13 +281,8 @@ class Replication:
             partial(_advanced_status, control, group.slot, confirmed),
             partial(_synced_sequences, sessions.source, tgt, group),
         )
-        assert status is not None
-        if status.failover is False and self._wants_failover(control):
-            status = _failover_slot(self.source_dsn, self.options, control, group.slot)
+        status, standby = self._slot_end(control, status)
         self._progress("advanced", run)
-        standby = None
-        if self.standby is not None:
-            standby = standby_slot(self.standby, group.slot, status, self.options)
         # Drained to upto, the target holds the source as of the run's read, however quiet the
         # source; stopped by the budget, only as of the newest transaction applied.
         held = run.applied_at if run.budget_reached else read_at
@@ -312,6 +303,26 @@ class Replication:
             tables_joined=change.joined, partitions_merged=change.merged,
             join_copies=change.copies, sequences=sequences, standby=standby,
         )  # fmt: skip
+
+    def _refuse_failover(self, source: Connection) -> None:
+        """Refuses ``failover=True`` on a source that has no failover slots."""
+        if self.group.failover and not failover_supported(source):
+            raise engine_error(
+                "replication_failover_unsupported",
+                f"The source runs PostgreSQL {source.info.server_version // 10000}.",
+            )
+
+    def _slot_end(
+        self, control: Connection, status: SlotStatus | None
+    ) -> tuple[SlotStatus, StandbySlot | None]:
+        """The slot after the run (made a failover slot when the group wants one and it is
+        not), and the standby's copy of it when the standby is known."""
+        assert status is not None
+        if status.failover is False and self._wants_failover(control):
+            status = _failover_slot(self.source_dsn, self.options, control, self.group.slot)
+        if self.standby is None:
+            return status, None
+        return status, standby_slot(self.standby, self.group.slot, status, self.options)
 
     def _wants_failover(self, source: Connection) -> bool:
         """The group's slot should be a failover slot (:attr:`ReplicationGroup.failover`)."""
