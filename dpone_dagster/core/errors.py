@@ -214,7 +214,8 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
         ),
     ),
     "replication_failed": (
-        "The replication run failed; nothing of its last target transaction was committed.",
+        "The replication run failed: the target transactions it committed stay, each with "
+        "its applied position in the ledger, and the one in progress, if any, was rolled back.",
         (
             "Check both servers, then run again: the run resumes after the ledger's applied "
             "position.",
