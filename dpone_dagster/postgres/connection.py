@@ -82,14 +82,25 @@ def check_dsn(dsn: str) -> dict[str, str]:
 
 
 def describe_dsn(dsn: str) -> str:
-    """Returns ``host:port/dbname`` for messages: never the user's password."""
+    """Returns ``host:port/dbname`` for messages: never the user's password; a DSN of several
+    hosts names each with its port.
+
+    Examples:
+        >>> describe_dsn("postgresql://app:secret@db-a:5433,db-b/shop")
+        'db-a:5433,db-b:5432/shop'
+    """
     try:
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    host = params.get("host") or "localhost"
-    port = params.get("port") or "5432"
-    return f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
+    hosts = str(params.get("host") or "localhost").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    where = ",".join(
+        f"{h or 'localhost'}:{p or '5432'}" for h, p in zip(hosts, ports, strict=False)
+    )
+    return f"{where}/{params.get('dbname') or params.get('user') or ''}"
 
 
 def same_database(dsn_a: str, dsn_b: str) -> bool:
