@@ -223,6 +223,12 @@ def _kill_during_a_run(pair: StandbyPair, group: Group, phase: str) -> BaseExcep
 def test_a_failover_under_live_writers_loses_and_doubles_nothing(
     moment: str, target_dsn: str
 ) -> None:
+    """Live writers on the primary, runs of the group, the primary stopped with ``-m
+    immediate`` at ``moment`` of a run (``apply``: mid-apply; ``committed``: after a target
+    commit, before the slot's advance), the standby promoted, writers and runs going on through
+    a multi-host DSN: every sample of the target sees each transaction whole, the target ends
+    equal to the new primary, and the ledger counts each of its transactions once (after a kill
+    past a commit, transactions re-read from the synchronized copy are skipped)."""
     with standby_pair() as pair:
         src = pair.primary_dsn("source")
         pg.execute(src, BANK)
@@ -262,6 +268,9 @@ def test_a_failover_under_live_writers_loses_and_doubles_nothing(
 
 
 def test_a_standby_that_never_held_the_slot_is_refused_with_a_code(target_dsn: str) -> None:
+    """A standby without slot sync, promoted after the primary is killed: the run against it
+    fails with ``replication_failover_slot_missing``, the target's rows and ledger row as they
+    were."""
     with standby_pair(sync_slots=False) as pair:
         src = pair.primary_dsn("source")
         pg.execute(src, BANK)
@@ -281,6 +290,10 @@ def test_a_standby_that_never_held_the_slot_is_refused_with_a_code(target_dsn: s
 
 
 def test_a_standby_behind_what_the_target_holds_is_refused_with_a_code(target_dsn: str) -> None:
+    """Without ``synchronized_standby_slots``, the target applies transactions the stopped
+    standby never received; the primary is killed and the standby promoted: its history forked
+    before what the target holds, and the run fails with ``replication_source_diverged``,
+    nothing written."""
     with standby_pair(synchronized=False) as pair:
         src = pair.primary_dsn("source")
         pg.execute(src, BANK)
@@ -320,6 +333,9 @@ def _report_with_standby(pair: StandbyPair, target: str, *, hold: bool) -> Repli
 def test_the_run_reports_whether_the_standby_holds_the_slot(
     target_dsn: str, make_database: Callable[..., str]
 ) -> None:
+    """With ``standby=`` the report carries the standby's copy of the slot: held (synced,
+    persistent, valid, its lag a number of bytes) once slot sync has kept it, not present on a
+    standby without slot sync."""
     with standby_pair() as pair:
         report = _report_with_standby(pair, target_dsn, hold=True)
     assert report.slot.failover is True
