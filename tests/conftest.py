@@ -36,23 +36,48 @@ APART = (
     "tests/dagster/test_replication_group_changes.py::",
     "tests/replication/",
     "tests/test_demo.py::",
-    "tests/test_embedded.py::test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere",
+    "tests/dagster/test_ui_backfill.py::",
 )
 """The tests that run on the second worker, one after another in collection order: every test
 that makes replication slots on the logical test server (one of them loses a slot for real by
 lowering ``max_slot_wal_keep_size`` server-wide for a moment, so no other slot may live beside
-it), then the tests that run a whole process tree of their own (the demo, twice, whose
-replication step holds a slot too; a fresh clone's install, demo and slice of the suite)."""
+it), then the demo (twice, in a process tree of its own), whose replication step holds a slot
+too; and the UI's backfill (a webserver, a daemon and their run processes, on databases of its
+own), which lengthened the first unit."""
+
+
+ALONE = (
+    "tests/test_embedded.py::test_the_readmes_two_commands_work_in_a_fresh_clone_with_no_server_anywhere",
+    "tests/replication/test_failover.py::",
+    "tests/dagster/test_replication_failover.py::",
+    "tests/dagster/test_component.py::",
+    "tests/test_docs.py::",
+    "tests/test_quality.py::",
+    "tests/sources/test_kafka",
+    "tests/tls/",
+)
+"""The tests that touch no server-wide state of the suite's servers, run on a third worker: a
+fresh clone's install, demo and slice of the suite (on the clone's own embedded server), the
+failover tests (a primary and a standby of their own; their targets are fresh databases), a
+fresh ``create-dagster`` project, the docs' build and blocks, the quality gates (ruff, mypy,
+the layers), the Kafka source's tests (their own broker) and the TLS tests (their own server).
+Mostly waiting on processes, they overlap the other two units instead of lengthening them. Not
+the Celery run plane: it holds target transactions open for seconds on purpose, and the
+backfill tests that wait for every older transaction of the server to end
+(``tests/backfill/conftest.py``) must not run beside it."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Two work units for pytest-xdist: every test but :data:`APART` in order on one worker, as
-    without xdist (the suite's tests share servers and were written to run one after another),
-    and :data:`APART` on the other."""
+    """Three work units for pytest-xdist: every test but :data:`APART` and :data:`ALONE` in
+    order on one worker, as without xdist (the suite's tests share servers and were written to
+    run one after another), :data:`APART` on another and :data:`ALONE` on the third (with
+    ``-n 2``, the worker that ends its unit first takes it)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class InOrderAndApart(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(ALONE):
+                return "alone"
             return "apart" if nodeid.startswith(APART) else "in_order"
 
     return InOrderAndApart(config, log)
