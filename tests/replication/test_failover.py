@@ -179,6 +179,17 @@ def _target_state(group: Group) -> tuple[list[list[str]], list[tuple[object, ...
     return rows, ledger
 
 
+def _assert_refused(pair: StandbyPair, group: Group, code: str) -> None:
+    """A run of ``group`` against the promoted standby (through the multi-host DSN) fails with
+    ``code``, and the target's rows and ledger row are as they were."""
+    before = _target_state(group)
+    after = replace(group, source=pair.multi_host_dsn("source"))
+    with pytest.raises(DponeError) as raised:
+        after.run()
+    assert raised.value.code == code, raised.value
+    assert _target_state(group) == before
+
+
 def _kill_at(
     pair: StandbyPair, phase: str
 ) -> tuple[Callable[[ReplicationProgress], None], threading.Event]:
@@ -281,12 +292,7 @@ def test_a_standby_that_never_held_the_slot_is_refused_with_a_code(target_dsn: s
         pair.kill_primary()
         pair.promote()
         _moves(pair.standby_dsn("source"), 1000, 10)
-        before = _target_state(group)
-        after = replace(group, source=pair.multi_host_dsn("source"))
-        with pytest.raises(DponeError) as raised:
-            after.run()
-        assert raised.value.code == "replication_failover_slot_missing", raised.value
-        assert _target_state(group) == before
+        _assert_refused(pair, group, "replication_failover_slot_missing")
 
 
 def test_a_standby_behind_what_the_target_holds_is_refused_with_a_code(target_dsn: str) -> None:
@@ -306,12 +312,7 @@ def test_a_standby_behind_what_the_target_holds_is_refused_with_a_code(target_ds
         pair.kill_primary()
         pair.start_standby()
         pair.promote()
-        before = _target_state(group)
-        after = replace(group, source=pair.multi_host_dsn("source"))
-        with pytest.raises(DponeError) as raised:
-            after.run()
-        assert raised.value.code == "replication_source_diverged", raised.value
-        assert _target_state(group) == before
+        _assert_refused(pair, group, "replication_source_diverged")
 
 
 def _report_with_standby(pair: StandbyPair, target: str, *, hold: bool) -> ReplicationReport:

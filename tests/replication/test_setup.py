@@ -354,12 +354,7 @@ def test_a_standby_slot_the_source_lacks_fails_the_run_instead_of_waiting_foreve
         pg.execute(src, "CREATE TABLE orders (id int PRIMARY KEY, total numeric)")
         group = Group(src, target_dsn, ("public.orders",), slot="dpone_sss", publication="sss")
         group.run()
-        pg.execute(admin, "ALTER SYSTEM SET synchronized_standby_slots = 'gone_standby'")
-        pg.execute(admin, "SELECT pg_reload_conf()")
-        pg.wait_until(
-            lambda: pg.fetch_one(src, "SHOW synchronized_standby_slots") == "gone_standby",
-            timeout=10, what="the setting reloaded",
-        )  # fmt: skip
+        _standby_slots(admin, src, "gone_standby")
         pg.execute(src, "INSERT INTO orders VALUES (1, 1)")
         before = ledger_state(target_dsn)
         with pytest.raises(DponeError) as caught:
@@ -368,11 +363,20 @@ def test_a_standby_slot_the_source_lacks_fails_the_run_instead_of_waiting_foreve
         assert "gone_standby" in caught.value.message
         assert ledger_state(target_dsn) == before
         assert pg.fetch_all(target_dsn, "SELECT * FROM public.orders") == []
-        pg.execute(admin, "ALTER SYSTEM RESET synchronized_standby_slots")
-        pg.execute(admin, "SELECT pg_reload_conf()")
-        pg.wait_until(
-            lambda: pg.fetch_one(src, "SHOW synchronized_standby_slots") == "",
-            timeout=10, what="the setting reloaded",
-        )  # fmt: skip
+        _standby_slots(admin, src, "")
         assert group.run().transactions == 1
         group.assert_equal()
+
+
+def _standby_slots(admin: str, src: str, value: str) -> None:
+    """Sets the server's ``synchronized_standby_slots`` (reset when empty) and waits until a new
+    session of ``src`` sees it."""
+    if value:
+        pg.execute(admin, f"ALTER SYSTEM SET synchronized_standby_slots = '{value}'")
+    else:
+        pg.execute(admin, "ALTER SYSTEM RESET synchronized_standby_slots")
+    pg.execute(admin, "SELECT pg_reload_conf()")
+    pg.wait_until(
+        lambda: pg.fetch_one(src, "SHOW synchronized_standby_slots") == value,
+        timeout=10, what="the setting reloaded",
+    )  # fmt: skip
