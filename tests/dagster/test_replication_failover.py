@@ -89,3 +89,49 @@ def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: A
         assert values["dpone/slot_failover"] is False
         assert values["dpone/standby_holds_slot"] is False
         assert not check.passed and "not a failover slot" in (check.description or "")
+
+
+def test_a_materialization_after_a_promotion_goes_on_from_the_synchronized_slot(
+    make_database: Any,
+) -> None:
+    """The source resource's DSN names both servers (``target_session_attrs=read-write``): after
+    the primary is stopped with ``-m immediate`` and the standby promoted, the next
+    materialization goes on from the standby's copy of the slot, applying what the new primary
+    committed, and the target equals it; the slot check now says the standby DSN is no standby
+    any more."""
+    tgt = make_database("dpone_repl_fo_tgt")
+    with standby_pair() as pair:
+        pg.execute(pair.primary_dsn("source"), SHOP)
+        resources = {
+            "source": PostgresSourceResource(dsn=pair.multi_host_dsn("source"),
+                                             standby_dsn=pair.standby_dsn("source")),
+            "target": PostgresTargetResource(dsn=tgt),
+            "ledger": LedgerResource(),
+        }  # fmt: skip
+        shop = replication_assets(["shop.orders", "shop.customers"],
+                                  slot=unique_slot("dpone_fo"))  # fmt: skip
+
+        def materialize() -> dg.ExecuteInProcessResult:
+            result = dg.materialize([shop], resources=resources)
+            assert result.success
+            return result
+
+        materialize()
+        slot = shop.node_def.name.removeprefix("replication_")
+        source = pair.primary_dsn("source")
+        pair.wait_synced(slot, advance=lambda: (
+            pg.execute(source, "UPDATE shop.customers SET balance = balance + 1 WHERE id = 1"),
+            materialize(),
+        ))  # fmt: skip
+        pg.execute(source, "INSERT INTO shop.orders VALUES (100, 2, 'before the failover')")
+        pair.kill_primary()
+        pair.promote()
+        promoted = pair.standby_dsn("source")
+        pg.execute(promoted, "INSERT INTO shop.orders VALUES (101, 3, 'after the failover')")
+        pg.execute(promoted, "DELETE FROM shop.orders WHERE id = 1")
+        check = _slot_check(materialize())
+        for table in ("shop.orders", "shop.customers"):
+            query = f"SELECT * FROM {table} ORDER BY id"  # test tables only
+            assert pg.fetch_all(tgt, query) == pg.fetch_all(promoted, query), table
+        assert _values(check)["dpone/standby_holds_slot"] is False
+        assert "not a standby" in (check.description or "")
