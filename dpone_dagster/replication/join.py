@@ -120,7 +120,7 @@ def _recording(
     context: GroupContext, point: Lsn, write: Callable[[Members], Members]
 ) -> Callable[[Connection], None]:
     """The copy's ``before_commit``: under the group's lock, refuses a group whose applied
-    position passed ``point``, else records ``write`` of the ledger's members."""
+    position reached ``point``, else records ``write`` of the ledger's members."""
     ledger, slot = context.ledger, context.group.slot
 
     def record(conn: Connection) -> None:
@@ -128,7 +128,7 @@ def _recording(
         state = ledger.fetch(conn, slot)
         if state is None or state.applied_lsn is None:
             raise engine_error("replication_failed", "The group's ledger row is gone.")
-        if state.applied_lsn > point:
+        if state.applied_lsn >= point:  # a transaction at the point is not in the snapshot
             raise engine_error(
                 "replication_join_overtaken",
                 f"The group of slot {slot!r} applied up to {lsn_text(state.applied_lsn)}, past "

@@ -172,14 +172,22 @@ class GroupLedger:
         consistent_lsn: Lsn,
         members: Mapping[TableName, TableState],
     ) -> None:
-        """Phase ``streaming`` from the slot's consistent point (in the copy's transaction)."""
+        """Phase ``streaming`` from the slot's consistent point (in the copy's transaction).
+
+        The snapshot holds every transaction whose commit record begins before the consistent
+        point; one whose commit record begins exactly there (the record right after the one
+        that made the slot consistent) is not in it, and the slot returns it. The applied
+        position is therefore recorded one byte before the point, so that the stream's "commits
+        at or before the applied position" skips exactly what the snapshot holds.
+        """
         query = self.store.tables.sql(
             "UPDATE {replication_groups} SET phase = 'streaming', tables = %s,"
             " consistent_lsn = %s::pg_lsn, applied_lsn = %s::pg_lsn, applied_end_lsn = %s::pg_lsn,"
             " updated_at = clock_timestamp() WHERE slot = %s"
         )
         at = lsn_text(consistent_lsn)
-        conn.execute(query, (_tables(members), at, at, at, slot))
+        before = lsn_text(consistent_lsn - 1)
+        conn.execute(query, (_tables(members), at, before, at, slot))
 
     def set_members(
         self, conn: Connection, slot: str, members: Mapping[TableName, TableState]

@@ -297,8 +297,10 @@ class SlotStream:
         if known is None:
             return None  # a table outside the group
         name, relation = known
-        if reading.final <= reading.starts.get(name, 0):
-            return None  # the table joined the group after this transaction: its copy holds it
+        if reading.final < reading.starts.get(name, 0):
+            # The table joined the group after this transaction: its copy holds it. A commit
+            # record that begins exactly at the copy's consistent point is not in its snapshot.
+            return None
         run, tgt = reading.run, target.conn
         plan = reading.plans.get(oid)
         if plan is None:
