@@ -3,6 +3,7 @@ the run, and whole-table comparisons of both sides (the one digest)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,8 +96,14 @@ class Group:
                 self.rows(self.source, name, columns),
                 self.rows(self.target, name, columns),
             )
-            assert len(target) == len(source), name
-            assert target == source, name
+            if target != source:  # the rows each side has more of, for the failure's message
+                extra = Counter(target) - Counter(source)
+                missing = Counter(source) - Counter(target)
+                raise AssertionError(
+                    f"{name}: {len(target)} target rows, {len(source)} source rows; in the target "
+                    f"only: {sorted(extra.elements())[:10]}; missing from the target: "
+                    f"{sorted(missing.elements())[:10]}"
+                )
 
     def target_oid(self, table: str) -> int:
         """The target table's OID: a table copied again (``replace``) gets a new one."""
