@@ -15,6 +15,7 @@ import pytest
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.lifecycle import DponeError
 from tests.helpers import pg
+from tests.helpers.dagster_server import postgres_instance_yaml as instance_yaml
 
 DPONE_DEFINITIONS = """
 import dagster as dg
@@ -42,24 +43,6 @@ def plain() -> None:
 
 defs = dg.Definitions(assets=[plain])
 """
-
-
-def instance_yaml(storage_dsn: str, scheme: str | None) -> str:
-    """A ``storage: postgres`` instance on the database of ``storage_dsn``."""
-    name = str(pg.fetch_one(storage_dsn, "SELECT current_database()"))
-    lines = [
-        "storage:",
-        "  postgres:",
-        "    postgres_db:",
-        "      hostname: 127.0.0.1",
-        "      port: 5432",
-        "      username: postgres",
-        "      password: ''",
-        f"      db_name: {name}",
-    ]
-    if scheme is not None:
-        lines.append(f"      scheme: {scheme}")
-    return "\n".join(lines) + "\n"
 
 
 def materialize(home: Path, definitions: Path, select: str, env: dict[str, str]) -> str:

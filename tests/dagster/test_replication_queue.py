@@ -18,7 +18,7 @@ import pytest
 
 from tests.dagster.test_replication_assets import SHOP
 from tests.helpers import logical, pg
-from tests.helpers.dagster_server import ROOT, DagsterDev
+from tests.helpers.dagster_server import ROOT, DagsterDev, postgres_instance_yaml
 from tests.helpers.logical import (  # noqa: F401 (pytest finds fixtures by name)
     logical_server,
     logical_source_dsn,
@@ -28,7 +28,9 @@ from tests.helpers.logical import (  # noqa: F401 (pytest finds fixtures by name
 LOCATION = "replication_queue"
 INSTANCE = """
 # What docs/replication.md asks of an instance: pools enforced per run, so that a run whose
-# pool is full waits in the run queue (QUEUED in the UI) instead of starting.
+# pool is full waits in the run queue (QUEUED in the UI) instead of starting. The storage is
+# PostgreSQL, as on a platform: the run queue's daemon stops enforcing pools for a pass when it
+# cannot read them, which SQLite's file lock made it do under load.
 concurrency:
   pools:
     granularity: run
@@ -110,7 +112,8 @@ def server(logical_source_dsn: str, make_database: Any, tmp_path: Path) -> Any: 
     src, tgt = logical_source_dsn, make_database("dpone_queue_tgt")
     pg.execute(src, SHOP)
     slot = f"dpone_queue_{uuid.uuid4().hex[:8]}"
-    (tmp_path / "dagster.yaml").write_text(INSTANCE)
+    storage = postgres_instance_yaml(make_database("dpone_queue_instance"))
+    (tmp_path / "dagster.yaml").write_text(INSTANCE + storage)
     workspace = tmp_path / "workspace.yaml"
     defs = ROOT / "tests" / "dagster" / "replication_queue_defs.py"
     workspace.write_text(
@@ -153,7 +156,8 @@ def test_a_second_run_of_a_group_queues_in_dagster_while_the_first_holds_the_slo
                      lambda r: any(waiting in m for m in dagster.messages(r)))  # fmt: skip
         second = dagster.launch(dagster.group_job)
         dagster.finished(dagster.launch("heartbeat_job"))  # the queue went past the second
-        assert dagster.run(second)["status"] == "QUEUED"
+        queued = dagster.run(second)["status"]
+        assert queued == "QUEUED", f"{queued}\n{dagster.dev.log()}"
         assert dagster.run(first)["status"] == "STARTED"
     finally:
         consumer.finish()

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from tests.helpers import pg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +76,26 @@ query {
 """
 
 DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+
+def postgres_instance_yaml(storage_dsn: str, scheme: str | None = "postgresql+psycopg2") -> str:
+    """The ``storage: postgres`` section of a ``dagster.yaml`` whose run, event log and schedule
+    storage is the database of ``storage_dsn`` (its server and user as the DSN names them).
+    ``scheme`` is left out when None (dagster-postgres then picks its default driver)."""
+    params = psycopg.conninfo.conninfo_to_dict(storage_dsn)
+    lines = [
+        "storage:",
+        "  postgres:",
+        "    postgres_db:",
+        f"      hostname: {params.get('host', '127.0.0.1')}",
+        f"      port: {params.get('port', 5432)}",
+        f"      username: {params.get('user', 'postgres')}",
+        f"      password: '{params.get('password', '')}'",
+        f"      db_name: {params['dbname']}",
+    ]
+    if scheme is not None:
+        lines.append(f"      scheme: {scheme}")
+    return "\n".join(lines) + "\n"
 
 
 def free_port() -> int:
