@@ -35,7 +35,7 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.reconcile.digest import pin_settings
+from dpone_dagster.reconcile.digest import DIGEST_SETTINGS, pin_settings
 
 
 def prepare_session(conn: Connection) -> None:
@@ -48,24 +48,18 @@ def prepare_session(conn: Connection) -> None:
 def prepared_session(
     dsn: str, options: ConnectionOptions | None, side: Side, *, autocommit: bool = True
 ) -> Connection:
-    """A new engine session, prepared (:func:`prepare_session`) and idle in no transaction.
+    """A new engine session, prepared as :func:`prepare_session` prepares one and idle in no
+    transaction. The settings travel in the session's startup packet: no round trip of their
+    own, and a ``RESET`` returns to them.
 
     Args:
         dsn: The database's DSN.
         options: Its session options.
         side: Which side it is (in the errors of its connection).
         autocommit: Open it in autocommit mode (the engines' rule, :func:`transaction`); a
-            session opened without it is left with the preparation committed.
+            session opened without it begins its first transaction at its first statement.
     """
-    conn = connect(dsn, options, side=side, autocommit=autocommit)
-    try:
-        prepare_session(conn)
-        if not autocommit:
-            conn.commit()
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    return connect(dsn, options, side=side, autocommit=autocommit, settings=DIGEST_SETTINGS)
 
 
 def open_at_once(*openers: Callable[[], Connection]) -> list[Connection]:

@@ -14,6 +14,7 @@ password.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
@@ -192,6 +193,7 @@ def connect(
     *,
     side: Side,
     autocommit: bool = False,
+    settings: Sequence[tuple[str, str]] = (),
 ) -> Connection:
     """Opens a session with dpone's options.
 
@@ -200,6 +202,9 @@ def connect(
         options: Application name and timeouts.
         side: The database the session serves (names the failure's code).
         autocommit: Open in autocommit mode (no implicit transaction).
+        settings: Settings the session starts with, in its startup packet (no round trip of
+            their own): they win over the DSN's ``options``, the role's and the database's
+            defaults.
 
     Raises:
         ConnectionSettingsError: ``dsn_invalid`` for a DSN that cannot be parsed.
@@ -215,19 +220,26 @@ def connect(
     }
     # ISO dates on every session: receipts read the server clock as timestamps, and a text-format
     # relay must print dates the way the other side parses them, whatever the server's default.
-    settings = ["-c DateStyle=ISO"]
+    startup = ["-c DateStyle=ISO"]
     if params.get("options"):  # the DSN's own options are kept, after ours
-        settings.append(params["options"])
+        startup.append(params["options"])
     if options.statement_timeout_ms:
-        settings.append(f"-c statement_timeout={int(options.statement_timeout_ms)}")
-    settings.append(f"-c {LOCK_WAIT_SETTING}={float(options.lock_wait):g}")
+        startup.append(f"-c statement_timeout={int(options.statement_timeout_ms)}")
+    startup.append(f"-c {LOCK_WAIT_SETTING}={float(options.lock_wait):g}")
     if "options" in options.extra:
-        settings.append(options.extra["options"])
-    kwargs["options"] = " ".join(settings)
+        startup.append(options.extra["options"])
+    startup += (f"-c {name}={_escaped(value)}" for name, value in settings)
+    kwargs["options"] = " ".join(startup)
     try:
         return psycopg.connect(dsn, autocommit=autocommit, **kwargs)  # type: ignore[arg-type]
     except psycopg.OperationalError as exc:
         raise session_error(side, dsn, exc) from None
+
+
+def _escaped(value: str) -> str:
+    """A setting's value as the server splits the ``options`` startup parameter: a space or a
+    backslash escaped by a backslash."""
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
 
 
 # What libpq says when TLS could not be set up: the certificate did not verify (wrong CA), the CA

@@ -154,13 +154,14 @@ class Committer:
         """Waits until every target transaction before the one being staged committed."""
         self.worker.wait()
 
-    def submit(self, target: TargetTransaction) -> None:
+    def submit(self, target: TargetTransaction, *, advance: bool = True) -> None:
         """Hands ``target`` to the worker: once the one before committed, it applies and
-        commits it, then has the slot advanced, while the stream stages the next one."""
+        commits it, then (``advance``) has the slot advanced, while the stream stages the next
+        one."""
 
         def apply() -> None:
             try:
-                self._commit(target)
+                self._commit(target, advance)
             except BaseException:
                 target.abandon()
                 raise
@@ -169,9 +170,12 @@ class Committer:
 
     def end(self, target: TargetTransaction | None) -> None:
         """The stream's end: commits ``target`` (or rolls back one that applied nothing), then
-        waits for the worker and the advancer; raises their failure."""
+        waits for the worker and the advancer; raises their failure. The slot is not advanced
+        past the last commit here: the run's own advance, to its upto LSN, follows at once (a
+        run that ends before it leaves the slot behind what committed, and the next run skips
+        what the ledger holds)."""
         if target is not None and target.transactions:
-            self.submit(target)
+            self.submit(target, advance=False)
         elif target is not None:
             target.close()
             target.conn.rollback()
@@ -192,9 +196,9 @@ class Committer:
         self.worker.close()
         self.advancer.close()
 
-    def _commit(self, target: TargetTransaction) -> None:
+    def _commit(self, target: TargetTransaction, advance: bool) -> None:
         """Applies the target transaction's net effect with the applied position, commits,
-        then advances the slot."""
+        then (``advance``) advances the slot."""
         tgt, run = target.conn, self.run
         self.progress("apply", run, target.staged)
         target.copy.end()  # the session runs one statement at a time: the staging COPY first
@@ -217,7 +221,8 @@ class Committer:
         run.applied, run.applied_end, run.applied_at = target.last
         run.transactions += target.transactions
         self.progress("committed", run, 0)
-        self._advance(run.applied_end)
+        if advance:
+            self._advance(run.applied_end)
 
     def _advance(self, lsn: Lsn) -> None:
         """Moves the slot to ``lsn`` (committed) on the advancer's thread: the newest position

@@ -64,7 +64,7 @@ from dpone_dagster.postgres.report import CopyReport
 from .changes import Lsn
 from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
-from .failover import StandbySlot, check_timeline, standby_slot
+from .failover import FailoverSource
 from .follow import GroupChange, follow_group, with_entries
 from .partitions import partition_trees
 from .plan import ReplicationGroup, refuse_keyless
@@ -76,8 +76,6 @@ from .setup import check_replication_setup, create_replication
 from .slot import (
     advance_slot,
     current_lsn,
-    failover_supported,
-    set_failover,
     slot_status,
     wait_for_slot,
 )
@@ -157,8 +155,9 @@ class Replication:
             )
         self.group, self.source_dsn, self.target_dsn = group, source, target
         self.ledger = GroupLedger(ledger.schema)
-        self.adopt, self.resync, self.standby = adopt, resync, standby
+        self.adopt, self.resync = adopt, resync
         self.options, self.target_options = options, target_options or options
+        self.failover = FailoverSource(source, options, group.slot, group.failover, standby)
         self.slot_wait = (options or ConnectionOptions()).lock_wait
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
@@ -247,7 +246,7 @@ class Replication:
         self, sessions: Sessions, control: Connection, second: LazySession
     ) -> ReplicationReport:
         tgt, group = sessions.target, self.group
-        self._refuse_failover(sessions.source)
+        self.failover.refuse_unsupported(sessions.source)
         state = self._state(tgt)
         copied: CopyReport | None = None
         adopted = False
@@ -255,14 +254,14 @@ class Replication:
         if state is None or state.phase == "copying" or self.resync:
             copied, adopted = self._initial_copy(sessions, control, state)
         else:
-            self._follow_timeline(control, tgt, state)
+            self.failover.follow_timeline(control, tgt, state, self.ledger)
             change = follow_group(self.context, sessions, state, adopt=self.adopt)
         if copied is not None or change.copies or change.left:
             state = self._state(tgt)
         assert state is not None
         assert state.applied_lsn is not None
         if copied is not None:
-            self._follow_timeline(control, tgt, state)
+            self.failover.follow_timeline(control, tgt, state, self.ledger)
         read_at = datetime.now(UTC)  # before the LSN: the target holds at least this state
         upto = current_lsn(control)
         if self.record_keys is not None:
@@ -281,7 +280,8 @@ class Replication:
             partial(_advanced_status, control, group.slot, confirmed),
             partial(_synced_sequences, sessions.source, tgt, group),
         )
-        status, standby = self._slot_end(control, status)
+        assert status is not None
+        status, standby = self.failover.slot_end(control, status)
         self._progress("advanced", run)
         # Drained to upto, the target holds the source as of the run's read, however quiet the
         # source; stopped by the budget, only as of the newest transaction applied.
@@ -303,44 +303,6 @@ class Replication:
             tables_joined=change.joined, partitions_merged=change.merged,
             join_copies=change.copies, sequences=sequences, standby=standby,
         )  # fmt: skip
-
-    def _refuse_failover(self, source: Connection) -> None:
-        """Refuses ``failover=True`` on a source that has no failover slots."""
-        if self.group.failover and not failover_supported(source):
-            raise engine_error(
-                "replication_failover_unsupported",
-                f"The source runs PostgreSQL {source.info.server_version // 10000}.",
-            )
-
-    def _slot_end(
-        self, control: Connection, status: SlotStatus | None
-    ) -> tuple[SlotStatus, StandbySlot | None]:
-        """The slot after the run (made a failover slot when the group wants one and it is
-        not), and the standby's copy of it when the standby is known."""
-        assert status is not None
-        if status.failover is False and self._wants_failover(control):
-            status = _failover_slot(self.source_dsn, self.options, control, self.group.slot)
-        if self.standby is None:
-            return status, None
-        return status, standby_slot(self.standby, self.group.slot, status, self.options)
-
-    def _wants_failover(self, source: Connection) -> bool:
-        """The group's slot should be a failover slot (:attr:`ReplicationGroup.failover`)."""
-        wanted = self.group.failover
-        return failover_supported(source) if wanted is None else wanted
-
-    def _follow_timeline(self, control: Connection, tgt: Connection, state: GroupState) -> None:
-        """Checks that the source's history holds what the target applied (a source promoted
-        from a standby, :mod:`.failover`), and records its timeline when it changed."""
-        applied = state.applied_end_lsn or state.applied_lsn or 0
-        timeline = check_timeline(control, dsn=self.source_dsn, options=self.options,
-                                  slot=self.group.slot, recorded=state.source_timeline,
-                                  applied_end=applied)  # fmt: skip
-        if timeline == state.source_timeline:
-            return
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
-            self.ledger.lock(tgt, self.group.slot)
-            self.ledger.set_timeline(tgt, self.group.slot, timeline)
 
     def _state(self, tgt: Connection) -> GroupState | None:
         """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
@@ -405,7 +367,7 @@ class Replication:
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
             tables=group.tables, owner_comment=self.owner_comment, options=self.options,
-            failover=self._wants_failover(src),
+            failover=self.failover.wanted(src),
         )  # fmt: skip
         with creating as created:
             point = created.consistent_point
@@ -428,17 +390,6 @@ def _advanced_status(control: Connection, slot: str, confirmed: Lsn) -> SlotStat
     """Moves ``slot`` to ``confirmed`` and reads its state after (the control session)."""
     advance_slot(control, slot, confirmed)
     return slot_status(control, slot)
-
-
-def _failover_slot(
-    dsn: str, options: ConnectionOptions | None, control: Connection, slot: str
-) -> SlotStatus:
-    """Makes the group's existing slot a failover slot (one created before the server supported
-    them, or with ``failover=False``) and reads its state after."""
-    set_failover(dsn, slot, options)
-    status = slot_status(control, slot)
-    assert status is not None
-    return status
 
 
 def _synced_sequences(

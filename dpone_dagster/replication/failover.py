@@ -31,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.sessions import transaction
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
@@ -42,10 +44,11 @@ from dpone_dagster.postgres.connection import (
 )
 
 from .changes import Lsn, lsn_text, parse_lsn
-from .slot import replication_options
-from .slot_health import SlotStatus, slot_status
+from .slot import replication_options, set_failover
+from .slot_health import SlotStatus, failover_supported, slot_status
+from .state import GroupLedger, GroupState
 
-__all__ = ["StandbySlot", "check_timeline", "source_timeline", "standby_slot"]
+__all__ = ["FailoverSource", "StandbySlot", "check_timeline", "source_timeline", "standby_slot"]
 
 
 def source_timeline(conn: Connection) -> int:
@@ -216,7 +219,7 @@ def standby_slot(
     where = describe_dsn(dsn)
     try:
         with connect(dsn, options, side="source", autocommit=True) as conn:
-            if conn.info.server_version < 170000:
+            if not failover_supported(conn):
                 return StandbySlot(where, error="the standby runs a PostgreSQL before 17")
             row = conn.execute(_STANDBY, (slot,)).fetchone()
     except (SessionError, psycopg.Error) as exc:
@@ -236,3 +239,72 @@ def standby_slot(
         confirmed_flush_lsn=None if confirmed is None else int(confirmed),
         lag_bytes=lag,
     )
+
+
+@dataclass(frozen=True)
+class FailoverSource:
+    """What a run of a group does about a failover of its source, around its apply.
+
+    Attributes:
+        dsn: The source's DSN.
+        options: The source sessions' options.
+        slot: The group's slot.
+        failover: The group's option (:attr:`~.plan.ReplicationGroup.failover`): ``None`` a
+            failover slot where the source has them, ``True`` required, ``False`` a plain slot.
+        standby: A DSN of the source's standby (its copy of the slot is read at the run's
+            end), or None.
+    """
+
+    dsn: str
+    options: ConnectionOptions | None
+    slot: str
+    failover: bool | None
+    standby: str | None = None
+
+    def refuse_unsupported(self, source: Connection) -> None:
+        """Refuses ``failover=True`` on a source that has no failover slots.
+
+        Raises:
+            EngineError: ``replication_failover_unsupported``.
+        """
+        if self.failover and not failover_supported(source):
+            raise engine_error(
+                "replication_failover_unsupported",
+                f"The source runs PostgreSQL {source.info.server_version // 10000}.",
+            )
+
+    def wanted(self, source: Connection) -> bool:
+        """The group's slot should be a failover slot."""
+        return failover_supported(source) if self.failover is None else self.failover
+
+    def follow_timeline(
+        self, control: Connection, tgt: Connection, state: GroupState, ledger: GroupLedger
+    ) -> None:
+        """Checks that the source's history holds what the target applied (a source promoted
+        from a standby, :func:`check_timeline`), and records its timeline when it changed.
+
+        Raises:
+            EngineError: ``replication_source_diverged``, ``replication_failover_slot_missing``.
+        """
+        applied = state.applied_end_lsn or state.applied_lsn or 0
+        timeline = check_timeline(control, dsn=self.dsn, options=self.options, slot=self.slot,
+                                  recorded=state.source_timeline, applied_end=applied)  # fmt: skip
+        if timeline == state.source_timeline:
+            return
+        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
+            ledger.lock(tgt, self.slot)
+            ledger.set_timeline(tgt, self.slot, timeline)
+
+    def slot_end(
+        self, control: Connection, status: SlotStatus
+    ) -> tuple[SlotStatus, StandbySlot | None]:
+        """The slot after the run (made a failover slot when the group wants one and it is
+        not), and the standby's copy of it when the standby is known."""
+        if status.failover is False and self.wanted(control):
+            set_failover(self.dsn, self.slot, self.options)
+            changed = slot_status(control, self.slot)
+            assert changed is not None
+            status = changed
+        if self.standby is None:
+            return status, None
+        return status, standby_slot(self.standby, self.slot, status, self.options)

@@ -29,7 +29,7 @@ from dpone_dagster.postgres.connection import (
 
 from .changes import Lsn, lsn_text, parse_lsn
 from .publication import drop_publication
-from .slot_health import SlotStatus, slot_status, wait_for_slot
+from .slot_health import SlotStatus, failover_supported, slot_status, wait_for_slot
 
 __all__ = [  # the slot's state and its wait live in .slot_health; importable from here too
     "PLUGIN",
@@ -178,15 +178,6 @@ def create_slot(
             raise slot_creation_error(slot, exc) from exc
         assert row is not None
         yield CreatedSlot(slot, parse_lsn(str(row[1])), str(row[2]))
-
-
-FAILOVER_VERSION = 170000
-"""The first server version with failover slots (``server_version_num``)."""
-
-
-def failover_supported(conn: Connection) -> bool:
-    """The source server can synchronize a slot to its standbys (PostgreSQL 17+)."""
-    return conn.info.server_version >= FAILOVER_VERSION
 
 
 def replication_options(options: ConnectionOptions | None) -> ConnectionOptions:

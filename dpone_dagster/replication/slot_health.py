@@ -185,11 +185,20 @@ _HOLDERS = sql.SQL(
 _NO_HOLDERS = sql.SQL("'[]'::json")
 
 
+FAILOVER_VERSION = 170000
+"""The first server version with failover slots (``server_version_num``)."""
+
+
+def failover_supported(conn: Connection) -> bool:
+    """The server can synchronize a slot to its standbys (PostgreSQL 17+)."""
+    return conn.info.server_version >= FAILOVER_VERSION
+
+
 def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotStatus | None:
     """The state of ``slot`` on ``conn``'s server, or None when there is no such slot;
     without ``holders``, :attr:`SlotStatus.held_by` is empty (a lighter query: no scan of the
     server's sessions)."""
-    failover = _FAILOVER if conn.info.server_version >= 170000 else _NO_FAILOVER
+    failover = _FAILOVER if failover_supported(conn) else _NO_FAILOVER
     query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS, failover=failover)
     row = conn.execute(query, (slot,)).fetchone()
     if row is None:

@@ -18,6 +18,7 @@ from dpone_dagster.core.sessions import Sessions, fail_run, open_at_once, prepar
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import ConnectionOptions
+from dpone_dagster.reconcile.digest import DIGEST_SETTINGS
 from tests.helpers import pg
 
 IDLE = pq.TransactionStatus.IDLE
@@ -81,9 +82,17 @@ def _sessions_named(dsn: str, name: str) -> int:
 
 
 def test_sessions_open_at_once_prepared_in_order_and_idle(source_dsn: str, target_dsn: str) -> None:
+    """Each session starts with the digest's settings (in its startup packet), over the
+    database's defaults and the DSN's own options, and idle."""
     options = ConnectionOptions(application_name=f"dpone-open-{uuid.uuid4().hex[:8]}")
+    name = psycopg.conninfo.conninfo_to_dict(source_dsn)["dbname"]
+    pg.execute(source_dsn, f'ALTER DATABASE "{name}" SET "TimeZone" = \'Asia/Tokyo\'')
+    pg.execute(source_dsn, f"ALTER DATABASE \"{name}\" SET bytea_output = 'escape'")
+    contrary = psycopg.conninfo.make_conninfo(
+        source_dsn, options="-c DateStyle=German -c extra_float_digits=0 -c lc_monetary=POSIX"
+    )
     src, tgt = open_at_once(
-        partial(prepared_session, source_dsn, options, "source"),
+        partial(prepared_session, contrary, options, "source"),
         partial(prepared_session, target_dsn, options, "target", autocommit=False),
     )
     try:
@@ -94,7 +103,12 @@ def test_sessions_open_at_once_prepared_in_order_and_idle(source_dsn: str, targe
         assert src.autocommit and not tgt.autocommit
         # Prepared (the digest's pinned settings) and, without autocommit, committed: idle.
         assert tgt.info.transaction_status is IDLE
-        assert tgt.execute("SHOW extra_float_digits").fetchone() == ("3",)
+        for conn in (src, tgt):
+            for setting, value in DIGEST_SETTINGS:
+                assert conn.execute(f"SHOW {setting}").fetchone() == (value,), setting
+        assert src.execute("SELECT '2026-01-02 03:04:05+00'::timestamptz::text").fetchone() == (
+            "2026-01-02 03:04:05+00",
+        )
         assert _sessions_named(source_dsn, options.application_name) == 2
     finally:
         src.close()

@@ -40,7 +40,8 @@ def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: A
     """With ``standby_dsn`` set, each run's slot check reports whether the standby holds a copy
     of the slot a promotion keeps: a warning naming why while it does not (the copy is still
     temporary, or the slot is a plain one), then a pass with ``dpone/standby_holds_slot`` and
-    how far the copy trails once it does."""
+    how far the copy trails once it does, and a warning again once the copy trails the slot by
+    more than the threshold (the standby's slot sync stopped)."""
     tgt = make_database("dpone_repl_fo_tgt")
     with standby_pair() as pair:
         src = pair.primary_dsn("source")
@@ -70,13 +71,39 @@ def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: A
             pg.execute(src, "UPDATE shop.orders SET note = note || '.' WHERE id = 1")
             run()
 
-        pair.wait_synced(shop.node_def.name.removeprefix("replication_"), advance=advance)
+        slot = shop.node_def.name.removeprefix("replication_")
+        pair.wait_synced(slot, advance=advance)
         held = run()
         held_values = _values(held)
         assert held.passed, held.description
         assert held_values["dpone/standby_holds_slot"] is True
         assert isinstance(held_values["dpone/standby_slot_lag_bytes"], int)
         assert held_values["dpone/standby_slot_lag_bytes"] >= 0
+
+        # The standby stops synchronizing slots: the group's runs move the primary's slot on,
+        # the standby's copy stays where it was, and the check warns once it trails by more
+        # than the threshold (the same group, declared with a threshold of 64 KiB).
+        standby = pair.standby_dsn()
+        pg.execute(standby, "ALTER SYSTEM SET sync_replication_slots = off")
+        pg.execute(standby, "SELECT pg_reload_conf()")
+        pg.wait_until(lambda: not pg.fetch_all(standby, "SELECT 1 FROM pg_stat_activity"
+                                               " WHERE backend_type = 'slotsync worker'"),
+                      timeout=30, what="the standby's slot sync worker ends")  # fmt: skip
+        strict = replication_assets(["shop.orders", "shop.customers"], slot=slot,
+                                    retained_wal_warn_bytes=64 * 1024)  # fmt: skip
+        pg.execute(
+            src,
+            "INSERT INTO shop.orders SELECT g, 1, md5(g::text) FROM generate_series(10, 3009) g",
+        )  # about 300 KiB of WAL
+        result = dg.materialize([strict], resources=resources)
+        assert result.success
+        trailing = _slot_check(result)
+        lag = _values(trailing)["dpone/standby_slot_lag_bytes"]
+        assert lag > 64 * 1024, lag
+        assert not trailing.passed and trailing.severity == dg.AssetCheckSeverity.WARN
+        assert f"standby's copy of slot {slot} trails it by {lag} bytes" in (
+            trailing.description or ""
+        )
 
         plain = replication_assets(["shop.customers"], slot=unique_slot("dpone_plain"),
                                    failover=False, name="plain_group")  # fmt: skip
