@@ -27,7 +27,7 @@ from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import ensure_schema
 from dpone_dagster.postgres.connection import Connection
 
-from .sessions import advisory_xact_lock, transaction
+from .sessions import advisory_xact_lock, one_statement, transaction
 
 DEFAULT_LEDGER_SCHEMA: Final = "dpone_ledger"
 """The ledger's schema unless one is named."""
@@ -267,11 +267,11 @@ def ledger_version(conn: Connection, tables: LedgerTables) -> int:
     """The newest migration applied to the ledger (0: none, or a ledger older than versions).
 
     Args:
-        conn: An idle session of the ledger's database.
+        conn: An idle autocommit session of the ledger's database.
         tables: The ledger's tables.
     """
     try:
-        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
+        with one_statement(conn):
             row = conn.execute(tables.sql("SELECT max(version) FROM {version}")).fetchone()
     except psycopg.errors.UndefinedTable:
         return 0

@@ -111,6 +111,22 @@ def transaction(
             raise
 
 
+@contextmanager
+def one_statement(conn: Connection) -> Iterator[Connection]:
+    """A block that runs one statement on the idle autocommit session ``conn``, as its own
+    transaction: a single read needs no ``BEGIN`` and ``COMMIT`` (two round trips) around it.
+    A failure is noted on its error as :func:`transaction` notes it.
+
+    Yields:
+        ``conn``.
+    """
+    try:
+        yield conn
+    except psycopg.Error as exc:
+        note_failed_session(exc, conn)
+        raise
+
+
 _FAILED_ON = "_dpone_failed_session"
 
 

@@ -23,6 +23,7 @@ later statement of the transaction (a ledger's advisory lock) runs under it.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,10 +94,12 @@ class LockTimeoutError(DatabaseError):
 
 
 def lock_wait_of(conn: Connection) -> float:
-    """The session's ``lock_wait`` deadline in seconds (set by :func:`~.connection.connect`)."""
-    row = conn.execute("SELECT current_setting(%s, true)", (LOCK_WAIT_SETTING,)).fetchone()
-    value = row[0] if row is not None else None
-    return float(value) if value else DEFAULT_LOCK_WAIT
+    """The session's ``lock_wait`` deadline in seconds, as :func:`~.connection.connect` set it
+    in the session's startup ``options`` (read from the connection's parameters: no round
+    trip); :data:`DEFAULT_LOCK_WAIT` for a session opened otherwise."""
+    options = conn.info.get_parameters().get("options", "")
+    found = re.findall(rf"(?:-c\s*|--){re.escape(LOCK_WAIT_SETTING)}=(\S+)", options)
+    return float(found[-1]) if found else DEFAULT_LOCK_WAIT  # the last one wins, as the server does
 
 
 def under_lock_wait(

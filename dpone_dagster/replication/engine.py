@@ -46,6 +46,7 @@ from dpone_dagster.core.prefetch import at_once
 from dpone_dagster.core.sessions import (
     Sessions,
     fail_run,
+    one_statement,
     open_at_once,
     prepared_session,
     transaction,
@@ -308,7 +309,7 @@ class Replication:
         """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
         no table of groups, with nothing written: a first run creates the ledger only once its
         refusals have passed (:meth:`_initial_copy`)."""
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+        with one_statement(tgt):
             row = tgt.execute(
                 "SELECT to_regclass(format('%%I.%%I', %s::text, 'replication_groups'))",
                 (self.ledger.store.schema,),
@@ -316,7 +317,7 @@ class Replication:
         if row is None or row[0] is None:
             return None
         self.ledger.ensure(tgt)
-        with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=True):
+        with one_statement(tgt):
             return self.ledger.fetch(tgt, self.group.slot)
 
     def _slot_wait(self, wait: SlotWait) -> None:

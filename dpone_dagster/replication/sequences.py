@@ -21,7 +21,7 @@ from typing import Final, Literal
 
 from psycopg import IsolationLevel, sql
 
-from dpone_dagster.core.sessions import transaction
+from dpone_dagster.core.sessions import one_statement, transaction
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import under_lock_wait
@@ -137,7 +137,7 @@ def sync_sequences(
             attached before the session's ``lock_wait``.
         psycopg.Error: a database failure (the run's guard gives it its code).
     """
-    with transaction(src, IsolationLevel.READ_COMMITTED, read_only=True):
+    with one_statement(src):
         owned = _owned(src, group.tables)
     if not owned:
         return ()

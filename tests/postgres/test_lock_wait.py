@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from dpone_dagster.postgres import (
     ConnectionOptions,
@@ -22,7 +23,8 @@ from dpone_dagster.postgres import (
     TableName,
     copy_tables,
 )
-from dpone_dagster.postgres.lock_wait import LOCK_ATTEMPT_SECONDS, under_lock_wait
+from dpone_dagster.postgres.connection import LOCK_WAIT_SETTING, connect
+from dpone_dagster.postgres.lock_wait import LOCK_ATTEMPT_SECONDS, lock_wait_of, under_lock_wait
 from tests.helpers import locks, pg
 
 MIXED = TableName("public", "mixed")
@@ -188,3 +190,24 @@ def test_a_lock_wait_that_is_not_a_positive_number_is_refused(bad: object) -> No
     with pytest.raises(ConnectionSettingsError) as caught:
         ConnectionOptions(lock_wait=bad)  # type: ignore[arg-type]
     assert caught.value.code == "connection_options_invalid"
+
+
+@pytest.mark.parametrize(
+    ("dsn_options", "lock_wait", "expected"),
+    [
+        (None, None, 300.0),  # the default
+        (None, 7.5, 7.5),
+        ("--dpone.lock_wait=5", 12.0, 12.0),  # the DSN's own spelling loses to the option's
+        ("-c dpone.lock_wait=5 -c statement_timeout=0", None, 300.0),
+    ],
+)
+def test_a_sessions_lock_wait_is_read_without_a_round_trip_and_is_what_the_server_holds(
+    target_dsn: str, dsn_options: str | None, lock_wait: float | None, expected: float
+) -> None:
+    """``lock_wait_of`` reads the deadline from the session's startup options and agrees with
+    the server's setting, whatever the DSN's own options said."""
+    dsn = target_dsn if dsn_options is None else make_conninfo(target_dsn, options=dsn_options)
+    options = ConnectionOptions() if lock_wait is None else ConnectionOptions(lock_wait=lock_wait)
+    with connect(dsn, options, side="target", autocommit=True) as conn:
+        assert lock_wait_of(conn) == expected
+        assert conn.execute(f"SHOW {LOCK_WAIT_SETTING}").fetchone() == (f"{expected:g}",)
