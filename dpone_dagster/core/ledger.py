@@ -25,7 +25,13 @@ from pydantic import BaseModel
 from dpone_dagster.postgres import check_dsn
 from dpone_dagster.postgres.connection import Connection
 
-from .ledger_schema import DEFAULT_LEDGER_SCHEMA, LedgerTables, ensure_ledger
+from .ledger_schema import (
+    DEFAULT_LEDGER_SCHEMA,
+    LEDGER_VERSION,
+    LedgerTables,
+    ensure_ledger,
+    ledger_version,
+)
 from .sessions import advisory_xact_lock
 
 
@@ -166,6 +172,10 @@ class LedgerStore:
     def ensure(self, conn: Connection) -> None:
         """Brings the ledger up to date (see :func:`.ledger_schema.ensure_ledger`)."""
         ensure_ledger(conn, self.tables)
+
+    def current(self, conn: Connection) -> bool:
+        """The ledger exists with every migration applied (one read)."""
+        return ledger_version(conn, self.tables) >= LEDGER_VERSION
 
     @staticmethod
     def lock(conn: Connection, key: str) -> None:

@@ -309,14 +309,15 @@ class Replication:
         """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
         no table of groups, with nothing written: a first run creates the ledger only once its
         refusals have passed (:meth:`_initial_copy`)."""
-        with one_statement(tgt):
-            row = tgt.execute(
-                "SELECT to_regclass(format('%%I.%%I', %s::text, 'replication_groups'))",
-                (self.ledger.store.schema,),
-            ).fetchone()
-        if row is None or row[0] is None:
-            return None
-        self.ledger.ensure(tgt)
+        if not self.ledger.store.current(tgt):
+            with one_statement(tgt):
+                row = tgt.execute(
+                    "SELECT to_regclass(format('%%I.%%I', %s::text, 'replication_groups'))",
+                    (self.ledger.store.schema,),
+                ).fetchone()
+            if row is None or row[0] is None:
+                return None
+            self.ledger.ensure(tgt)
         with one_statement(tgt):
             return self.ledger.fetch(tgt, self.group.slot)
 
