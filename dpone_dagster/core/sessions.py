@@ -113,13 +113,19 @@ def transaction(
 
 @contextmanager
 def one_statement(conn: Connection) -> Iterator[Connection]:
-    """A block that runs one statement on the idle autocommit session ``conn``, as its own
-    transaction: a single read needs no ``BEGIN`` and ``COMMIT`` (two round trips) around it.
-    A failure is noted on its error as :func:`transaction` notes it.
+    """A block that runs one read on the idle session ``conn``. On an autocommit session the
+    statement is its own transaction: no ``BEGIN`` and ``COMMIT`` (two round trips) around it,
+    and a failure is noted on its error as :func:`transaction` notes it. On a session without
+    autocommit it runs in a read-only transaction that ends with the block (a failed statement
+    leaves the session idle, not in a failed transaction).
 
     Yields:
         ``conn``.
     """
+    if not conn.autocommit:
+        with transaction(conn, IsolationLevel.READ_COMMITTED, read_only=True):
+            yield conn
+        return
     try:
         yield conn
     except psycopg.Error as exc:
