@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -40,6 +41,20 @@ def _checked(group: Group, deletes: str = "hard", **kwargs: Any) -> Replication:
                        reconcile=True, sweep=SLICE, **kwargs)  # fmt: skip
 
 
+def at_the_runs_advance(act: Callable[[], object]) -> Callable[[ReplicationProgress], None]:
+    """A progress hook that calls ``act`` once, when the run has advanced the slot to the
+    position L it read up to (its check comes next). A run of one target transaction advances
+    the slot once: its commit leaves the advance to the run's own."""
+    done: list[bool] = []
+
+    def hook(progress: ReplicationProgress) -> None:
+        if progress.phase == "advanced" and not done:
+            done.append(True)
+            act()
+
+    return hook
+
+
 def _check(report: ReplicationReport) -> Verification:
     check = report.checks[ORDERS]
     assert check.applied_lsn is not None and check.proved_at is not None
@@ -57,16 +72,14 @@ def test_writers_after_the_runs_position_are_left_to_the_next_run_and_counted(
     pg.execute(src, "UPDATE shop.orders SET note = 'run' WHERE id BETWEEN 10 AND 20")
     pg.execute(src, "DELETE FROM shop.orders WHERE id = 30")
 
-    def write_on(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
-        seen.append(progress.phase)
-        if progress.phase == "advanced" and seen.count("advanced") == 2:  # the slot is at L
-            # Writers after the run's position: the run's own keys 10..15 change again, and a
-            # key of this run's slice ((500, 1000]) is deleted; the check sees them all.
-            pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 10 AND 15")
-            pg.execute(src, "DELETE FROM shop.orders WHERE id = 700")
-            pg.execute(src, "INSERT INTO shop.orders VALUES (600000, 'new')")
+    def write() -> None:
+        # Writers after the run's position: the run's own keys 10..15 change again, and a
+        # key of this run's slice ((500, 1000]) is deleted; the check sees them all.
+        pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 10 AND 15")
+        pg.execute(src, "DELETE FROM shop.orders WHERE id = 700")
+        pg.execute(src, "INSERT INTO shop.orders VALUES (600000, 'new')")
 
-    report = _checked(group, on_progress=write_on).run()
+    report = _checked(group, on_progress=at_the_runs_advance(write)).run()
     check = _check(report)
     assert report.tables[0].updated == 11 and report.tables[0].deleted == 1
     assert check.ok, check
@@ -91,13 +104,11 @@ def test_a_backlog_is_checked_by_the_whole_table_which_also_finds_a_row_no_run_t
     _checked(group).run()
     pg.execute(src, "UPDATE shop.orders SET note = 'backlog' WHERE id <= 400")
 
-    def write_on(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
-        seen.append(progress.phase)
-        if progress.phase == "advanced" and seen.count("advanced") == 2:  # the slot is at L
-            pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 5 AND 9")
-            pg.execute(src, "DELETE FROM shop.orders WHERE id = 2222")
+    def write() -> None:
+        pg.execute(src, "UPDATE shop.orders SET note = 'later' WHERE id BETWEEN 5 AND 9")
+        pg.execute(src, "DELETE FROM shop.orders WHERE id = 2222")
 
-    whole = _check(_checked(group, on_progress=write_on).run())
+    whole = _check(_checked(group, on_progress=at_the_runs_advance(write)).run())
     assert whole.ok and whole.keys_checked == 400 and whole.keys_compared == 0
     assert whole.ranges_checked == whole.ranges_total == 5 and whole.swept_at == whole.proved_at
     assert whole.changed_since_mark == 6  # 5..9 and 2222: the next run's
@@ -120,12 +131,10 @@ def test_a_truncate_after_the_runs_position_leaves_every_key_to_the_next_run(
     _checked(group).run()
     pg.execute(src, "UPDATE shop.orders SET note = 'run' WHERE id <= 5")
 
-    def truncate(progress: ReplicationProgress, seen: list[str] = []) -> None:  # noqa: B006
-        seen.append(progress.phase)
-        if progress.phase == "advanced" and seen.count("advanced") == 2:
-            pg.execute(src, "TRUNCATE shop.orders")
+    def truncate() -> None:
+        pg.execute(src, "TRUNCATE shop.orders")
 
-    check = _check(_checked(group, on_progress=truncate).run())
+    check = _check(_checked(group, on_progress=at_the_runs_advance(truncate)).run())
     assert check.ok, check
     # The run's 5 keys, and the slice: the source holds no key after 500 any more, so it is the
     # last one, open-ended: the target's keys 501..2500.
