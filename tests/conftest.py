@@ -34,6 +34,8 @@ APART = (
     "tests/dagster/test_replication_assets.py::",
     "tests/dagster/test_replication_freshness.py::",
     "tests/dagster/test_replication_group_changes.py::",
+    "tests/dagster/test_replication_platform.py::",
+    "tests/dagster/test_replication_queue.py::",
     "tests/replication/",
     "tests/test_demo.py::",
     "tests/dagster/test_ui_backfill.py::",

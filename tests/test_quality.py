@@ -143,3 +143,23 @@ def test_the_architecture_table_names_every_module() -> None:
         "modules missing from the architecture table (docs/architecture.md)"
     )
     assert sorted(named - modules) == [], "the architecture table names modules that do not exist"
+
+
+def test_every_test_file_that_makes_slots_on_the_shared_logical_server_runs_apart() -> None:
+    """A test that makes a replication slot on the suite's logical server runs in the
+    ``APART`` unit of ``tests/conftest.py``, one after another with the others: one of them
+    lowers ``max_slot_wal_keep_size`` server-wide for a moment (``logical.lose_slot``), which
+    would invalidate a slot of a test running beside it (seen in CI)."""
+    from tests.conftest import APART
+
+    uses = ("logical_source_dsn", "make_logical_database", "versioned_source_dsn",
+            "logical_admin_dsn")  # fmt: skip
+    helpers = ROOT / "tests" / "helpers"
+    outside = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if helpers not in path.parents and path != Path(__file__).resolve()
+        and any(u in path.read_text() for u in uses)
+        and not f"{path.relative_to(ROOT)}::".startswith(APART)
+    ]  # fmt: skip
+    assert outside == [], f"add these to APART in tests/conftest.py: {outside}"
