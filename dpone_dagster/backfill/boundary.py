@@ -60,7 +60,7 @@ def take_high_water_mark(
 
     Args:
         conn: An autocommit source session (pinned by
-            :func:`dpone_dagster.core.sessions.prepare_session`).
+            :func:`dpone_dagster.core.sessions.prepared_session`).
         shape: The resolved tables.
         lower: The partition's exclusive lower bound.
         upper: The partition's inclusive upper bound.

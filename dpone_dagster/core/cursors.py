@@ -2,7 +2,7 @@
 the same way.
 
 Cursor values are kept as the server's canonical text, in a session pinned to ``TimeZone=UTC``
-and ISO dates (:func:`dpone_dagster.core.sessions.prepare_session`), and reach SQL as bind
+and ISO dates (:func:`dpone_dagster.core.sessions.prepared_session`), and reach SQL as bind
 parameters cast back to the cursor's own type, so they always compare by the column's ordering.
 The engines also compare them without a server (the backfill's pure rules): numbers as numbers,
 dates and timestamps as instants, which is PostgreSQL's order for exactly these types.

@@ -35,22 +35,17 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.reconcile.digest import DIGEST_SETTINGS, pin_settings
-
-
-def prepare_session(conn: Connection) -> None:
-    """Pins the settings that decide how cursor values and rows are spelled as text (the
-    reconciliation digest's), for the whole session: the same value always has the same
-    spelling in a checkpoint, a mark or a digest."""
-    pin_settings(conn, local=False)
+from dpone_dagster.reconcile.digest import DIGEST_SETTINGS
 
 
 def prepared_session(
     dsn: str, options: ConnectionOptions | None, side: Side, *, autocommit: bool = True
 ) -> Connection:
-    """A new engine session, prepared as :func:`prepare_session` prepares one and idle in no
-    transaction. The settings travel in the session's startup packet: no round trip of their
-    own, and a ``RESET`` returns to them.
+    """A new engine session, idle in no transaction, with the settings that decide how cursor
+    values and rows are spelled as text (the reconciliation digest's,
+    :data:`~dpone_dagster.reconcile.digest.DIGEST_SETTINGS`) pinned for the whole session: the
+    same value always has the same spelling in a checkpoint, a mark or a digest. They travel in
+    the session's startup packet: no round trip of their own, and a ``RESET`` returns to them.
 
     Args:
         dsn: The database's DSN.

@@ -6,7 +6,6 @@ hashes); these tests show that nothing the old client-side stream hash caught sl
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 from dpone_dagster.backfill import (
@@ -16,7 +15,7 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.backfill.existing_rows import apply_missing
 from dpone_dagster.backfill.shape import resolve_shape
-from dpone_dagster.core.sessions import prepare_session
+from dpone_dagster.core.sessions import prepared_session
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile import DIGEST_ALGORITHM, Proof
 from tests.backfill.conftest import Pair
@@ -89,11 +88,9 @@ def test_a_range_that_lacks_rows_stages_only_the_rows_the_drill_down_names(pair:
     pg.execute(pair.target, "DELETE FROM mixed WHERE id IN (700, 701)")
     table = TableName("public", "mixed")
     with (
-        psycopg.connect(pair.source, autocommit=True) as src,
-        psycopg.connect(pair.target, autocommit=True) as tgt,
+        prepared_session(pair.source, None, "source") as src,
+        prepared_session(pair.target, None, "target") as tgt,
     ):
-        prepare_session(src)
-        prepare_session(tgt)
         shape = resolve_shape(src, tgt, table, table, "id")
         with tgt.transaction():
             staged = apply_missing(src, tgt, shape, None, "1000", rows=1000)

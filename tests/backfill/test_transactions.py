@@ -13,8 +13,8 @@ from psycopg import IsolationLevel, pq
 
 from dpone_dagster.backfill import Backfill
 from dpone_dagster.core import LedgerConfig
-from dpone_dagster.core.sessions import Sessions, prepare_session, transaction
-from dpone_dagster.postgres.connection import ConnectionOptions, connect
+from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
+from dpone_dagster.postgres.connection import ConnectionOptions
 from tests.backfill.conftest import Pair, copy_rows
 from tests.helpers import pg
 
@@ -48,9 +48,8 @@ def state(pid: int) -> object:
 
 def session(dsn: str) -> Conn:
     """A session opened as the backfill opens its own (autocommit, prepared, pinned)."""
-    conn = connect(dsn, OPTIONS, side="target", autocommit=True)
+    conn = prepared_session(dsn, OPTIONS, "target")
     conn.prepare_threshold = 0
-    prepare_session(conn)
     return conn
 
 

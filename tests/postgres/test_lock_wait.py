@@ -201,7 +201,7 @@ def test_a_lock_wait_that_is_not_a_positive_number_is_refused(bad: object) -> No
         ("-c dpone.lock_wait=5 -c statement_timeout=0", None, 300.0),
     ],
 )
-def test_a_sessions_lock_wait_is_read_without_a_round_trip_and_is_what_the_server_holds(
+def test_a_sessions_lock_wait_is_what_the_server_holds_whatever_the_dsn_said(
     target_dsn: str, dsn_options: str | None, lock_wait: float | None, expected: float
 ) -> None:
     """``lock_wait_of`` reads the deadline from the session's startup options and agrees with
