@@ -32,6 +32,7 @@ import dagster as dg
 from pydantic import BaseModel
 
 from dpone_dagster import (
+    IncrementalOptions,
     KafkaSourceResource,
     LedgerResource,
     PostgresSourceResource,
@@ -88,7 +89,8 @@ stock = incremental_asset(
     cursor="updated_at",
     deletes="hard",
     batch_size=1_000,
-    settle_timeout=2.0,  # the demo's open writer: wait 2 s, then go on and read again next run
+    # The demo's open writer: wait 2 s, then go on and read again next run.
+    options=IncrementalOptions(settle_timeout=2.0),
     group_name="stock",
     pool="dpone_source",
     cron_schedule=EVERY_FIVE_MINUTES,  # its freshness policy and the dpone_fresh check

@@ -78,7 +78,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench import result_file  # noqa: E402
 from bench.pipe import psql_pipe  # noqa: E402
-from dpone_dagster.incremental import IncrementalResult, IncrementalSync  # noqa: E402
+from dpone_dagster.incremental import (  # noqa: E402
+    IncrementalOptions,
+    IncrementalResult,
+    IncrementalSync,
+)
 from dpone_dagster.postgres import copy_tables  # noqa: E402
 from dpone_dagster.postgres.copy import relay  # noqa: E402
 from tests.helpers import pg  # noqa: E402
@@ -119,8 +123,9 @@ def make_source(rows: int) -> str:
 def sync(
     source: str, target: str, deletes: str = "hard", on_phase: Callable[[str], None] | None = None
 ) -> IncrementalSync:
-    return IncrementalSync(source, target, "shop.orders", cursor="updated_at", deletes=deletes,  # type: ignore[arg-type]
-                           batch_size=50_000, on_phase=on_phase)  # fmt: skip
+    options = IncrementalOptions(deletes=deletes, batch_size=50_000, reconcile=False)
+    return IncrementalSync(source, target, "shop.orders", cursor="updated_at", options=options,
+                           on_phase=on_phase)  # fmt: skip
 
 
 def checkpoint(dsn: str) -> None:
@@ -273,12 +278,12 @@ def child_dagster(source: str, target: str, reconcile: str) -> None:
     )
     from dpone_dagster.incremental import Sweep
 
-    options: dict[str, Any] = {"reconcile": reconcile != "no"}
+    options = IncrementalOptions(reconcile=reconcile != "no")
     if reconcile.isdigit():
-        options["sweep"] = Sweep(rows=int(reconcile))
+        options = options.replace(sweep=Sweep(rows=int(reconcile)))
     if reconcile == "full":
-        options["check"] = "full"
-    asset = incremental_asset("shop.orders", cursor="updated_at", **options)
+        options = options.replace(check="full")
+    asset = incremental_asset("shop.orders", cursor="updated_at", options=options)
     resources = {
         "source": PostgresSourceResource(dsn=source),
         "target": PostgresTargetResource(dsn=target),
@@ -551,9 +556,9 @@ def sweep_deletes_idle(source: str, target: str, budget: int | None) -> float:
     """Seconds of an engine run with ``deletes="sweep"`` and nothing changed (its slice)."""
     from dpone_dagster.incremental import Sweep
 
-    sweep = Sweep(rows=budget) if budget else None
-    run = IncrementalSync(source, target, "shop.orders", cursor="updated_at", deletes="sweep",
-                          batch_size=50_000, sweep=sweep)  # fmt: skip
+    sweep = Sweep(rows=budget) if budget else Sweep()
+    options = IncrementalOptions(deletes="sweep", batch_size=50_000, sweep=sweep, reconcile=False)
+    run = IncrementalSync(source, target, "shop.orders", cursor="updated_at", options=options)
     started = time.perf_counter()
     run.run()
     return time.perf_counter() - started

@@ -2,8 +2,9 @@
 replication from the WAL for Dagster.
 
 The names here are what a Dagster user needs: the resources (whose event iterators copy,
-backfill and stream), the asset factories, the partitions, the translator, the component and the
-failure type, all from the Dagster layer :mod:`dpone_dagster.dagster`. The domain APIs live in
+backfill and stream), the asset factories and their jobs' options objects, the partitions, the
+translator, the component and the failure type, from the Dagster layer
+:mod:`dpone_dagster.dagster` (the options from their jobs' packages). The domain APIs live in
 their subpackages and run without Dagster:
 :mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
 backfill), :mod:`dpone_dagster.incremental` (incremental streams),
@@ -41,11 +42,13 @@ if TYPE_CHECKING:
         RestSourceResource,
     )
     from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
+    from dpone_dagster.incremental import IncrementalOptions
 
 _LAZY: dict[str, str] = {
     "CopyTableSpec": "dpone_dagster.dagster.translator",
     "DponeFailure": "dpone_dagster.dagster.failures",
     "DponeTranslator": "dpone_dagster.dagster.translator",
+    "IncrementalOptions": "dpone_dagster.incremental",
     "KafkaSourceResource": "dpone_dagster.dagster.resources",
     "LedgerResource": "dpone_dagster.dagster.resources",
     "MySQLSourceResource": "dpone_dagster.dagster.resources",
@@ -72,6 +75,7 @@ __all__ = [
     "CopyTableSpec",
     "DponeFailure",
     "DponeTranslator",
+    "IncrementalOptions",
     "KafkaSourceResource",
     "LedgerResource",
     "MySQLSourceResource",

@@ -1,11 +1,11 @@
 """Incremental sync: keep a target table current with a source table, run after run. No Dagster.
 
-Start with :class:`IncrementalSync`. A run takes a mark safe against late commits
-(:mod:`.mark`), copies ``(previous mark, mark]`` in ``(cursor, key)`` order through the one load
-path's ``merge`` sink in batches that commit with their receipts and the stream's state
-(:mod:`.batch`, :mod:`.state`), and finds deletes by comparing key digests range by range
-(:mod:`.deletes`). It stands on the shared core (:mod:`dpone_dagster.core`) and never imports
-another engine: a stream that continues another engine's copy is given a
+Start with :class:`IncrementalSync` and its :class:`IncrementalOptions`. A run takes a mark
+safe against late commits (:mod:`.mark`), copies ``(previous mark, mark]`` in ``(cursor, key)``
+order through the one load path's ``merge`` sink in batches that commit with their receipts and
+the stream's state (:mod:`.batch`, :mod:`.state`), and finds deletes by comparing key digests
+range by range (:mod:`.deletes`). It stands on the shared core (:mod:`dpone_dagster.core`) and
+never imports another engine: a stream that continues another engine's copy is given a
 :class:`~dpone_dagster.core.handoff.Handoff`.
 """
 
@@ -13,12 +13,8 @@ from dpone_dagster.core.verification import Verification
 from dpone_dagster.reconcile.compare import Comparison
 
 from .batch import BatchOutcome
-from .engine import (
-    DEFAULT_FILLFACTOR,
-    DEFAULT_SOFT_DELETE_COLUMN,
-    IncrementalSync,
-    check_options,
-)
+from .engine import IncrementalSync
+from .options import DEFAULT_FILLFACTOR, DEFAULT_SOFT_DELETE_COLUMN, IncrementalOptions
 from .report import IncrementalResult, Notice
 from .shape import StreamShape
 from .state import (
@@ -37,6 +33,7 @@ __all__ = [
     "CheckScope",
     "Checkpoint",
     "Comparison",
+    "IncrementalOptions",
     "IncrementalResult",
     "IncrementalSync",
     "Notice",
@@ -48,5 +45,4 @@ __all__ = [
     "Sweep",
     "SweepPosition",
     "Verification",
-    "check_options",
 ]

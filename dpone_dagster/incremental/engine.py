@@ -12,7 +12,6 @@ import hashlib
 import json
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from datetime import timedelta
 from functools import partial
 
 import psycopg
@@ -35,25 +34,17 @@ from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
-from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .batch import BatchOutcome, PhaseHook, copy_batch, stream_plan
 from .mark import check_no_null_cursor, take_mark
+from .options import IncrementalOptions
 from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState
-from .sweep import CheckScope, Sweep, SweepLedger
+from .sweep import CheckScope, SweepLedger
 from .verify import RunCheck, check_target, idle_check
-
-DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
-"""The target column ``soft`` deletes set, created if missing."""
-DEFAULT_FILLFACTOR = 90
-"""The ``fillfactor`` of a target the stream creates: the room it leaves on each page keeps an
-updated row on its page (a HOT update: no new index entry, and about a third less WAL for a run
-that updates rows spread across the table)."""
 
 
 class IncrementalSync:
@@ -67,58 +58,34 @@ class IncrementalSync:
             numeric, date, timestamp or timestamptz; indexed; never NULL).
         target_table: The target table; defaults to the source table's name. Created on the
             first run if missing.
-        deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost;
-            every run counts both key sets), ``soft`` (set ``soft_delete_column`` instead) or
-            ``sweep`` (delete them when the rolling sweep reaches their key range: a run's cost
-            does not grow with the table; a delete waits at most one full sweep, ``sweep``'s
-            bound).
-        soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
-        batch_size: Rows per batch.
-        lookback: For a time cursor set from a client clock that may run behind the server's:
-            every run reads this much below the stream's mark again.
+        options: How the stream runs (:class:`~dpone_dagster.incremental.IncrementalOptions`:
+            deletes, batch size, look-back, the check and its sweep, repair, schema changes,
+            fillfactor...); the defaults when ``None``.
         handoff: On a stream with no state, start where another engine's complete copy of the
             table ends instead of copying it again: :func:`dpone_dagster.backfill.
             backfill_handoff` continues a complete backfill of the same tables and cursor.
-        settle_timeout: Seconds a run waits for transactions open at its mark (see
-            :mod:`.mark` for what happens after).
-        fillfactor: The ``fillfactor`` of a target the stream creates (10 to 100; 100 packs
-            pages full, as PostgreSQL does by default). A target that exists keeps its own.
-        schema_changes: ``evolve`` (default: a source column added, widened or dropped between
-            runs changes the target in the batch's transaction, with its rows) or ``freeze``
-            (any difference is refused with ``schema_change_incompatible`` before the run
-            begins). Rows copied before a column was added keep its default (or NULL) until
-            their cursor moves. A target the stream creates brings the user-defined types its
-            columns need (``freeze``: none).
-        create_extensions: Extensions the stream may create in the target when its table's
-            types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
-            refused with ``target_extension_missing``.
-        verify: After the final batch, verify the run in its snapshot (:mod:`.verify`) and
-            record the verdict in its receipt.
-        check: What a verified run compares: ``run`` (default: every key the run copied,
-            exactly, and a rolling slice of the key so that every range is verified within the
-            ``sweep``'s bound, :mod:`.sweep`) or ``full`` (both whole tables, every run).
-        sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
-        repair: Rewrite the rows the check finds differing for no reason the stream knows (the
-            target changed behind its back) from the final batch's source snapshot, through
-            the ``merge`` sink and the delete path, in the final batch's transaction
-            (:mod:`.repair`); the check then says what it repaired and passes. Needs ``verify``.
         ledger_schema: The ledger's schema in the target database.
         label: Distinguishes streams whose databases and tables share names on other servers.
-        options: Session options (of both sides, unless ``target_options`` is given).
-        target_options: Options of the target's sessions, e.g. its ``lock_wait``
+        connection_options: Session options (of both sides, unless
+            ``target_connection_options`` is given).
+        target_connection_options: Options of the target's sessions, e.g. its ``lock_wait``
             (:class:`~dpone_dagster.postgres.ConnectionOptions`).
         on_batch: Called after each committed batch.
         on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
+        create_extensions: Extensions the stream may create in the target when its table's
+            types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
+            refused with ``target_extension_missing``. A target the stream creates brings the
+            user-defined types its columns need (``schema_changes="freeze"``: none).
 
     Raises:
-        EngineError: ``incremental_options_invalid`` for a bad option (``repair`` without
-            ``verify``).
+        EngineError: ``incremental_options_invalid`` for an extension name that is not one.
 
     Examples:
         Keep ``analytics.orders`` current with ``shop.orders``, deleting what the source lost::
 
             sync = IncrementalSync(src, dst, "shop.orders", cursor="updated_at",
-                                   target_table="analytics.orders", deletes="hard")
+                                   target_table="analytics.orders",
+                                   options=IncrementalOptions(deletes="hard"))
             result = sync.run()
             print(result.inserted, result.updated, result.deleted, result.new_mark)
     """
@@ -131,48 +98,25 @@ class IncrementalSync:
         *,
         cursor: str,
         target_table: TableName | str | None = None,
-        deletes: Deletes | str = Deletes.IGNORE,
-        soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
-        batch_size: int = INCREMENTAL_BATCH_SIZE,
-        lookback: timedelta | None = None,
+        options: IncrementalOptions | None = None,
         handoff: Handoff | None = None,
-        settle_timeout: float = 30.0,
-        verify: bool = False,
-        check: CheckScope | str = CheckScope.RUN,
-        sweep: Sweep | None = None,
-        repair: bool = False,
         ledger_schema: str = DEFAULT_LEDGER_SCHEMA,
         label: str = "",
-        options: ConnectionOptions | None = None,
-        target_options: ConnectionOptions | None = None,
+        connection_options: ConnectionOptions | None = None,
+        target_connection_options: ConnectionOptions | None = None,
         on_batch: Callable[[BatchOutcome], None] | None = None,
         on_phase: PhaseHook | None = None,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
-        fillfactor: int = DEFAULT_FILLFACTOR,
         create_extensions: Collection[str] = (),
     ) -> None:
-        self.deletes = Deletes.parse(deletes)
-        self.batch_size = BatchSize.parse(batch_size, refusal="incremental_options_invalid")
-        check_options(lookback, settle_timeout, fillfactor)
-        self.schema_changes = SchemaChanges.parse(schema_changes)
+        self.options = options = options or IncrementalOptions()
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
         self.source_dsn, self.target_dsn, self.cursor = source_dsn, target_dsn, cursor
-        self.soft = soft_delete_column if self.deletes is Deletes.SOFT else None
-        self.lookback = lookback
-        self.handoff = handoff
-        self.settle_timeout, self.label, self.options = settle_timeout, label, options
-        self.target_options = target_options or options
-        self.verify, self.fillfactor = verify, fillfactor
-        self.check_scope, self.sweep = CheckScope.parse(check), sweep or Sweep()
-        if repair and not verify:
-            raise engine_error(
-                "incremental_options_invalid",
-                "repair=True without verify=True: only the check finds what to repair.",
-                ["Pass verify=True with repair=True (or leave repair off)."],
-            )
-        self.repair = bool(repair)
+        self.soft = options.soft_delete_column if options.deletes is Deletes.SOFT else None
+        self.handoff, self.label = handoff, label
+        self.connection_options = connection_options
+        self.target_connection_options = target_connection_options or connection_options
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
         )
@@ -184,9 +128,9 @@ class IncrementalSync:
         """Both sessions, opened at once: the source's in autocommit, the target's idle in no
         transaction."""
         src, tgt = open_at_once(
-            partial(prepared_session, self.source_dsn, self.options, "source"),
-            partial(prepared_session, self.target_dsn, self.target_options, "target",
-                    autocommit=False),
+            partial(prepared_session, self.source_dsn, self.connection_options, "source"),
+            partial(prepared_session, self.target_dsn, self.target_connection_options,
+                    "target", autocommit=False),
         )  # fmt: skip
         return Sessions(source=src, target=tgt, ledger=tgt)
 
@@ -215,12 +159,12 @@ class IncrementalSync:
         found = read_catalogs(sessions.source, sessions.target, self.source, self.target)
         shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
         # Refuses early; each batch plans again from the catalogs inside its own transactions.
-        stream_plan(sessions.source, sessions.target, shape, self.schema_changes, found,
-                    fillfactor=self.fillfactor,
+        stream_plan(sessions.source, sessions.target, shape, self.options.schema_changes, found,
+                    fillfactor=self.options.fillfactor,
                     create_extensions=self.create_extensions)  # fmt: skip
         sessions.target.commit()
         check_no_null_cursor(sessions.source, shape)
-        if self.lookback is not None and not shape.cursor_is_time:
+        if self.options.lookback is not None and not shape.cursor_is_time:
             raise engine_error(
                 "incremental_options_invalid",
                 f"lookback applies to a date or timestamp cursor; {self.cursor!r} is a "
@@ -241,8 +185,8 @@ class IncrementalSync:
         """
         sessions = self._open()
         try:
-            swept = self.verify and self.check_scope is CheckScope.RUN
-            if swept or self.deletes is Deletes.SWEEP:
+            swept = self.options.reconcile and self.options.check is CheckScope.RUN
+            if swept or self.options.deletes is Deletes.SWEEP:
                 self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
             stream_id = self.stream_id(sessions)
@@ -325,7 +269,7 @@ class IncrementalSync:
                 if state is None or state.runs == 0:
                     return None
                 with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-                    lower = next_lower(src, shape, state, self.lookback)
+                    lower = next_lower(src, shape, state, self.options.lookback)
                     return check_target(src, tgt, shape, lower)
         except psycopg.Error as exc:
             raise self._database_failure(exc, sessions) from exc
@@ -345,8 +289,8 @@ class IncrementalSync:
                 ``repair`` and it found rows that differ; the position is not saved, and the
                 caller runs a batch that deletes or repairs them with a receipt.
         """
-        sweeping = self.deletes is Deletes.SWEEP
-        checked = self.verify and self.check_scope is CheckScope.RUN
+        sweeping = self.options.deletes is Deletes.SWEEP
+        checked = self.options.reconcile and self.options.check is CheckScope.RUN
         if state.mark is None or not (checked or sweeping):
             return None
         src, tgt = sessions.source, sessions.target
@@ -355,13 +299,13 @@ class IncrementalSync:
             now = self.ledger.fetch(tgt, state.stream_id)
             if now is None or now.revision != state.revision:
                 return None
-            how = RunCheck(CheckScope.RUN, self.sweep, SweepLedger(self.ledger.store),
+            how = RunCheck(CheckScope.RUN, self.options.sweep, SweepLedger(self.ledger.store),
                            state.stream_id, state.mark)  # fmt: skip
             with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
                 found = idle_check(src, tgt, shape, how, state.mark)
                 if sweeping and found is not None and found.deleted_kept:
                     raise KeysGoneError(found.deleted_kept)  # both transactions roll back
-                if self.repair and found is not None and not found.ok:
+                if self.options.repair and found is not None and not found.ok:
                     raise KeysGoneError(found.unexplained)  # a batch repairs them
         return found if checked else None
 
@@ -382,12 +326,13 @@ class IncrementalSync:
     def _batch(
         self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
     ) -> BatchOutcome | None:
+        how = self.options
         return copy_batch(
             sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
-            batch_size=self.batch_size, deletes=self.deletes, verify=self.verify,
-            check=(self.check_scope, self.sweep), repair=self.repair,
-            on_phase=self.on_phase, schema_changes=self.schema_changes,
-            fillfactor=self.fillfactor, create_extensions=self.create_extensions,
+            batch_size=how.batch_size, deletes=how.deletes, verify=how.reconcile,
+            check=(how.check, how.sweep), repair=how.repair, on_phase=self.on_phase,
+            schema_changes=how.schema_changes, fillfactor=how.fillfactor,
+            create_extensions=self.create_extensions,
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
@@ -424,7 +369,7 @@ class IncrementalSync:
         state = self._state(sessions, shape, stream_id)
         if state.run is not None:
             return state, state, None
-        mark = take_mark(sessions.source, shape, settle_timeout=self.settle_timeout)
+        mark = take_mark(sessions.source, shape, settle_timeout=self.options.settle_timeout)
         tgt = sessions.target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, stream_id)
@@ -432,9 +377,9 @@ class IncrementalSync:
             stale = state.mark_taken_at is not None and state.mark_taken_at >= mark.taken_at
             if state.run is not None or stale:  # another run began, or ended after our mark
                 return state, state, mark
-            run = plan_run(sessions.source, shape, state, mark, self.lookback)
-            full = self.verify and self.check_scope is CheckScope.FULL
-            if nothing_to_do(state, run, self.deletes) and not full and not force:
+            run = plan_run(sessions.source, shape, state, mark, self.options.lookback)
+            full = self.options.reconcile and self.options.check is CheckScope.FULL
+            if nothing_to_do(state, run, self.options.deletes) and not full and not force:
                 return state, state, mark  # verified by run: the check needs no batch
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
             self.ledger.save(tgt, state, begun)
@@ -445,26 +390,3 @@ class KeysGoneError(Exception):
     """An idle slice found what only a batch writes (how many keys): target keys the source
     lost under ``sweep`` deletes, or rows to rewrite under ``repair=True``; a batch deletes or
     repairs them, with its receipt."""
-
-
-def check_options(
-    lookback: timedelta | None, settle_timeout: float, fillfactor: int = DEFAULT_FILLFACTOR
-) -> None:
-    """Refuses a bad stream option other than ``deletes``, ``batch_size`` and
-    ``schema_changes`` (typed by their own parse).
-
-    Raises:
-        EngineError: ``incremental_options_invalid``, naming the option.
-    """
-    if lookback is not None and lookback < timedelta(0):
-        raise engine_error("incremental_options_invalid", f"lookback={lookback}.")
-    if settle_timeout < 0:
-        raise engine_error("incremental_options_invalid", f"settle_timeout={settle_timeout}.")
-    whole = isinstance(fillfactor, int) and not isinstance(fillfactor, bool)
-    if not whole or not 10 <= fillfactor <= 100:
-        raise engine_error(
-            "incremental_options_invalid",
-            f"fillfactor={fillfactor!r}.",
-            [f"Use a whole number from 10 to 100 ({DEFAULT_FILLFACTOR} by default; 100 packs "
-             "pages full)."],
-        )  # fmt: skip

@@ -28,7 +28,7 @@ from dpone_dagster.backfill import Backfill
 from dpone_dagster.backfill.target import prepare_target
 from dpone_dagster.core.errors import ENGINE_ERRORS
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
-from dpone_dagster.incremental import IncrementalSync
+from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName, copy_tables
 from dpone_dagster.postgres.connection import SESSION_ERRORS
@@ -237,7 +237,12 @@ def test_the_domain_entry_points_raise_coded_errors_too(source_dsn: str, target_
                 roles.source, roles.target, ORDERS, cursor="id", target_table=TARGET
             ).plan(),
             lambda: IncrementalSync(
-                roles.source, roles.target, ORDERS, cursor="updated_at", target_table=TARGET
+                roles.source,
+                roles.target,
+                ORDERS,
+                cursor="updated_at",
+                target_table=TARGET,
+                options=IncrementalOptions(reconcile=False),
             ).run(),
             lambda: prepare_target(roles.source, roles.target, ORDERS, TARGET, "id"),
         ]

@@ -3,13 +3,13 @@ dpone_reconciled check."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
 import pytest
 
-from dpone_dagster import incremental_asset
+from dpone_dagster import IncrementalOptions, incremental_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.resources import (
@@ -136,8 +136,9 @@ def test_a_column_added_between_runs_is_listed_and_the_check_stays_green(stream:
         "ALTER TABLE shop.orders ADD channel text NOT NULL DEFAULT 'web';"
         " UPDATE shop.orders SET channel = 'shop', updated_at = now() WHERE id <= 10",
     )
+    freeze = IncrementalOptions(schema_changes="freeze")
     frozen = _materialize(stream, incremental_asset("shop.orders", cursor="updated_at",
-                                                    schema_changes="freeze"))  # fmt: skip
+                                                    options=freeze))  # fmt: skip
     failure = frozen.failure_data_for_node(frozen.job_def.nodes[0].name)
     assert failure is not None and failure.user_failure_data is not None
     assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "schema_change_incompatible"
@@ -198,7 +199,9 @@ def test_the_default_check_says_what_it_verified_run_by_run(stream: Stream) -> N
     from dpone_dagster.incremental import Sweep
 
     pg.execute(stream.source, "ANALYZE shop.orders")  # the estimate the ranges come from
-    orders = incremental_asset("shop.orders", cursor="updated_at", sweep=Sweep(rows=500))
+    orders = incremental_asset(
+        "shop.orders", cursor="updated_at", options=IncrementalOptions(sweep=Sweep(rows=500))
+    )
 
     def run() -> tuple[bool, dict[str, Any]]:
         result = _materialize(stream, orders)
@@ -240,8 +243,11 @@ def test_a_check_names_the_ranges_and_keys_that_differ_and_repair_rewrites_only_
     from dpone_dagster.incremental import Sweep
 
     sweep = Sweep(rows=500)  # slices (-inf, 500], (500, 1000], ...
-    plain = incremental_asset("shop.orders", cursor="updated_at", sweep=sweep)
-    mending = incremental_asset("shop.orders", cursor="updated_at", sweep=sweep, repair=True)
+    options = IncrementalOptions(sweep=sweep)
+    plain = incremental_asset("shop.orders", cursor="updated_at", options=options)
+    mending = incremental_asset(
+        "shop.orders", cursor="updated_at", options=options.replace(repair=True)
+    )
 
     def run(asset: dg.AssetsDefinition) -> tuple[bool, dict[str, Any]]:
         result = _materialize(stream, asset)
@@ -269,5 +275,93 @@ def test_a_check_names_the_ranges_and_keys_that_differ_and_repair_rewrites_only_
 
 def test_repair_without_the_check_is_refused_when_definitions_load() -> None:
     with pytest.raises(DponeError) as caught:
-        incremental_asset("shop.orders", cursor="updated_at", reconcile=False, repair=True)
+        incremental_asset(
+            "shop.orders",
+            cursor="updated_at",
+            options=IncrementalOptions(reconcile=False, repair=True),
+        )
+    assert caught.value.code == "incremental_options_invalid"
+
+
+def _declared(asset: dg.AssetsDefinition) -> tuple[Any, ...]:
+    """What a definition declares: its specs, checks, op and tags."""
+    [spec] = asset.specs
+    checks = sorted(c.name for c in asset.check_specs)
+    return (spec.key, dict(spec.metadata), spec.freshness_policy, spec.group_name, checks,
+            asset.op.name, dict(asset.op.tags))  # fmt: skip
+
+
+def test_the_old_keyword_arguments_build_the_same_asset_with_a_deprecation_warning(
+    stream: Stream,
+) -> None:
+    from dpone_dagster.incremental import Sweep
+
+    with pytest.warns(DeprecationWarning, match=r"incremental_asset\(\.\.\., reconcile, sweep="):
+        old = incremental_asset(
+            "shop.orders", cursor="updated_at", deletes="hard", reconcile=False,
+            sweep=Sweep(rows=500), cron_schedule="*/5 * * * *",
+        )  # fmt: skip
+    new = incremental_asset(
+        "shop.orders", cursor="updated_at", deletes="hard", cron_schedule="*/5 * * * *",
+        options=IncrementalOptions(reconcile=False, sweep=Sweep(rows=500)),
+    )  # fmt: skip
+    assert _declared(old) == _declared(new)
+    assert "dpone_reconciled" not in _declared(old)[4]  # reconcile=False reached the options
+    with pytest.raises(TypeError, match="unexpected keyword argument 'verify'"):
+        incremental_asset("shop.orders", cursor="updated_at", verify=True)
+    result = _materialize(stream, old)
+    assert result.success
+    assert {c.check_name for c in result.get_asset_check_evaluations()} == {"dpone_fresh"}
+    stream.assert_equal()
+
+
+def test_the_resource_methods_old_keyword_arguments_run_with_a_deprecation_warning(
+    stream: Stream,
+) -> None:
+    from dpone_dagster.dagster.metadata import DponeMetadataSet
+
+    names = DponeMetadataSet(source_table="shop.orders", table="shop.orders", cursor="updated_at")
+
+    # `context` unannotated: this module's annotations are strings, which Dagster refuses there.
+    @dg.asset(key=KEY, metadata=dict(names))
+    def orders(context, source: PostgresSourceResource, target: PostgresTargetResource) -> Any:
+        yield from source.incremental(context, target=target, deletes="hard", batch_size=700)
+
+    with pytest.warns(DeprecationWarning, match=r"incremental\(\.\.\., batch_size, deletes="):
+        first = _materialize(stream, orders)
+    assert first.success and _metadata(first)["dpone/batches"] == 3  # batch_size=700
+    pg.execute(stream.source, "DELETE FROM shop.orders WHERE id BETWEEN 100 AND 109")
+    with pytest.warns(DeprecationWarning, match="options=IncrementalOptions"):
+        second = _materialize(stream, orders)
+    assert _metadata(second)["dpone/rows_deleted"] == 10  # deletes="hard"
+    stream.assert_equal()
+
+    @dg.asset(key=KEY, metadata=dict(names))
+    def misspelt(context, source: PostgresSourceResource, target: PostgresTargetResource) -> Any:
+        yield from source.incremental(context, target=target, deletes="everything")
+
+    with pytest.warns(DeprecationWarning, match="deletes="):
+        failed = _materialize(stream, misspelt)
+    failure = failed.failure_data_for_node(failed.job_def.nodes[0].name)
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "incremental_options_invalid"
+
+
+def test_a_yaml_stream_entry_resolves_into_the_same_options_object() -> None:
+    from dpone_dagster.dagster.components.postgres_copy.models import IncrementalStreamModel
+    from dpone_dagster.incremental import Sweep
+
+    entry = IncrementalStreamModel(
+        table="shop.orders", cursor="updated_at", deletes="soft", lookback_seconds=30,  # type: ignore[arg-type]
+        sweep_rows=500, check="full", repair=True, fillfactor=100,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert entry.options() == IncrementalOptions(
+        deletes="soft", lookback=timedelta(seconds=30), sweep=Sweep(rows=500), check="full",
+        repair=True, fillfactor=100,
+    )  # fmt: skip
+    assert IncrementalStreamModel(table="shop.orders", cursor="id").options() == (
+        IncrementalOptions()
+    )
+    with pytest.raises(DponeError) as caught:
+        IncrementalStreamModel(table="shop.orders", cursor="id", sweep_rows=0).options()
     assert caught.value.code == "incremental_options_invalid"

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 
 from dpone_dagster.backfill import Backfill, BatchResult
-from dpone_dagster.incremental import BatchOutcome, IncrementalSync
+from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for
@@ -69,8 +69,9 @@ def incremental(source: str, target: str, batch_size: int, phases: Phases) -> in
         phases.committed(done.receipt.sequence)
 
     sync = IncrementalSync(
-        source, target, "shop.orders", cursor="updated_at", deletes="hard",
-        batch_size=batch_size, on_phase=phases.on_phase, on_batch=on_batch,
+        source, target, "shop.orders", cursor="updated_at",
+        options=IncrementalOptions(deletes="hard", batch_size=batch_size, reconcile=False),
+        on_phase=phases.on_phase, on_batch=on_batch,
     )  # fmt: skip
     return sync.run().rows
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dpone_dagster.incremental import IncrementalResult, IncrementalSync
+from dpone_dagster.incremental import IncrementalOptions, IncrementalResult, IncrementalSync
 from tests.helpers import pg
 
 ORDERS = """
@@ -31,10 +31,15 @@ class Stream:
     target: str
 
     def sync(self, **kwargs: Any) -> IncrementalSync:
-        """The stream of ``shop.orders`` (cursor ``updated_at``), with ``kwargs`` as options."""
-        options: dict[str, Any] = {"cursor": "updated_at", "batch_size": 1000}
-        options.update(kwargs)
-        return IncrementalSync(self.source, self.target, "shop.orders", **options)
+        """The stream of ``shop.orders`` (cursor ``updated_at``): the ``kwargs`` that name an
+        :class:`IncrementalOptions` field are its options (1,000-row batches and no check
+        unless given), the others the engine's arguments (``target_table``, ``on_phase``...)."""
+        fields: dict[str, Any] = {"batch_size": 1000, "reconcile": False}
+        engine: dict[str, Any] = {"cursor": "updated_at"}
+        for name, value in kwargs.items():
+            (fields if name in IncrementalOptions.model_fields else engine)[name] = value
+        options = IncrementalOptions(**fields)
+        return IncrementalSync(self.source, self.target, "shop.orders", options=options, **engine)
 
     def run(self, **kwargs: Any) -> IncrementalResult:
         """One run of :meth:`sync`."""

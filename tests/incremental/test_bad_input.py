@@ -7,18 +7,20 @@ import pytest
 
 from dpone_dagster.backfill import Backfill, backfill_handoff, prepare_target
 from dpone_dagster.core import EngineError
-from dpone_dagster.incremental import IncrementalSync
+from dpone_dagster.core.handoff import Handoff
+from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.postgres import TableName
 from tests.helpers import pg
 from tests.incremental.conftest import Stream
 
 
-def _refused(stream: Stream, code: str, **kwargs: object) -> EngineError:
-    options: dict[str, object] = {"cursor": "updated_at"}
-    options.update(kwargs)
-    table = str(options.pop("table", "shop.orders"))
+def _refused(
+    stream: Stream, code: str, table: str = "shop.orders", cursor: str = "updated_at",
+    handoff: Handoff | None = None, **options: object,
+) -> EngineError:  # fmt: skip
     with pytest.raises(EngineError) as info:
-        IncrementalSync(stream.source, stream.target, table, **options).run()  # type: ignore[arg-type]
+        IncrementalSync(stream.source, stream.target, table, cursor=cursor, handoff=handoff,
+                        options=IncrementalOptions(reconcile=False, **options)).run()  # fmt: skip
     assert info.value.code == code, info.value
     assert info.value.next_actions
     if pg.table_exists(stream.target, "dpone_ledger", "incremental_streams"):
@@ -65,7 +67,7 @@ def test_a_missing_or_unorderable_cursor_and_bad_options_are_refused(stream: Str
     _refused(stream, "cursor_not_found", cursor="nope")
     _refused(stream, "incremental_cursor_invalid", cursor="note")
     with pytest.raises(EngineError) as info:
-        IncrementalSync(stream.source, stream.target, "shop.orders", cursor="id", deletes="all")  # type: ignore[arg-type]
+        IncrementalOptions(deletes="all")
     assert info.value.code == "incremental_options_invalid"
     _refused(stream, "incremental_options_invalid", deletes="soft", soft_delete_column="note")
     for fillfactor in (5, 101, 90.5, True):

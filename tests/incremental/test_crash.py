@@ -8,7 +8,7 @@ import itertools
 import random
 import subprocess
 
-from dpone_dagster.incremental import IncrementalSync, StreamReceipt
+from dpone_dagster.incremental import IncrementalOptions, IncrementalSync, StreamReceipt
 from tests.helpers import crash, pg
 from tests.incremental.conftest import ORDERS, Stream, insert_orders
 
@@ -62,8 +62,9 @@ def mutate(source: str, rng: random.Random, round_: int) -> None:
 
 def _settle(stream: Stream) -> None:
     """Runs until a run finds nothing left (a resumed run's mark predates later changes)."""
+    once = IncrementalOptions(deletes="hard", batch_size=BATCH, reconcile=False)
     sync = IncrementalSync(stream.source, stream.target, "shop.orders", cursor="updated_at",
-                           deletes="hard", batch_size=BATCH)  # fmt: skip
+                           options=once)  # fmt: skip
     sync.run()
     sync.run()
 

@@ -11,7 +11,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from dpone_dagster.incremental import IncrementalResult, IncrementalSync
+from dpone_dagster.incremental import IncrementalOptions, IncrementalResult, IncrementalSync
 from tests.helpers import pg
 from tests.incremental.conftest import Stream
 
@@ -52,11 +52,12 @@ def test_a_timestamp_late_commit_below_the_mark_is_copied_by_the_next_run(stream
 def test_a_sequence_late_commit_below_the_mark_is_copied_by_the_next_run(stream: Stream) -> None:
     pg.execute(stream.source, EVENTS)
     events = Stream(stream.source, stream.target)
-    sync = {"cursor": "id", "settle_timeout": 0.3}
+    options = IncrementalOptions(settle_timeout=0.3, reconcile=False)
     table = "shop.events"
 
     def run() -> IncrementalResult:
-        return IncrementalSync(events.source, events.target, table, **sync).run()  # type: ignore[arg-type]
+        return IncrementalSync(events.source, events.target, table, cursor="id",
+                               options=options).run()  # fmt: skip
 
     assert run().rows == 300
     late = _writer(events.source, "INSERT INTO shop.events (note) VALUES ('late')")  # id 301
@@ -131,7 +132,8 @@ def test_a_client_clock_behind_the_server_needs_lookback(stream: Stream) -> None
 
 
 def test_lookback_is_refused_for_an_integer_cursor(stream: Stream) -> None:
+    options = IncrementalOptions(lookback=timedelta(minutes=1))
     with pytest.raises(Exception, match="lookback") as info:
         IncrementalSync(stream.source, stream.target, "shop.orders", cursor="id",
-                        lookback=timedelta(minutes=1)).run()  # fmt: skip
+                        options=options).run()  # fmt: skip
     assert getattr(info.value, "code", None) == "incremental_options_invalid"

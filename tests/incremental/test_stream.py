@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from dpone_dagster.incremental import IncrementalSync
+from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import SnapshotLabel
 from tests.helpers import pg
 from tests.incremental.conftest import Stream, insert_orders
@@ -149,7 +149,7 @@ def test_ignore_keeps_deleted_rows_and_the_state_is_one_small_row_per_stream(
 
 
 def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Stream) -> None:
-    first = stream.run(verify=True, check="full", deletes="hard")
+    first = stream.run(reconcile=True, check="full", deletes="hard")
     assert first.verification is not None and first.verification.ok
     assert first.verification.keys_compared == 0
     pg.execute(stream.source, "DELETE FROM shop.orders WHERE id = 3")
@@ -157,7 +157,7 @@ def test_a_verified_run_proves_the_target_and_catches_a_row_it_lacks(stream: Str
     # Damage the replica behind the stream's back: a row lost, a row changed.
     pg.execute(stream.target, "DELETE FROM shop.orders WHERE id = 8")
     pg.execute(stream.target, "UPDATE shop.orders SET note = 'tampered' WHERE id = 9")
-    second = stream.run(verify=True, check="full", deletes="hard")
+    second = stream.run(reconcile=True, check="full", deletes="hard")
     assert second.deleted == 1
     check = second.verification
     assert check is not None and not check.ok
@@ -179,7 +179,8 @@ def test_a_batch_checkpoint_is_its_greatest_cursor_in_the_cursor_type_order(
     for cursor in ("seq", "at"):
         sync = IncrementalSync(
             source_dsn, target_dsn, "shop.ticks", cursor=cursor,
-            target_table=f"shop.ticks_{cursor}", batch_size=10,
+            target_table=f"shop.ticks_{cursor}",
+            options=IncrementalOptions(batch_size=10, reconcile=False),
         )  # fmt: skip
         result = sync.run()
         lasts = [r.last.cursor for r in result.receipts if r.last]

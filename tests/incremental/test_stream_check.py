@@ -21,12 +21,12 @@ def _touch(dsn: str, ids: str) -> None:
 def test_a_run_verifies_exactly_the_keys_it_copied_and_catches_one_that_differs(
     stream: Stream,
 ) -> None:
-    first = stream.run(verify=True, sweep=SLICE)
+    first = stream.run(reconcile=True, sweep=SLICE)
     check = first.verification
     assert check is not None and check.ok and check.scope == "run"
     assert check.keys_checked == 2500  # the initial load: every key is the run's
     _touch(stream.source, "id BETWEEN 10 AND 20")
-    second = stream.run(verify=True, sweep=SLICE)
+    second = stream.run(reconcile=True, sweep=SLICE)
     check = second.verification
     assert check is not None and check.ok
     assert (second.updated, check.keys_checked, check.ranges_checked) == (11, 11, 1)
@@ -40,7 +40,7 @@ def test_a_run_verifies_exactly_the_keys_it_copied_and_catches_one_that_differs(
         " EXECUTE FUNCTION shop.garble()",
     )
     _touch(stream.source, "id BETWEEN 10 AND 20")
-    third = stream.run(verify=True, sweep=SLICE)
+    third = stream.run(reconcile=True, sweep=SLICE)
     check = third.verification
     assert check is not None and not check.ok
     assert (check.keys_checked, check.unexplained, check.examples) == (11, 1, (("15",),))
@@ -50,7 +50,7 @@ def test_a_run_verifies_exactly_the_keys_it_copied_and_catches_one_that_differs(
 def test_a_key_changed_again_after_the_mark_is_left_to_the_next_run_and_counted(
     stream: Stream,
 ) -> None:
-    stream.run(verify=True, sweep=SLICE)
+    stream.run(reconcile=True, sweep=SLICE)
     _touch(stream.source, "id <= 1500")  # two batches of 1,000
 
     def change_again(phase: str, seen: list[str] = []) -> None:  # noqa: B006
@@ -58,11 +58,11 @@ def test_a_key_changed_again_after_the_mark_is_left_to_the_next_run_and_counted(
         if seen.count("copy") == 1 and phase == "copy":  # the first batch: after the mark
             _touch(stream.source, "id = 1400")
 
-    second = stream.sync(verify=True, sweep=SLICE, on_phase=change_again).run()
+    second = stream.sync(reconcile=True, sweep=SLICE, on_phase=change_again).run()
     check = second.verification
     assert check is not None and check.ok
     assert check.keys_checked == 1499 and check.changed_since_mark == 1
-    third = stream.run(verify=True, sweep=SLICE)
+    third = stream.run(reconcile=True, sweep=SLICE)
     check = third.verification
     assert check is not None and check.ok
     assert (third.updated, check.keys_checked, check.changed_since_mark) == (1, 1, 0)
@@ -72,11 +72,11 @@ def test_a_key_changed_again_after_the_mark_is_left_to_the_next_run_and_counted(
 def test_the_sweep_catches_a_corruption_outside_the_runs_keys_within_its_bound(
     stream: Stream,
 ) -> None:
-    stream.run(verify=True, sweep=SLICE)  # slice 1: keys (-inf, 500]
+    stream.run(reconcile=True, sweep=SLICE)  # slice 1: keys (-inf, 500]
     pg.execute(stream.target, "UPDATE shop.orders SET amount = -1 WHERE id = 1800")
     verdicts = []
     for _ in range(4):  # nothing changed: (500, 1000], (1000, 1500], (1500, 2000], (2000, +inf)
-        check = stream.run(verify=True, sweep=SLICE).verification
+        check = stream.run(reconcile=True, sweep=SLICE).verification
         assert check is not None and check.keys_checked == 0 and check.ranges_checked == 1
         verdicts.append((check.ok, check.examples, check.swept_at))
     assert verdicts[:2] == [(True, (), None)] * 2  # not yet in the slice: not claimed
@@ -85,7 +85,7 @@ def test_the_sweep_catches_a_corruption_outside_the_runs_keys_within_its_bound(
     # that met it is no full sweep.
     assert verdicts[3] == (False, (("1800",),), None)
     pg.execute(stream.target, "UPDATE shop.orders SET amount = 1800 * 1.25 WHERE id = 1800")
-    check = stream.run(verify=True, sweep=SLICE).verification
+    check = stream.run(reconcile=True, sweep=SLICE).verification
     assert check is not None and check.ok and check.swept_at is None
 
 
@@ -93,7 +93,7 @@ def test_the_metadata_says_what_was_swept_and_the_position_is_in_the_ledger(
     stream: Stream,
 ) -> None:
     pg.execute(stream.source, "ANALYZE shop.orders")  # the row estimate: 2,500
-    checks = [stream.run(verify=True, sweep=SLICE).verification for _ in range(6)]
+    checks = [stream.run(reconcile=True, sweep=SLICE).verification for _ in range(6)]
     assert all(c is not None and c.ok for c in checks)
     assert [c.ranges_total for c in checks if c] == [5] * 6
     assert [c.swept_at is None for c in checks if c] == [True] * 4 + [False] * 2
@@ -112,7 +112,7 @@ def test_the_metadata_says_what_was_swept_and_the_position_is_in_the_ledger(
 
 
 def test_a_seconds_budget_sweeps_until_spent_and_a_bad_budget_is_refused(stream: Stream) -> None:
-    check = stream.run(verify=True, sweep=Sweep(seconds=30)).verification
+    check = stream.run(reconcile=True, sweep=Sweep(seconds=30)).verification
     assert check is not None and check.ok and check.ranges_checked == 1  # one slice: the table
     assert check.swept_at == check.proved_at
     for bad in ({"rows": 0}, {"runs": -1}, {"rows": 10, "seconds": 1.0}):
@@ -120,37 +120,37 @@ def test_a_seconds_budget_sweeps_until_spent_and_a_bad_budget_is_refused(stream:
             Sweep(**bad)  # type: ignore[arg-type]
         assert caught.value.code == "incremental_options_invalid"
     with pytest.raises(EngineError) as caught:
-        stream.sync(verify=True, check="partial")
+        stream.sync(reconcile=True, check="partial")
     assert caught.value.code == "incremental_options_invalid"
 
 
 def test_the_full_check_stays_available(stream: Stream) -> None:
-    stream.run(verify=True, sweep=SLICE)
+    stream.run(reconcile=True, sweep=SLICE)
     pg.execute(stream.target, "UPDATE shop.orders SET amount = -1 WHERE id = 2400")
-    run = stream.run(verify=True, sweep=SLICE).verification
+    run = stream.run(reconcile=True, sweep=SLICE).verification
     assert run is not None and run.ok  # not in this run's keys nor its slice
-    full = stream.run(verify=True, check="full").verification
+    full = stream.run(reconcile=True, check="full").verification
     assert full is not None and not full.ok and full.scope == "full"
     assert full.examples == (("2400",),) and full.proved_at is not None
     alone = stream.sync().check()
     assert alone is not None and not alone.ok and alone.examples == (("2400",),)
 
 
-@pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.parametrize("reconcile", [False, True])
 def test_sweep_deletes_find_what_the_source_lost_within_one_full_sweep(
-    stream: Stream, verify: bool
+    stream: Stream, reconcile: bool
 ) -> None:
     pg.execute(stream.source, "ANALYZE shop.orders")
-    first = stream.run(deletes="sweep", sweep=SLICE, verify=verify)  # slice 1: (-inf, 500]
+    first = stream.run(deletes="sweep", sweep=SLICE, reconcile=reconcile)  # slice 1: (-inf, 500]
     assert first.deleted == 0
     # The worst case for 100: deleted right after its range was swept; 2200 is in the last.
     pg.execute(stream.source, "DELETE FROM shop.orders WHERE id IN (100, 2200)")
     deleted, compared = [], []
     for _ in range(5):  # (500, 1000], ..., (2000, +inf), then (-inf, 500] again
-        run = stream.run(deletes="sweep", sweep=SLICE, verify=verify)
+        run = stream.run(deletes="sweep", sweep=SLICE, reconcile=reconcile)
         deleted.append(run.deleted)
         compared.append(run.keys_compared)
-        if verify:
+        if reconcile:
             assert run.verification is not None and run.verification.ok
             assert run.verification.ranges_total == 5  # the longest delay, in runs
     assert deleted == [0, 0, 0, 1, 1]  # 2200 on the 4th run, 100 on the 5th: one full sweep
@@ -170,7 +170,7 @@ def test_sweep_deletes_find_what_the_source_lost_within_one_full_sweep(
 def test_a_composite_text_key_is_swept_and_checked_the_same_way(
     source_dsn: str, target_dsn: str
 ) -> None:
-    from dpone_dagster.incremental import IncrementalSync
+    from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 
     pg.execute(
         source_dsn,
@@ -181,8 +181,8 @@ def test_a_composite_text_key_is_swept_and_checked_the_same_way(
     )
 
     def run() -> tuple[bool, tuple[tuple[str, ...], ...], int]:
-        sync = IncrementalSync(source_dsn, target_dsn, "shop.lines", cursor="at", verify=True,
-                               sweep=Sweep(rows=1000))  # fmt: skip
+        sync = IncrementalSync(source_dsn, target_dsn, "shop.lines", cursor="at",
+                               options=IncrementalOptions(sweep=Sweep(rows=1000)))  # fmt: skip
         check = sync.run().verification
         assert check is not None and check.scope == "run"
         return check.ok, check.examples, check.ranges_total

@@ -48,26 +48,26 @@ def _corrupt(target: str) -> None:
 
 
 def test_a_check_names_the_ranges_and_keys_that_differ_and_fails(stream: Stream) -> None:
-    stream.run(verify=True, sweep=SLICE)  # the initial load; the sweep's slice (-inf, 500]
+    stream.run(reconcile=True, sweep=SLICE)  # the initial load; the sweep's slice (-inf, 500]
     _corrupt(stream.target)
-    check = stream.run(verify=True, sweep=SLICE).verification  # the slice (500, 1000]
+    check = stream.run(reconcile=True, sweep=SLICE).verification  # the slice (500, 1000]
     assert check is not None and not check.ok and check.unexplained == 3
     assert check.examples == (("600",), ("700",), ("800",))
     assert check.differing_ranges == ((("500",), ("1000",)),)
     assert check.repaired_keys == 0 and check.proved_at is not None
-    again = stream.run(verify=True, sweep=SLICE).verification  # checked again until repaired
+    again = stream.run(reconcile=True, sweep=SLICE).verification  # checked again until repaired
     assert again is not None and not again.ok and again.differing_ranges[0] == (("500",), ("1000",))
 
 
 def test_repair_rewrites_only_the_keys_that_differ_and_the_next_check_passes(
     stream: Stream,
 ) -> None:
-    stream.run(verify=True, sweep=SLICE)
+    stream.run(reconcile=True, sweep=SLICE)
     _corrupt(stream.target)
-    failed = stream.run(verify=True, sweep=SLICE).verification
+    failed = stream.run(reconcile=True, sweep=SLICE).verification
     assert failed is not None and not failed.ok
     before = _versions(stream.target)
-    repaired = stream.run(verify=True, sweep=SLICE, repair=True)
+    repaired = stream.run(reconcile=True, sweep=SLICE, repair=True)
     check = repaired.verification
     assert check is not None and check.ok and check.unexplained == 0
     assert (check.repaired_keys, check.repaired_rows) == (3, 3)
@@ -78,7 +78,7 @@ def test_repair_rewrites_only_the_keys_that_differ_and_the_next_check_passes(
     assert _digest(stream.target) == _digest(stream.source)
     stream.assert_equal()
     for _ in range(7):  # every later check passes: the sweep under way, then a clean one
-        later = stream.run(verify=True, sweep=SLICE).verification
+        later = stream.run(reconcile=True, sweep=SLICE).verification
         assert later is not None and later.ok and later.repaired_keys == 0
     assert later.swept_at is not None
 
@@ -86,13 +86,13 @@ def test_repair_rewrites_only_the_keys_that_differ_and_the_next_check_passes(
 def test_repair_in_a_run_that_copies_rows_and_deletes_keys_the_source_lost(
     stream: Stream,
 ) -> None:
-    stream.run(verify=True, check="full", deletes="hard")
+    stream.run(reconcile=True, check="full", deletes="hard")
     pg.execute(stream.target, "UPDATE shop.orders SET note = 'x' WHERE id IN (5, 2400)")
     pg.execute(
         stream.source, "UPDATE shop.orders SET note = 'new', updated_at = now() WHERE id = 9"
     )
     pg.execute(stream.source, "DELETE FROM shop.orders WHERE id = 10")
-    done = stream.run(verify=True, check="full", deletes="hard", repair=True)
+    done = stream.run(reconcile=True, check="full", deletes="hard", repair=True)
     check = done.verification
     assert check is not None and check.ok and check.repaired_keys == 2
     assert (done.updated, done.deleted) == (1, 1)  # the run's own change and delete

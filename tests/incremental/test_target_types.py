@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.incremental import IncrementalSync
+from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.postgres import TargetTypeError
 from tests.helpers import pg
 from tests.postgres.test_target_extensions import NOTES
 from tests.postgres.test_target_types import DEFINITIONS, GAINED, ORDERS, TYPES
+
+UNCHECKED = IncrementalOptions(reconcile=False)
+"""The streams' options: the defaults but the check (these tests are about the target's types)."""
 
 
 def _same_orders(source_dsn: str, target_dsn: str) -> bool:
@@ -25,7 +28,8 @@ def test_a_stream_creates_its_tables_types_and_adds_the_labels_the_source_gains(
 ) -> None:
     pg.execute(source_dsn, TYPES)
     pg.execute(source_dsn, ORDERS)
-    sync = IncrementalSync(source_dsn, target_dsn, '"Sales Ops".orders', cursor="id")
+    sync = IncrementalSync(source_dsn, target_dsn, '"Sales Ops".orders', cursor="id",
+                           options=UNCHECKED)  # fmt: skip
     first = sync.run()
     assert [t.qualified for t in first.target_types.types] == [
         "Type Ops.Mood", "Type Ops.steady", "public.positive", "public.line_item",
@@ -54,12 +58,14 @@ def test_a_stream_creates_its_tables_types_and_adds_the_labels_the_source_gains(
 def test_a_stream_creates_an_extension_only_when_named(source_dsn: str, target_dsn: str) -> None:
     pg.execute(source_dsn, NOTES)
     with pytest.raises(TargetTypeError) as caught:
-        IncrementalSync(source_dsn, target_dsn, "public.notes", cursor="id").run()
+        IncrementalSync(source_dsn, target_dsn, "public.notes", cursor="id",
+                        options=UNCHECKED).run()  # fmt: skip
     assert caught.value.code == "target_extension_missing"
     assert not pg.table_exists(target_dsn, "public", "notes")
     named = IncrementalSync(
-        source_dsn, target_dsn, "public.notes", cursor="id", create_extensions=["hstore", "citext"]
-    ).run()
+        source_dsn, target_dsn, "public.notes", cursor="id", options=UNCHECKED,
+        create_extensions=["hstore", "citext"],
+    ).run()  # fmt: skip
     assert [e.name for e in named.target_types.extensions] == ["citext", "hstore"]
     assert pg.table_fingerprint(target_dsn, "public", "notes") == pg.table_fingerprint(
         source_dsn, "public", "notes"

@@ -16,7 +16,6 @@ recorded lag.
 
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -24,7 +23,6 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.backfill import backfill_handoff
-from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
@@ -37,12 +35,11 @@ from dpone_dagster.dagster.metadata.receipts import (
     verification_check,
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
-from dpone_dagster.incremental import BatchOutcome, CheckScope, IncrementalSync, Sweep
+from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
-from dpone_dagster.postgres.schema_change import SchemaChanges
 
 from .tail import materialized, table_set
 
@@ -94,7 +91,8 @@ class IncrementalEvents:
     """The events of one run of an asset's incremental stream: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.incremental` returns one; the attributes are
-    its arguments (``ledger`` resolved to the default ledger when it was not given).
+    its arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
+    to the defaults).
     """
 
     context: dg.AssetExecutionContext
@@ -102,18 +100,7 @@ class IncrementalEvents:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
-    deletes: Deletes | str
-    soft_delete_column: str
-    batch_size: int
-    lookback: timedelta | None
-    continue_from_backfill: bool
-    settle_timeout: float
-    reconcile: bool
-    schema_changes: SchemaChanges | str
-    fillfactor: int
-    check: CheckScope = CheckScope.RUN
-    sweep: Sweep | None = None
-    repair: bool = False
+    options: IncrementalOptions
 
     def __iter__(self) -> Iterator[IncrementalEvent]:
         """Runs the stream once; yields the check (when selected), then the materialization.
@@ -175,14 +162,10 @@ class IncrementalEvents:
             )
         return IncrementalSync(
             self.source.dsn, self.target.dsn, table, cursor=cursor, target_table=target_table,
-            deletes=self.deletes, soft_delete_column=self.soft_delete_column,
-            batch_size=self.batch_size, lookback=self.lookback,
-            handoff=backfill_handoff if self.continue_from_backfill else None,
-            settle_timeout=self.settle_timeout, verify=self.reconcile, check=self.check,
-            sweep=self.sweep, repair=self.repair,
-            ledger_schema=self.ledger.schema_name, options=self.source.options,
-            target_options=self.target.options,
+            options=self.options,
+            handoff=backfill_handoff if self.options.continue_from_backfill else None,
+            ledger_schema=self.ledger.schema_name, connection_options=self.source.options,
+            target_connection_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),
-            schema_changes=self.schema_changes, fillfactor=self.fillfactor,
             create_extensions=self.target.create_extensions,
         )  # fmt: skip

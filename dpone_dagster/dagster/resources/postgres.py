@@ -17,7 +17,6 @@ iterated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any, ClassVar
 
 import dagster as dg
@@ -25,20 +24,17 @@ from pydantic import Field, field_validator
 
 from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
+from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.replication import DEFAULT_RETAINED_WAL_WARN_BYTES
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import (
-    DEFAULT_FILLFACTOR,
-    DEFAULT_SOFT_DELETE_COLUMN,
-    CheckScope,
-    Sweep,
-)
+from dpone_dagster.incremental import IncrementalOptions, Sweep
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
-    INCREMENTAL_BATCH_SIZE,
     SchemaChanges,
     Sink,
     SnapshotSession,
@@ -243,18 +239,8 @@ class PostgresSourceResource(PostgresResource):
         *,
         target: PostgresTargetResource,
         ledger: LedgerResource | None = None,
-        deletes: Deletes | str = Deletes.IGNORE,
-        soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN,
-        batch_size: int = INCREMENTAL_BATCH_SIZE,
-        lookback: timedelta | None = None,
-        continue_from_backfill: bool = False,
-        settle_timeout: float = 30.0,
-        reconcile: bool = True,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
-        fillfactor: int = DEFAULT_FILLFACTOR,
-        check: CheckScope | str = CheckScope.RUN,
-        sweep: Sweep | None = None,
-        repair: bool = False,
+        options: IncrementalOptions | None = None,
+        **legacy: Any,
     ) -> IncrementalEvents:
         """Runs the asset's incremental stream once.
 
@@ -270,34 +256,27 @@ class PostgresSourceResource(PostgresResource):
             target: The target database; the stream's state lives in its ledger schema.
             ledger: The ledger schema; ``None``: ``dpone_ledger``. A ledger resource naming
                 another database than the target's is refused (``incremental_options_invalid``).
-            deletes: ``ignore``, ``hard`` (delete target rows whose key the source lost) or
-                ``soft`` (set ``soft_delete_column`` on them).
-            soft_delete_column: The ``timestamptz`` column ``soft`` sets (added if missing).
-            batch_size: Rows per batch.
-            lookback: Re-read this much below the mark (client clocks behind the server).
-            continue_from_backfill: Start an empty stream from a complete backfill's mark.
-            settle_timeout: Seconds to wait for transactions open at the mark.
-            reconcile: Verify the run in its final snapshot and report ``dpone_reconciled``.
-            schema_changes: ``evolve`` or ``freeze`` (see
-                :class:`~dpone_dagster.incremental.IncrementalSync`).
-            fillfactor: The ``fillfactor`` of a target the stream creates.
-            check: ``run`` (the run's keys and a slice of the rolling sweep) or ``full`` (both
-                whole tables); see :func:`~dpone_dagster.incremental_asset`.
-            sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
-            repair: Rewrite what the check finds differing (see
-                :func:`~dpone_dagster.incremental_asset`); needs ``reconcile``.
+            options: How the stream runs
+                (:class:`~dpone_dagster.incremental.IncrementalOptions`); the defaults when
+                ``None``.
+            **legacy: The options as keyword arguments (``deletes="hard"``...), as this method
+                took them before :class:`~dpone_dagster.incremental.IncrementalOptions`:
+                accepted for one release, with a ``DeprecationWarning``.
 
         Returns:
             The run's events; iterating them runs it.
 
         Raises:
-            DponeFailure: any stream error, with its code and next actions (while the events
-                are iterated).
+            TypeError: for a keyword argument that is no option.
+            DponeFailure: ``incremental_options_invalid`` for an invalid keyword argument's
+                value; any stream error, with its code and next actions (while the events are
+                iterated).
 
         Examples:
             .. code-block:: python
 
                 from dpone_dagster.dagster.metadata import DponeMetadataSet
+                from dpone_dagster.incremental import IncrementalOptions
 
                 names = DponeMetadataSet(
                     source_table="shop.stock", table="shop.stock", cursor="updated_at"
@@ -305,15 +284,20 @@ class PostgresSourceResource(PostgresResource):
 
                 @dg.asset(metadata=dict(names))
                 def stock(context, source: PostgresSourceResource, target: PostgresTargetResource):
-                    yield from source.incremental(context, target=target, deletes="hard")
+                    yield from source.incremental(
+                        context, target=target, options=IncrementalOptions(deletes="hard")
+                    )
         """
+        try:
+            chosen = build_options(
+                IncrementalOptions, options, caller="PostgresSourceResource.incremental",
+                legacy=legacy,
+            )  # fmt: skip
+        except DponeError as exc:
+            raise DponeFailure(exc) from exc
         return IncrementalEvents(
-            context, source=self, target=target, ledger=ledger or LedgerResource(),
-            deletes=deletes, soft_delete_column=soft_delete_column, batch_size=batch_size,
-            lookback=lookback, continue_from_backfill=continue_from_backfill,
-            settle_timeout=settle_timeout, reconcile=reconcile, schema_changes=schema_changes,
-            fillfactor=fillfactor, check=CheckScope.parse(check), sweep=sweep, repair=repair,
-        )  # fmt: skip
+            context, source=self, target=target, ledger=ledger or LedgerResource(), options=chosen
+        )
 
     def replicate(
         self,

@@ -47,7 +47,6 @@ itself.
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import dagster as dg
@@ -66,7 +65,6 @@ from dpone_dagster.dagster.resources import (
     PostgresTargetResource,
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, source_asset_specs
-from dpone_dagster.incremental import Sweep
 
 from .attributes import AttributesTranslator, ResolvedSource, ResolvedTarget, resource_or_env
 from .models import (
@@ -192,25 +190,14 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         self, stream: IncrementalStreamModel
     ) -> tuple[list[dg.AssetsDefinition | dg.AssetSpec], list[dg.ScheduleDefinition]]:
         translator = self.translator(stream.group_name, {stream.spec(): stream.all_attributes()})
-        lookback = stream.lookback_seconds
         asset = incremental_asset(
             stream.table,
             cursor=stream.cursor,
-            deletes=stream.deletes,
-            batch_size=stream.batch_size,
+            options=stream.options(),
             target_table=stream.target,
-            soft_delete_column=stream.soft_delete_column,
-            lookback=None if lookback is None else timedelta(seconds=lookback),
-            continue_from_backfill=stream.continue_from_backfill,
-            settle_timeout=stream.settle_timeout,
             translator=translator,
             pool=stream.pool,
-            schema_changes=stream.schema_changes,
-            fillfactor=stream.fillfactor,
-            check=stream.check,
-            sweep=Sweep(stream.sweep_runs, stream.sweep_rows, stream.sweep_seconds),
             cron_schedule=stream.cron_schedule,
-            repair=stream.repair,
         )
         schedules = []
         if stream.cron_schedule is not None:

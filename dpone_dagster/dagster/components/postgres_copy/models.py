@@ -1,5 +1,6 @@
 """The entries of a ``PostgresCopyComponent``'s YAML: a snapshot copy, a backfill (with its
-partitions) and an incremental stream, each resolved into the arguments of its asset factory.
+partitions) and an incremental stream, each resolved into the arguments of its asset factory
+(the stream's options into one :class:`~dpone_dagster.incremental.IncrementalOptions`).
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
@@ -13,14 +14,8 @@ from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.translator import CopyTableSpec
-from dpone_dagster.incremental import (
-    DEFAULT_FILLFACTOR,
-    DEFAULT_SOFT_DELETE_COLUMN,
-    CheckScope,
-)
-from dpone_dagster.incremental.sweep import DEFAULT_SWEEP_RUNS
+from dpone_dagster.incremental import CheckScope, IncrementalOptions
 from dpone_dagster.postgres import (
-    INCREMENTAL_BATCH_SIZE,
     SchemaChanges,
     Sink,
     Strategy,
@@ -148,6 +143,10 @@ class BackfillModel(InlineAttributes):
 class IncrementalStreamModel(InlineAttributes):
     """One incremental stream (``incremental_asset``), with its asset's attributes.
 
+    The stream's options resolve into one
+    :class:`~dpone_dagster.incremental.IncrementalOptions` (:meth:`options`); an option left
+    out takes that object's default.
+
     Attributes:
         table: The source table.
         cursor: The column that grows when a row is inserted or updated (indexed, never NULL).
@@ -181,20 +180,20 @@ class IncrementalStreamModel(InlineAttributes):
 
     table: str
     cursor: str
-    deletes: Deletes = Deletes.IGNORE
-    soft_delete_column: str = DEFAULT_SOFT_DELETE_COLUMN
-    batch_size: int = INCREMENTAL_BATCH_SIZE
+    deletes: Deletes | None = None
+    soft_delete_column: str | None = None
+    batch_size: int | None = None
     target: str | None = None
     lookback_seconds: float | None = None
-    continue_from_backfill: bool = False
-    settle_timeout: float = 30.0
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
-    fillfactor: int = DEFAULT_FILLFACTOR
-    check: CheckScope = CheckScope.RUN
-    sweep_runs: int = DEFAULT_SWEEP_RUNS
+    continue_from_backfill: bool | None = None
+    settle_timeout: float | None = None
+    schema_changes: SchemaChanges | None = None
+    fillfactor: int | None = None
+    check: CheckScope | None = None
+    sweep_runs: int | None = None
     sweep_rows: int | None = None
     sweep_seconds: float | None = None
-    repair: bool = False
+    repair: bool | None = None
     group_name: str | None = None
     pool: str | None = None
     cron_schedule: str | None = None
@@ -203,6 +202,24 @@ class IncrementalStreamModel(InlineAttributes):
     def spec(self) -> CopyTableSpec:
         """The table spec this stream names."""
         return CopyTableSpec(source=self.table, target=self.target)
+
+    def options(self) -> IncrementalOptions:
+        """The stream's options: those the entry gives, over the defaults.
+
+        Raises:
+            EngineError: ``incremental_options_invalid`` for an invalid value.
+        """
+        budget = {"runs": self.sweep_runs, "rows": self.sweep_rows, "seconds": self.sweep_seconds}
+        sweep = {k: v for k, v in budget.items() if v is not None}
+        given = {
+            "deletes": self.deletes, "soft_delete_column": self.soft_delete_column,
+            "batch_size": self.batch_size, "continue_from_backfill": self.continue_from_backfill,
+            "settle_timeout": self.settle_timeout, "schema_changes": self.schema_changes,
+            "fillfactor": self.fillfactor, "check": self.check, "repair": self.repair,
+            "lookback": self.lookback_seconds,  # seconds, as a timedelta
+            "sweep": sweep or None,  # a Sweep's fields
+        }  # fmt: skip
+        return IncrementalOptions.parse({k: v for k, v in given.items() if v is not None})
 
     def all_attributes(self) -> Mapping[str, Any]:
         """The asset's attributes: those written inline (deprecated), then ``attributes``."""
