@@ -212,7 +212,7 @@ def test_the_python_blocks_of_the_docs_run(
 OLD_README = "b3c529c:README.md"
 # Lines changed on purpose when they moved or since (one per line, ``#`` comments).
 REWRITTEN = {
-    line
+    line.strip()  # an indented line may start with "#": a code block's comment
     for line in (ROOT / "tests" / "old_readme_rewritten.txt").read_text().splitlines()
     if line and not line.startswith("#")
 }

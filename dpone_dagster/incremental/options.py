@@ -18,12 +18,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar, Self
 
-from pydantic import field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.options import JobOptions
 from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.postgres.identifiers import check_identifier
 from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
 from dpone_dagster.postgres.schema_change import SchemaChanges
@@ -39,14 +40,22 @@ DEFAULT_FILLFACTOR = 90
 updated row on its page (a HOT update: no new index entry, and about a third less WAL for a run
 that updates rows spread across the table)."""
 
+_VOCABULARIES: dict[str, type[Vocabulary]] = {
+    "deletes": Deletes,
+    "check": CheckScope,
+    "schema_changes": SchemaChanges,
+}
+"""The fields spelled in a vocabulary, and the vocabulary that parses each."""
+
 
 class IncrementalOptions(JobOptions):
     """How an incremental stream runs (frozen; build it once, pass it whole).
 
-    An invalid value is refused where the object is built: ``incremental_options_invalid``
-    (through :meth:`~dpone_dagster.core.options.JobOptions.parse`, or raised by the value's own
-    parser when constructed directly), ``identifier_invalid`` for a soft-delete column
-    PostgreSQL cannot hold.
+    An invalid value is refused where the object is built, with the code of the parser that
+    refuses it: ``incremental_options_invalid`` (a value of the wrong type too, through
+    :meth:`~dpone_dagster.core.options.JobOptions.parse`), ``identifier_invalid`` for a
+    soft-delete column PostgreSQL cannot hold, ``copy_options_invalid`` for an unknown
+    ``schema_changes`` (the load's own vocabulary).
 
     Attributes:
         deletes: ``ignore`` (default), ``hard`` (delete target rows whose key the source lost;
@@ -107,25 +116,16 @@ class IncrementalOptions(JobOptions):
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
 
-    @field_validator("deletes", mode="before")
+    @field_validator(*_VOCABULARIES, mode="before")
     @classmethod
-    def _deletes(cls, value: Any) -> Deletes:
-        return Deletes.parse(value)
+    def _spelled(cls, value: Any, info: ValidationInfo) -> Vocabulary:
+        # The vocabulary's own parse: its refusal's code and the spellings it lists.
+        return _VOCABULARIES[str(info.field_name)].parse(value)
 
     @field_validator("batch_size", mode="before")
     @classmethod
     def _batch_size(cls, value: Any) -> BatchSize:
         return BatchSize.parse(value, refusal=cls.refusal)
-
-    @field_validator("check", mode="before")
-    @classmethod
-    def _check(cls, value: Any) -> CheckScope:
-        return CheckScope.parse(value)
-
-    @field_validator("schema_changes", mode="before")
-    @classmethod
-    def _schema_changes(cls, value: Any) -> SchemaChanges:
-        return SchemaChanges.parse(value)
 
     @field_validator("sweep", mode="before")
     @classmethod
