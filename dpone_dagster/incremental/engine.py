@@ -22,6 +22,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.marks import Mark
+from dpone_dagster.core.options import build_options
 from dpone_dagster.core.sessions import (
     Sessions,
     fail_run,
@@ -78,6 +79,7 @@ class IncrementalSync:
             user-defined types its columns need (``schema_changes="freeze"``: none).
 
     Raises:
+        TypeError: ``options`` is not an :class:`~dpone_dagster.incremental.IncrementalOptions`.
         EngineError: ``incremental_options_invalid`` for an extension name that is not one.
 
     Examples:
@@ -108,7 +110,9 @@ class IncrementalSync:
         on_phase: PhaseHook | None = None,
         create_extensions: Collection[str] = (),
     ) -> None:
-        self.options = options = options or IncrementalOptions()
+        # A TypeError for anything else (the session options this name took before it).
+        options = build_options(IncrementalOptions, options, caller="IncrementalSync")
+        self.options = options
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)

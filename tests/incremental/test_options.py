@@ -70,3 +70,14 @@ def test_the_object_is_frozen_and_replace_validates_again() -> None:
     assert options.deletes is Deletes.HARD  # the original is unchanged
     with pytest.raises(EngineError, match="repair=True with reconcile=False"):
         options.replace(reconcile=False, repair=True)
+
+
+def test_the_engine_takes_the_object_and_refuses_the_session_options_its_name_took() -> None:
+    from dpone_dagster.incremental import IncrementalSync
+    from dpone_dagster.postgres import ConnectionOptions
+
+    sync = IncrementalSync("host=a", "host=b", "shop.orders", cursor="updated_at")
+    assert sync.options == IncrementalOptions() and sync.options.reconcile  # the asset's default
+    with pytest.raises(TypeError, match="takes a IncrementalOptions"):
+        IncrementalSync("host=a", "host=b", "shop.orders", cursor="updated_at",
+                        options=ConnectionOptions())  # type: ignore[arg-type]  # fmt: skip
