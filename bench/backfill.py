@@ -67,6 +67,7 @@ from bench import pipe, result_file  # noqa: E402
 from bench.backfill_report import Summary, phase_lines, phase_ms, print_round  # noqa: E402
 from dpone_dagster.backfill import (  # noqa: E402
     Backfill,
+    BackfillOptions,
     BackfillRun,
     BatchReceipt,
     RunLedger,
@@ -143,8 +144,8 @@ def child(source: str, target: str, batch: int, rows: int) -> None:
     """Runs the backfill in this process and prints its timings as JSON."""
     phases = BatchPhases()
     backfill = Backfill(
-        source, target, "public.mixed", cursor="id", batch_size=batch or None,
-        on_phase=phases.on_phase,
+        source, target, "public.mixed", cursor="id",
+        options=BackfillOptions(batch_size=batch or None), on_phase=phases.on_phase,
     )  # fmt: skip
     ledger = TimedLedger(backfill.ledger.schema, [100_000, rows])
     backfill.ledger = ledger

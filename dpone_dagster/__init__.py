@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from dpone_dagster.lazy_names import lazy_names
 
 if TYPE_CHECKING:
+    from dpone_dagster.backfill import BackfillOptions
     from dpone_dagster.dagster.assets import (
         backfill_asset,
         incremental_asset,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from dpone_dagster.incremental import IncrementalOptions
 
 _LAZY: dict[str, str] = {
+    "BackfillOptions": "dpone_dagster.backfill",
     "CopyTableSpec": "dpone_dagster.dagster.translator",
     "DponeFailure": "dpone_dagster.dagster.failures",
     "DponeTranslator": "dpone_dagster.dagster.translator",
@@ -72,6 +74,7 @@ _LAZY: dict[str, str] = {
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackfillOptions",
     "CopyTableSpec",
     "DponeFailure",
     "DponeTranslator",

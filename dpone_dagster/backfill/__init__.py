@@ -1,16 +1,18 @@
 """Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster.
 
-Start with :class:`Backfill`; the documents it returns are in :mod:`.protocol`, the pure rules
-in :mod:`.rules` (those of a copied batch, each named, in :mod:`.batch_rules`), its records in
-the ledger in :mod:`.ledger`. It stands on the shared core (:mod:`dpone_dagster.core`: sessions,
-waits, in-flight evidence, read windows, the ledger store, the error catalog) and never imports
-another engine; :func:`backfill_handoff` hands a complete backfill to an incremental stream.
+Start with :class:`Backfill` and its :class:`BackfillOptions`; the documents it returns are in
+:mod:`.protocol`, the pure rules in :mod:`.rules` (those of a copied batch, each named, in
+:mod:`.batch_rules`), its records in the ledger in :mod:`.ledger`. It stands on the shared core
+(:mod:`dpone_dagster.core`: sessions, waits, in-flight evidence, read windows, the ledger store,
+the error catalog) and never imports another engine; :func:`backfill_handoff` hands a complete
+backfill to an incremental stream.
 """
 
 from .api import Backfill
 from .copier import BatchResult
 from .handoff import backfill_handoff
 from .ledger import RunLedger
+from .options import BackfillOptions
 from .protocol import (
     BACKFILL_PROTOCOL,
     ApplyPath,
@@ -45,6 +47,7 @@ __all__ = [
     "Backfill",
     "BackfillEffects",
     "BackfillEvidence",
+    "BackfillOptions",
     "BackfillProgress",
     "BackfillReconciliationError",
     "BackfillResult",

@@ -21,18 +21,19 @@ from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
+from dpone_dagster.core.options import build_options
 from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import BatchSize
 
 from .batch_size import batch_size_for, width_batch_size
 from .boundary import mark_boundary, take_high_water_mark
 from .chain import verify_chain
 from .copier import BatchResult, PhaseHook, copy_batch
 from .ledger import RunLedger, wait_for_lost_commit
+from .options import BackfillOptions
 from .protocol import (
     BackfillRun,
     BackfillScope,
@@ -41,7 +42,7 @@ from .protocol import (
     BatchRequest,
 )
 from .reconcile import reconcile_run
-from .reconcile_model import OnChanged, ReconciliationReport
+from .reconcile_model import ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
 from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
@@ -60,38 +61,30 @@ class Backfill:
         cursor: The cursor column's exact name; ``None`` is refused (``backfill_cursor_missing``).
         target_table: The target table; defaults to the source table's name.
         ledger: Where the ledger lives (default: schema ``dpone_ledger`` of the target).
-        batch_size: Rows per batch (rows tied on the last cursor value are added); by
-            default chosen once, when the run is planned, from the source table's width
-            (about 64 MiB of it a batch: :mod:`dpone_dagster.backfill.batch_size`).
         lower: Exclusive lower bound of the partition (an int, datetime, date or text).
         upper: Inclusive upper bound of the partition.
-        write_pause: A reference to a bounded write pause (ticket, window) when the cursor does
-            not grow with commit order; the plan then does not wait for in-flight writers.
         label: Distinguishes runs whose databases and tables share names on different servers.
-        settle_timeout: Seconds the plan waits for transactions in flight at the mark.
-        options: Session options (application name, timeouts), of both sides unless
-            ``target_options`` is given.
-        target_options: Options of the target's (and the ledger's) sessions.
+        options: How the backfill runs (batch size, reconciliation, ``on_changed``, settle
+            timeout, write pause): :class:`BackfillOptions`, the defaults when ``None``.
+        connection_options: Session options (application name, timeouts), of both sides unless
+            ``target_connection_options`` is given.
+        target_connection_options: Options of the target's (and the ledger's) sessions.
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
-        on_changed: What the final reconciliation does with rows the source updated or deleted
-            after their batch was copied: ``"fail"`` (default) keeps the copied history and
-            fails with ``backfill_record_changed`` (the run is ``blocked``); ``"repair"``
-            rewrites the differing ranges from the reconciliation's one source snapshot, so the
-            run ends equal to the source at that snapshot (label ``repaired_to_one_snapshot``);
-            a batch that meets a row an earlier batch copied with other values (its cursor
-            value moved forward) replaces it instead of failing. Not part of the run's scope:
-            a blocked run can be run again with ``"repair"``.
 
     Raises:
+        TypeError: ``options`` is not a :class:`BackfillOptions`.
         EngineError: ``backfill_cursor_missing`` without a cursor, ``plan_invalid`` for a
-            batch size below 1, an unknown ``on_changed`` or a target that is the source
-            itself.
+            target that is the source itself (a :class:`BackfillOptions` refuses a bad option
+            with ``plan_invalid`` when it is built).
         IdentifierError: ``identifier_invalid`` for a name PostgreSQL cannot hold exactly.
 
     Examples:
         Copy ``public.orders`` in 50,000-row batches, printing progress after each commit::
 
-            backfill = Backfill(src, dst, "public.orders", cursor="id", batch_size=50_000)
+            backfill = Backfill(
+                src, dst, "public.orders", cursor="id",
+                options=BackfillOptions(batch_size=50_000),
+            )
             result = backfill.run(on_batch=lambda b: print(b.run.progress))
     """
 
@@ -104,20 +97,18 @@ class Backfill:
         cursor: str | None,
         target_table: TableName | str | None = None,
         ledger: LedgerConfig | None = None,
-        batch_size: int | None = None,
         lower: object = None,
         upper: object = None,
-        write_pause: str | None = None,
         label: str = "",
-        settle_timeout: float = 60.0,
-        options: ConnectionOptions | None = None,
-        target_options: ConnectionOptions | None = None,
+        options: BackfillOptions | None = None,
+        connection_options: ConnectionOptions | None = None,
+        target_connection_options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
-        on_changed: OnChanged | str = OnChanged.FAIL,
     ) -> None:
         if cursor is None:
             raise engine_error("backfill_cursor_missing", "No cursor column was given.")
-        self.on_changed = OnChanged.parse(on_changed)
+        # A TypeError for anything else (the session options this name took before it).
+        self.options = build_options(BackfillOptions, options, caller="Backfill")
         self.source = table if isinstance(table, TableName) else TableName.parse(table)
         target = target_table if target_table is not None else self.source
         self.target = target if isinstance(target, TableName) else TableName.parse(target)
@@ -125,14 +116,11 @@ class Backfill:
         self.source_dsn, self.target_dsn = source_dsn, target_dsn
         self.ledger_config = ledger or LedgerConfig()
         self.ledger = RunLedger(self.ledger_config.schema)
-        self.batch_size = (
-            None if batch_size is None else BatchSize.parse(batch_size, refusal="plan_invalid")
+        self.lower, self.upper, self.label = lower, upper, label
+        self.connection_options = connection_options or ConnectionOptions(
+            application_name="dpone-backfill"
         )
-        self.lower, self.upper = lower, upper
-        self.write_pause, self.label = write_pause, label
-        self.settle_timeout = settle_timeout
-        self.options = options or ConnectionOptions(application_name="dpone-backfill")
-        self.target_options = target_options or self.options
+        self.target_connection_options = target_connection_options or self.connection_options
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
         self._sessions: Sessions | None = None
         self._shape: TableShape | None = None
@@ -141,7 +129,7 @@ class Backfill:
     # -- sessions ---------------------------------------------------------------------------
 
     def _connect(self, dsn: str, side: Side) -> Connection:
-        options = self.options if side == "source" else self.target_options
+        options = self.connection_options if side == "source" else self.target_connection_options
         conn = prepared_session(dsn, options, side)
         # Every batch runs the same ledger and range statements: prepare them from the first
         # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
@@ -242,11 +230,12 @@ class Backfill:
         if existing is not None:
             return existing
         self._refuse_changed_columns(sessions, scope)
-        settle = None if self.write_pause is not None else self.settle_timeout
+        write_pause = self.options.write_pause
+        settle = None if write_pause is not None else self.options.settle_timeout
         mark = take_high_water_mark(
             sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
         )
-        boundary, evidence = mark_boundary(mark, self.cursor, self.write_pause)
+        boundary, evidence = mark_boundary(mark, self.cursor, write_pause)
         sized = width_batch_size(sessions.source, shape)
         run = start_run(
             scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence,
@@ -331,7 +320,7 @@ class Backfill:
         try:
             return copy_batch(
                 sessions, self.ledger, shape, request, on_phase=self.on_phase,
-                on_changed=self.on_changed,
+                on_changed=self.options.on_changed,
             )  # fmt: skip
         except psycopg.Error as exc:
             error = self._database_failure(exc, sessions)
@@ -384,7 +373,7 @@ class Backfill:
         while run.status in (BackfillStatus.PLANNED, BackfillStatus.IN_PROGRESS):
             if max_batches is not None and done >= max_batches:
                 return
-            result = self.apply(next_request(run, batch_size_for(run, self.batch_size)))
+            result = self.apply(next_request(run, batch_size_for(run, self.options.batch_size)))
             run = result.run
             done += 1
             yield result
@@ -394,7 +383,7 @@ class Backfill:
         on_batch: Callable[[BatchResult], None] | None = None,
         *,
         max_batches: int | None = None,
-        reconcile: bool = True,
+        reconcile: bool | None = None,
         reverify: bool = False,
     ) -> BackfillResult:
         """Runs the backfill to its mark (or ``max_batches``), then reconciles.
@@ -403,7 +392,8 @@ class Backfill:
             on_batch: Called after each committed batch with its receipt and the run (the
                 checkpoint, counts, mark and remaining estimate are in ``result.run.progress``).
             max_batches: Stop after this many batches.
-            reconcile: Reconcile once the run reaches its mark (again while it is blocked).
+            reconcile: Reconcile once the run reaches its mark (again while it is blocked);
+                ``None``: as the options say (``BackfillOptions.reconcile``, true by default).
             reverify: Reconcile again a run that already succeeded (a refresh): the target is
                 verified against the source as it is now; a range the source changed since is
                 rewritten with ``on_changed="repair"``, or blocks the run with
@@ -425,6 +415,8 @@ class Backfill:
         run = run or self.plan()
         report = None
         refresh = reverify and run.status is BackfillStatus.SUCCEEDED
+        if reconcile is None:
+            reconcile = self.options.reconcile
         if reconcile and (refresh or needs_reconciliation(run)):
             report = self.reconcile()
             run = self.load() or run
@@ -453,7 +445,7 @@ class Backfill:
         try:
             return reconcile_run(
                 sessions, reader, self.ledger, shape, run_id_for(scope), repair=repair,
-                row_versions=row_versions, on_changed=self.on_changed,
+                row_versions=row_versions, on_changed=self.options.on_changed,
             )  # fmt: skip
         finally:
             reader.close()

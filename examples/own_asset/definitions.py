@@ -8,6 +8,7 @@ hand, with logic of their own before and after.
 import dagster as dg
 
 from dpone_dagster import (
+    BackfillOptions,
     CopyTableSpec,
     DponeTranslator,
     LedgerResource,
@@ -54,7 +55,8 @@ def page_views_backfill(
     target: PostgresTargetResource,
     ledger: LedgerResource,
 ):
-    yield from source.backfill(context, target=target, ledger=ledger, batch_size=500)
+    options = BackfillOptions(batch_size=500)
+    yield from source.backfill(context, target=target, ledger=ledger, options=options)
     context.log.info(f"partitions {context.partition_keys} are in the target")
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from dpone_dagster.backfill import Backfill, BackfillOptions
 from tests.helpers import pg
 
 
@@ -17,6 +19,13 @@ class Pair:
 
     source: str
     target: str
+
+    def backfill(self, options: BackfillOptions | None = None, **engine: Any) -> Backfill:
+        """The backfill of ``public.mixed`` by ``id``, with ``options`` and the engine's other
+        arguments (``ledger``, ``on_phase``, ``connection_options``...)."""
+        return Backfill(
+            self.source, self.target, "public.mixed", cursor="id", options=options, **engine
+        )
 
     def fingerprints(self, table: str = "mixed") -> tuple[tuple[int, str], tuple[int, str]]:
         return (

@@ -10,6 +10,7 @@ import pytest
 from dpone_dagster.backfill import (
     ApplyPath,
     Backfill,
+    BackfillOptions,
     BackfillStatus,
     BatchResult,
 )
@@ -20,9 +21,7 @@ from tests.helpers import pg
 
 def test_batches_copy_every_row_with_receipts_that_prove_it(pair: Pair) -> None:
     seen: list[BatchResult] = []
-    result = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=700).run(
-        on_batch=seen.append
-    )
+    result = pair.backfill(BackfillOptions(batch_size=700)).run(on_batch=seen.append)
     src, dst = pair.fingerprints()
     assert src == dst and src[0] == 5000
     assert result.run.status is BackfillStatus.SUCCEEDED
@@ -55,7 +54,7 @@ def test_a_batch_into_an_empty_range_takes_its_target_count_from_its_copy_and_re
 ) -> None:
     """A batch into an empty range of a table without triggers counts its rows by its COPY's
     command tag and reads none of them back (the server's own statistics of the target)."""
-    with Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000) as b:
+    with pair.backfill(BackfillOptions(batch_size=1000)) as b:
         result = b.run(reconcile=False)
     receipts = [r.observation for r in Backfill(
         pair.source, pair.target, "public.mixed", cursor="id").receipts()]  # fmt: skip
@@ -71,11 +70,11 @@ def test_a_batch_into_an_empty_range_takes_its_target_count_from_its_copy_and_re
 
 
 def test_a_new_process_loads_the_last_committed_state_and_resumes_after_it(pair: Pair) -> None:
-    first = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    first = pair.backfill(BackfillOptions(batch_size=1000))
     partial = first.run(max_batches=2)
     first.close()
     assert partial.run.status is BackfillStatus.IN_PROGRESS and partial.reconciliation is None
-    again = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    again = pair.backfill(BackfillOptions(batch_size=1000))
     loaded = again.load()
     assert loaded == partial.run
     assert loaded is not None and loaded.progress.next_after == "2000"
@@ -103,9 +102,10 @@ def test_timestamp_partitions_with_tied_cursor_values_copy_each_row_once(
     )
     bounds = [None, datetime(2024, 1, 1, 1, 0, tzinfo=UTC), "2024-01-01 03:00+00", None]
     run_ids = set()
+    batches = BackfillOptions(batch_size=7)
     for lower, upper in zip([*bounds[:2], bounds[2]], [bounds[1], bounds[2], None], strict=True):
         backfill = Backfill(
-            source_dsn, target_dsn, "ev", cursor="at", batch_size=7, lower=lower, upper=upper
+            source_dsn, target_dsn, "ev", cursor="at", options=batches, lower=lower, upper=upper
         )
         result = backfill.run()
         run_ids.add(result.run.run_id)
@@ -120,14 +120,14 @@ def test_timestamp_partitions_with_tied_cursor_values_copy_each_row_once(
 
 def test_existing_equal_rows_are_counted_as_duplicates_not_copied_twice(pair: Pair) -> None:
     copy_rows(pair.source, pair.target, "SELECT * FROM mixed WHERE id BETWEEN 1200 AND 1300")
-    result = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000).run()
+    result = pair.backfill(BackfillOptions(batch_size=1000)).run()
     assert result.run.progress.copied_count == 4899
     assert result.run.progress.duplicate_count == 101
     assert pair.fingerprints()[0] == pair.fingerprints()[1]
 
 
 def test_the_run_document_in_the_ledger_does_not_grow_with_batches(pair: Pair) -> None:
-    backfill = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=50)
+    backfill = pair.backfill(BackfillOptions(batch_size=50))
     sizes = []
     for result in backfill.batches():
         if result.receipt.sequence in (10, 99):
@@ -146,7 +146,7 @@ def test_the_run_document_in_the_ledger_does_not_grow_with_batches(pair: Pair) -
 def test_the_snapshot_label_tells_one_snapshot_from_none(
     pair: Pair, make_database: Callable[[str], str]
 ) -> None:
-    one = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=5000).run()
+    one = pair.backfill(BackfillOptions(batch_size=5000)).run()
     assert one.snapshot_label is SnapshotLabel.SINGLE_SNAPSHOT and one.run.progress.batch_count == 1
     empty_source = make_database("dpone_empty")
     pg.create_mixed_table(empty_source, rows=0)
@@ -177,7 +177,8 @@ def test_a_backfill_moves_types_not_certified_across_major_versions_as_text_in_i
         " int4range(g, g + 5), time '00:00' + g * interval '1 second'"
         " FROM generate_series(1, 2500) g",
     )
-    result = Backfill(source_dsn, target_dsn, "public.spans", cursor="id", batch_size=1000).run()
+    options = BackfillOptions(batch_size=1000)
+    result = Backfill(source_dsn, target_dsn, "public.spans", cursor="id", options=options).run()
     same_version = pg.server_version(source_dsn) == pg.server_version(target_dsn)
     assert result.run.scope.copy_format == ("binary" if same_version else "text")
     assert result.reconciliation is not None and result.reconciliation.ok

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillRun
+from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillRun
 from dpone_dagster.backfill.batch_size import EVIDENCE_KIND, batch_size_for
 from dpone_dagster.backfill.rules import next_request
 from dpone_dagster.core import EngineError
@@ -99,8 +99,8 @@ def test_every_orchestrator_of_a_run_asks_for_the_batch_size_planned_for_it(pair
     # A second orchestrator that read the run before the first committed asks for the same
     # batch: the same request, answered by replay (a batch sized anew would be a changed one).
     second = Backfill(pair.source, pair.target, "public.mixed", cursor="id")
-    assert batch_size_for(second.plan(), second.batch_size) == size
-    again = second.apply(next_request(planned, batch_size_for(planned, second.batch_size)))
+    assert batch_size_for(second.plan(), second.options.batch_size) == size
+    again = second.apply(next_request(planned, batch_size_for(planned, second.options.batch_size)))
     assert again.replayed and again.receipt == first.receipts()[0]
     resized = next_request(planned, int(SIXTY_FOUR_MIB / wide_row))  # sized anew
     with pytest.raises(EngineError) as err:
@@ -118,7 +118,8 @@ def test_a_table_the_server_has_no_row_estimate_for_gets_the_default_and_a_given
     assert pg.fetch_all(source_dsn, WIDTH.format("narrow"))[0][1] < 0  # never analyzed
     run = Backfill(source_dsn, target_dsn, "public.narrow", cursor="id").plan()
     assert planned_size(run) is None and batch_size_for(run, None) == BACKFILL_BATCH_SIZE
-    given = Backfill(source_dsn, target_dsn, "public.narrow", cursor="id", batch_size=700)
+    options = BackfillOptions(batch_size=700)
+    given = Backfill(source_dsn, target_dsn, "public.narrow", cursor="id", options=options)
     result = given.run()
     assert [r.observation.source_count for r in given.receipts()] == [700] * 4 + [200]
     assert result.run.progress.copied_count == 3000

@@ -19,6 +19,7 @@ import pytest
 from dpone_dagster.backfill import (
     ApplyPath,
     Backfill,
+    BackfillOptions,
     BackfillReconciliationError,
     BackfillStatus,
     BatchResult,
@@ -145,7 +146,7 @@ def test_by_default_a_changed_history_fails_with_next_actions_and_a_rerun_fails_
     changing: tuple[Pair, StepWriter],
 ) -> None:
     pair, writer = changing
-    b = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=BATCH)
+    b = pair.backfill(BackfillOptions(batch_size=BATCH))
     with pytest.raises(BackfillReconciliationError) as err:
         b.run(on_batch=writing_after_first_batches(writer))  # type: ignore[arg-type]
     assert err.value.code == "backfill_record_changed"
@@ -164,10 +165,7 @@ def test_by_default_a_changed_history_fails_with_next_actions_and_a_rerun_fails_
     assert digest(pair.source, "mixed") != digest(pair.target, "mixed")  # history untouched
 
     # The way out for the blocked run: the same scope (the same run), run with on_changed="repair".
-    fixed = Backfill(
-        pair.source, pair.target, "public.mixed", cursor="id", batch_size=BATCH,
-        on_changed="repair",
-    ).run()  # fmt: skip
+    fixed = pair.backfill(BackfillOptions(batch_size=BATCH, on_changed="repair")).run()
     assert fixed.run.run_id == b.run_id and fixed.run.status is BackfillStatus.SUCCEEDED
     assert fixed.snapshot_label is SnapshotLabel.REPAIRED_TO_ONE_SNAPSHOT
     assert digest(pair.source, "mixed") == digest(pair.target, "mixed")
@@ -177,10 +175,7 @@ def test_repair_ends_equal_to_the_source_at_the_reconciliation_snapshot_deletes_
     changing: tuple[Pair, StepWriter],
 ) -> None:
     pair, writer = changing
-    b = Backfill(
-        pair.source, pair.target, "public.mixed", cursor="id", batch_size=BATCH,
-        on_changed="repair",
-    )  # fmt: skip
+    b = pair.backfill(BackfillOptions(batch_size=BATCH, on_changed="repair"))
     result = b.run(on_batch=writing_after_first_batches(writer))  # type: ignore[arg-type]
     writer.wait_for(writer.steps + 2)  # the source moves on after the reconciliation
     writer.stop()
@@ -219,10 +214,7 @@ def test_reverify_checks_a_succeeded_run_against_the_source_as_it_is_now(
     pair: Pair, on_changed: OnChanged
 ) -> None:
     def backfill() -> Backfill:
-        return Backfill(
-            pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000,
-            on_changed=on_changed,
-        )  # fmt: skip
+        return pair.backfill(BackfillOptions(batch_size=1000, on_changed=on_changed))
 
     wait_for_older_transactions(pair.source)  # every batch's rows provable by their versions
     done = backfill().run()
@@ -261,10 +253,7 @@ def test_repair_rewrites_only_the_keys_that_differ_inside_a_batch_range(
     (key-hash ranges, then sub-ranges): either way only the differing keys are written."""
 
     def backfill() -> Backfill:
-        return Backfill(
-            pair.source, pair.target, "public.mixed", cursor="id", batch_size=batch_size,
-            on_changed="repair",
-        )  # fmt: skip
+        return pair.backfill(BackfillOptions(batch_size=batch_size, on_changed="repair"))
 
     assert backfill().run().run.status is BackfillStatus.SUCCEEDED
     pg.execute(pair.source, "UPDATE mixed SET qty = qty + 1 WHERE id IN (10, 2500, 4990)")
@@ -281,9 +270,9 @@ def test_repair_rewrites_only_the_keys_that_differ_inside_a_batch_range(
     assert digest(pair.source, "mixed") == digest(pair.target, "mixed")
 
 
-def test_an_unknown_on_changed_is_refused_before_anything_is_read(pair: Pair) -> None:
+def test_an_unknown_on_changed_is_refused_before_anything_is_read() -> None:
     with pytest.raises(EngineError) as err:
-        Backfill(pair.source, pair.target, "public.mixed", cursor="id", on_changed="merge")  # type: ignore[arg-type]
+        BackfillOptions(on_changed="merge")
     assert err.value.code == "plan_invalid" and "repair" in err.value.message
 
 
@@ -314,10 +303,8 @@ def test_a_row_whose_cursor_moves_stops_the_default_and_is_followed_by_repair_at
             pg.execute(source_dsn, "UPDATE moving SET pos = 50, note = 'down' WHERE id = 900")
 
     def backfill(on_changed: OnChanged) -> Backfill:
-        return Backfill(
-            source_dsn, target_dsn, "public.moving", cursor="pos", batch_size=100,
-            on_changed=on_changed,
-        )  # fmt: skip
+        options = BackfillOptions(batch_size=100, on_changed=on_changed)
+        return Backfill(source_dsn, target_dsn, "public.moving", cursor="pos", options=options)
 
     with pytest.raises(EngineError) as err:  # batch 6 meets row 5, copied by batch 1
         backfill("fail").run(on_batch=writer)

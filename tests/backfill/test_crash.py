@@ -7,7 +7,7 @@ import subprocess
 
 import psycopg
 
-from dpone_dagster.backfill import Backfill
+from dpone_dagster.backfill import BackfillOptions
 from tests.backfill.conftest import make_pair
 from tests.helpers import crash, pg
 
@@ -52,7 +52,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     final = start_child(pair.source, pair.target)
     out, _ = final.communicate(timeout=120)
     assert final.returncode == 0 and out.rstrip().endswith(f"done {ROWS}"), out
-    backfill = Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=BATCH)
+    backfill = pair.backfill(BackfillOptions(batch_size=BATCH))
     run = backfill.verify()  # digest of the run and every link of the checkpoint chain
     assert run.progress.copied_count == ROWS and run.progress.duplicate_count == 0
     assert run.progress.batch_count == ROWS // BATCH

@@ -7,7 +7,7 @@ import socket
 import psycopg
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillStatus
+from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillStatus
 from dpone_dagster.backfill.ledger import wait_for_lost_commit
 from dpone_dagster.backfill.rules import next_request
 from dpone_dagster.core import EngineError, LedgerConfig
@@ -24,9 +24,12 @@ def code_of(call: object) -> str:
     return err.value.code
 
 
-def backfill(pair: Pair, **kw: object) -> Backfill:
-    options: dict[str, object] = {"cursor": "id", "batch_size": 1000, **kw}
-    return Backfill(pair.source, pair.target, "public.mixed", **options)  # type: ignore[arg-type]
+def backfill(pair: Pair, *, cursor: str | None = "id", **kw: object) -> Backfill:
+    """The engine over ``public.mixed``: ``kw`` holds options (1000-row batches by default) and
+    the engine's other arguments (``lower``, ``ledger``)."""
+    options = {k: kw.pop(k) for k in list(kw) if k in BackfillOptions.model_fields}
+    built = BackfillOptions.parse({"batch_size": 1000, **options})
+    return Backfill(pair.source, pair.target, "public.mixed", cursor=cursor, options=built, **kw)  # type: ignore[arg-type]
 
 
 def test_a_missing_cursor_is_refused(pair: Pair) -> None:

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from dpone_dagster.backfill import Backfill, BackfillStatus
+from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillStatus
 from dpone_dagster.core import EngineError, LedgerConfig
 from dpone_dagster.postgres.identifiers import IdentifierError, TableName
 from tests.backfill.conftest import Pair
@@ -47,7 +47,7 @@ def test_a_row_reserved_below_the_mark_and_committed_later_is_not_lost(
     def run() -> None:
         try:
             outcome["result"] = Backfill(
-                source_dsn, target_dsn, "q", cursor="id", batch_size=300
+                source_dsn, target_dsn, "q", cursor="id", options=BackfillOptions(batch_size=300)
             ).run()
         except BaseException as exc:
             outcome["error"] = exc
@@ -95,7 +95,7 @@ def test_a_lost_commit_response_is_answered_by_replay(pair: Pair) -> None:
             proxy.dsn(pair.target),
             "public.mixed",
             cursor="id",
-            batch_size=1000,
+            options=BackfillOptions(batch_size=1000),
             on_phase=on_phase,
         ).run()
     finally:
@@ -122,24 +122,14 @@ def test_a_ledger_elsewhere_crashing_after_the_rows_committed_is_repaired_by_rep
     config = LedgerConfig(dsn=proxy.dsn(ledger_dsn))
     try:
         with pytest.raises(EngineError) as err:
-            Backfill(
-                pair.source,
-                pair.target,
-                "public.mixed",
-                cursor="id",
-                batch_size=1000,
-                ledger=config,
-                on_phase=on_phase,
-            ).run()
+            pair.backfill(BackfillOptions(batch_size=1000), ledger=config, on_phase=on_phase).run()
         assert err.value.code == "backfill_persistence_failed"
         assert pg.fetch_one(pair.target, "SELECT count(*) FROM mixed") == 2000
         assert (
             pg.fetch_one(ledger_dsn, "SELECT count(*) FROM dpone_ledger.backfill_batch_receipts")
             == 1
         )
-        resumed = Backfill(
-            pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000, ledger=config
-        )
+        resumed = pair.backfill(BackfillOptions(batch_size=1000), ledger=config)
         result = resumed.run()
         assert resumed.receipts()[1].observation.apply_path.value == "staged_apply"
     finally:
@@ -165,9 +155,7 @@ def test_a_terminated_session_mid_batch_leaves_the_checkpoint_and_the_next_attem
                 assert pids
                 pg.terminate(pids, dsn)
 
-    b = Backfill(
-        pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000, on_phase=on_phase
-    )
+    b = pair.backfill(BackfillOptions(batch_size=1000), on_phase=on_phase)
     with pytest.raises(EngineError) as err:
         b.run()
     assert err.value.code == "backfill_persistence_failed"
@@ -193,9 +181,7 @@ def test_an_interrupt_mid_copy_leaves_the_checkpoint_and_no_open_transaction(pai
             if calls["copy"] == 3:
                 raise Interrupted
 
-    b = Backfill(
-        pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000, on_phase=on_phase
-    )
+    b = pair.backfill(BackfillOptions(batch_size=1000), on_phase=on_phase)
     with pytest.raises(Interrupted):
         b.run()
     assert pg.open_transactions(pair.source, APP) == []
@@ -231,8 +217,9 @@ def test_hostile_names_reach_only_the_intended_table(source_dsn: str, target_dsn
     )
     ledger = LedgerConfig(schema='ledger"; DROP SCHEMA public; --')
     before = set(pg.fetch_all(target_dsn, "SELECT schemaname, tablename FROM pg_tables"))
+    options = BackfillOptions(batch_size=70)
     result = Backfill(
-        source_dsn, target_dsn, table, cursor=HOSTILE_CURSOR, batch_size=70, ledger=ledger
+        source_dsn, target_dsn, table, cursor=HOSTILE_CURSOR, options=options, ledger=ledger
     ).run()
     assert result.run.progress.copied_count == 500
     after = set(pg.fetch_all(target_dsn, "SELECT schemaname, tablename FROM pg_tables"))

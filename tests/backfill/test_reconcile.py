@@ -10,6 +10,7 @@ import pytest
 
 from dpone_dagster.backfill import (
     Backfill,
+    BackfillOptions,
     BackfillReconciliationError,
     BackfillStatus,
 )
@@ -23,7 +24,7 @@ from tests.helpers import pg
 
 
 def backfill(pair: Pair) -> Backfill:
-    return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    return pair.backfill(BackfillOptions(batch_size=1000))
 
 
 @pytest.mark.cross_server
@@ -145,7 +146,8 @@ def test_user_defined_types_and_hostile_column_names_are_digested_alike(
         f"INSERT INTO {table} SELECT g, (ARRAY['sad', 'ok', 'happy'])[1 + g %% 3]::\"Mood; --\","
         " g * 1.5, g * 1.50, 'row ' || g, json_build_object('g', g) FROM generate_series(1, 300) g",
     )
-    b = Backfill(source_dsn, target_dsn, 'public."T ""x"""', cursor="Id", batch_size=100)
+    options = BackfillOptions(batch_size=100)
+    b = Backfill(source_dsn, target_dsn, 'public."T ""x"""', cursor="Id", options=options)
     result = b.run()
     assert result.reconciliation is not None and result.reconciliation.ok
     pg.execute(target_dsn, f'UPDATE {table} SET n = 150.0 WHERE "Id" = 100')  # was 150.00

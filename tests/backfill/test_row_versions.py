@@ -15,6 +15,7 @@ import pytest
 
 from dpone_dagster.backfill import (
     Backfill,
+    BackfillOptions,
     BatchReceipt,
     RangeOutcome,
     ReconciliationReport,
@@ -30,7 +31,7 @@ HASHED, PROVEN = Proof.CONTENT_HASH, Proof.ROW_VERSIONS
 
 
 def backfill(pair: Pair) -> Backfill:
-    return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    return pair.backfill(BackfillOptions(batch_size=1000))
 
 
 def proofs(report: ReconciliationReport) -> list[Proof]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, BackfillStatus
+from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillStatus
 from dpone_dagster.core import EngineError
 from tests.backfill.conftest import Pair
 from tests.helpers import pg
 
 
 def _backfill(pair: Pair) -> Backfill:
-    return Backfill(pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000)
+    return pair.backfill(BackfillOptions(batch_size=1000))
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import IsolationLevel, pq
 
-from dpone_dagster.backfill import Backfill
+from dpone_dagster.backfill import BackfillOptions
 from dpone_dagster.core import LedgerConfig
 from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
 from dpone_dagster.postgres.connection import ConnectionOptions
@@ -124,10 +124,7 @@ def test_each_batch_session_is_in_a_psycopg_transaction_of_its_mode(
     # An equal row already in batch 2's range: its direct COPY fails on the unique key, only
     # the savepoint is rolled back, and the same snapshot goes through the staged apply.
     copy_rows(pair.source, pair.target, "SELECT * FROM mixed WHERE id = 1500")
-    b = Backfill(
-        pair.source, pair.target, "public.mixed", cursor="id", batch_size=1000, ledger=ledger,
-        options=OPTIONS,
-    )  # fmt: skip
+    b = pair.backfill(BackfillOptions(batch_size=1000), ledger=ledger, connection_options=OPTIONS)
     seen: list[dict[str, object]] = []
 
     def on_phase(phase: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from dpone_dagster.backfill import BackfillOptions
 from dpone_dagster.dagster.assets import backfill_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
@@ -257,9 +258,8 @@ def test_a_backfill_without_its_check_materializes_and_checks_nothing(
 ) -> None:
     source_dsn, target_dsn = tables
     reconcile = how != "reconcile=False"
-    asset = backfill_asset(
-        "public.mixed", cursor="id", partitions_def=PARTS, batch_size=300, reconcile=reconcile
-    )
+    options = BackfillOptions(batch_size=300, reconcile=reconcile)
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, options=options)
     selection = dg.AssetSelection.assets(asset).without_checks()
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         result = dg.materialize(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from dpone_dagster.backfill import Backfill, BatchResult
+from dpone_dagster.backfill import Backfill, BackfillOptions, BatchResult
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -57,7 +57,8 @@ def backfill(source: str, target: str, batch_size: int, phases: Phases) -> int:
     def on_batch(result: BatchResult) -> None:
         phases.committed(result.receipt.sequence, result.replayed)
 
-    job = Backfill(source, target, "public.mixed", cursor="id", batch_size=batch_size,
+    options = BackfillOptions(batch_size=batch_size)
+    job = Backfill(source, target, "public.mixed", cursor="id", options=options,
                    on_phase=phases.on_phase)  # fmt: skip
     return job.run(on_batch=on_batch).run.progress.copied_count
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpone_dagster.backfill import Backfill, backfill_handoff, prepare_target
+from dpone_dagster.backfill import Backfill, BackfillOptions, backfill_handoff, prepare_target
 from dpone_dagster.core import EngineError
 from dpone_dagster.core.handoff import Handoff
 from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
@@ -89,7 +89,7 @@ def _backfill(stream: Stream, **kwargs: object) -> Backfill:
     table = TableName("shop", "orders")
     prepare_target(stream.source, stream.target, table, table, "updated_at")
     return Backfill(stream.source, stream.target, "shop.orders", cursor="updated_at",
-                    batch_size=1000, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+                    options=BackfillOptions(batch_size=1000), **kwargs)  # type: ignore[arg-type]  # fmt: skip
 
 
 def test_a_planned_but_unfinished_backfill_is_refused(stream: Stream) -> None:

@@ -3,7 +3,7 @@
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.backfill`: it checks the
 table, cursor and partitions when the definitions load, builds the spec (naming the table, the
 target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
-``yield from source.backfill(context, target=target, ledger=ledger, ...)``.
+``yield from source.backfill(context, target=target, ledger=ledger, options=options)``.
 """
 
 # No `from __future__ import annotations`: Dagster reads the op's parameter annotations.
@@ -12,7 +12,8 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import OnChanged
+from dpone_dagster.backfill import BackfillOptions, OnChanged
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import BackfillEvent
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
@@ -24,7 +25,7 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.postgres import BatchSize, check_identifier
+from dpone_dagster.postgres import check_identifier
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:
@@ -47,7 +48,9 @@ def backfill_asset(
     *,
     cursor: str,
     partitions_def: dg.PartitionsDefinition,
+    options: BackfillOptions | None = None,
     batch_size: int | None = None,
+    on_changed: OnChanged | str | None = None,
     target_table: str | None = None,
     translator: DponeTranslator | None = None,
     name: str | None = None,
@@ -55,8 +58,7 @@ def backfill_asset(
     backfill_policy: dg.BackfillPolicy | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
-    reconcile: bool = True,
-    on_changed: OnChanged | str = OnChanged.FAIL,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """A partitioned asset that backfills ``table`` range by range through the durable ledger.
 
@@ -66,9 +68,15 @@ def backfill_asset(
             a unique index or the primary key starting with it).
         partitions_def: ``cursor_range_partitions(...)`` for an integer cursor, or any Dagster
             time-window partitions for a timestamp cursor.
-        batch_size: Rows per batch (each batch commits with its receipt); by default chosen
-            when each partition's run is planned, from the table's width (about 64 MiB of it
-            a batch: :mod:`dpone_dagster.backfill.batch_size`).
+        options: How each partition's backfill runs (:class:`~dpone_dagster.BackfillOptions`:
+            batch size, ``reconcile``, ``on_changed``, settle timeout...); the defaults when
+            ``None``. With ``reconcile=False`` the asset declares no ``dpone_reconciled`` check.
+        batch_size: Shortcut for ``options.batch_size``: rows per batch (each batch commits
+            with its receipt); by default chosen when each partition's run is planned, from
+            the table's width.
+        on_changed: Shortcut for ``options.on_changed``: ``"fail"`` (default) or ``"repair"``,
+            what the reconciliation does with rows the source updated or deleted after their
+            batch was copied.
         target_table: The target table; the source's name by default.
         translator: Maps the table to its asset spec (key ``[schema, table]`` by default).
         name: The op's name; derived from the key by default.
@@ -77,14 +85,9 @@ def backfill_asset(
             one run, partitions in order); ``multi_run(1)`` gives each partition its own run.
         pool: Dagster concurrency pool limiting runs that read the source.
         op_tags: Tags of the op.
-        reconcile: Reconcile each partition (count and hash per batch range) once it reaches its
-            mark, and report it through the ``dpone_reconciled`` asset check.
-        on_changed: What the reconciliation does with rows the source updated or deleted after
-            their batch was copied: ``"fail"`` (default) keeps the copied history and fails the
-            partition with ``backfill_record_changed``; ``"repair"`` rewrites the differing
-            ranges from the reconciliation's one source snapshot (rows updated, deleted,
-            inserted; label ``repaired_to_one_snapshot``). For a table that keeps changing
-            after its backfill, see ``incremental_asset``.
+        **legacy: The other fields of :class:`~dpone_dagster.BackfillOptions` as keyword
+            arguments (``reconcile=False``), as before the options object: accepted for one
+            release, with a ``DeprecationWarning``.
 
     Returns:
         The asset definition (resource keys ``source``, ``target``, ``ledger``).
@@ -96,7 +99,8 @@ def backfill_asset(
 
     Raises:
         DponeError: at definition time, for a bad table name (``identifier_invalid``), cursor,
-            partitions or ``on_changed`` (``plan_invalid``).
+            partitions or option (``plan_invalid``).
+        TypeError: for a keyword argument that is neither an argument nor an option.
 
     Examples:
         .. code-block:: python
@@ -105,14 +109,17 @@ def backfill_asset(
                 "events.page_views",
                 cursor="id",
                 partitions_def=cursor_range_partitions(0, 200_000, 50_000),
+                options=BackfillOptions(on_changed="repair", settle_timeout=30),
             )
     """
     spec_in = CopyTableSpec(source=table, target=target_table)
     check_identifier(cursor, what="cursor column")
     _check_partitions(partitions_def)
     check_instance_storage()
-    changed = OnChanged.parse(on_changed)
-    rows = None if batch_size is None else BatchSize.parse(batch_size, refusal="plan_invalid")
+    shortcuts = {"batch_size": batch_size, "on_changed": on_changed}
+    opts = build_options(
+        BackfillOptions, options, caller="backfill_asset", shortcuts=shortcuts, legacy=legacy
+    )
     spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
     check = dg.AssetCheckSpec(
         CHECK_NAME, asset=spec.key, description="Target equals source at the mark, per range."
@@ -125,11 +132,11 @@ def backfill_asset(
                 partitions_def=partitions_def,
                 metadata={
                     **spec.metadata,
-                    **DponeMetadataSet(cursor=cursor, on_changed=changed.value),
+                    **DponeMetadataSet(cursor=cursor, on_changed=opts.on_changed.value),
                 },
             )
         ],
-        check_specs=[check] if reconcile else [],
+        check_specs=[check] if opts.reconcile else [],
         can_subset=True,
         partitions_def=partitions_def,
         backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
@@ -143,9 +150,6 @@ def backfill_asset(
         target: PostgresTargetResource,
         ledger: LedgerResource,
     ) -> Iterator[BackfillEvent]:
-        yield from source.backfill(
-            context, target=target, ledger=ledger, batch_size=rows, reconcile=reconcile,
-            on_changed=changed,
-        )  # fmt: skip
+        yield from source.backfill(context, target=target, ledger=ledger, options=opts)
 
     return _backfill

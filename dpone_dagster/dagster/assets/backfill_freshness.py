@@ -90,7 +90,7 @@ def backfill_freshness_check(
                 with Backfill(
                     source.dsn, target.dsn, table, cursor=cursor, target_table=target_table,
                     ledger=ledger.config(target), lower=rng.lower, upper=rng.upper,
-                    options=source.options, target_options=target.options,
+                    connection_options=source.options, target_connection_options=target.options,
                 ) as run:  # fmt: skip
                     states.append((partition, run.state()))
         return partitions_check(key, states, max_age, check_name=name)

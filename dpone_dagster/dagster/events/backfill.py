@@ -19,10 +19,10 @@ import psycopg
 
 from dpone_dagster.backfill import (
     Backfill,
+    BackfillOptions,
     BackfillReconciliationError,
     BackfillResult,
     BackfillStatus,
-    OnChanged,
     prepare_target,
 )
 from dpone_dagster.core.ledger import LedgerConfig
@@ -107,7 +107,8 @@ class BackfillEvents:
     """The events of a backfill of the run's partitions: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.backfill` returns one; the attributes are its
-    arguments (``ledger`` resolved to the default ledger when it was not given).
+    arguments (``ledger`` resolved to the default ledger when it was not given, ``options`` to
+    the defaults).
     """
 
     context: dg.AssetExecutionContext
@@ -115,9 +116,7 @@ class BackfillEvents:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
-    batch_size: int | None
-    reconcile: bool
-    on_changed: OnChanged | str
+    options: BackfillOptions
 
     def __iter__(self) -> Iterator[BackfillEvent]:
         """Runs the partitions in order; yields the check (when selected), then the
@@ -132,10 +131,10 @@ class BackfillEvents:
         except DponeError as exc:
             raise DponeFailure(exc) from exc
         with ProgressReporter(context, what.key) as progress:
+            ledger = self.ledger.config(self.target)
             runner = _PartitionRunner(
-                context, what, self.source, self.target, self.ledger.config(self.target),
-                self.batch_size, self.reconcile, progress, self.on_changed,
-            )  # fmt: skip
+                context, what, self.source, self.target, ledger, self.options, progress
+            )
             checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
         if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
             passed = failed is None and all(c["ok"] for c in checks)
@@ -155,10 +154,8 @@ class _PartitionRunner:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: LedgerConfig
-    batch_size: int | None
-    reconcile: bool
+    options: BackfillOptions
     progress: ProgressReporter
-    on_changed: OnChanged | str
 
     def run_all(
         self, partitions: list[str]
@@ -198,12 +195,11 @@ class _PartitionRunner:
             cursor=self.what.cursor,
             target_table=self.what.target,
             ledger=self.ledger,
-            batch_size=self.batch_size,
             lower=rng.lower,
             upper=rng.upper,
-            options=self.source.options,
-            target_options=self.target.options,
-            on_changed=self.on_changed,
+            options=self.options,
+            connection_options=self.source.options,
+            target_connection_options=self.target.options,
         )
 
     def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
@@ -226,9 +222,7 @@ class _PartitionRunner:
             # A partition materialized again is a refresh in Dagster's eyes: a run already at
             # its mark is verified against the source as it is now (reverify), never assumed.
             result = backfill.run(
-                on_batch=lambda batch: self.progress.report(partition, batch),
-                reconcile=self.reconcile,
-                reverify=True,
+                on_batch=lambda batch: self.progress.report(partition, batch), reverify=True
             )
             receipts = backfill.receipts()
         self.progress.flush()  # the batches' observations precede the partition's metadata

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import dagster as dg
 from pydantic import Field, field_validator
 
-from dpone_dagster.backfill import OnChanged
+from dpone_dagster.backfill import BackfillOptions
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.backfill import BackfillEvents
@@ -180,9 +180,8 @@ class PostgresSourceResource(PostgresResource):
         *,
         target: PostgresTargetResource,
         ledger: LedgerResource | None = None,
-        batch_size: int | None = None,
-        reconcile: bool = True,
-        on_changed: OnChanged | str = OnChanged.FAIL,
+        options: BackfillOptions | None = None,
+        **legacy: Any,
     ) -> BackfillEvents:
         """Backfills each of the run's partitions through the ledger, in partition order.
 
@@ -198,20 +197,20 @@ class PostgresSourceResource(PostgresResource):
             target: The target database.
             ledger: Where the runs and receipts are kept; ``None``: schema ``dpone_ledger`` of
                 the target database.
-            batch_size: Rows per batch; ``None``: chosen from the table's width when each
-                partition's run is planned.
-            reconcile: Reconcile each partition once it reaches its mark.
-            on_changed: ``"fail"`` (default): a row the source changed or deleted after its
-                batch was copied fails the partition with ``backfill_record_changed``;
-                ``"repair"``: the partition's differing ranges are rewritten from the
-                reconciliation's one source snapshot (label ``repaired_to_one_snapshot``).
+            options: How each partition's backfill runs (batch size, reconciliation,
+                ``on_changed``...): :class:`~dpone_dagster.BackfillOptions`, the defaults when
+                ``None``.
+            **legacy: The fields of :class:`~dpone_dagster.BackfillOptions` as keyword
+                arguments (``batch_size=...``), as before the options object: accepted for one
+                release, with a ``DeprecationWarning``.
 
         Returns:
             The backfill's events; iterating them runs it.
 
         Raises:
-            DponeFailure: any backfill error, with its code and next actions (while the events
-                are iterated).
+            TypeError: for a keyword argument that is no option.
+            DponeFailure: ``plan_invalid`` for an invalid keyword argument's value; any backfill
+                error, with its code and next actions (while the events are iterated).
 
         Examples:
             .. code-block:: python
@@ -226,12 +225,19 @@ class PostgresSourceResource(PostgresResource):
                           metadata=dict(names))
                 def page_views(context, source: PostgresSourceResource,
                                target: PostgresTargetResource):
-                    yield from source.backfill(context, target=target, batch_size=500)
+                    yield from source.backfill(
+                        context, target=target, options=BackfillOptions(batch_size=500)
+                    )
         """
+        try:
+            built = build_options(
+                BackfillOptions, options, caller="PostgresSourceResource.backfill", legacy=legacy
+            )
+        except DponeError as exc:
+            raise DponeFailure(exc) from exc
         return BackfillEvents(
-            context, source=self, target=target, ledger=ledger or LedgerResource(),
-            batch_size=batch_size, reconcile=reconcile, on_changed=on_changed,
-        )  # fmt: skip
+            context, source=self, target=target, ledger=ledger or LedgerResource(), options=built
+        )
 
     def incremental(
         self,

@@ -178,11 +178,10 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
             backfill.table,
             cursor=backfill.cursor,
             partitions_def=backfill.partitions_def(),
-            batch_size=backfill.batch_size,
+            options=backfill.options(),
             target_table=backfill.target,
             translator=translator,
             pool=backfill.pool,
-            on_changed=backfill.on_changed,
         )
         return [asset, *source_asset_specs([asset], translator)]
 

@@ -1,16 +1,17 @@
 """The entries of a ``PostgresCopyComponent``'s YAML: a snapshot copy, a backfill (with its
 partitions) and an incremental stream, each resolved into the arguments of its asset factory
-(the stream's options into one :class:`~dpone_dagster.incremental.IncrementalOptions`).
+(the backfill's options into one :class:`~dpone_dagster.BackfillOptions`, the stream's into one
+:class:`~dpone_dagster.incremental.IncrementalOptions`).
 """
 
 # No `from __future__ import annotations`: Dagster's Resolvable reads the field annotations.
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
 
 import dagster as dg
 
-from dpone_dagster.backfill import OnChanged
+from dpone_dagster.backfill import BackfillOptions, OnChanged
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.translator import CopyTableSpec
@@ -90,6 +91,9 @@ class DailyPartitionsModel(dg.Resolvable):
 class BackfillModel(InlineAttributes):
     """One partitioned backfill, with its asset's attributes.
 
+    The keys that are fields of :class:`~dpone_dagster.BackfillOptions` (``batch_size``,
+    ``on_changed``) resolve into one (:meth:`options`).
+
     Attributes:
         table: The source table.
         cursor: The column batches are ordered by.
@@ -123,6 +127,15 @@ class BackfillModel(InlineAttributes):
     def all_attributes(self) -> Mapping[str, Any]:
         """The asset's attributes: those written inline (deprecated), then ``attributes``."""
         return {**self.inline_attributes(f"backfill {self.table}"), **self.attributes}
+
+    def options(self) -> BackfillOptions:
+        """The backfill's options, from this entry's keys that name one.
+
+        Raises:
+            DponeError: ``plan_invalid`` for an invalid value.
+        """
+        names = BackfillOptions.model_fields.keys() & {f.name for f in fields(self)}
+        return BackfillOptions.parse({name: getattr(self, name) for name in names})
 
     def partitions_def(self) -> dg.PartitionsDefinition:
         """The partitions the YAML asked for (exactly one kind)."""
