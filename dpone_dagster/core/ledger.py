@@ -69,10 +69,12 @@ def as_json(document: BaseModel) -> Jsonb:
 
 @dataclass(frozen=True)
 class Stored:
-    """A document as the ledger holds it: its revision column and its JSON."""
+    """A document as the ledger holds it: its revision column, its JSON and the values of the
+    table's :attr:`Documents.later` columns (``None`` where the ledger has no such column yet)."""
 
     revision: int
     document: Any
+    later: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Documents:
@@ -82,19 +84,31 @@ class Documents:
         table: The table.
         key: Its id column.
         body: Its ``jsonb`` document column.
+        later: Columns a later migration added beside the document, read with it: a ledger
+            not brought up to date yet (a read-only check before the first run of a new
+            release) reads them as ``None`` instead of failing.
     """
 
-    def __init__(self, table: sql.Identifier, key: str, body: str) -> None:
+    def __init__(
+        self, table: sql.Identifier, key: str, body: str, later: tuple[str, ...] = ()
+    ) -> None:
         self.table = table
+        self.later = later
         names = {"t": table, "k": sql.Identifier(key), "b": sql.Identifier(body)}
-        self._fetch = sql.SQL("SELECT revision, {b} FROM {t} WHERE {k} = %s").format(**names)
+        # Through the row's JSON, a missing column is NULL (a plain name would fail).
+        extra = [sql.SQL(", to_jsonb(d) -> {}").format(sql.Literal(c)) for c in later]
+        self._fetch = sql.SQL("SELECT revision, {b}{e} FROM {t} AS d WHERE {k} = %s").format(
+            e=sql.Composed(extra), **names
+        )
         self._all = sql.SQL("SELECT {b} FROM {t} ORDER BY {k}").format(**names)
         self._names = names
 
     def fetch(self, conn: Connection, key: str) -> Stored | None:
         """The stored document of ``key``, or ``None``."""
         row = conn.execute(self._fetch, (key,)).fetchone()
-        return None if row is None else Stored(int(str(row[0])), row[1])
+        if row is None:
+            return None
+        return Stored(int(str(row[0])), row[1], dict(zip(self.later, row[2:], strict=True)))
 
     def all(self, conn: Connection) -> list[Any]:
         """Every stored document, in id order."""
@@ -167,7 +181,9 @@ class LedgerStore:
         self.tables = LedgerTables(schema)
         self.schema = schema
         self.runs = Documents(self.tables.runs, "run_id", "run_json")
-        self.streams = Documents(self.tables.streams, "stream_id", "state_json")
+        self.streams = Documents(
+            self.tables.streams, "stream_id", "state_json", later=("target_rows",)
+        )
 
     def ensure(self, conn: Connection) -> None:
         """Brings the ledger up to date (see :func:`.ledger_schema.ensure_ledger`)."""

@@ -249,6 +249,15 @@ _MIGRATION_6: Final = (
 a run on another timeline (the source was promoted from a standby) checks that the new history
 holds everything the target applied before it goes on."""
 
+_MIGRATION_7: Final = (
+    "ALTER TABLE {streams} ADD COLUMN IF NOT EXISTS target_rows bigint CHECK (target_rows >= 0)",
+)
+"""The live rows of each incremental stream's target (``incremental/state.py``): moved by every
+batch in the transaction that commits it (previous + inserted - deleted, under the state's
+compare-and-swap) and re-based when a run counts the whole target anyway, so that a run reports
+the target's size without counting it. NULL: not known yet (a stream of an earlier release); its
+next run counts the target once."""
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _MIGRATION_1,
     _MIGRATION_2,
@@ -256,6 +265,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     _MIGRATION_4,
     _MIGRATION_5,
     _MIGRATION_6,
+    _MIGRATION_7,
 )
 """The ledger's migrations in order; migration ``n`` is ``MIGRATIONS[n - 1]``. A new table or
 column is a new migration appended here, never an edit of an applied one."""

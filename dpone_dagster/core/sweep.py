@@ -148,7 +148,9 @@ class Differences:
 @dataclass(frozen=True)
 class SliceResult:
     """What the sweep's slices of this run verified, and the position after them (``differing``:
-    the key ranges ``(after, end]`` in which this run found unexplained differences)."""
+    the key ranges ``(after, end]`` in which this run found unexplained differences;
+    ``target_rows``: the target's rows, when this run's slices covered the whole key, from the
+    start of a sweep to its end, and so counted every target row in the check's transaction)."""
 
     rows: int
     ranges: int
@@ -157,6 +159,7 @@ class SliceResult:
     found: Differences
     position: SweepPosition
     differing: tuple[KeyRange, ...] = ()
+    target_rows: int | None = None
 
 
 def classify(found: Comparison, later: Later, *, gone_allowed: bool) -> Differences:
@@ -226,7 +229,8 @@ class _Slicer:
     def compare(self, after: Key | None, end: Key | None) -> Comparison:
         """The slice ``(after, end]`` compared: its digests first (one ``(count, sum)`` per side);
         when they differ, key by key (the one drill-down compare; a slice is at most the
-        budget's size, so its keys are sent at once)."""
+        budget's size, so its keys are sent at once). Its ``target_rows`` is the target's
+        count of the slice."""
         where, params = self._range(after, end)
         source, target, rows = self.tables.sides(self.src, self.tgt, rows=True, where=where,
                                                  params=params)  # fmt: skip
@@ -237,7 +241,7 @@ class _Slicer:
             ),
         )
         if a == b:
-            return Comparison()
+            return Comparison(target_rows=b.count)
         return compare(source, target, rows, direct=True)
 
 
@@ -276,27 +280,31 @@ def sweep_slices(
     recheck: list[KeyRange] = []
     named: list[KeyRange] = []
 
-    def verify(after: Key | None, end: Key | None) -> bool:
+    def verify(after: Key | None, end: Key | None) -> tuple[bool, int]:
+        """Whether the range agrees (every difference explained), and its target rows."""
         nonlocal compared, count_later
         diff = slicer.compare(after, end)
+        there = diff.target_rows or 0
         if diff.empty:
-            return True
+            return True, there
         found = classify(diff, later, gone_allowed=gone_allowed)
         count_later, compared = count_later + found.later, compared + diff.keys_compared
         gone.extend(found.gone)
         unexplained.extend(found.unexplained)
         if found.unexplained:
             named.append((after, end))
-        return not found.unexplained
+        return not found.unexplained, there
 
     for after, end in position.differing:  # ranges that differed: verified until they agree
-        if not verify(after, end):
+        if not verify(after, end)[0]:
             recheck.append((after, end))
     pos = position.model_copy(update={"differing": tuple(recheck)})
+    held = 0  # the target rows of this run's slices
     while True:
         after = pos.after
         end = slicer.end(after, size)
-        clean = verify(after, end)
+        clean, there = verify(after, end)
+        held += there
         if not clean and len(pos.differing) < MAX_DIFFERING:
             pos = pos.model_copy(update={"differing": (*pos.differing, (after, end))})
         dirty = pos.dirty or not clean or bool(recheck)
@@ -318,7 +326,9 @@ def sweep_slices(
             break
     total = max(math.ceil(estimate / size), position.slices + ranges, 1)
     found = Differences(count_later, tuple(gone), tuple(sorted(unexplained)))
-    return SliceResult(rows, ranges, total, compared, found, pos, tuple(named))
+    whole = position.after is None and end is None  # from the key's start to its end
+    return SliceResult(rows, ranges, total, compared, found, pos, tuple(named),
+                       held if whole else None)  # fmt: skip
 
 
 class SweepLedger:

@@ -42,6 +42,7 @@ from dpone_dagster.postgres.target_types import TargetTypes
 
 from .deletes import ensure_soft_column, revive
 from .repair import repair_keys
+from .row_count import moved
 from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, Sweep, SweepLedger
@@ -68,6 +69,7 @@ class _Rows:
     receipt: ExtractionLifecycleReceipt | None = None
     last: Checkpoint | None = None
     rows: int = 0
+    revived: int = 0
     exact_rows: bool = False
     writers: Sequence[int] = field(default_factory=tuple)
 
@@ -98,7 +100,7 @@ class _Rows:
         if row is not None:
             self.last = Checkpoint(cursor=str(row[0]), key=tuple(row[1]))
         if self.plan.target_exists:
-            revive(conn, self.shape, staging)
+            self.revived = revive(conn, self.shape, staging)
         self.on_phase("apply")
         return self.rows
 
@@ -257,6 +259,9 @@ def _finish(
             found = _repaired(rows.src, conn, shape, rows.plan, found, at)
     sink = load.tables[0].sink_result
     inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
+    live = found.target_rows
+    if live is None:
+        live = moved(state.target_rows, gained=inserted + rows.revived, lost=found.deleted)
     receipt = StreamReceipt(
         stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
         after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
@@ -269,7 +274,7 @@ def _finish(
     )  # fmt: skip
     after = state.model_copy(
         update={"revision": state.revision + 1, "sequence": state.sequence + 1,
-                "run": progressed}
+                "run": progressed, "target_rows": live}
     )  # fmt: skip
     if final:
         after = complete_run(after, progressed)
@@ -284,7 +289,8 @@ def _repaired(
     src: Connection, tgt: Connection, shape: StreamShape, plan: TablePlan, found: FinalCheck,
     at: datetime,
 ) -> FinalCheck:  # fmt: skip
-    """Rewrites the keys ``found`` names from the source; the check, labelled repaired."""
+    """Rewrites the keys ``found`` names from the source; the check, labelled repaired (its
+    count of the target, when it took one, moved by what the repair wrote)."""
     done = repair_keys(src, tgt, shape, plan, found.unexplained, at)
     check = found.verification
     assert check is not None
@@ -292,7 +298,8 @@ def _repaired(
         update={"ok": True, "unexplained": 0, "repaired_keys": len(found.unexplained),
                 "repaired_rows": done.rows, "repaired_ranges": check.differing_ranges}
     )  # fmt: skip
-    return replace(found, verification=repaired, unexplained=())
+    rows = moved(found.target_rows, gained=done.inserted + done.revived, lost=done.deleted)
+    return replace(found, verification=repaired, unexplained=(), target_rows=rows)
 
 
 def complete_run(state: StreamState, run: RunInProgress) -> StreamState:

@@ -42,6 +42,7 @@ from .mark import check_no_null_cursor, take_mark
 from .options import IncrementalOptions
 from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
+from .row_count import count_target
 from .shape import StreamShape, read_catalogs, resolve_stream
 from .state import StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, SweepLedger
@@ -189,10 +190,8 @@ class IncrementalSync:
         """
         sessions = self._open()
         try:
-            swept = self.options.reconcile and self.options.check is CheckScope.RUN
-            if swept or self.options.deletes is Deletes.SWEEP:
-                self.ledger.ensure(sessions.target)  # the sweep's table (one read when current)
             shape = self._resolve(sessions)
+            self.ledger.ensure(sessions.target)  # one read when current
             stream_id = self.stream_id(sessions)
             begun = self._begin(sessions, shape, stream_id)
             if begun[1].run is None:
@@ -340,27 +339,28 @@ class IncrementalSync:
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
-        """The stream's state, stored when new (from the backfill's mark when asked); the
-        ledger's tables are created first when missing."""
-        try:
-            return self._stored_state(sessions, shape, stream_id)
-        except psycopg.errors.UndefinedTable:  # rolled back: a ledger without the stream tables
-            self.ledger.ensure(sessions.target)
-            return self._stored_state(sessions, shape, stream_id)
-
-    def _stored_state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:
+        """The stream's state, stored when new (from the backfill's mark when asked) with the
+        target's rows, which a stream an earlier release began gets too (:mod:`.row_count`)."""
         tgt = sessions.target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, stream_id)
             state = self.ledger.fetch(tgt, stream_id)
+            if state is not None and state.target_rows is None:
+                counted = state.model_copy(
+                    update={"revision": state.revision + 1,
+                            "target_rows": count_target(tgt, shape)}
+                )  # fmt: skip
+                self.ledger.save(tgt, state, counted)
+                state = counted
             if state is None:
-                state = StreamState(stream_id=stream_id)
+                mark = None
                 if self.handoff is not None:
                     scope = StreamScope(sessions.source.info.dbname, self.source,
                                         tgt.info.dbname, self.target, self.cursor)  # fmt: skip
                     marks = self.handoff(tgt, self.ledger.store, scope)
                     mark = greatest(sessions.source, shape, list(marks))
-                    state = state.model_copy(update={"mark": mark})
+                state = StreamState(stream_id=stream_id, mark=mark,
+                                    target_rows=count_target(tgt, shape))  # fmt: skip
                 self.ledger.save(tgt, None, state)
         return state
 

@@ -60,11 +60,13 @@ Range = tuple[int, int]
 
 @dataclass(frozen=True)
 class RangeScan:
-    """What the range counts found: the deleted keys and how many keys crossed the wire."""
+    """What the range counts found: the deleted keys, how many keys crossed the wire, and the
+    target's live rows (its first level's counts cover both sides' whole key range)."""
 
     deleted: list[Key]
     keys_compared: int
     ranges_counted: int
+    target_rows: int
 
 
 class _Side:
@@ -159,7 +161,7 @@ def range_scan(src: Connection, tgt: Connection, shape: StreamShape, mark: str) 
     target = _Side(tgt, shape, shape.target.ident, live)
     ends = [v for pair in both(source.bounds, target.bounds) for v in pair if v is not None]
     if not ends:
-        return RangeScan([], 0, 0)
+        return RangeScan([], 0, 0, 0)
     first = _first_ranges(src, shape, (min(ends), max(ends) + 1))
     return _drill(source, target, first, fresh)
 
@@ -170,12 +172,15 @@ def _count_both(source: _Side, target: _Side, ranges: list[Range]) -> tuple[list
 
 def _drill(source: _Side, target: _Side, ranges: list[Range], fresh: list[int]) -> RangeScan:
     counted = 0
+    target_rows: int | None = None
     held_rows: dict[Range, int] = {}
 
     def differing(level: list[Range]) -> list[Range]:
-        nonlocal counted
+        nonlocal counted, target_rows
         have, held = _count_both(source, target, level)
         counted += len(level)
+        if target_rows is None:  # the first level: the whole key range
+            target_rows = sum(held)
         found = []
         for r, s, t in zip(level, have, held, strict=True):
             moved = bisect.bisect_left(fresh, r[1]) - bisect.bisect_left(fresh, r[0])
@@ -188,7 +193,9 @@ def _drill(source: _Side, target: _Side, ranges: list[Range], fresh: list[int]) 
         return held_rows[r] <= LEAF_ROWS or r[1] - r[0] <= LEAF_ROWS
 
     leaves = drill(ranges, differing, lambda r: _split(r, SPLIT), leaf)
+    assert target_rows is not None  # the first level was counted
     if not leaves:
-        return RangeScan([], 0, counted)
+        return RangeScan([], 0, counted, target_rows)
     have_keys, held_keys = both(lambda: source.keys(leaves), lambda: target.keys(leaves))
-    return RangeScan(sorted(held_keys - have_keys), len(have_keys) + len(held_keys), counted)
+    deleted = sorted(held_keys - have_keys)
+    return RangeScan(deleted, len(have_keys) + len(held_keys), counted, target_rows)

@@ -41,11 +41,13 @@ _STAGE = TableName("pg_temp", "_dpone_stream_repair")
 
 @dataclass(frozen=True)
 class RepairedKeys:
-    """What a repair wrote: rows the merge inserted and updated, rows deleted (or marked)."""
+    """What a repair wrote: rows the merge inserted and updated, rows deleted (or marked), and
+    marked rows live again (``soft``)."""
 
     inserted: int = 0
     updated: int = 0
     deleted: int = 0
+    revived: int = 0
 
     @property
     def rows(self) -> int:
@@ -98,7 +100,7 @@ def repair_keys(
         )
     }
     gone = [k for k in keys if tuple(k) not in found]
-    revive(tgt, shape, _STAGE)
+    revived = revive(tgt, shape, _STAGE)
     sink = apply_sink(tgt, plan, _STAGE, Sink.MERGE, moved.rows_in)
     deleted = apply_deletes(tgt, shape, gone, at)
-    return RepairedKeys(sink.rows_inserted, sink.rows_updated, deleted)
+    return RepairedKeys(sink.rows_inserted, sink.rows_updated, deleted, revived)

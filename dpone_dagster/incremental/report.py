@@ -65,6 +65,8 @@ class IncrementalResult:
         as_of: The source clock at the newest mark taken (this call's, even when it found
             nothing new, or the stored one): the source state the target now holds, every
             transaction settled at that mark included.
+        target_rows: The target's live rows after the run, as the ledger keeps them (never
+            counted by a recurring run: :mod:`.row_count`); ``None`` when not known.
     """
 
     stream_id: str
@@ -91,6 +93,7 @@ class IncrementalResult:
     target_types: TargetTypes = field(default_factory=TargetTypes)
     virtual_as_stored: tuple[str, ...] = ()
     as_of: datetime | None = None
+    target_rows: int | None = None
 
 
 def _as_of(state: StreamState, mark: Mark | None) -> datetime | None:
@@ -174,4 +177,5 @@ def build_result(
         notices=_notices(after, mark),
         receipts=tuple(receipts),
         verification=receipts[-1].verification if receipts else None,
+        target_rows=after.target_rows,
     )

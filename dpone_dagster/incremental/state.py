@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import Field
+
 from dpone_dagster.core.documents import Count, Document, Ordinal
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerStore, as_json
@@ -75,6 +77,9 @@ class StreamState(Document):
         rescan_from: While ``unsettled`` is not empty, the next run reads from this bound
             instead of ``mark``: rows those transactions commit below the mark are read again.
         run: The run in progress, if any.
+        target_rows: The target's live rows as of this revision (``None``: not known). Kept in
+            its own column of the state's row (ledger migration 7), not in the document, so a
+            ledger an earlier release reads keeps parsing (see :mod:`.row_count` for how it moves).
     """
 
     stream_id: str
@@ -86,6 +91,7 @@ class StreamState(Document):
     unsettled: tuple[str, ...] = ()
     rescan_from: str | None = None
     run: RunInProgress | None = None
+    target_rows: Count | None = Field(default=None, exclude=True)
 
 
 class StreamReceipt(Document):
@@ -160,7 +166,9 @@ class StreamLedger:
         stored = self.store.streams.fetch(conn, stream_id)
         if stored is None:
             return None
-        state = StreamState.model_validate(stored.document)
+        state = StreamState.model_validate(
+            {**stored.document, "target_rows": stored.later["target_rows"]}
+        )
         if state.revision != stored.revision:
             raise engine_error(
                 "incremental_stream_stale",
@@ -174,11 +182,13 @@ class StreamLedger:
         Raises:
             EngineError: ``incremental_stream_stale`` when another revision was stored.
         """
-        streams, key = self.store.streams, after.stream_id
+        streams, key, rows = self.store.streams, after.stream_id, after.target_rows
         if before is None:
-            saved = streams.insert(conn, key, after.revision, as_json(after))
+            saved = streams.insert(conn, key, after.revision, as_json(after), target_rows=rows)
         else:
-            saved = streams.swap(conn, key, before.revision, after.revision, as_json(after))
+            saved = streams.swap(
+                conn, key, before.revision, after.revision, as_json(after), target_rows=rows
+            )
         if not saved:
             raise engine_error(
                 "incremental_stream_stale",

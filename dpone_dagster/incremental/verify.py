@@ -40,13 +40,16 @@ from .sweep import (
 
 @dataclass(frozen=True)
 class FinalCheck:
-    """What the final batch found and did: rows deleted, keys compared, the verification, and
-    every key that differs for no known reason (what a repair rewrites)."""
+    """What the final batch found and did: rows deleted, keys compared, the verification, every
+    key that differs for no known reason (what a repair rewrites), and the target's live rows
+    after the check's deletes when it counted the whole target on the way (``None``: it did
+    not; :mod:`.row_count`)."""
 
     deleted: int = 0
     keys_compared: int = 0
     verification: Verification | None = None
     unexplained: tuple[Key, ...] = ()
+    target_rows: int | None = None
 
 
 def _without_jit(*conns: Connection) -> None:
@@ -94,13 +97,14 @@ class RunCheck:
 
 def _find_deletes(
     src: Connection, tgt: Connection, shape: StreamShape, mark: str | None
-) -> tuple[list[Key], int]:
-    """The keys the target holds and the source lost, and the keys that crossed the wire."""
+) -> tuple[list[Key], int, int | None]:
+    """The keys the target holds and the source lost, the keys that crossed the wire, and the
+    target's live rows (both ways count the whole key)."""
     scan = None if mark is None else range_scan(src, tgt, shape, mark)
     if scan is None:
         found = compare(*shape.sides(src, tgt, rows=False))
-        return sorted(found.target_only), found.keys_compared
-    return scan.deleted, scan.keys_compared
+        return sorted(found.target_only), found.keys_compared, found.target_rows
+    return scan.deleted, scan.keys_compared, scan.target_rows
 
 
 def _run_check(
@@ -113,11 +117,12 @@ def _run_check(
     at: datetime,
     deletes: Deletes,
     verify: bool,
-) -> tuple[Verification | None, int, list[Key]] | None:
+) -> tuple[Verification | None, int, list[Key], int | None] | None:
     """The run's keys (when ``verify``) and this run's slice of the sweep, whose target-only
     keys ``sweep`` deletes; ``(verification, rows deleted)`` (``None``: the run copied too many
-    rows for its keys to be looked up; compare whole tables), and the keys that differ,
-    unexplained."""
+    rows for its keys to be looked up; compare whole tables), the keys that differ,
+    unexplained, and the target's live rows after those deletes when the slices covered the
+    whole key."""
     own = run_keys(src, tgt, shape, check.lower, mark) if verify else RunKeys(0, Differences())
     if own.checked is None:
         return None
@@ -129,8 +134,9 @@ def _run_check(
     deleted = 0
     if deletes is Deletes.SWEEP:
         deleted = apply_deletes(tgt, shape, swept.found.gone, at)
+    rows = _less(swept.target_rows, deleted)
     if not verify:
-        return None, deleted, []
+        return None, deleted, [], rows
     unexplained = sorted({*own.found.unexplained, *swept.found.unexplained})
     pos = swept.position
     kept = len(swept.found.gone) if deletes is Deletes.IGNORE else 0
@@ -143,19 +149,18 @@ def _run_check(
         sweep_started_at=pos.started_at, swept_at=pos.last_full_at,
         swept_from=pos.last_full_started_at, proved_at=at, differing_ranges=swept.differing,
     )  # fmt: skip
-    return verification, deleted, unexplained
+    return verification, deleted, unexplained, rows
 
 
 def _full_check(
     src: Connection, tgt: Connection, shape: StreamShape, deletes: Deletes, mark: str | None,
     at: datetime,
-) -> tuple[list[Key], int, Verification, list[Key]]:  # fmt: skip
-    """Both whole tables compared: the keys the source lost, the keys compared, the verdict and
-    the keys that differ, unexplained."""
+) -> tuple[Comparison, Verification, list[Key]]:  # fmt: skip
+    """Both whole tables compared: the comparison (the keys the source lost, the keys compared,
+    the target's live rows), the verdict and the keys that differ, unexplained."""
     found = compare(*shape.sides(src, tgt, rows=True))
     verification, unexplained = _verdict(src, shape, found, mark, kept=deletes is Deletes.IGNORE)
-    verification = verification.model_copy(update={"proved_at": at})
-    return sorted(found.target_only), found.keys_compared, verification, unexplained
+    return found, verification.model_copy(update={"proved_at": at}), unexplained
 
 
 def final_check(
@@ -190,27 +195,37 @@ def final_check(
     exact = deletes is Deletes.HARD or deletes is Deletes.SOFT
     if how.scope is CheckScope.FULL and verify:
         started = time.monotonic()
-        gone, keys_compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
-        whole = timed(whole, started)
-        deleted = apply_deletes(tgt, shape, gone, at) if deletes is not Deletes.IGNORE else 0
-        return FinalCheck(deleted, keys_compared, whole, tuple(odd))
-    gone, keys_compared = _find_deletes(src, tgt, shape, mark) if exact else ([], 0)
-    deleted = apply_deletes(tgt, shape, gone, at) if exact else 0
+        whole, verdict, odd = _full_check(src, tgt, shape, deletes, mark, at)
+        gone = sorted(whole.target_only) if deletes is not Deletes.IGNORE else []
+        deleted = apply_deletes(tgt, shape, gone, at)
+        return FinalCheck(deleted, whole.keys_compared, timed(verdict, started), tuple(odd),
+                          _less(whole.target_rows, deleted))  # fmt: skip
+    gone, keys_compared, counted = _find_deletes(src, tgt, shape, mark) if exact else ([], 0, None)
+    deleted = apply_deletes(tgt, shape, gone, at)
+    rows = _less(counted, deleted)
     if not verify and deletes is not Deletes.SWEEP:
-        return FinalCheck(deleted, keys_compared)
+        return FinalCheck(deleted, keys_compared, target_rows=rows)
     started = time.monotonic()
     checked = _run_check(src, tgt, shape, how, mark=mark, at=at, deletes=deletes, verify=verify)
     if checked is not None:
-        run, swept_out, odd = checked
+        run, swept_out, odd, swept_rows = checked
         keys = keys_compared + (run.keys_compared if run else 0)
         run = None if run is None else timed(run, started)
-        return FinalCheck(deleted + swept_out, keys, run, tuple(odd))
+        rows = rows if swept_rows is None else swept_rows  # the slices counted after the deletes
+        return FinalCheck(deleted + swept_out, keys, run, tuple(odd), rows)
     # Too many of the run's keys to look up: both whole tables (the deletes left included).
-    gone, compared, whole, odd = _full_check(src, tgt, shape, deletes, mark, at)
-    whole = timed(whole, started)
+    whole, verdict, odd = _full_check(src, tgt, shape, deletes, mark, at)
+    swept_out = 0
     if deletes is Deletes.SWEEP:
-        deleted += apply_deletes(tgt, shape, gone, at)
-    return FinalCheck(deleted, keys_compared + compared, whole, tuple(odd))
+        swept_out = apply_deletes(tgt, shape, sorted(whole.target_only), at)
+    return FinalCheck(deleted + swept_out, keys_compared + whole.keys_compared,
+                      timed(verdict, started), tuple(odd),
+                      _less(whole.target_rows, swept_out))  # fmt: skip
+
+
+def _less(counted: int | None, deleted: int) -> int | None:
+    """The target's live rows counted before ``deleted`` of them were deleted (or marked)."""
+    return None if counted is None else counted - deleted
 
 
 def idle_check(

@@ -104,6 +104,8 @@ class Comparison:
         differing: Keys both hold with different rows, with the source's cursor.
         keys_compared: Keys that crossed the wire (both sides).
         ranges_differing: First-level ranges whose digests differed.
+        target_rows: The rows of the target side, as its first level counted them (or its
+            keys sent at once); ``None`` when not counted.
     """
 
     source_only: dict[Key, str] = field(default_factory=dict)
@@ -111,6 +113,7 @@ class Comparison:
     differing: dict[Key, str] = field(default_factory=dict)
     keys_compared: int = 0
     ranges_differing: int = 0
+    target_rows: int | None = None
 
     @property
     def to_copy(self) -> list[Key]:
@@ -245,13 +248,16 @@ def compare(source: Side, target: Side, rows: Rows, *, direct: bool = False) -> 
     src, tgt = _readers(source, target, rows)
     first: list[int] = []
     codes: list[int] | None = None
+    counted: int | None = None
     if not direct:
         measured: dict[int, list[int]] = {}
 
         def differing(level: list[Level]) -> list[Level]:
+            nonlocal counted
             depth = level[0][0]
             if depth == 1:
                 a, b = both(src.first, tgt.first)
+                counted = sum(n for n, _ in b.values())
             else:
                 parents = sorted({code >> SECOND_BITS for _, code in level})
                 a, b = both(lambda: src.second(parents), lambda: tgt.second(parents))
@@ -266,7 +272,7 @@ def compare(source: Side, target: Side, rows: Rows, *, direct: bool = False) -> 
         leaves = drill(every, differing, split, lambda r: r[0] == 2)
         first = measured.get(1, [])
         if not leaves:
-            return Comparison(ranges_differing=len(first))
+            return Comparison(ranges_differing=len(first), target_rows=counted)
         codes = [c for _, c in leaves]
     have, held = both(lambda: src.keys(codes), lambda: tgt.keys(codes))
     found = Comparison(
@@ -275,6 +281,7 @@ def compare(source: Side, target: Side, rows: Rows, *, direct: bool = False) -> 
         differing={k: v[1] for k, v in have.items() if k in held and held[k][0] != v[0]},
         keys_compared=len(have) + len(held),
         ranges_differing=len(first),
+        target_rows=len(held) if codes is None else counted,
     )
     if codes is None:  # sent at once: the whole side is one range
         return replace(found, ranges_differing=int(not found.empty))

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import psycopg
-from psycopg import sql
 
 from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.errors import engine_error
@@ -38,7 +37,6 @@ from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 
 from .tail import materialized, table_set
@@ -65,16 +63,6 @@ def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableNa
             )
         )
     return key, TableName.parse(names.source_table), TableName.parse(names.table), names.cursor
-
-
-def _target_rows(dsn: str, table: TableName, soft: str | None) -> int:
-    """``count(*)`` of the target's (live) rows: ``dagster/row_count``."""
-    live = sql.SQL("true") if soft is None else sql.SQL("{} IS NULL").format(sql.Identifier(soft))
-    with connect(dsn, side="target", autocommit=True) as conn:
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.ident, live)
-        ).fetchone()
-    return int(row[0]) if row else 0
 
 
 def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
@@ -120,7 +108,6 @@ class IncrementalEvents:
                 yield from stream_freshness(context, key, None)
                 return
             result = sync.run()
-            rows = _target_rows(target.dsn, target_table, soft)
         except (DponeError, psycopg.Error) as exc:
             error = (
                 exc
@@ -130,7 +117,7 @@ class IncrementalEvents:
                     "target",
                     outage=engine_error("incremental_failed", redact(str(exc)).strip()),
                 )
-            )  # the target's catalog read for the metadata: the run's own are coded already
+            )  # the engine codes its own database failures: any other one, mapped here
             raise DponeFailure(error) from exc
         for notice in result.notices:
             context.log.warning(f"dpone: [{notice.code}] {notice.message}")
@@ -142,9 +129,7 @@ class IncrementalEvents:
                 context, target, key, target_table, not_copied=[soft] if soft else [],
                 source=(self.source.dsn, self.source.options, [table]),
             )  # fmt: skip
-            yield from materialized(
-                context, key, {**incremental_metadata(result, rows), **standard}
-            )
+            yield from materialized(context, key, {**incremental_metadata(result), **standard})
 
     def _sync(
         self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str

@@ -42,12 +42,13 @@ def _stream_summary(result: IncrementalResult) -> dict[str, Any]:
     }
 
 
-def incremental_metadata(result: IncrementalResult, target_rows: int) -> dict[str, Any]:
-    """Everything an incremental run's materialization says (counts and the lag as numbers)."""
+def incremental_metadata(result: IncrementalResult) -> dict[str, Any]:
+    """Everything an incremental run's materialization says (counts and the lag as numbers;
+    ``dagster/row_count`` the target's live rows as the ledger keeps them, when known)."""
     tokens = sorted({t for t in result.snapshot_tokens if t})
     notices = [{"code": n.code, "message": n.message} for n in result.notices]
     metadata: dict[str, Any] = {
-        **TableMetadataSet(row_count=target_rows),
+        **TableMetadataSet(row_count=result.target_rows),
         **DponeMetadataSet(
             stream_id=result.stream_id,
             run=result.run or 0,
