@@ -4,6 +4,7 @@
     .venv/bin/python bench/incremental.py --repeat 3       # three rounds of each run: medians
     .venv/bin/python bench/incremental.py --rss-rows 3000000   # the flat-memory check
     .venv/bin/python bench/incremental.py --check --repeat 1   # the check's added cost, 1M, 3M
+    .venv/bin/python bench/incremental.py --idle --repeat 3    # nothing changed, 1M and 10M
     .venv/bin/python bench/incremental.py --rows 100000 --rss-rows 0 \
         --json bench/results/incremental.json   # the docs page's table, small
 
@@ -32,7 +33,14 @@ On ``shop.orders`` (id bigint key, ``updated_at`` indexed, six columns, about 90
   ``--check-rows`` rows with the same budget, and the full-sweep period that budget gives.
   Beside each, the check's own time (``dpone/check_seconds``, its comparisons timed inside the
   run): the 3M/1M scale is judged on it, since a difference of two whole materializations is
-  within this machine's noise when the check adds a few milliseconds.
+  within this machine's noise when the check adds a few milliseconds;
+* with ``--idle``, only the run with nothing changed, at ``--rows`` and at ``--idle-rows`` rows
+  (10M by default), after the engine's initial load: the engine's run (``deletes="ignore"``),
+  ``dagster.materialize`` of the asset with ``reconcile=False`` and with its default check at a
+  fixed budget (``Sweep(rows=--sweep-rows)``), medians of ``--repeat``; the scans of the target
+  table the server counted during one materialization (``pg_stat_user_tables``: none, since
+  ``dagster/row_count`` comes from the ledger); and each figure at the large size over the same
+  at the small one: a run with nothing to do must not grow with the table.
 
 The floor. Beside each 1% run, the same changes are applied to a second target (a copy of the
 first one after the initial load) with the least PostgreSQL work that can apply them: over
@@ -629,6 +637,68 @@ def check_cost(sizes: list[int], budget: int | None, repeat: int, made: list[str
                   "a few milliseconds)")  # fmt: skip
 
 
+IDLE_SCALE_LIMIT = 1.2
+"""A run with nothing changed at ``--idle-rows`` over the same at ``--rows``: flat, within the
+noise of a run of a few tens of milliseconds."""
+SCANS = ("SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_user_tables"
+         " WHERE relid = 'shop.orders'::regclass")  # fmt: skip
+CLIENTS = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+           " AND backend_type = 'client backend' AND pid <> pg_backend_pid()")  # fmt: skip
+
+
+def target_scans(target: str) -> int:
+    """The scans of the target table the server counted, once every other session of its
+    database has ended (a session reports its statistics before it leaves pg_stat_activity)."""
+    pg.wait_until(lambda: pg.fetch_one(target, CLIENTS) == 0, timeout=60,
+                  what="the target's sessions end")  # fmt: skip
+    return int(str(pg.fetch_one(target, SCANS)))
+
+
+def idle_figures(rows: int, repeat: int, budget: int, made: list[str]) -> dict[str, float]:
+    """The runs with nothing changed on a fresh table of ``rows`` rows (``--idle``)."""
+    source = make_source(rows)
+    target = pg.create_database("dpone_bench_tgt")
+    made += [source, target]
+    timed_run(source, target, "ignore")  # the initial load, by the engine
+    pg.execute(target, "VACUUM ANALYZE shop.orders")
+    dagster_child(source, target, "no")  # warm: the ledger's state and the catalogs' caches
+    before = target_scans(target)
+    dagster_child(source, target, "no")
+    scans = target_scans(target) - before
+    engine, plain, checked = [], [], []
+    for _ in range(repeat):
+        engine.append(timed_run(source, target, "ignore", cold=False)[0])
+        plain.append(float(dagster_child(source, target, "no")["seconds"]))
+        checked.append(float(dagster_child(source, target, str(budget))["seconds"]))
+    for dsn in (source, target):
+        pg.drop_database(dsn)
+        made.remove(dsn)
+    return {"engine": statistics.median(engine), "dagster": statistics.median(plain),
+            "dagster_checked": statistics.median(checked), "scans": scans}  # fmt: skip
+
+
+def idle_cost(sizes: list[int], repeat: int, budget: int, made: list[str]) -> None:
+    """Prints the runs with nothing changed at each size, and the large size over the small."""
+    figures = [(rows, idle_figures(rows, repeat, budget, made)) for rows in sizes]
+    what = {
+        "engine": 'the engine\'s run (deletes="ignore")',
+        "dagster": "dagster.materialize, reconcile=False",
+        "dagster_checked": f"dagster.materialize, its check at Sweep(rows={budget:,})",
+    }
+    print(f"a run with nothing changed (median of {repeat}):")
+    for rows, f in figures:
+        print(f"  {rows:>11,} rows: target scans during a materialization {f['scans']:.0f}")
+        for name, words in what.items():
+            print(f"    {name:<16} {1000 * f[name]:8.1f} ms  {words}")
+    if len(figures) == 2:
+        (small, a), (large, b) = figures
+        for name in what:
+            scale = b[name] / a[name]
+            ok = "ok" if scale <= IDLE_SCALE_LIMIT else "OVER"
+            print(f"  {name:<16} {large:,} / {small:,} rows: {scale:.2f}"
+                  f"  (limit {IDLE_SCALE_LIMIT}: {ok})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -642,6 +712,12 @@ def main() -> None:
         help="only the stream check's added cost, at --rows and --check-rows",
     )
     parser.add_argument("--check-rows", type=int, default=3_000_000)
+    parser.add_argument(
+        "--idle",
+        action="store_true",
+        help="only the run with nothing changed, at --rows and --idle-rows",
+    )
+    parser.add_argument("--idle-rows", type=int, default=10_000_000)
     parser.add_argument("--json", help="also write the result table there (bench/results/...)")
     parser.add_argument(
         "--sweep-rows",
@@ -657,6 +733,14 @@ def main() -> None:
         child_dagster(*args.child_dagster)
         return
     made: list[str] = []
+    if args.idle:
+        try:
+            sizes = [args.rows] + ([args.idle_rows] if args.idle_rows else [])
+            idle_cost(sizes, args.repeat, args.sweep_rows or 3_500, made)
+        finally:
+            for dsn in made:
+                pg.drop_database(dsn)
+        return
     if args.check:
         try:
             sizes = [args.rows] + ([args.check_rows] if args.check_rows else [])
