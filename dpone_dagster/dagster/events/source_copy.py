@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-# TableMetadataSet has no top-level name in dagster 1.13 (see ..metadata.catalog).
+# TableMetadataSet has no public name in dagster 1.13 (see ..metadata.catalog).
 from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.dagster.failures import dagster_failures

@@ -9,7 +9,7 @@ from typing import Any
 
 import dagster as dg
 
-# TableMetadataSet has no top-level name in dagster 1.13 (dagster.TableMetadataSet is absent):
+# TableMetadataSet has no public name in dagster 1.13 (dagster.TableMetadataSet is absent):
 # this is the module Dagster's own integrations import it from.
 from dagster._core.definitions.metadata import TableMetadataSet
 

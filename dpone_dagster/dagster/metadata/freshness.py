@@ -8,21 +8,28 @@ materialization reports (``dpone/lag_seconds``: how old the source state the tar
 is): :func:`freshness_check`, the one function every stream asset (incremental, Kafka,
 replication) calls with its metadata and its policy.
 
+A policy is read through what its public constructors take (``FreshnessPolicy.time_window``'s
+``fail_window`` and ``warn_window``, ``FreshnessPolicy.cron``'s ``deadline_cron``,
+``lower_bound_delta`` and ``timezone``), which the policy keeps as attributes of those names:
+Dagster names the two kinds of policy only in a private module. Its cron arithmetic (a
+schedule's smallest interval, a cron policy's last tick) is croniter's, the library Dagster
+keeps a private copy of. Dagster's public freshness checks
+(``dg.build_last_update_freshness_checks``) judge the time of the last materialization, not the
+age of the data it reports: ``dpone_fresh`` is that other judgement.
+
 A backfill's partitions have no asset-level freshness (Dagster's is asset-level only): the
 ``dpone_partitions_fresh`` check (:func:`partitions_check`) lists each partition's state from
 the ledger and names the stale ones.
 """
 
+import itertools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import dagster as dg
-
-# dagster 1.13 has no top-level names for the policy's two kinds or for cron arithmetic: these
-# are the modules Dagster's own freshness evaluators use.
-from dagster._core.definitions.freshness import CronFreshnessPolicy, TimeWindowFreshnessPolicy
-from dagster._utils.schedules import get_latest_completed_cron_tick, get_smallest_cron_interval
+from croniter import CroniterError, croniter
 
 from dpone_dagster.backfill import ScopeState
 from dpone_dagster.core.errors import engine_error
@@ -60,14 +67,47 @@ def stream_freshness_policy(
     if freshness_policy is not None or cron_schedule is None:
         return freshness_policy
     try:
-        interval = get_smallest_cron_interval(cron_schedule)
-    except Exception as exc:  # Dagster's CheckError or croniter's own: not a schedule
+        interval = _smallest_cron_interval(cron_schedule)
+    except CroniterError as exc:
         raise engine_error(
             refusal, f"cron_schedule {cron_schedule!r} is not a cron schedule: {exc}"
         ) from None
     return dg.FreshnessPolicy.time_window(
         fail_window=interval * FAIL_INTERVALS, warn_window=interval * WARN_INTERVALS
     )
+
+
+_SAMPLED_TICKS = 1000
+"""Ticks of a schedule sampled for its smallest interval (from a year ago, as Dagster does: a
+year's month lengths and leap day)."""
+
+
+def _smallest_cron_interval(cron_schedule: str) -> timedelta:
+    """The smallest interval between two ticks of ``cron_schedule`` (UTC), over its first
+    :data:`_SAMPLED_TICKS` ticks from a year ago, at most twenty years of them.
+
+    Raises:
+        CroniterError: Not a cron schedule Dagster reads (five fields, or an alias such as
+            ``@daily``), or one that never ticks (the 30th of February).
+
+    Examples:
+        >>> _smallest_cron_interval("0 9,17 * * 1-5")
+        datetime.timedelta(seconds=28800)
+    """
+    if not croniter.is_valid(cron_schedule) or len(croniter.expand(cron_schedule)[0]) != 5:
+        raise CroniterError("not five fields")  # Dagster's schedules have no seconds field
+    start = datetime.now(UTC) - timedelta(days=365)
+    horizon = start + timedelta(days=20 * 365)
+    ticks = croniter(cron_schedule, start)
+    times = [ticks.get_next(datetime), ticks.get_next(datetime)]
+    while len(times) < _SAMPLED_TICKS and times[-1] < horizon:
+        times.append(ticks.get_next(datetime))
+    return min(b - a for a, b in itertools.pairwise(times))
+
+
+def _as_timedelta(window: Any) -> timedelta:
+    """A policy's window as a ``timedelta`` (Dagster stores some as its serializable form)."""
+    return window if isinstance(window, timedelta) else window.to_timedelta()
 
 
 def freshness_check_spec(key: dg.AssetKey) -> dg.AssetCheckSpec:
@@ -81,26 +121,28 @@ def freshness_check_spec(key: dg.AssetKey) -> dg.AssetCheckSpec:
 
 def _limits(policy: dg.FreshnessPolicy, now: datetime) -> tuple[float, float | None, str]:
     """The lag (seconds) that fails the policy now, the lag that warns, and the policy in words."""
-    if isinstance(policy, TimeWindowFreshnessPolicy):
-        warn = policy.warn_window.to_timedelta().total_seconds() if policy.warn_window else None
-        fail = policy.fail_window.to_timedelta().total_seconds()
+    given: Any = policy  # what its public constructor took, kept under the same names
+    if getattr(given, "fail_window", None) is not None:  # FreshnessPolicy.time_window(...)
+        warn = None if given.warn_window is None else _as_timedelta(given.warn_window)
+        fail = _as_timedelta(given.fail_window).total_seconds()
+        warned = None if warn is None else warn.total_seconds()
         return (
             fail,
-            warn,
+            warned,
             f"time window: fail after {fail:g} s"
-            + (f", warn after {warn:g} s" if warn is not None else ""),
+            + (f", warn after {warned:g} s" if warned is not None else ""),
         )
-    if isinstance(policy, CronFreshnessPolicy):
-        # The data must be at least as new as the start of the last completed cron window.
-        tick = get_latest_completed_cron_tick(policy.deadline_cron, now, policy.timezone)
-        oldest = tick - policy.lower_bound_delta
+    if getattr(given, "deadline_cron", None) is not None:  # FreshnessPolicy.cron(...)
+        deadline, zone = str(given.deadline_cron), str(given.timezone)
+        # The data must be at least as new as the start of the last completed cron window: the
+        # latest tick at or before now (croniter's previous tick is strictly before its start).
+        local = now.astimezone(ZoneInfo(zone)) + timedelta(microseconds=1)
+        tick = croniter(deadline, local).get_prev(datetime)
+        oldest = tick - _as_timedelta(given.lower_bound_delta)
         return (
             (now - oldest).total_seconds(),
             None,
-            (
-                f"cron {policy.deadline_cron!r} ({policy.timezone}): data newer than "
-                f"{oldest.astimezone(UTC).isoformat()}"
-            ),
+            f"cron {deadline!r} ({zone}): data newer than {oldest.astimezone(UTC).isoformat()}",
         )
     raise TypeError(f"unknown freshness policy {type(policy).__name__}")
 

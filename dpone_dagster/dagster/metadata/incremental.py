@@ -7,7 +7,7 @@ from typing import Any
 
 import dagster as dg
 
-# TableMetadataSet has no top-level name in dagster 1.13 (see .catalog).
+# TableMetadataSet has no public name in dagster 1.13 (see .catalog).
 from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.incremental import IncrementalResult, Verification

@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-# No top-level name in dagster 1.13 (dagster.NamespacedMetadataSet is absent): this is the
+# No public name in dagster 1.13 (dagster.NamespacedMetadataSet is absent): this is the
 # module Dagster's own TableMetadataSet and its integrations' sets come from.
 from dagster._core.definitions.metadata import NamespacedMetadataSet
 from pydantic import ConfigDict, model_validator

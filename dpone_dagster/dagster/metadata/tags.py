@@ -1,6 +1,6 @@
 """Every ``dpone/`` tag of runs and ops, declared once: :class:`DponeRunTags`."""
 
-# No top-level name in dagster 1.13: the module Dagster's own tag sets come from.
+# No public name in dagster 1.13: the module Dagster's own tag sets come from.
 from dagster._core.definitions.tags import NamespacedTagSet
 from pydantic import ConfigDict
 

@@ -33,6 +33,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from dagster import DagsterRun, Field
+
+# No public names in dagster 1.13 for what a run launcher's health check returns or for its
+# instance data: these are the modules dagster-celery's own launcher imports them from.
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._serdes import ConfigurableClassData
 from dagster_celery.launcher import CeleryRunLauncher as _CeleryRunLauncher
