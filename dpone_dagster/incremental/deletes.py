@@ -16,6 +16,7 @@ from psycopg import sql
 
 from dpone_dagster.postgres import soft_deletes
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.delete_keys import delete_keys
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.text_keys import TextKeys
 from dpone_dagster.reconcile.compare import Key
@@ -30,18 +31,10 @@ def matching(shape: StreamShape, keys: Sequence[Key]) -> tuple[sql.Composed, lis
 
 
 def apply_deletes(tgt: Connection, shape: StreamShape, keys: Sequence[Key], at: datetime) -> int:
-    """Deletes (``soft``: marks with ``at``) the target rows of ``keys``; the rows affected."""
-    if not keys:
-        return 0
-    among, params = matching(shape, keys)
-    if shape.soft_column is None:
-        statement = sql.SQL("DELETE FROM {} AS t USING {}").format(shape.target.ident, among)
-        return tgt.execute(statement, params).rowcount
-    soft = sql.Identifier(shape.soft_column)
-    statement = sql.SQL("UPDATE {} AS t SET {} = %s FROM {} AND t.{} IS NULL").format(
-        shape.target.ident, soft, among, soft
-    )
-    return tgt.execute(statement, [at, *params]).rowcount
+    """Deletes (``soft``: marks with ``at``) the target rows of ``keys``
+    (:func:`~dpone_dagster.postgres.delete_keys.delete_keys`); the rows affected."""
+    among = TextKeys.of(shape.key, keys, alias="d")
+    return delete_keys(tgt, shape.target, among, soft=shape.soft_column, at=at)
 
 
 def ensure_soft_column(tgt: Connection, shape: StreamShape) -> None:

@@ -95,6 +95,17 @@ class TextKeys:
             sql.SQL("{} AS {}").format(self.cast(i), c.ident) for i, c in enumerate(self.columns)
         )
 
+    def typed_rows(self, *extra: tuple[str, str]) -> sql.Composed:
+        """``(SELECT CAST(u.k0 AS ...) AS "a", ... FROM unnest(...) AS u(k0, ...)) AS u``: a
+        ``FROM`` item of one row per key, under the key columns' names and types (each cast
+        once; a join on them may use the key's index), with :meth:`rows`'s ``extra`` arrays
+        beside them under their names. Its parameters: :attr:`params`, then the extras'."""
+        more = [sql.SQL(", {}.{}").format(sql.Identifier(self.alias), sql.Identifier(n))
+                for n, _ in extra]  # fmt: skip
+        return sql.SQL("(SELECT {}{} FROM {}) AS {}").format(
+            self.typed(), sql.Composed(more), self.rows(*extra), sql.Identifier(self.alias)
+        )
+
     def as_text(self) -> sql.Composed:
         """``ARRAY[u.k0, ...]``: each key as the text it was given in."""
         return sql.SQL("ARRAY[{}]").format(

@@ -4,9 +4,10 @@ A run that applies a few deletes (the slot's changes since the last run were del
 would pay for a staging table, its ``COPY``, the net effect's sort and the merge sink's
 statements for rows it never writes. :class:`~.apply.TableApply` holds such a batch's keys
 instead (at most :data:`HELD_DELETES`, as the server sent them), and :func:`delete_held`
-applies them in one statement: the keys' text in one ``text[]`` parameter per key column,
-``unnest`` of them cast to the key's types, joined to the target over its key index. A key
-deleted once in a batch is its net effect, so nothing is netted. Under ``soft`` deletes the
+applies them in one statement, the one every engine deletes by key with
+(:func:`~dpone_dagster.postgres.delete_keys.delete_keys`: the keys' text in one ``text[]``
+parameter per key column, cast to the key's types, joined to the target over its key index). A
+key deleted once in a batch is its net effect, so nothing is netted. Under ``soft`` deletes the
 statement is an ``UPDATE`` that sets the soft-delete column to the deleting transaction's
 commit time, on live rows only.
 
@@ -19,12 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, TypeAlias
 
-from psycopg import sql
-
-from dpone_dagster.postgres.catalog import columns_equal
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.delete_keys import delete_keys
 from dpone_dagster.postgres.plan import TablePlan
-from dpone_dagster.postgres.sinks import key_lookups
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column
 from dpone_dagster.postgres.text_keys import TextKeys
 
@@ -67,25 +65,11 @@ def delete_held(
         [[bytes(old[i]).decode(codec) for old, _ in held] for i in key],  # type: ignore[arg-type]
         alias="f",
     )
-    from_item = sql.SQL("(SELECT {} FROM {}) AS f").format(keys.typed(), keys.rows())
     if on_net is not None:
-        on_net(conn, plan, from_item, keys.params)
-    equal = columns_equal("t", "f", plan.target_key)
-    target = plan.target.ident
+        on_net(conn, plan, keys.typed_rows(), keys.params)
     if soft_column is None:
-        statement = sql.SQL("DELETE FROM {} AS t USING {} WHERE {}").format(
-            target, from_item, equal
-        )
-        params = keys.params
-    else:
-        ensure_soft_column(conn, plan.target, soft_column)
-        soft = sql.Identifier(soft_column)
-        at_item = sql.SQL("(SELECT {}, f.at FROM {}) AS f").format(
-            keys.typed(), keys.rows(("at", "text[]"))
-        )
-        statement = sql.SQL(
-            "UPDATE {} AS t SET {} = f.at::timestamptz FROM {} WHERE {} AND t.{} IS NULL"
-        ).format(target, soft, at_item, equal, soft)
-        params = [*keys.params, [bytes(at).decode() for _, at in held]]
-    with key_lookups(conn):
-        conn.execute(statement, params)
+        delete_keys(conn, plan.target, keys)
+        return
+    ensure_soft_column(conn, plan.target, soft_column)
+    at = [bytes(at).decode() for _, at in held]  # each deleting transaction's commit time
+    delete_keys(conn, plan.target, keys, soft=soft_column, at=at)
