@@ -122,7 +122,9 @@ def test_a_run_with_nothing_to_do_reports_the_row_count_without_reading_the_tabl
     """``dagster/row_count`` of a run with nothing to do comes from the ledger: the target's scan
     counters do not move (a ``count(*)`` moves them by one)."""
     # The check reads its slice of the table by design (its budget): left out here.
-    orders = incremental_asset("shop.orders", cursor="updated_at", reconcile=False)
+    orders = incremental_asset(
+        "shop.orders", cursor="updated_at", options=IncrementalOptions(reconcile=False)
+    )
     assert _materialize(stream, orders).success
     pg.execute(stream.source, "UPDATE shop.orders SET note = 'c', updated_at = now() WHERE id <= 5")
     insert_orders(stream.source, 5001, 3)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from dpone_dagster.backfill import Backfill, backfill_handoff, prepare_target
+from dpone_dagster.backfill import Backfill, BackfillOptions, backfill_handoff, prepare_target
 from dpone_dagster.core import LEDGER_VERSION
 from dpone_dagster.incremental import BatchOutcome, IncrementalResult, Sweep
 from dpone_dagster.postgres import TableName
@@ -72,7 +72,7 @@ def test_a_comparison_of_the_whole_target_re_bases_the_count(stream: Stream) -> 
     # The full check's digests of both whole tables count it too.
     pg.execute(stream.target, "DELETE FROM shop.orders WHERE id = 4")
     pg.execute(stream.source, "DELETE FROM shop.orders WHERE id IN (1003, 2003)")
-    result = counted_run(stream, deletes="hard", verify=True, check="full")
+    result = counted_run(stream, deletes="hard", reconcile=True, check="full")
     assert result.deleted == 2 and result.verification is not None
 
 
@@ -94,7 +94,7 @@ def test_a_sweep_that_covers_the_key_in_one_run_re_bases_the_count(stream: Strea
     pg.execute(stream.target, "DELETE FROM shop.orders WHERE id <= 3")  # behind its back
     insert_orders(stream.source, 5000, 5)
     # One slice of 10,000 rows holds the whole key: the run's slices count every target row.
-    result = counted_run(stream, verify=True, sweep=Sweep(rows=10_000))
+    result = counted_run(stream, reconcile=True, sweep=Sweep(rows=10_000))
     assert result.verification is not None and result.verification.unexplained == 3
 
 
@@ -127,7 +127,7 @@ def test_a_stream_that_continues_a_backfill_counts_its_target_once(stream: Strea
     table = TableName("shop", "orders")
     prepare_target(stream.source, stream.target, table, table, "updated_at")
     with Backfill(stream.source, stream.target, "shop.orders", cursor="updated_at",
-                  batch_size=1000) as backfill:  # fmt: skip
+                  options=BackfillOptions(batch_size=1000)) as backfill:  # fmt: skip
         backfill.run()
     insert_orders(stream.source, 3000, 25)
     result = counted_run(stream, handoff=backfill_handoff)
@@ -139,7 +139,7 @@ def test_a_ledger_of_an_earlier_release_gets_the_count_on_its_next_run(stream: S
     # The ledger as the release before the count left it: no count column, version 6.
     pg.execute(stream.target, "ALTER TABLE dpone_ledger.incremental_streams DROP target_rows;"
                " DELETE FROM dpone_ledger.ledger_version WHERE version >= 7")  # fmt: skip
-    verification = stream.sync(verify=True).check()  # reads the ledger as it is
+    verification = stream.sync(reconcile=True).check()  # reads the ledger as it is
     assert verification is not None and verification.ok
     insert_orders(stream.source, 3000, 10)
     result = counted_run(stream)  # the ledger brought up to date, the target counted once
