@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import RefusalColumn, engine_error
 from dpone_dagster.core.marks import Mark, mark_snapshot, settle_mark
+from dpone_dagster.cursor.table_check import refuse_null_cursor
 from dpone_dagster.postgres.connection import Connection
 
 from .protocol import BackfillEvidence, BoundedWritePause, TrustworthyCursor
@@ -69,7 +70,8 @@ def take_high_water_mark(
         poll_interval: Seconds between checks.
 
     Raises:
-        EngineError: ``plan_invalid`` when a row's cursor is NULL;
+        EngineError: ``plan_invalid`` when a row's cursor is NULL (the one table check's
+            last step, :func:`~dpone_dagster.cursor.table_check.refuse_null_cursor`);
             ``backfill_high_water_mark_unsettled`` when a transaction outlives the timeout.
     """
     where, params = shape.where(lower, upper)
@@ -81,17 +83,8 @@ def take_high_water_mark(
             ),
             params,
         ).fetchone()
-        nulls = conn.execute(
-            sql.SQL("SELECT EXISTS (SELECT 1 FROM {t} WHERE {c} IS NULL)").format(c=cursor, t=table)
-        ).fetchone()
+        refuse_null_cursor(conn, shape, RefusalColumn.FIXED_MARK)  # before the settle wait
     assert found is not None
-    if nulls is not None and nulls[0]:
-        raise engine_error(
-            "plan_invalid",
-            f"Rows of {shape.source} have a NULL cursor {shape.cursor.name!r}: no keyset range "
-            "holds them, so they would never be copied.",
-            ["Fill the NULL cursor values (or choose a NOT NULL cursor), then plan again."],
-        )
     hwm = None if found[0] is None else str(found[0])
     mark = settle_mark(
         conn, snapshot, hwm, settle_timeout=settle_timeout, poll_interval=poll_interval

@@ -161,7 +161,7 @@ def _bounds(src: Connection, shape: TableShape, after: str | None, hwm: str, siz
     if count < size:  # the rest of the scope: the range runs to the mark
         return _Bounds(hwm, True, count, first, last)
     assert last is not None
-    if shape.key != (shape.cursor.name,):  # the cursor alone is not the key: ties may follow
+    if shape.key_names != (shape.cursor.name,):  # the cursor alone is not the key: ties may follow
         count = _count_range(src, shape, shape.source, after, last)
     return _Bounds(last, last == hwm, count, first, last)
 

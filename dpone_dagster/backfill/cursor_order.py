@@ -2,7 +2,7 @@
 
 Cursor values are kept as the server's canonical text (:mod:`.shape`), so the pure rules compare
 them without a database, in the order PostgreSQL gives the cursor types it accepts
-(:data:`dpone_dagster.core.cursors.CURSOR_TYPES`): ``"9"`` sorts before ``"10"``, and
+(:data:`dpone_dagster.cursor.table_check.CURSOR_TYPES`): ``"9"`` sorts before ``"10"``, and
 ``"2024-01-01 23:00:00+00"`` is not before ``"2024-01-02 00:00:00+01"``.
 """
 

@@ -59,15 +59,15 @@ def _compare(target: Connection, shape: TableShape) -> tuple[int, int, object]:
             " min(CASE WHEN {k} IS NOT NULL AND {a} <> {b} THEN {keytext} END)"
             " FROM {stage} AS s LEFT JOIN {target} AS t ON {match}"
         ).format(
-            k=sql.Identifier("t", shape.key[0]),
+            k=sql.Identifier("t", shape.key[0].name),
             a=_row_text(shape, "s"),
             b=_row_text(shape, "t"),
             keytext=sql.SQL("ROW({})::text").format(
-                sql.SQL(", ").join(sql.Identifier("s", k) for k in shape.key)
+                sql.SQL(", ").join(sql.Identifier("s", k) for k in shape.key_names)
             ),
             stage=_STAGE,
             target=shape.target.ident,
-            match=columns_equal("s", "t", shape.key),
+            match=columns_equal("s", "t", shape.key_names),
         )
     ).fetchone()
     assert row is not None
@@ -109,7 +109,7 @@ def _insert_missing(target: Connection, shape: TableShape) -> int:
             target=shape.target.ident,
             cols=cols,
             stage=_STAGE,
-            match=columns_equal("s", "t", shape.key),
+            match=columns_equal("s", "t", shape.key_names),
         )
     ).rowcount
 
@@ -117,7 +117,7 @@ def _insert_missing(target: Connection, shape: TableShape) -> int:
 def _changed(shape: TableShape) -> sql.Composed:
     """A staged row ``s`` and a target row ``t`` with the same key and other values."""
     return sql.SQL("{} AND {} <> {}").format(
-        columns_equal("s", "t", shape.key), _row_text(shape, "s"), _row_text(shape, "t")
+        columns_equal("s", "t", shape.key_names), _row_text(shape, "s"), _row_text(shape, "t")
     )
 
 
@@ -225,8 +225,7 @@ def _keys_in(
 ) -> tuple[sql.Composed, list[object]]:
     """``<alias>.key = <one of keys>`` (the keys as text, cast to each key column's type): an
     ``EXISTS`` over one text array per key column, and its parameters."""
-    by_name = {c.name: c for c in shape.columns}
-    given = TextKeys.of([by_name[k] for k in shape.key], keys)
+    given = TextKeys.of(shape.key, keys)
     query = sql.SQL("EXISTS (SELECT 1 FROM {} WHERE {})").format(given.rows(), given.equal(alias))
     return query, given.params
 
@@ -271,8 +270,7 @@ def differing_keys(
             once, :data:`~dpone_dagster.reconcile.compare.DIRECT_ROWS`).
     """
     where, params = shape.where(after, upper)
-    by_name = {c.name: c for c in shape.columns}
-    compared = Rows(tuple(by_name[k] for k in shape.key), shape.columns)
+    compared = Rows(shape.key, shape.columns)
     return compare(
         Side(source, shape.source, where, tuple(params)),
         Side(target, shape.target, where, tuple(params)),
@@ -284,7 +282,7 @@ def differing_keys(
 def _update_changed(target: Connection, shape: TableShape) -> int:
     """Sets every target row whose key is staged but whose values differ to the staged values
     (wherever its cursor value puts it: a row the source moved into the range moves too)."""
-    values = [c.name for c in shape.columns if c.name not in shape.key]
+    values = [c.name for c in shape.columns if c.name not in shape.key_names]
     if not values:  # every column is the key: a row with the key is equal
         return 0
     assignments = sql.SQL(", ").join(

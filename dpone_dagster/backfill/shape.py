@@ -10,46 +10,42 @@ pinned to ``TimeZone=UTC`` and ISO dates, so the same value always has the same 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.core.cursors import is_cursor_type
-from dpone_dagster.core.errors import cursor_not_found, engine_error
-from dpone_dagster.core.tables import TablePair
-from dpone_dagster.postgres.catalog import (
-    CatalogError,
-    Column,
-    TableCatalog,
-    column_list,
-    normal_type,
-    table_catalog,
+from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.cursor.table_check import (
+    CursorTables,
+    SideCatalogs,
+    TargetRule,
+    check_tables,
+    source_catalog,
 )
+from dpone_dagster.postgres.catalog import CatalogError, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
 from dpone_dagster.postgres.evidence import TableKeys, keys_for
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.schema_change import column_differences
+from dpone_dagster.postgres.target_catalog import target_catalog
 
 from .protocol import BackfillScope, TableRef
 
 
 @dataclass(frozen=True)
-class TableShape(TablePair):
-    """A backfill's resolved tables (see :class:`~dpone_dagster.core.tables.TablePair`).
+class TableShape(CursorTables):
+    """A backfill's resolved tables (see :class:`~dpone_dagster.cursor.table_check.CursorTables`).
 
     Attributes:
-        key: The primary-key column names (equal on both sides).
         fmt: ``binary``, or ``text`` when a user-defined type is copied.
         versions: Both tables' row-version keys, or ``None`` when row versions cannot prove
             their content (:mod:`dpone_dagster.postgres.evidence`).
     """
 
-    key: tuple[str, ...]
     fmt: CopyFormat
     versions: TableKeys | None = None
 
@@ -76,7 +72,7 @@ class TableShape(TablePair):
 
     def order_by(self) -> sql.Composed:
         """The cursor, then the key: a total, deterministic order of the rows."""
-        names = [self.cursor.name, *(k for k in self.key if k != self.cursor.name)]
+        names = [self.cursor.name, *(k for k in self.key_names if k != self.cursor.name)]
         return column_list(names)
 
     def select_range(
@@ -116,13 +112,6 @@ def canonical_cursor(conn: Connection, shape: TableShape, value: object) -> str:
     return str(row[0])
 
 
-def _catalog(conn: Connection, table: TableName, code: str) -> TableCatalog:
-    try:
-        return table_catalog(conn, table)
-    except CatalogError as exc:
-        raise engine_error(code, exc.message) from None
-
-
 def check_columns_unchanged(src: Connection, shape: TableShape) -> None:
     """Refuses a batch whose source no longer has the run's copied columns and types.
 
@@ -132,7 +121,10 @@ def check_columns_unchanged(src: Connection, shape: TableShape) -> None:
     Raises:
         EngineError: ``backfill_schema_changed`` listing each column's before and after.
     """
-    found = _catalog(src, shape.source, "backfill_schema_changed")
+    try:
+        found = table_catalog(src, shape.source)
+    except CatalogError as exc:
+        raise engine_error("backfill_schema_changed", exc.message) from None
     now = [c for c in found.columns if not c.generated]
     changed = column_differences(shape.columns, now)
     if changed:
@@ -145,73 +137,37 @@ def check_columns_unchanged(src: Connection, shape: TableShape) -> None:
 def resolve_shape(
     src: Connection, tgt: Connection, source: TableName, target: TableName, cursor: str
 ) -> TableShape:
-    """Reads both catalogs and checks that the backfill can run and prove what it copies.
+    """Reads both catalogs and checks that the backfill can run and prove what it copies (the one
+    table check, :func:`~dpone_dagster.cursor.table_check.check_tables`, with the backfill's
+    codes and an exact target).
 
     Raises:
         EngineError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
             type, no index on the source cursor), ``cursor_not_found`` (no such cursor
             column), ``destination_expansion_incomplete`` (no target table, a missing or
             differently typed column, another primary key, no index on the target cursor).
+        DatabaseError: ``source_permission_denied``, ``target_permission_denied`` (no
+            ``SELECT`` on the source, no ``SELECT`` or ``INSERT`` on the target).
     """
-    found = _catalog(src, source, "plan_invalid")
-    require_table(src, "source", source, ["SELECT"])
-    columns = [c for c in found.columns if not c.generated]
-    by_name = {c.name: c for c in columns}
-    if cursor not in by_name:
-        raise cursor_not_found(source, cursor, columns)
-    cur = by_name[cursor]
-    if not is_cursor_type(cur):
-        raise engine_error(
-            "plan_invalid",
-            f"Cursor {cursor!r} is a {cur.type_sql}; supported: integers, numeric, date, "
-            "timestamp, timestamptz.",
-        )
-    key = found.key
-    if not key:
-        raise engine_error(
-            "plan_invalid",
-            f"Table {source} has no primary key; rows need one to be matched in the target.",
-        )
-    if cursor not in found.index_leads:
-        raise engine_error(
-            "plan_invalid",
-            f"No index on {source} starts with {cursor!r}: every batch would scan the table.",
-        )
-    _check_target(tgt, target, columns, key, cursor)
-    versions = keys_for(src, tgt, source, target, columns)
-    fmt = copy_format_for(columns, major_versions(src, tgt))
-    return TableShape(source, target, tuple(columns), cur, key=key, fmt=fmt, versions=versions)
+    found = SideCatalogs(
+        source_catalog(src, source, RefusalColumn.FIXED_MARK), _target(tgt, target)
+    )
+    tables = check_tables(found, source, target, cursor, TargetRule.EXACT, RefusalColumn.FIXED_MARK)
+    versions = keys_for(src, tgt, source, target, tables.columns)
+    fmt = copy_format_for(tables.columns, major_versions(src, tgt))
+    return TableShape(
+        tables.source, tables.target, tables.columns, tables.cursor, tables.key, fmt=fmt,
+        versions=versions,
+    )  # fmt: skip
 
 
-def _check_target(
-    tgt: Connection, target: TableName, columns: Sequence[Column], key: tuple[str, ...], cursor: str
-) -> None:
-    found = _catalog(tgt, target, "destination_expansion_incomplete")
+def _target(tgt: Connection, target: TableName) -> TableCatalog | None:
+    """The target's catalog (``None``: no such table), once its privileges are checked."""
+    found = target_catalog(tgt, target, swap=False)
+    if found is None:
+        return None
     require_table(tgt, "target", target, ["SELECT", "INSERT"])
-    have = {c.name: c for c in found.columns}
-    problems = [
-        f"{c.name!r} {c.type_sql}"
-        for c in columns
-        if c.name not in have
-        or normal_type(have[c.name]) != normal_type(c)  # equal however spelled
-        or have[c.name].generated
-    ]
-    if problems:
-        raise engine_error(
-            "destination_expansion_incomplete",
-            f"Target {target} lacks or retypes columns: {', '.join(problems)}.",
-        )
-    if found.key != key:
-        raise engine_error(
-            "destination_expansion_incomplete",
-            f"Target {target} needs the primary key ({', '.join(key)}).",
-        )
-    if cursor not in found.index_leads:
-        raise engine_error(
-            "destination_expansion_incomplete",
-            f"No index on target {target} starts with {cursor!r} (needed to count and compare "
-            "each batch range).",
-        )
+    return found.table
 
 
 def scope_for(
@@ -234,7 +190,7 @@ def scope_for(
         ),
         cursor=shape.cursor.name,
         cursor_type=shape.cursor.type_sql,
-        key=shape.key,
+        key=shape.key_names,
         columns=tuple(c.name for c in shape.columns),
         copy_format=shape.fmt,
         lower=lower,

@@ -20,16 +20,10 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.core.errors import cursor_not_found, engine_error
+from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.cursor.table_check import check_source, source_catalog
 from dpone_dagster.lifecycle import redact
-from dpone_dagster.postgres.catalog import (
-    Column,
-    column_list,
-    ensure_schema,
-    primary_key,
-    relation_oid,
-    table_columns,
-)
+from dpone_dagster.postgres.catalog import Column, column_list, ensure_schema, relation_oid
 from dpone_dagster.postgres.connection import (
     Connection,
     ConnectionOptions,
@@ -39,7 +33,7 @@ from dpone_dagster.postgres.connection import (
 from dpone_dagster.postgres.failures import FailureSide, coded_failures
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.plan import generated_as_target_can
-from dpone_dagster.postgres.privileges import require_schema, require_table
+from dpone_dagster.postgres.privileges import require_schema
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.staging import table_definition
 from dpone_dagster.postgres.target_types import (
@@ -91,9 +85,12 @@ def prepare_target(
         What was created (true when the table was, false when it already existed).
 
     Raises:
-        EngineError: ``plan_invalid`` when the source table does not exist or has no primary
-            key (the copier could not match rows without one); ``cursor_not_found`` when the
-            cursor is not one of its columns (nothing is created).
+        EngineError: the source's refusals of the one table check
+            (:func:`~dpone_dagster.cursor.table_check.check_source`), nothing created:
+            ``plan_invalid`` when the source table does not exist, has no primary key (the
+            copier could not match rows without one), or a cursor of a type that cannot order
+            a backfill or that no index starts with; ``cursor_not_found`` when the cursor is
+            not one of its columns.
         DatabaseError: ``source_permission_denied`` (no ``SELECT`` on the source table),
             ``target_permission_denied`` (the target's schema does not take new tables).
         TargetTypeError: a type the target defines otherwise, an extension it lacks
@@ -101,18 +98,9 @@ def prepare_target(
     """
     with connect(source_dsn, options, side="source") as src, _coded("source", source):
         set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
-        if relation_oid(src, source) is None:
-            raise engine_error("plan_invalid", f"Source table {source} does not exist.")
-        require_table(src, "source", source, ["SELECT"])
-        columns = table_columns(src, source)
-        key = primary_key(src, source)
-        needed = source_types(src, [c.type_oid for c in columns])
-    if cursor not in {c.name for c in columns if not c.generated}:
-        raise cursor_not_found(source, cursor, [c for c in columns if not c.generated])
-    if not key:
-        raise engine_error(
-            "plan_invalid", f"Table {source} has no primary key; rows need one to be matched."
-        )
+        found = source_catalog(src, source, RefusalColumn.FIXED_MARK)
+        needed = source_types(src, [c.type_oid for c in found.columns])
+    tables = check_source(found, source, target, cursor, RefusalColumn.FIXED_MARK)
     target_options = target_options or options
     with connect(target_dsn, target_options, side="target") as tgt, _coded("target", target):
         set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)
@@ -129,8 +117,9 @@ def prepare_target(
             )  # fmt: skip
             add_enum_labels(tgt, types.labels)  # no row uses them in this transaction
             create_types(tgt, [types])
-            definition, stored = generated_as_target_can(columns, tgt.info.server_version // 10000)
-            _create_table(tgt, target, definition, key, cursor)
+            major = tgt.info.server_version // 10000
+            definition, stored = generated_as_target_can(found.columns, major)
+            _create_table(tgt, target, definition, tables.key_names, cursor)
     return PreparedTarget(True, types, stored)
 
 

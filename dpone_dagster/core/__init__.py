@@ -8,7 +8,6 @@ never from each other:
 * :mod:`.waits`: waits on the server's own state with a deadline.
 * :mod:`.in_flight`: who had a transaction open when a mark was read, and waiting them out.
 * :mod:`.read_window`: a read's window, snapshot and clock, as a lifecycle receipt.
-* :mod:`.cursors`: which columns can be a cursor.
 * :mod:`.ledger_schema` and :mod:`.ledger`: the one durable ledger (every engine's tables, one
   migration path, revisioned documents, receipt rows, advisory locks).
 * :mod:`.handoff`: how one engine's complete copy hands a table to a stream.

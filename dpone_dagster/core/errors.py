@@ -10,7 +10,10 @@ taken did not finish in time). The stream's codes start with ``incremental_``: a
 (``incremental_primary_key_missing``, ``incremental_cursor_invalid``,
 ``incremental_cursor_unindexed``, ``incremental_cursor_null``, ``incremental_target_key_differs``,
 ``incremental_options_invalid``) is refused when the run is planned, before anything is written;
-so is a cursor that is not a column of the table, in both engines (``cursor_not_found``);
+so is a cursor that is not a column of the table, in both engines (``cursor_not_found``), and a
+stream's source table that does not exist (``table_not_found``). The refusals of the cursor
+engine's one table check (:class:`TableRefusal`) take their codes from :data:`TABLE_REFUSALS`,
+one column per policy, so each engine keeps the codes it had;
 ``incremental_mark_unsettled`` is not raised but names, in a run's notices, transactions that
 were still open when the run's settle timeout ran out. The Kafka source's codes start with
 ``kafka_`` (raised as :class:`~dpone_dagster.sources.SourceError` from this catalog). The
@@ -23,6 +26,7 @@ a table dropped at the source, a publication dropped by hand).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import IntEnum, StrEnum
 from typing import Final
 
 from dpone_dagster.lifecycle import DponeError
@@ -119,6 +123,10 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
     "incremental_options_invalid": (
         "The incremental stream's options are invalid.",
         ("Fix the option named in the message.",),
+    ),
+    "table_not_found": (
+        "The source table does not exist.",
+        ("Check the schema and table name, and the database the DSN names.",),
     ),
     "incremental_primary_key_missing": (
         "The source table has no primary key.",
@@ -449,13 +457,6 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
 """Every engine code with its default message and next actions."""
 
 
-def cursor_not_found(table: object, cursor: str, columns: Sequence[object]) -> EngineError:
-    """``cursor_not_found``: ``cursor`` is none of ``columns`` (each with a ``name``) of
-    ``table``, the backfill's and the stream's refusal at plan time."""
-    names = ", ".join(repr(getattr(c, "name", c)) for c in columns)
-    return engine_error("cursor_not_found", f"Table {table} has no column {cursor!r}: {names}.")
-
-
 def engine_error(
     code: str, detail: str | None = None, next_actions: Sequence[str] | None = None
 ) -> EngineError:
@@ -473,3 +474,72 @@ def engine_error(
         KeyError: for a code that is not catalogued (a programming error).
     """
     return EngineError.from_catalog(ENGINE_ERRORS, code, detail, next_actions)
+
+
+class TableRefusal(StrEnum):
+    """Why the cursor engine's one table check refuses a job's tables
+    (:mod:`dpone_dagster.cursor.table_check`); each refusal's code per policy is in
+    :data:`TABLE_REFUSALS`."""
+
+    SOURCE_MISSING = "source_missing"
+    """The source table does not exist."""
+    CURSOR_MISSING = "cursor_missing"
+    """The cursor is not one of the source's copied columns."""
+    CURSOR_TYPE = "cursor_type"
+    """The cursor's type cannot order a copy (not one of the cursor types)."""
+    PRIMARY_KEY = "primary_key"
+    """The source table has no primary key: rows could not be matched in the target."""
+    CURSOR_INDEX = "cursor_index"
+    """No index of the source starts with the cursor: every batch would scan the table."""
+    TARGET_KEY = "target_key"
+    """The target's primary key is not the source's."""
+    CURSOR_NULL = "cursor_null"
+    """Rows of the source have a NULL cursor: no range holds them."""
+    TARGET_NOT_READY = "target_not_ready"
+    """A fixed mark's target is missing, lacks or retypes a column, or has no cursor index."""
+
+
+class RefusalColumn(IntEnum):
+    """Whose codes a table refusal takes: a column of :data:`TABLE_REFUSALS`."""
+
+    FIXED_MARK = 0
+    """The ordered backfill's (a high-water mark fixed when the run is planned)."""
+    MOVING_MARK = 1
+    """The incremental stream's (a mark taken again by every run)."""
+
+
+TABLE_REFUSALS: Final[dict[TableRefusal, tuple[str, str]]] = {
+    TableRefusal.SOURCE_MISSING: ("plan_invalid", "table_not_found"),
+    TableRefusal.CURSOR_MISSING: ("cursor_not_found", "cursor_not_found"),
+    TableRefusal.CURSOR_TYPE: ("plan_invalid", "incremental_cursor_invalid"),
+    TableRefusal.PRIMARY_KEY: ("plan_invalid", "incremental_primary_key_missing"),
+    TableRefusal.CURSOR_INDEX: ("plan_invalid", "incremental_cursor_unindexed"),
+    TableRefusal.TARGET_KEY: ("destination_expansion_incomplete", "incremental_target_key_differs"),
+    TableRefusal.CURSOR_NULL: ("plan_invalid", "incremental_cursor_null"),
+    TableRefusal.TARGET_NOT_READY: (
+        "destination_expansion_incomplete", "destination_expansion_incomplete",
+    ),
+}  # fmt: skip
+"""Each table refusal's code under a fixed mark and under a moving mark (by
+:class:`RefusalColumn`): the codes each engine gave before they shared the check, kept because
+users branch on them (``error.code``, ``dpone/error_code``)."""
+
+
+def refusal_error(
+    refusal: TableRefusal,
+    column: RefusalColumn,
+    detail: str,
+    next_actions: Sequence[str] | None = None,
+) -> EngineError:
+    """The error of a table refusal under a policy's codes (see :data:`TABLE_REFUSALS`).
+
+    Args:
+        refusal: What the table check refused.
+        column: The policy whose code the refusal takes.
+        detail: What exactly was found (a sentence appended to the code's message).
+        next_actions: Replaces the code's catalogued next actions when given.
+
+    Returns:
+        The error, ready to raise.
+    """
+    return engine_error(TABLE_REFUSALS[refusal][column], detail, next_actions)

@@ -27,26 +27,22 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import RefusalColumn
 from dpone_dagster.core.marks import Mark, mark_snapshot, settle_mark
+from dpone_dagster.cursor.table_check import refuse_null_cursor
 from dpone_dagster.postgres.connection import Connection
 
 from .shape import StreamShape
 
 
 def check_no_null_cursor(conn: Connection, shape: StreamShape) -> None:
-    """Refuses a source with a NULL cursor (an index probe), before anything is written.
+    """Refuses a source with a NULL cursor (the one table check's index probe, under the
+    stream's codes), before anything is written.
 
     Raises:
         EngineError: ``incremental_cursor_null``.
     """
-    found = conn.execute(
-        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NULL)").format(
-            shape.source.ident, shape.cursor.ident
-        )
-    ).fetchone()
-    if found is not None and found[0]:
-        raise engine_error("incremental_cursor_null", f"Table {shape.source}.")
+    refuse_null_cursor(conn, shape, RefusalColumn.MOVING_MARK)
 
 
 def take_mark(

@@ -15,15 +15,19 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from dpone_dagster.core.cursors import is_cursor_type
-from dpone_dagster.core.errors import cursor_not_found, engine_error
+from dpone_dagster.core.errors import RefusalColumn, engine_error
 from dpone_dagster.core.keyed import keyed_sides, live_rows
-from dpone_dagster.core.tables import TablePair
+from dpone_dagster.cursor.table_check import (
+    CursorTables,
+    SideCatalogs,
+    TargetRule,
+    check_tables,
+    source_catalog,
+)
 from dpone_dagster.postgres import check_identifier
-from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list, table_catalog
+from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 from dpone_dagster.reconcile.compare import Rows, Side
 
@@ -31,21 +35,14 @@ from .state import Checkpoint
 
 
 @dataclass(frozen=True)
-class StreamShape(TablePair):
-    """A resolved stream (see :class:`~dpone_dagster.core.tables.TablePair`).
+class StreamShape(CursorTables):
+    """A resolved stream (see :class:`~dpone_dagster.cursor.table_check.CursorTables`).
 
     Attributes:
-        key: The primary-key columns, in key order.
         soft_column: The target's deleted-at column for ``soft`` deletes (else ``None``).
     """
 
-    key: tuple[Column, ...]
     soft_column: str | None = None
-
-    @property
-    def key_names(self) -> tuple[str, ...]:
-        """The key's column names."""
-        return tuple(k.name for k in self.key)
 
     @property
     def cursor_is_time(self) -> bool:
@@ -149,56 +146,40 @@ def read_catalogs(
     """Reads both tables' catalogs, each side in its own session at the same time.
 
     Raises:
-        CatalogError: ``table_not_found`` for a source table that does not exist.
+        EngineError: ``table_not_found`` for a source table that does not exist.
+        DatabaseError: ``source_permission_denied`` without ``SELECT`` on it.
     """
     # Leaving the block waits for the target's read, whatever the source's did.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
         target_side = pool.submit(target_catalog, tgt, target, swap=False)
-        found = table_catalog(src, source)
-        require_table(src, "source", source, ["SELECT"])
+        found = source_catalog(src, source, RefusalColumn.MOVING_MARK)
     return StreamCatalogs(found, target_side.result())
 
 
 def resolve_stream(
     found: StreamCatalogs, source: TableName, target: TableName, cursor: str, soft: str | None
 ) -> StreamShape:
-    """Refuses a stream that cannot be copied incrementally, from both catalogs.
+    """Refuses a stream that cannot be copied incrementally, from both catalogs (the one table
+    check, :func:`~dpone_dagster.cursor.table_check.check_tables`, with the stream's codes; an
+    existing target must have the source's key).
 
     Raises:
-        EngineError: ``incremental_cursor_invalid``, ``incremental_primary_key_missing``,
-            ``incremental_cursor_unindexed``, ``incremental_target_key_differs``,
-            ``incremental_options_invalid`` (a soft-delete column that is also a source column).
+        EngineError: ``cursor_not_found``, ``incremental_cursor_invalid``,
+            ``incremental_primary_key_missing``, ``incremental_cursor_unindexed``,
+            ``incremental_target_key_differs``, ``incremental_options_invalid`` (a soft-delete
+            column that is also a source column).
     """
-    columns = [c for c in found.source.columns if not c.generated]
-    by_name = {c.name: c for c in columns}
-    key = found.source.key
-    cur = by_name.get(cursor)
-    if cur is None:
-        raise cursor_not_found(source, cursor, columns)
-    if not is_cursor_type(cur):
-        raise engine_error("incremental_cursor_invalid", f"{source}.{cursor!r}: a {cur.type_sql}.")
-    if not key:
-        raise engine_error("incremental_primary_key_missing", f"Table {source}.")
-    if cursor not in found.source.index_leads:
-        raise engine_error("incremental_cursor_unindexed", f"Table {source}, cursor {cursor!r}.")
+    sides = SideCatalogs(found.source, None if found.target is None else found.target.table)
+    rule, column = TargetRule.KEY_ONLY, RefusalColumn.MOVING_MARK
+    tables = check_tables(sides, source, target, cursor, rule, column)
     if soft is not None:
         check_identifier(soft, what="soft-delete column")
-        if soft in by_name:
+        if soft in {c.name for c in tables.columns}:
             raise engine_error(
                 "incremental_options_invalid",
                 f"The soft-delete column {soft!r} is a column of the source {source}.",
                 ["Name a column the source does not have (the default is _dpone_deleted_at)."],
             )
-    _check_target_key(found.target, target, key)
-    key_columns = tuple(by_name[k] for k in key)
-    return StreamShape(source, target, tuple(columns), cur, key=key_columns, soft_column=soft)
-
-
-def _check_target_key(found: TargetCatalog | None, target: TableName, key: Sequence[str]) -> None:
-    have = () if found is None else found.table.key
-    if found is not None and tuple(have) != tuple(key):
-        raise engine_error(
-            "incremental_target_key_differs",
-            f"Target {target} has primary key ({', '.join(have) or 'none'}); the source's is "
-            f"({', '.join(key)}).",
-        )
+    return StreamShape(
+        tables.source, tables.target, tables.columns, tables.cursor, tables.key, soft_column=soft
+    )

@@ -120,16 +120,6 @@ SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
 """
 
-_PRIMARY_KEY = """
-SELECT a.attname
-FROM pg_index i
-JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
-JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = ({relation}) AND i.indisprimary
-ORDER BY k.ord
-"""
-
-
 # The relation looked up inside the query: one round trip instead of two.
 _COLUMNS_OF = _COLUMNS.format(relation=_RELATION_OID)
 
@@ -139,9 +129,6 @@ def columns_query(relation: str) -> str:
     column of an outer query, such as ``f.oid``): for a query that reads more in the same
     round trip."""
     return _COLUMNS.format(relation=relation)
-
-
-_PRIMARY_KEY_OF = _PRIMARY_KEY.format(relation=_RELATION_OID)
 
 
 def relation_oid(conn: Connection, table: TableName) -> int | None:
@@ -217,12 +204,6 @@ def catalog_of(rows: Sequence[TupleRow]) -> TableCatalog:
     keyed = sorted((int(r[12]), str(r[0])) for r in rows if r[12] is not None)
     leads = frozenset(str(r[0]) for r in rows if r[13])
     return TableCatalog(columns, tuple(name for _, name in keyed), leads)
-
-
-def primary_key(conn: Connection, table: TableName) -> list[str]:
-    """The table's primary-key columns in key order (empty when it has none)."""
-    rows = conn.execute(_PRIMARY_KEY_OF, (table.schema, table.name)).fetchall()
-    return [str(r[0]) for r in rows]
 
 
 def column_list(columns: Sequence[Column] | Sequence[str]) -> sql.Composed:

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.catalog import CatalogError, primary_key, table_columns
+from dpone_dagster.postgres.catalog import CatalogError, table_catalog, table_columns
 from dpone_dagster.postgres.copy import (
     copy_format_for,
     copy_in_statement,
@@ -59,7 +59,7 @@ def test_the_catalog_reads_exact_names_types_keys_and_user_types(source_dsn: str
         assert columns["g"].generated
         assert columns["m"].user_type and columns["m"].type_name == "mood"
         assert copy_format_for(list(columns.values())) == "text"
-        assert primary_key(conn, table) == ["Id", "s"]
+        assert table_catalog(conn, table).key == ("Id", "s")
         with pytest.raises(CatalogError) as err:
             table_columns(conn, TableName("Sales Ops", "order items"))
         assert err.value.code == "table_not_found"

@@ -9,7 +9,7 @@ from psycopg import sql
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.postgres import CopyOptions, TableName, copy_tables
-from dpone_dagster.postgres.catalog import CatalogError, primary_key, table_columns
+from dpone_dagster.postgres.catalog import CatalogError, table_catalog, table_columns
 from dpone_dagster.postgres.user_types import TargetTypeError
 from tests.helpers import pg
 
@@ -60,7 +60,7 @@ def _shape(dsn: str, table: TableName) -> tuple[list[tuple[object, ...]], list[s
             (c.name, c.type_sql, c.not_null, c.default_sql, c.generation_sql)
             for c in table_columns(conn, table)
         ]
-        return columns, primary_key(conn, table)  # type: ignore[return-value]
+        return columns, list(table_catalog(conn, table).key)  # type: ignore[return-value]
 
 
 @pytest.mark.cross_server
