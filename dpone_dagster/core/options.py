@@ -1,19 +1,14 @@
-"""A job's options as one frozen, validated object.
+"""A job's options in the engines' floors: :class:`JobOptions`, refused with a catalogued code.
 
-Each job (snapshot copy, backfill, incremental stream, replication group, Kafka copy) keeps its
-engine configuration in one subclass of :class:`JobOptions`, defined in the job's own package.
-The factory, the resource method, the event iterator, the engine and the component's YAML model
-all take that object, so an option is defined, validated and documented once, and adding one
-touches its definition and the code that uses it, not the signatures in between (the shape of
-dagster-sling's ``replication_config`` and dagster-dlt's ``dlt_source``).
-
-A factory keeps Dagster's own arguments beside the object; its keyword shortcuts (the options a
-user passes most) are built into the object by :func:`build_options`, which also accepts, for
-one release, the keyword arguments the factories took before the object existed, with a
-:class:`DeprecationWarning` that names them.
+The shape (one frozen object, validated once, the factories' old keywords accepted for one
+release) is :mod:`dpone_dagster.lifecycle.options`'s, at the bottom of the package so that the
+snapshot copy's engine (:mod:`dpone_dagster.postgres`) can take its options too. An engine
+above the core subclasses :class:`JobOptions`: an invalid option is an
+:class:`~dpone_dagster.core.errors.EngineError` with its job's code from the one catalog
+(:data:`~dpone_dagster.core.errors.ENGINE_ERRORS`). :func:`build_options` is the factories' one
+way to build them.
 
 Examples:
-    >>> from dpone_dagster.core.errors import EngineError
     >>> class Demo(JobOptions):
     ...     refusal: ClassVar[str] = "incremental_options_invalid"
     ...     batch: int = 10
@@ -28,106 +23,24 @@ Examples:
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self, TypeVar
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import EngineError, engine_error
+from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle.options import ParsedOptions, build_options
 
 __all__ = ["JobOptions", "build_options"]
 
 
-class JobOptions(BaseModel):
-    """The base of a job's options: frozen, no unknown field, validated once.
-
-    A subclass sets :attr:`refusal` (the catalogued error code of an invalid option) and declares
-    its fields with their defaults and docs. Build it with :meth:`parse` (or
-    :func:`build_options` in a factory) to get a :class:`~dpone_dagster.core.errors.EngineError`
-    with that code instead of pydantic's ``ValidationError``; constructing it directly raises
-    ``ValidationError``, as any pydantic model does.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+class JobOptions(ParsedOptions):
+    """The base of an engine's options: :class:`~dpone_dagster.lifecycle.options.ParsedOptions`
+    whose :attr:`refusal` is a key of ``ENGINE_ERRORS``, raised as an ``EngineError``."""
 
     refusal: ClassVar[str] = "incremental_options_invalid"
     """The error code of an invalid option (a key of ``ENGINE_ERRORS``)."""
+    error: ClassVar[type[DponeError]] = EngineError
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any]) -> Self:
-        """The options from ``values`` (field name -> value), or the job's coded error.
-
-        Raises:
-            EngineError: :attr:`refusal`, naming each invalid field and why.
-        """
-        try:
-            return cls.model_validate(dict(values))
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'options'}: {_reason(err)}"
-                for err in exc.errors()
-            )
-            raise engine_error(cls.refusal, f"{cls.__name__}: {problems}.") from None
-
-    def replace(self, **changes: Any) -> Self:
-        """A copy with ``changes`` applied, validated like the original."""
-        return self.parse({**self.fields(), **changes})
-
-    def fields(self) -> dict[str, Any]:
-        """The field values as given (nested objects kept, not dumped)."""
-        return {name: getattr(self, name) for name in type(self).model_fields}
-
-
-_T = TypeVar("_T", bound=JobOptions)
-
-
-def _reason(err: Any) -> str:
-    """pydantic's message for one error, with the engine's own message for a coded refusal."""
-    ctx = err.get("ctx") or {}
-    inner = ctx.get("error")
-    return str(inner) if inner is not None else str(err["msg"])
-
-
-def build_options(
-    cls: type[_T],
-    options: _T | None,
-    *,
-    caller: str,
-    shortcuts: Mapping[str, Any] | None = None,
-    legacy: Mapping[str, Any] | None = None,
-) -> _T:
-    """The options a factory or resource method runs with.
-
-    Args:
-        cls: The job's options class.
-        options: The object the caller passed (``None``: the defaults).
-        caller: The public name called (``incremental_asset``), for the messages.
-        shortcuts: The caller's keyword shortcuts that were given (``None`` values left out):
-            they override the object's fields of the same names.
-        legacy: Keyword arguments the caller took before the options object (its ``**kwargs``):
-            accepted for one release with a ``DeprecationWarning``; a name that is not a field
-            of ``cls`` is a ``TypeError``, as for any unknown keyword argument.
-
-    Raises:
-        TypeError: for an unknown keyword argument.
-        EngineError: ``cls.refusal`` for an invalid value.
-    """
-    legacy = dict(legacy or {})
-    unknown = sorted(set(legacy) - set(cls.model_fields))
-    if unknown:
-        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}")
-    if legacy:
-        names = ", ".join(sorted(legacy))
-        warnings.warn(
-            f"{caller}(..., {names}=...) is deprecated and will be removed in the next release: "
-            f"pass options={cls.__name__}({names}=...) instead.",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-    given = {**legacy, **{k: v for k, v in (shortcuts or {}).items() if v is not None}}
-    if options is None:
-        return cls.parse(given)
-    if not isinstance(options, cls):
-        raise TypeError(f"{caller}(options=...) takes a {cls.__name__}, not {type(options)!r}")
-    return options.replace(**given) if given else options
+    def refused(cls, detail: str) -> DponeError:
+        """The catalogued error of an invalid option (``detail``: which field, and why)."""
+        return engine_error(cls.refusal, detail)
