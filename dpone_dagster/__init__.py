@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     )
     from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
     from dpone_dagster.incremental import IncrementalOptions
+    from dpone_dagster.postgres import SnapshotCopyOptions
+    from dpone_dagster.replication import ReplicationOptions
+    from dpone_dagster.sources import KafkaCopyOptions
 
 _LAZY: dict[str, str] = {
     "BackfillOptions": "dpone_dagster.backfill",
@@ -51,13 +54,16 @@ _LAZY: dict[str, str] = {
     "DponeFailure": "dpone_dagster.dagster.failures",
     "DponeTranslator": "dpone_dagster.dagster.translator",
     "IncrementalOptions": "dpone_dagster.incremental",
+    "KafkaCopyOptions": "dpone_dagster.sources",
     "KafkaSourceResource": "dpone_dagster.dagster.resources",
     "LedgerResource": "dpone_dagster.dagster.resources",
     "MySQLSourceResource": "dpone_dagster.dagster.resources",
     "PostgresCopyComponent": "dpone_dagster.dagster.components",
     "PostgresSourceResource": "dpone_dagster.dagster.resources",
     "PostgresTargetResource": "dpone_dagster.dagster.resources",
+    "ReplicationOptions": "dpone_dagster.replication",
     "RestSourceResource": "dpone_dagster.dagster.resources",
+    "SnapshotCopyOptions": "dpone_dagster.postgres",
     "backfill_asset": "dpone_dagster.dagster.assets",
     "build_extraction_job": "dpone_dagster.dagster.jobs",
     "cursor_range_partitions": "dpone_dagster.dagster.partitions",
@@ -79,13 +85,16 @@ __all__ = [
     "DponeFailure",
     "DponeTranslator",
     "IncrementalOptions",
+    "KafkaCopyOptions",
     "KafkaSourceResource",
     "LedgerResource",
     "MySQLSourceResource",
     "PostgresCopyComponent",
     "PostgresSourceResource",
     "PostgresTargetResource",
+    "ReplicationOptions",
     "RestSourceResource",
+    "SnapshotCopyOptions",
     "__version__",
     "backfill_asset",
     "build_extraction_job",

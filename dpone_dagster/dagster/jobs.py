@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from dpone_dagster.core.deletes import Deletes
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.replication import group_engine, group_specs
-from dpone_dagster.dagster.events.snapshot_copy import CopyHow, copy_failure
+from dpone_dagster.dagster.events.snapshot_copy import copy_failure
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
 from dpone_dagster.dagster.metadata.receipts import (
@@ -44,11 +45,12 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
     CopyOptions,
     CopyReport,
-    SchemaChanges,
     Sink,
     SnapshotCopy,
+    SnapshotCopyOptions,
     Strategy,
 )
+from dpone_dagster.replication import ReplicationOptions
 
 _T = TypeVar("_T")
 
@@ -113,12 +115,12 @@ def _materializations(
 def build_extraction_job(
     table: str | CopyTableSpec,
     *,
-    strategy: Strategy | str = Strategy.BATCHED_COPY,
-    sink: Sink | str = Sink.REPLACE,
-    workers: int = 2,
+    options: SnapshotCopyOptions | None = None,
+    strategy: Strategy | str | None = None,
+    sink: Sink | str | None = None,
     name: str | None = None,
     translator: DponeTranslator | None = None,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    **legacy: Any,
 ) -> dg.JobDefinition:
     """A job that copies one table in four visible steps.
 
@@ -128,14 +130,15 @@ def build_extraction_job(
 
     Args:
         table: The source table (``"schema.table"``) or a spec with a renamed target.
-        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
-            ``internal_query``.
-        sink: ``replace``, ``append`` or ``merge``.
-        workers: Worker sessions of ``partitioned_copy``.
+        options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`:
+            strategy, sink, workers, batch size, schema changes), as
+            :func:`~dpone_dagster.snapshot_copy_assets` takes them.
+        strategy: Shortcut for ``options.strategy``.
+        sink: Shortcut for ``options.sink``.
         name: The job's name (``extract_<schema>_<table>`` by default).
         translator: Maps the table to the asset key its materialization is recorded under.
-        schema_changes: ``evolve`` or ``freeze``: what an existing target whose columns differ
-            gets (see :func:`~dpone_dagster.postgres.copy_tables`).
+        **legacy: ``workers`` and ``schema_changes`` as keywords: deprecated
+            (``options=SnapshotCopyOptions(...)``), for one release.
 
     Returns:
         The job (in-process executor; resources ``source`` and ``target``).
@@ -143,7 +146,10 @@ def build_extraction_job(
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
     """
-    how = CopyHow.parse(strategy, sink, workers, None, schema_changes)
+    how = build_options(
+        SnapshotCopyOptions, options, caller="build_extraction_job",
+        shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
+    )  # fmt: skip
     check_instance_storage()
     spec = CopyTableSpec.coerce(table)
     tr = translator or DponeTranslator()
@@ -158,9 +164,8 @@ def build_extraction_job(
         target: PostgresTargetResource,
     ) -> str:
         copy = SnapshotCopy(
-            source.dsn, target.dsn, [mapping], strategy=how.strategy, sink=how.sink,
-            workers=how.workers, schema_changes=how.schema_changes,
-            options=CopyOptions(source_options=source.options, target_options=target.options),
+            source.dsn, target.dsn, [mapping], options=how,
+            tuning=CopyOptions(source_options=source.options, target_options=target.options),
             create_extensions=target.create_extensions,
         )  # fmt: skip
         handle = source.hold(copy)
@@ -254,7 +259,8 @@ def drop_replication_job(
 def replication_check_job(
     replication: dg.AssetsDefinition,
     *,
-    deletes: Deletes | str = Deletes.HARD,
+    options: ReplicationOptions | None = None,
+    deletes: Deletes | str | None = None,
     name: str | None = None,
 ) -> dg.JobDefinition:
     """A job that runs a replication group's ``dpone_reconciled`` check alone, on whole tables.
@@ -269,8 +275,10 @@ def replication_check_job(
 
     Args:
         replication: The multi-asset :func:`~dpone_dagster.replication_assets` built.
-        deletes: The group's ``deletes`` as given to the factory (``soft``: rows the soft-delete
-            column marks are not the target's).
+        options: The group's options as given to the factory: its ``deletes`` and
+            ``soft_delete_column`` (``soft``: rows the soft-delete column marks are not the
+            target's).
+        deletes: Shortcut for ``options.deletes``.
         name: The job's name (``check_<op name>`` by default).
 
     Returns:
@@ -288,7 +296,9 @@ def replication_check_job(
     """
     group = group_specs(replication)
     job_name = name or f"check_{replication.node_def.name}"
-    how = Deletes.parse(deletes)
+    how = build_options(
+        ReplicationOptions, options, caller="replication_check_job", shortcuts={"deletes": deletes}
+    )
 
     @dg.op(name=f"{job_name}_op", tags=dict(DponeRunTags(slot=group.slot)))
     def check(
@@ -299,7 +309,7 @@ def replication_check_job(
     ) -> None:
         with dagster_failures():
             engine = group_engine(group, source=source, target=target, ledger=ledger,
-                                  deletes=how)  # fmt: skip
+                                  options=how)  # fmt: skip
             checks = engine.check()
         for key, spec in group.tables.items():
             missing = "No run has completed yet, or the table has no primary key."

@@ -3,11 +3,12 @@
 Imports no Dagster. Names reach SQL only through ``psycopg.sql``; values only as parameters.
 
 The entry point of a snapshot copy is :func:`copy_tables` (or :class:`SnapshotCopy`, step by
-step). A copy reads its tables under one snapshot with one of the five strategies
-(:class:`Strategy`) and loads them through the one load path (:mod:`.load`): staging tables,
-sinks, one COMMIT whose answer settles every artifact; an existing target whose columns differ
-evolves in that transaction or is refused (:mod:`.schema_change`). A copy can read under a
-snapshot the caller holds (``CopyOptions(snapshot_token=...)``), so that the reconciliation
+step), its options one :class:`SnapshotCopyOptions`. A copy reads its tables under one snapshot
+with one of the five strategies (:class:`Strategy`) and loads them through the one load path
+(:mod:`.load`): staging tables, sinks, one COMMIT whose answer settles every artifact; an
+existing target whose columns differ evolves in that transaction or is refused
+(:mod:`.schema_change`). A copy can read under a snapshot the caller holds
+(``tuning=CopyOptions(snapshot_token=...)``), so that the reconciliation
 (:mod:`dpone_dagster.reconcile`) compares the target with the source exactly as the copy read it.
 The strategies' artifacts, for callers that drive them, are in their modules
 (:mod:`.whole_copy`, :mod:`.stream_rows`, :mod:`.batched_copy`, :mod:`.partitioned_copy`,
@@ -32,6 +33,7 @@ from .schema_change import ColumnChange, SchemaChangeError, SchemaChanges
 from .sinks import SinkResult
 from .snapshot import LazySnapshot, SnapshotError, SnapshotSession
 from .snapshot_copy import SnapshotCopy, copy_tables
+from .snapshot_copy_options import SnapshotCopyOptions
 from .strategy import Strategy
 from .target_types import TargetTypes
 from .user_types import TargetTypeError
@@ -59,6 +61,7 @@ __all__ = [
     "Sink",
     "SinkResult",
     "SnapshotCopy",
+    "SnapshotCopyOptions",
     "SnapshotError",
     "SnapshotSession",
     "Strategy",

@@ -78,7 +78,7 @@ class InternalQueryStrategy(ExtractionStrategy):
         """Begins a ``REPEATABLE READ READ WRITE`` transaction whose first statement fixes its
         snapshot (the caller's, when one is held): every table of the set is read in it."""
         set_transaction_mode(target, psycopg.IsolationLevel.REPEATABLE_READ, read_only=False)
-        token = self.reads.options.snapshot_token
+        token = self.reads.tuning.snapshot_token
         if token is None:
             self.session_snapshot, _ = read_snapshot(target)
         else:

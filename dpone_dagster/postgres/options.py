@@ -1,4 +1,5 @@
-"""Tuning and hooks of a copy, and the one batch-size option every copy shares."""
+"""Tuning, sessions and hooks of a snapshot copy, and the one batch-size option every copy
+shares."""
 
 from __future__ import annotations
 
@@ -55,10 +56,11 @@ update writes a new row version and its WAL) and a run usually brings far fewer 
 
 @dataclass(frozen=True)
 class CopyOptions:
-    """Tuning and hooks of a copy; the defaults suit most tables.
+    """Tuning, sessions and hooks of a snapshot copy (the engine's ``tuning``, beside its
+    options, :class:`~.snapshot_copy_options.SnapshotCopyOptions`); the defaults suit most
+    tables.
 
     Attributes:
-        batch_size: Rows per batch (batched COPY).
         fetch_rows: Rows per fetch (streamed rows).
         spool_dir: Directory of whole-COPY files; a new temporary directory when None.
         source_options: Options of every source session.
@@ -82,7 +84,6 @@ class CopyOptions:
         SnapshotError: ``snapshot_token_invalid`` for a value that is not an exported token.
     """
 
-    batch_size: BatchSize = SNAPSHOT_COPY_BATCH_SIZE
     fetch_rows: int = 5_000
     spool_dir: str | os.PathLike[str] | None = None
     source_options: ConnectionOptions = field(default_factory=ConnectionOptions)

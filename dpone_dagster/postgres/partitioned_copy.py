@@ -342,7 +342,7 @@ class PartitionedCopyStrategy(ExtractionStrategy):
     def plan_reads(self) -> None:
         """Exports the snapshot and reads every table's split bounds inside it."""
         self.partitioned = PartitionedCopy(
-            self.reads.open_session(export=True), workers=self.reads.workers
+            self.reads.open_session(export=True), workers=self.reads.options.workers
         )
         for index, plan in enumerate(self.reads.plans):
             self.artifacts[index] = self.partitioned.add_table(
@@ -356,11 +356,11 @@ class PartitionedCopyStrategy(ExtractionStrategy):
         workers, and leaves ``target`` ready for the load's own transaction."""
         assert self.partitioned is not None, "plan_reads() runs first"
         target.commit()
-        options = self.reads.options
+        tuning = self.reads.tuning
         self.partitioned.run(
             target_dsn,
             stagings,
-            target_options=options.target_options,
-            progress=options.progress,
-            progress_every=options.progress_every,
+            target_options=tuning.target_options,
+            progress=tuning.progress,
+            progress_every=tuning.progress_every,
         )

@@ -14,11 +14,13 @@ The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import pq
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
+from dpone_dagster.lifecycle.options import build_options
 
 from .connection import Connection, connect, set_transaction_mode
 from .extensions import extension_names
@@ -27,7 +29,6 @@ from .identifiers import TableName
 from .load import TargetLoad, settle_load
 from .options import CopyOptions
 from .plan import (
-    CopyPlanError,
     Sink,
     TableMapping,
     TablePlan,
@@ -37,7 +38,7 @@ from .plan import (
 )
 from .registry import open_strategy
 from .report import CopyError, CopyReport, TableCopyReport
-from .schema_change import SchemaChanges
+from .snapshot_copy_options import SnapshotCopyOptions
 from .strategy import ExtractionStrategy, SourceReads, Strategy
 
 _IDENTITY = (
@@ -52,12 +53,12 @@ def copy_tables(
     target_dsn: str,
     tables: Sequence[TableSpec] | str | TableName,
     *,
-    strategy: Strategy | str = Strategy.BATCHED_COPY,
-    sink: Sink | str = Sink.REPLACE,
-    workers: int = 2,
-    options: CopyOptions | None = None,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    options: SnapshotCopyOptions | None = None,
+    strategy: Strategy | str | None = None,
+    sink: Sink | str | None = None,
+    tuning: CopyOptions | None = None,
     create_extensions: Collection[str] = (),
+    **legacy: Any,
 ) -> CopyReport:
     """Copies ``tables``, read under one source snapshot, into the target.
 
@@ -66,17 +67,15 @@ def copy_tables(
         target_dsn: The target database (for ``internal_query``, the same database).
         tables: Table names (``"sales.orders"``, ``TableName``), or ``(source, target)``
             pairs to copy into another name.
-        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
-            ``internal_query``.
-        sink: ``replace``, ``append`` or ``merge``.
-        workers: Worker sessions of ``partitioned_copy``.
-        options: Tuning and hooks.
-        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
-            keeps dropped columns, in the load's transaction) or ``freeze`` (any difference is
-            refused with ``schema_change_incompatible``); ``freeze`` also creates no type.
+        options: The copy's options (strategy, sink, workers, batch size, schema changes).
+        strategy: Shortcut for ``options.strategy``.
+        sink: Shortcut for ``options.sink``.
+        tuning: Sessions' options, a held snapshot, the progress hook, the spool directory.
         create_extensions: Extensions the copy may create in the target (``CREATE
             EXTENSION``, in the load's transaction) when a table's types need them and the
             target lacks them; any other is refused with ``target_extension_missing``.
+        **legacy: ``workers``, ``batch_size``, ``schema_changes`` as keywords: deprecated
+            (``options=SnapshotCopyOptions(...)``).
 
     Returns:
         The report: per-table receipts, row counts, the ``success`` outcome, the snapshot label.
@@ -95,29 +94,18 @@ def copy_tables(
             report = copy_tables(source_dsn, target_dsn, ["shop.orders"], strategy="batched_copy")
             report.outcome  # TerminalOutcome.SUCCESS
     """
+    chosen = build_options(
+        SnapshotCopyOptions, options, caller="copy_tables",
+        shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
+    )  # fmt: skip
     copy = SnapshotCopy(
-        source_dsn, target_dsn, tables, strategy=strategy, sink=sink, workers=workers,
-        options=options, schema_changes=schema_changes, create_extensions=create_extensions,
+        source_dsn, target_dsn, tables, options=chosen, tuning=tuning,
+        create_extensions=create_extensions,
     )  # fmt: skip
     with copy:
         copy.plan()
         copy.extract()
         return copy.load()
-
-
-def check_workers(workers: int) -> int:
-    """``workers`` if a copy can run with it.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for fewer than one worker.
-    """
-    if workers < 1:
-        raise CopyPlanError(
-            "copy_options_invalid",
-            f"workers={workers}: a copy needs at least one worker.",
-            ["Use workers=1 or more."],
-        )
-    return workers
 
 
 class SnapshotCopy:
@@ -134,17 +122,13 @@ class SnapshotCopy:
         source_dsn: The source database.
         target_dsn: The target database (for ``internal_query``, the same database).
         tables: Table names, or ``(source, target)`` pairs.
-        strategy: A :class:`~.strategy.Strategy` name.
-        sink: ``replace``, ``append`` or ``merge``.
-        workers: Worker sessions of a partitioned copy.
-        options: Tuning and hooks.
-        schema_changes: ``evolve`` or ``freeze`` (see :func:`copy_tables`).
+        options: The copy's options (the defaults when None).
+        tuning: Sessions' options, a held snapshot, the progress hook, the spool directory.
         create_extensions: Extensions the copy may create (see :func:`copy_tables`).
 
     Raises:
-        DponeError: ``copy_options_invalid`` for an unknown strategy, sink,
-            ``schema_changes`` or ``create_extensions`` (each parsed here, where a caller's
-            text enters; a member passes unchanged), or no worker.
+        DponeError: ``copy_options_invalid`` for an unknown extension name in
+            ``create_extensions`` (parsed here, where a caller's text enters).
         IdentifierError: ``identifier_invalid`` for a table name PostgreSQL would not read.
     """
 
@@ -154,27 +138,22 @@ class SnapshotCopy:
         target_dsn: str,
         tables: Sequence[TableSpec] | str | TableName,
         *,
-        strategy: Strategy | str = Strategy.BATCHED_COPY,
-        sink: Sink | str = Sink.REPLACE,
-        workers: int = 2,
-        options: CopyOptions | None = None,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        options: SnapshotCopyOptions | None = None,
+        tuning: CopyOptions | None = None,
         create_extensions: Collection[str] = (),
     ) -> None:
-        self.strategy = Strategy.parse(strategy)
-        self.sink = Sink.parse(sink)
+        self.options = options or SnapshotCopyOptions()
+        self.strategy, self.sink = self.options.strategy, self.options.sink
         self.rules = TargetRules(
-            SchemaChanges.parse(schema_changes),
+            self.options.schema_changes,
             create_extensions=extension_names(create_extensions, refusal="copy_options_invalid"),
         )
-        check_workers(workers)
         if isinstance(tables, str | TableName | TableMapping):
             tables = [tables]  # one table named on its own
         self.mappings = [TableMapping.of(t) for t in tables]
         self.source_dsn = source_dsn
         self.target_dsn = target_dsn
-        self.workers = workers
-        self.options = options or CopyOptions()
+        self.tuning = tuning or CopyOptions()
         self.plans: list[TablePlan] = []
         self.report: CopyReport | None = None
         self._strategy: ExtractionStrategy | None = None
@@ -220,10 +199,10 @@ class SnapshotCopy:
                 self._target.close()
                 self._target = None
             raise
-        reads = SourceReads(self.source_dsn, self.plans, options=self.options, workers=self.workers)
+        reads = SourceReads(self.source_dsn, self.plans, options=self.options, tuning=self.tuning)
         self._strategy = open_strategy(self.strategy, reads)
         self._load = TargetLoad(
-            self.target, self.target_dsn, self.plans, self.sink, options=self.options.target_options
+            self.target, self.target_dsn, self.plans, self.sink, options=self.tuning.target_options
         )
         return self.plans
 
@@ -281,9 +260,9 @@ class SnapshotCopy:
                 self._target.close()
 
     def _read_catalogs(self) -> list[TablePlan]:
-        options = self.options
-        self._target = connect(self.target_dsn, options.target_options, side="target")
-        with connect(self.source_dsn, options.source_options, side="source") as source:
+        tuning = self.tuning
+        self._target = connect(self.target_dsn, tuning.target_options, side="target")
+        with connect(self.source_dsn, tuning.source_options, side="source") as source:
             for conn in (source, self.target):
                 set_transaction_mode(conn, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
             try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import psycopg
 from psycopg import pq
@@ -25,6 +25,9 @@ from .identifiers import TableName
 from .options import CopyOptions
 from .plan import CopyPlanError, TablePlan
 from .snapshot import SnapshotSession
+
+if TYPE_CHECKING:  # the options name the strategies
+    from .snapshot_copy_options import SnapshotCopyOptions
 
 
 class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
@@ -48,21 +51,26 @@ class SourceReads:
     Args:
         source_dsn: The source database.
         plans: The tables' plans, in copy order.
-        options: Tuning and hooks; ``options.snapshot_token`` makes every session import the
-            caller's exported snapshot instead of taking its own.
-        workers: Worker sessions of a partitioned copy.
+        options: The copy's options (its workers, its batch size).
+        tuning: Sessions, hooks and spool; ``tuning.snapshot_token`` makes every session
+            import the caller's exported snapshot instead of taking its own.
 
     Attributes:
         sessions: Every source session opened, for the closing backstop.
     """
 
     def __init__(
-        self, source_dsn: str, plans: Sequence[TablePlan], *, options: CopyOptions, workers: int
+        self,
+        source_dsn: str,
+        plans: Sequence[TablePlan],
+        *,
+        options: SnapshotCopyOptions,
+        tuning: CopyOptions,
     ) -> None:
         self.source_dsn = source_dsn
         self.plans = list(plans)
         self.options = options
-        self.workers = workers
+        self.tuning = tuning
         self.sessions: list[SnapshotSession] = []
 
     def open_session(self, *, export: bool = False) -> SnapshotSession:
@@ -70,7 +78,7 @@ class SourceReads:
 
         An imported snapshot is exported evidence, so partitioned workers can import it too.
         """
-        options, token = self.options.source_options, self.options.snapshot_token
+        options, token = self.tuning.source_options, self.tuning.snapshot_token
         if token is not None:
             session = SnapshotSession.import_snapshot(self.source_dsn, token, options)
         else:
@@ -131,8 +139,8 @@ class ExtractionStrategy:
             artifact = self.artifacts[index] = self._open(index)
         artifact.freeze_load = True
         if artifact.load_meter is None:
-            options = self.reads.options
-            artifact.report_progress(options.progress, options.progress_every)
+            tuning = self.reads.tuning
+            artifact.report_progress(tuning.progress, tuning.progress_every)
         return artifact
 
     def _open(self, index: int) -> TableArtifact:

@@ -150,7 +150,7 @@ class StreamRowsStrategy(ExtractionStrategy):
         plan = self.reads.plans[index]
         session = self.reads.sessions[0]
         artifact = StreamRowsArtifact(
-            session, plan.source, plan.columns, fetch_rows=self.reads.options.fetch_rows
+            session, plan.source, plan.columns, fetch_rows=self.reads.tuning.fetch_rows
         )
         self.artifacts[index] = artifact  # settled with the others even if declaring fails
         artifact.declare()

@@ -155,9 +155,9 @@ class WholeCopyStrategy(ExtractionStrategy):
         """Writes every table's COPY file under one snapshot, then commits the read-only
         transaction."""
         session = self.reads.open_session()
-        options = self.reads.options
-        if options.spool_dir is not None:
-            directory = Path(options.spool_dir)
+        tuning = self.reads.tuning
+        if tuning.spool_dir is not None:
+            directory = Path(tuning.spool_dir)
         else:
             directory = self.spool = Path(tempfile.mkdtemp(prefix="dpone-copy-"))
         for index, plan in enumerate(self.reads.plans):
@@ -165,9 +165,7 @@ class WholeCopyStrategy(ExtractionStrategy):
                 plan.source, plan.columns, plan.copy_format, directory=directory
             )
             self.artifacts[index] = artifact
-            artifact.write(
-                session, progress=options.progress, progress_every=options.progress_every
-            )
+            artifact.write(session, progress=tuning.progress, progress_every=tuning.progress_every)
         session.commit_and_close()
 
     def settle(self, outcome: TerminalOutcome) -> None:

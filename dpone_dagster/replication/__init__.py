@@ -5,7 +5,8 @@ A replication group (a set of tables, one publication, one ``pgoutput`` slot) is
 decoded by :mod:`.pgoutput` into the messages of :mod:`.changes`, applied in commit order, and
 the slot is advanced (:mod:`.slot`) only after the target committed. :mod:`.setup` refuses a
 source that cannot replicate (``wal_level``, privileges, free slots, ownership, a foreign slot)
-with a code, before anything is created. It stands on the shared core and never imports another
+with a code, before anything is created. A group's options are one
+:class:`~.options.ReplicationOptions`. It stands on the shared core and never imports another
 engine.
 """
 
@@ -27,6 +28,7 @@ from .changes import (
     lsn_text,
     parse_lsn,
 )
+from .options import ReplicationOptions
 
 __all__ = [
     "UNCHANGED",
@@ -38,6 +40,7 @@ __all__ = [
     "Message",
     "Relation",
     "RelationColumn",
+    "ReplicationOptions",
     "Row",
     "Truncate",
     "Unchanged",

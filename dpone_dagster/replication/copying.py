@@ -23,6 +23,8 @@ from dpone_dagster.postgres.options import CopyOptions
 from dpone_dagster.postgres.plan import Sink, TableSpec
 from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
+from dpone_dagster.postgres.snapshot_copy_options import SnapshotCopyOptions
+from dpone_dagster.postgres.strategy import Strategy
 
 from .plan import ReplicationGroup
 from .slot_health import SlotWait
@@ -74,15 +76,19 @@ def copy_under(
         CopyError: the copy failed; nothing of it was committed (its report tells how).
         DponeError: the plan's codes (``schema_change_incompatible``, ...), nothing written.
     """
-    options = CopyOptions(
+    tuning = CopyOptions(
         snapshot_token=snapshot,
         source_options=context.options or ConnectionOptions(),
         target_options=context.target_options or ConnectionOptions(),
     )
+    options = SnapshotCopyOptions(
+        strategy=Strategy.BATCHED_COPY,
+        sink=sink,
+        schema_changes=context.group.options.schema_changes,
+    )
     copy = SnapshotCopy(
-        context.source, context.target, list(tables), strategy="batched_copy", sink=sink,
-        options=options, schema_changes=context.group.schema_changes,
-    )  # fmt: skip
+        context.source, context.target, list(tables), options=options, tuning=tuning
+    )
     with copy:
         copy.plan()
         copy.extract()

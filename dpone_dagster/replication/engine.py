@@ -51,7 +51,6 @@ from dpone_dagster.core.sessions import (
     prepared_session,
     transaction,
 )
-from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
@@ -96,7 +95,9 @@ class Replication:
     """Keeps a group of target tables current with the source through a logical slot.
 
     Args:
-        group: The group (tables, slot, publication, deletes, schema changes, budget).
+        group: The group: its tables, slot and publication, and its options
+            (:class:`~.options.ReplicationOptions`: deletes, schema changes, budget, sequences,
+            failover, whether each run is checked and the check's sweep).
         source: The source database's DSN (its role needs ``REPLICATION`` and owns the tables).
         target: The target database's DSN; the ledger lives in its schema ``ledger.schema``.
         ledger: Where the ledger lives; it must be the target database (the applied position
@@ -109,18 +110,13 @@ class Replication:
             slot's snapshot in one transaction (readers see the old rows until it commits).
         resync: Copy every table again under a new slot (after a lost slot, or a publication
             dropped by hand); a table added to the group needs none: it joins alone.
-        options: Session options (of both sides, unless ``target_options`` is given). Their
-            ``lock_wait`` also bounds how long a run waits for the slot while another session
+        source_options: Session options (of both sides, unless ``target_options`` is given).
+            Their ``lock_wait`` also bounds how long a run waits for the slot while another session
             holds it (another run of the group, or a killed run's server process still
             decoding); past it the run fails with ``replication_slot_active``, naming the pid.
         target_options: Options of the target's sessions.
         on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
-        reconcile: Check each run (:mod:`.verify`): the keys it applied, exactly, and a rolling
-            slice of each table's key; the report carries each table's verification (none for
-            a run stopped by ``max_changes_per_run``: the first run that drains the slot checks
-            its keys too).
-        sweep: The rolling slice's budget (default: a full sweep in about 288 runs).
         standby: A DSN of the source's standby: each run reads its copy of the group's slot
             (:class:`~.failover.StandbySlot`, in the report), whether a promotion of it would
             keep the group going.
@@ -138,12 +134,10 @@ class Replication:
         ledger: LedgerConfig | None = None,
         adopt: bool = False,
         resync: bool = False,
-        options: ConnectionOptions | None = None,
+        source_options: ConnectionOptions | None = None,
         target_options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
         batch_changes: int = BATCH_CHANGES,
-        reconcile: bool = False,
-        sweep: Sweep | None = None,
         standby: str | None = None,
     ) -> None:
         ledger = ledger or LedgerConfig()
@@ -157,19 +151,24 @@ class Replication:
         self.group, self.source_dsn, self.target_dsn = group, source, target
         self.ledger = GroupLedger(ledger.schema)
         self.adopt, self.resync = adopt, resync
-        self.options, self.target_options = options, target_options or options
-        self.failover = FailoverSource(source, options, group.slot, group.failover, standby)
-        self.slot_wait = (options or ConnectionOptions()).lock_wait
+        self.source_options = source_options
+        self.target_options = target_options or source_options
+        self.failover = FailoverSource(
+            source, source_options, group.slot, group.options.failover, standby
+        )
+        self.slot_wait = (source_options or ConnectionOptions()).lock_wait
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
-        self.checking = CheckContext(group, self.ledger, sweep or Sweep())
-        self.record_keys = KeyRecorder(self.ledger.store.tables, group.slot) if reconcile else None
+        self.checking = CheckContext(group, self.ledger, group.options.sweep)
+        self.record_keys = (
+            KeyRecorder(self.ledger.store.tables, group.slot) if group.options.reconcile else None
+        )
         self.stream = SlotStream(
             group, self.ledger, target_dsn=target, batch_changes=self.batch_changes,
             record_keys=self.record_keys, progress=self._progress, on_wait=self._slot_wait,
         )  # fmt: skip
         self.context = GroupContext(
-            group, self.ledger, source, target, self.options, self.target_options,
+            group, self.ledger, source, target, self.source_options, self.target_options,
             self.owner_comment, self.slot_wait, self._step, self._slot_wait,
         )  # fmt: skip
 
@@ -186,9 +185,9 @@ class Replication:
         the two)."""
         target = partial(prepared_session, self.target_dsn, self.target_options, "target")
         src, tgt, control = open_at_once(
-            partial(prepared_session, self.source_dsn, self.options, "source"),
+            partial(prepared_session, self.source_dsn, self.source_options, "source"),
             target,
-            partial(prepared_session, self.source_dsn, self.options, "source"),
+            partial(prepared_session, self.source_dsn, self.source_options, "source"),
         )
         return Sessions(source=src, target=tgt, ledger=tgt), control, LazySession(target)
 
@@ -368,7 +367,7 @@ class Replication:
                    for t in group.tables}  # fmt: skip
         creating = create_replication(
             self.source_dsn, slot=group.slot, publication=group.publication,
-            tables=group.tables, owner_comment=self.owner_comment, options=self.options,
+            tables=group.tables, owner_comment=self.owner_comment, options=self.source_options,
             failover=self.failover.wanted(src),
         )  # fmt: skip
         with creating as created:
@@ -399,4 +398,4 @@ def _synced_sequences(
 ) -> tuple[SequenceSync, ...]:
     """The group's sequences brought along (:func:`.sequences.sync_sequences`), unless the
     group leaves them alone."""
-    return sync_sequences(src, tgt, group) if group.sequences else ()
+    return sync_sequences(src, tgt, group) if group.options.sequences else ()

@@ -1,9 +1,10 @@
 """A replication group, and the load plan of each table from the Relation messages of the slot.
 
-A :class:`ReplicationGroup` is parsed once where it enters (names, vocabularies, budget). Each
-table's plan is made from the :class:`~.changes.Relation` the slot sends before the table's
-first change of a read and after every change of its columns, so a column added, widened or
-dropped at the source reaches the one schema-change policy
+A :class:`ReplicationGroup` is parsed once where it enters (its names here, its options as a
+:class:`~.options.ReplicationOptions`). Each table's plan is made from the
+:class:`~.changes.Relation` the slot sends before the table's first change of a read and after
+every change of its columns, so a column added, widened or dropped at the source reaches the
+one schema-change policy
 (:func:`~dpone_dagster.postgres.schema_change.decide`) at the position in the stream where it
 happened, and is applied in the data's transaction.
 """
@@ -26,19 +27,15 @@ from dpone_dagster.postgres.plan import (
     new_target_plan,
     plan_target,
 )
-from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.target_catalog import target_catalog
 
 from .changes import Relation
-
-DEFAULT_SOFT_DELETE_COLUMN = "_dpone_deleted_at"
-"""The target column ``soft`` deletes set (``timestamptz``, NULL for a live row), created if
-missing."""
+from .options import ReplicationOptions
 
 
 @dataclass(frozen=True)
 class ReplicationGroup:
-    """The tables one slot and one publication replicate, and how the target takes them.
+    """The tables one slot and one publication replicate, and the group's options.
 
     Args:
         tables: The source tables (names as text, ``"shop.orders"``, or ``TableName``); each
@@ -46,89 +43,44 @@ class ReplicationGroup:
         slot: The logical slot's name (lower-case letters, digits and underscores, as
             PostgreSQL requires).
         publication: The publication's name.
-        deletes: ``hard`` (a deleted source row is deleted) or ``soft`` (its soft-delete
-            column is set to the deleting transaction's commit time).
-        schema_changes: ``evolve`` or ``freeze`` (the one schema-change policy).
-        max_changes_per_run: A run stops after the source transaction that reaches this many
-            decoded messages (None: it drains the slot up to the LSN taken at its start).
-        sequences: Each run brings the target's sequences of the tables' identity and
-            ``serial`` columns to at least the source's value (:mod:`.sequences`); False
-            leaves the target's sequences alone.
-        failover: The group's slot is a failover slot, synchronized to the source's standbys
-            that are set up for it, so that the group goes on from a promoted standby
-            (:mod:`.failover`). None (default): one where the source supports it (PostgreSQL
-            17+), a plain slot before; True: required (``replication_failover_unsupported``
-            on an older source, before anything is created); False: a plain slot.
+        options: How the target takes the changes and how runs are checked (deletes, schema
+            changes, budget, sequences, failover, the check and its sweep).
 
     Raises:
-        EngineError: ``replication_options_invalid`` for a bad option.
+        EngineError: ``replication_options_invalid`` for no table, a table named twice or a
+            bad slot name.
         IdentifierError: ``identifier_invalid`` for a name PostgreSQL would not read.
     """
 
     tables: tuple[TableName, ...]
     slot: str
     publication: str
-    deletes: Deletes = Deletes.HARD
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE
-    max_changes_per_run: int | None = None
-    soft_delete_column: str = field(default=DEFAULT_SOFT_DELETE_COLUMN)
-    sequences: bool = True
-    failover: bool | None = None
+    options: ReplicationOptions = field(default_factory=ReplicationOptions)
 
     def __post_init__(self) -> None:
         tables = tuple(t if isinstance(t, TableName) else TableName.parse(t) for t in self.tables)
         object.__setattr__(self, "tables", tables)
-        object.__setattr__(self, "deletes", Deletes.parse(self.deletes))
-        object.__setattr__(self, "schema_changes", SchemaChanges.parse(self.schema_changes))
-        _refuse_options(self)
+        _refuse_names(self)
         check_identifier(self.publication, what="publication")
-        check_identifier(self.soft_delete_column, what="soft-delete column")
 
     @property
     def soft_column(self) -> str | None:
         """The soft-delete column under ``soft`` deletes, else None."""
-        return self.soft_delete_column if self.deletes is Deletes.SOFT else None
+        soft = self.options.deletes is Deletes.SOFT
+        return self.options.soft_delete_column if soft else None
 
 
-def _refuse_options(group: ReplicationGroup) -> None:
+def _refuse_names(group: ReplicationGroup) -> None:
     if not group.tables:
         raise engine_error("replication_options_invalid", "A group needs at least one table.")
     if len(set(group.tables)) != len(group.tables):
         raise engine_error("replication_options_invalid", "A table is named twice.")
-    if group.deletes not in (Deletes.HARD, Deletes.SOFT):
-        raise engine_error(
-            "replication_options_invalid",
-            f"deletes={group.deletes.value!r}: replication applies deletes as they happen.",
-            ["Use deletes='hard' or deletes='soft'."],
-        )
     slot = group.slot
     if not slot or len(slot) > 63 or not all(c.islower() or c.isdigit() or c == "_" for c in slot):
         raise engine_error(
             "replication_options_invalid",
             f"slot={slot!r}: a slot name is 1 to 63 lower-case letters, digits or underscores.",
             ["Name the slot e.g. 'dpone_shop'."],
-        )
-    if not isinstance(group.sequences, bool):
-        raise engine_error(
-            "replication_options_invalid",
-            f"sequences={group.sequences!r}.",
-            ["Use True (bring the target's sequences along, the default) or False."],
-        )
-    if group.failover not in (None, True, False):
-        raise engine_error(
-            "replication_options_invalid",
-            f"failover={group.failover!r}.",
-            ["Use None (a failover slot where the source supports it, the default), True "
-             "(required) or False (a plain slot)."],
-        )  # fmt: skip
-    budget = group.max_changes_per_run
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
-    ):
-        raise engine_error(
-            "replication_options_invalid",
-            f"max_changes_per_run={budget!r}.",
-            ["Use a whole number of at least 1, or None to drain the slot."],
         )
 
 
@@ -258,7 +210,7 @@ def relation_plan(
         )  # fmt: skip
     plan = new_target_plan(TableMapping(table, table), catalog, src, tgt)
     own = () if group.soft_column is None else (group.soft_column,)
-    rules = TargetRules(group.schema_changes, own)
+    rules = TargetRules(group.options.schema_changes, own)
     return plan_target(
         tgt, plan, Sink.MERGE if catalog.key else Sink.APPEND, rules=rules, found=found
     )

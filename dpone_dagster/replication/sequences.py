@@ -141,7 +141,7 @@ def sync_sequences(
         owned = _owned(src, group.tables)
     if not owned:
         return ()
-    may_create = group.schema_changes is not SchemaChanges.FREEZE
+    may_create = group.options.schema_changes is not SchemaChanges.FREEZE
     with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
         found = _targets(tgt, owned)
         return tuple(_sync(tgt, s, found.get(i), may_create) for i, s in enumerate(owned))

@@ -141,7 +141,7 @@ class SlotStream:
         finally:
             committer.close()
         release_advisory_lock(tgt, key)
-        budget = self.group.max_changes_per_run
+        budget = self.group.options.max_changes_per_run
         run.budget_reached = budget is not None and seen >= budget
 
     def _hold(self, tgt: Connection, key: str) -> None:
@@ -189,7 +189,7 @@ class SlotStream:
         group = self.group
         chunks = read_ahead(reading.sessions.source, slot=group.slot,
                             publication=group.publication, upto_lsn=upto,
-                            max_changes=group.max_changes_per_run,
+                            max_changes=group.options.max_changes_per_run,
                             ahead=upto - reading.run.applied_end > READ_AHEAD_BYTES)  # fmt: skip
         seen = 0
         for chunk in chunks:

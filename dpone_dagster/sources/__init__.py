@@ -8,15 +8,13 @@ at the first read and completes only when the source is exhausted.
 from .kafka import (
     KafkaCopyReport,
     KafkaSource,
-    LostOffsets,
     PartitionRead,
     copy_topic,
-    kafka_sink,
-    kafka_source_for,
     stream_id_of,
 )
 from .kafka_client import KafkaSettings
 from .kafka_messages import ValueFormat
+from .kafka_options import KafkaCopyOptions, LostOffsets
 from .load import SourceLoadError, SourceLoadReport, StagedRows, load_source, stage_rows
 from .mysql import MySQLSettings, MySQLSource, MySQLStream
 from .mysql_catalog import quote_mysql_identifier
@@ -43,6 +41,7 @@ __all__ = [
     "ByteMeter",
     "CursorPagination",
     "HttpSession",
+    "KafkaCopyOptions",
     "KafkaCopyReport",
     "KafkaSettings",
     "KafkaSource",
@@ -68,8 +67,6 @@ __all__ = [
     "ValueFormat",
     "copy_topic",
     "extract_stream",
-    "kafka_sink",
-    "kafka_source_for",
     "load_source",
     "model_columns",
     "quote_mysql_identifier",

@@ -31,31 +31,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from dpone_dagster.core import LedgerStore
 from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome
 from dpone_dagster.postgres import ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect
 from dpone_dagster.postgres.load import begin_read_write
 from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.schema_change import SchemaChanges
 
-from .kafka_client import KafkaSettings, kafka_error
-from .kafka_messages import APPEND_KEY, KEY_COLUMN, ValueFormat
+from .kafka_messages import APPEND_KEY, KEY_COLUMN
 from .kafka_offsets import read_offsets, write_dead_letters, write_offsets
-from .kafka_read import KafkaArtifact, KafkaSource, LostOffsets, PartitionRead
+from .kafka_read import KafkaArtifact, KafkaSource, PartitionRead
 from .load import SourceLoadReport, load_source
 from .protocol import ProgressHook, RowStreamArtifact, SourceColumn
 
 __all__ = [
     "KafkaCopyReport",
     "KafkaSource",
-    "LostOffsets",
     "PartitionRead",
     "copy_topic",
-    "kafka_sink",
-    "kafka_source_for",
     "stream_id_of",
 ]
 
@@ -97,22 +90,6 @@ class KafkaCopyReport:
         return {p.partition: p.lost for p in self.partitions if p.lost is not None}
 
 
-def kafka_sink(sink: Sink | str) -> Sink:
-    """``sink`` parsed: ``append`` or ``merge``.
-
-    Raises:
-        CopyPlanError: ``copy_options_invalid`` for an unknown sink.
-        SourceError: ``kafka_options_invalid`` for ``replace`` (a topic is a log).
-    """
-    chosen = Sink.parse(sink)
-    if chosen is Sink.REPLACE:
-        raise kafka_error(
-            "kafka_options_invalid",
-            "A topic is a log: its table takes sink='append' or sink='merge', not replace.",
-        )
-    return chosen
-
-
 def stream_id_of(topic: str, target: TableName) -> str:
     """The ledger id of the stream ``topic -> target``."""
     return f"{topic} -> {target.qualified}"
@@ -123,24 +100,20 @@ def copy_topic(
     target_dsn: str,
     target: TableName,
     *,
-    sink: Sink | str = Sink.APPEND,
     ledger_schema: str | None = None,
-    options: ConnectionOptions | None = None,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    target_options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
 ) -> KafkaCopyReport:
-    """Runs the stream ``source.topic -> target`` once (see the module).
+    """Runs the stream ``source.topic -> target`` once (see the module), with the source's
+    options (:class:`~.kafka_options.KafkaCopyOptions`: sink, schema changes, ...).
 
     Args:
-        source: The topic (its ``keyed`` must be True for ``merge``; :func:`kafka_source_for`
-            sets it).
+        source: The topic and the copy's options.
         target_dsn: The PostgreSQL target; the ledger lives in its database.
         target: The target table (created on the first run: primary key ``(kafka_partition,
             kafka_offset)`` for ``append``, ``kafka_key`` for ``merge``).
-        sink: ``append`` or ``merge``.
         ledger_schema: The ledger's schema (``dpone_ledger`` when None).
-        options: Options of the target session.
-        schema_changes: ``evolve`` or ``freeze`` (a model that gained a field).
+        target_options: Options of the target session.
         on_progress: Called with the rows staged so far, every 10,000 rows.
 
     Returns:
@@ -153,14 +126,13 @@ def copy_topic(
             ``kafka_key_missing``, ``kafka_offsets_lost``, ``kafka_read_failed``, or the target's
             errors; ``.report`` says what became of the artifact.
     """
-    chosen = kafka_sink(sink)
-    if (chosen is Sink.MERGE) != source.keyed:
-        raise kafka_error("kafka_options_invalid", "merge reads keyed messages (keyed=True).")
+    options = source.options
+    chosen = options.sink
     store = LedgerStore() if ledger_schema is None else LedgerStore(ledger_schema)
     stream_id = stream_id_of(source.topic, target)
     artifact = source.extract(stream_id).artifact  # the broker's errors before the target's
     try:
-        _ensure_ledger(target_dsn, options, store)
+        _ensure_ledger(target_dsn, target_options, store)
     except BaseException:
         artifact.settle(TerminalOutcome.ABORT)
         raise
@@ -176,13 +148,14 @@ def copy_topic(
     def before_commit(conn: Connection) -> None:
         offsets = {p: r.next_offset for p, r in run.reads.items()}
         write_offsets(conn, store, stream_id, source.topic, offsets, run.number)
-        if source.dead_letter_table is not None:
-            write_dead_letters(conn, source.dead_letter_table, run.dead_letters)
+        if options.dead_letter_table is not None:
+            write_dead_letters(conn, options.dead_letter_table, run.dead_letters)
 
     report = load_source(
         _Prepared(source, artifact), target_dsn, target, sink=chosen,
-        primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY, options=options,
-        schema_changes=schema_changes, begin=begin, before_commit=before_commit,
+        primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY,
+        options=target_options, schema_changes=options.schema_changes, begin=begin,
+        before_commit=before_commit,
         on_progress=on_progress,
     )  # fmt: skip
     return KafkaCopyReport(
@@ -221,29 +194,3 @@ class _Prepared:
 def _ensure_ledger(dsn: str, options: ConnectionOptions | None, store: LedgerStore) -> None:
     with connect(dsn, options, side="target", autocommit=True) as conn:
         store.ensure(conn)
-
-
-def kafka_source_for(
-    settings: KafkaSettings,
-    topic: str,
-    *,
-    sink: Sink | str,
-    value_format: ValueFormat | str = ValueFormat.JSON,
-    model: type[BaseModel] | None = None,
-    consumer_group: str | None = None,
-    max_messages_per_run: int | None = None,
-    dead_letter_table: TableName | None = None,
-    on_lost_offsets: LostOffsets | str = LostOffsets.FAIL,
-    target: TableName | None = None,
-) -> KafkaSource:
-    """The :class:`KafkaSource` for a copy with ``sink`` (``keyed`` for ``merge``; the group
-    ``dpone-<schema.table>`` unless one is named)."""
-    group = consumer_group or (
-        f"dpone-{target.schema}.{target.name}" if target else "dpone-dagster"
-    )
-    return KafkaSource(
-        settings, topic, value_format=value_format, model=model,
-        keyed=kafka_sink(sink) is Sink.MERGE, consumer_group=group,
-        max_messages_per_run=max_messages_per_run, dead_letter_table=dead_letter_table,
-        on_lost_offsets=on_lost_offsets,
-    )  # fmt: skip

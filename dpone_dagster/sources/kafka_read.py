@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
-from pydantic import BaseModel
 
-from dpone_dagster.lifecycle import ExtractResult, Vocabulary
+from dpone_dagster.lifecycle import ExtractResult
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import Connection
 
@@ -27,25 +26,14 @@ from .kafka_messages import (
     ENVELOPE,
     Envelope,
     MessageRefused,
-    ValueFormat,
     headers_json,
     message_rows,
     message_timestamp,
     value_columns,
 )
 from .kafka_offsets import DeadLetter, settle_keys
-from .protocol import ByteMeter, Row, RowStreamArtifact, SourceColumn, SourceError
-
-
-class LostOffsets(
-    Vocabulary, option="on_lost_offsets", refusal="kafka_options_invalid", error=SourceError
-):
-    """What a run does when the broker no longer holds the ledger's offset of a partition."""
-
-    FAIL = "fail"
-    """Stop with ``kafka_offsets_lost`` (the default): nothing is written."""
-    EARLIEST = "earliest"
-    """Restart the partition at the earliest offset the broker holds; the report names the gap."""
+from .kafka_options import KafkaCopyOptions, LostOffsets
+from .protocol import ByteMeter, Row, RowStreamArtifact, SourceColumn
 
 
 @dataclass
@@ -128,43 +116,35 @@ class KafkaSource:
     Args:
         settings: How to reach the cluster.
         topic: The topic.
-        value_format: ``json`` or ``bytes``.
-        model: The pydantic model every JSON value must fit (its fields become columns).
-        keyed: Every message must have a key (the ``merge`` sink).
-        consumer_group: The group the committed offsets are published to (monitoring).
-        max_messages_per_run: Read at most this many messages per run (all partitions).
-        dead_letter_table: Write messages that cannot be loaded here instead of stopping (one
-            table per stream: its key is the message's topic, partition and offset).
-        on_lost_offsets: ``fail`` or ``earliest`` (see :class:`LostOffsets`).
+        options: The copy's options (value format and model, sink, consumer group, budget,
+            dead-letter table, what to do with lost offsets).
+        target: The target table, which names the default consumer group
+            (``dpone-<schema.table>``).
+
+    Raises:
+        SourceError: ``kafka_options_invalid`` for an empty topic.
     """
 
     def __init__(
         self,
         settings: KafkaSettings,
         topic: str,
+        options: KafkaCopyOptions | None = None,
         *,
-        value_format: ValueFormat | str = ValueFormat.JSON,
-        model: type[BaseModel] | None = None,
-        keyed: bool = False,
-        consumer_group: str = "dpone-dagster",
-        max_messages_per_run: int | None = None,
-        dead_letter_table: TableName | None = None,
-        on_lost_offsets: LostOffsets | str = LostOffsets.FAIL,
+        target: TableName | None = None,
     ) -> None:
         if not topic:
             raise kafka_error("kafka_options_invalid", "The topic is empty.")
-        if max_messages_per_run is not None and max_messages_per_run < 1:
-            raise kafka_error("kafka_options_invalid", "max_messages_per_run must be >= 1.")
         self.settings = settings
         self.topic = topic
-        self.value_format = ValueFormat.parse(value_format)
-        self.model = model
-        self.keyed = keyed
-        self.consumer_group = consumer_group
-        self.max_messages = max_messages_per_run
-        self.dead_letter_table = dead_letter_table
-        self.on_lost = LostOffsets.parse(on_lost_offsets)
-        self.columns: list[SourceColumn] = [*ENVELOPE, *value_columns(self.value_format, model)]
+        self.options = options or KafkaCopyOptions()
+        self.consumer_group = self.options.consumer_group or (
+            f"dpone-{target.schema}.{target.name}" if target else "dpone-dagster"
+        )
+        self.columns: list[SourceColumn] = [
+            *ENVELOPE,
+            *value_columns(self.options.value_format, self.options.model),
+        ]
         self.run: KafkaRun | None = None
 
     @property
@@ -203,7 +183,7 @@ class KafkaSource:
     def extract(self, stream_id: str = "") -> ExtractResult[RowStreamArtifact]:
         """A pending read of the topic: its partitions now (from the broker's metadata), its
         offsets from the ledger when the load's transaction begins (:func:`copy_topic`)."""
-        self.run = KafkaRun(stream_id, self.topic, self.partitions(), self.on_lost)
+        self.run = KafkaRun(stream_id, self.topic, self.partitions(), self.options.on_lost_offsets)
         result: ExtractResult[RowStreamArtifact] = ExtractResult(
             KafkaArtifact(self.columns, self._opener, source_label=self.label)
         )
@@ -266,8 +246,9 @@ class KafkaSource:
         pending: dict[int, int],
         meter: ByteMeter,
     ) -> Iterator[Row]:
-        to_row = message_rows(self.value_format, self.model, keyed=self.keyed)
-        budget = self.max_messages
+        options = self.options
+        to_row = message_rows(options.value_format, options.model, keyed=options.keyed)
+        budget = options.max_messages_per_run
         idle_since = time.monotonic()
         while pending and (budget is None or budget > 0):
             batch = session.consumer.consume(min(budget or 10_000, 10_000), timeout=0.5)
@@ -298,7 +279,7 @@ class KafkaSource:
         """One consumed batch: (bytes, messages taken, rows). The hot path: one pass, locals."""
         rows: list[Row] = []
         size = taken = 0
-        reads, keyed = run.reads, self.keyed
+        reads, keyed = run.reads, self.options.keyed
         for message in batch:
             p, offset = message.partition(), message.offset()
             end = pending.get(p) if p is not None else None
@@ -341,7 +322,7 @@ class KafkaSource:
         self, run: KafkaRun, envelope: Envelope, value: bytes | None, refused: MessageRefused
     ) -> None:
         where = f"topic {self.topic!r}, partition {envelope.partition}, offset {envelope.offset}"
-        if self.dead_letter_table is None:
+        if self.options.dead_letter_table is None:
             raise kafka_error(refused.code, f"The message at {where}: {refused.reason}.")
         run.dead_letters.append(
             DeadLetter(

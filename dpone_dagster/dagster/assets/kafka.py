@@ -3,8 +3,9 @@
 The asset copies a topic into a PostgreSQL table: each materialization reads, per partition,
 from the offset the ledger holds up to the end the broker reported when it began (or
 ``max_messages_per_run``), and commits the rows and the new offsets in one target transaction.
-A thin factory over :meth:`~dpone_dagster.KafkaSourceResource.copy_topic`: names and options are
-checked when the definitions load, and the body is ``yield from kafka.copy_topic(context, ...)``.
+A thin factory over :meth:`~dpone_dagster.KafkaSourceResource.copy_topic`: names and options (one
+:class:`~dpone_dagster.sources.KafkaCopyOptions`) are checked when the definitions load, and the
+body is ``yield from kafka.copy_topic(context, ..., options=...)``.
 Schedule it (or a sensor) to keep the table current; a run with nothing new commits nothing new.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import KafkaCopyEvent
 from dpone_dagster.dagster.metadata.freshness import (
     freshness_check_spec,
@@ -22,14 +24,8 @@ from dpone_dagster.dagster.metadata.freshness import (
 )
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.postgres import SchemaChanges, Sink, TableName
-from dpone_dagster.sources import (
-    KafkaSettings,
-    LostOffsets,
-    ValueFormat,
-    kafka_sink,
-    kafka_source_for,
-)
+from dpone_dagster.postgres import Sink, TableName
+from dpone_dagster.sources import KafkaCopyOptions, KafkaSettings, KafkaSource
 
 
 def _table(name: str | TableName) -> TableName:
@@ -41,14 +37,9 @@ def kafka_copy_asset(
     key: str | Sequence[str] | dg.AssetKey,
     topic: str,
     target_table: str | TableName,
-    value_format: ValueFormat | str = ValueFormat.JSON,
-    sink: Sink | str = Sink.APPEND,
+    options: KafkaCopyOptions | None = None,
+    sink: Sink | str | None = None,
     model: type[BaseModel] | None = None,
-    consumer_group: str | None = None,
-    max_messages_per_run: int | None = None,
-    dead_letter_table: str | TableName | None = None,
-    on_lost_offsets: LostOffsets | str = LostOffsets.FAIL,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     source_resource_key: str = "kafka",
     target_resource_key: str = "target",
     ledger_resource_key: str = "ledger",
@@ -57,6 +48,7 @@ def kafka_copy_asset(
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
     cron_schedule: str | None = None,
     freshness_policy: dg.FreshnessPolicy | None = None,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """An asset that copies a Kafka topic into a PostgreSQL table, exactly once.
 
@@ -66,19 +58,22 @@ def kafka_copy_asset(
         target_table: The PostgreSQL table (``schema.table``); created on the first run with the
             envelope columns (``kafka_partition``, ``kafka_offset``, ``kafka_timestamp``,
             ``kafka_key``, ``kafka_headers`` jsonb) and the value's.
-        value_format: ``json`` (one ``value jsonb`` column, or ``model``'s fields) or ``bytes``
-            (one ``value bytea`` column).
-        sink: ``append`` (every message a row; key ``(kafka_partition, kafka_offset)``) or
-            ``merge`` (one row per ``kafka_key``, the latest; a tombstone deletes it).
-        model: A pydantic model every JSON value must fit; its fields become columns.
-        consumer_group: Where the committed offsets are published for monitoring
-            (``dpone-<schema.table>`` by default); the ledger is the authority.
-        max_messages_per_run: At most this many messages per run (all partitions together).
-        dead_letter_table: Messages that cannot be loaded go there with their reason, instead
-            of stopping the run with ``kafka_message_invalid`` / ``kafka_key_missing``.
-        on_lost_offsets: ``fail`` (``kafka_offsets_lost``) or ``earliest`` (restart a partition
-            whose ledger offset the broker no longer holds at its earliest offset).
-        schema_changes: ``evolve`` or ``freeze`` (a model that gained a field).
+        options: The copy's options (:class:`~dpone_dagster.sources.KafkaCopyOptions`):
+            ``value_format`` (``json``: one ``value jsonb`` column, or ``model``'s fields;
+            ``bytes``: one ``value bytea`` column), ``sink`` (``append``: every message a row,
+            key ``(kafka_partition, kafka_offset)``; ``merge``: one row per ``kafka_key``, the
+            latest, a tombstone deletes it), ``model`` (a pydantic model every JSON value must
+            fit; its fields become columns), ``consumer_group`` (where the committed offsets
+            are published for monitoring, ``dpone-<schema.table>`` by default; the ledger is
+            the authority), ``max_messages_per_run`` (all partitions together),
+            ``dead_letter_table`` (messages that cannot be loaded go there with their reason,
+            instead of stopping the run with ``kafka_message_invalid`` /
+            ``kafka_key_missing``), ``on_lost_offsets`` (``fail``: ``kafka_offsets_lost``;
+            ``earliest``: restart a partition whose ledger offset the broker no longer holds
+            at its earliest offset) and ``schema_changes`` (``evolve`` or ``freeze``: a model
+            that gained a field).
+        sink: Shortcut for ``options.sink``.
+        model: Shortcut for ``options.model``.
         source_resource_key: The :class:`~dpone_dagster.KafkaSourceResource`'s key.
         target_resource_key: The :class:`~dpone_dagster.PostgresTargetResource`'s key.
         ledger_resource_key: The :class:`~dpone_dagster.LedgerResource`'s key.
@@ -92,6 +87,10 @@ def kafka_copy_asset(
             carries the ``dpone_fresh`` check, judging the policy by the lag each run reports
             (``dpone/lag_seconds``: from the start of the run's read, whose end offsets the
             target now holds).
+        **legacy: The other options as keywords (``value_format``, ``consumer_group``,
+            ``max_messages_per_run``, ``dead_letter_table``, ``on_lost_offsets``,
+            ``schema_changes``): deprecated (``options=KafkaCopyOptions(...)``), for one
+            release.
 
     Raises:
         DponeError: at definition time, for a bad table name, sink, value format, model or
@@ -104,14 +103,12 @@ def kafka_copy_asset(
         'clicks'
     """
     table = _table(target_table)
-    dead = None if dead_letter_table is None else _table(dead_letter_table)
-    chosen = kafka_sink(sink)
     # Every option is checked now (no broker is asked): a bad one fails when definitions load.
-    checked = kafka_source_for(
-        KafkaSettings("definitions"), topic, sink=chosen, value_format=value_format, model=model,
-        max_messages_per_run=max_messages_per_run, dead_letter_table=dead,
-        on_lost_offsets=on_lost_offsets,
+    chosen = build_options(
+        KafkaCopyOptions, options, caller="kafka_copy_asset",
+        shortcuts={"sink": sink, "model": model}, legacy=legacy,
     )  # fmt: skip
+    checked = KafkaSource(KafkaSettings("definitions"), topic, chosen, target=table)
     schema = dg.TableSchema(
         columns=[
             dg.TableColumn(
@@ -120,22 +117,17 @@ def kafka_copy_asset(
             for c in checked.describe()
         ]
     )
-    options: dict[str, Any] = {
-        "topic": topic, "target_table": table, "value_format": checked.value_format,
-        "model": model, "sink": chosen, "consumer_group": consumer_group,
-        "max_messages_per_run": max_messages_per_run, "dead_letter_table": dead,
-        "on_lost_offsets": checked.on_lost, "schema_changes": SchemaChanges.parse(schema_changes),
-    }  # fmt: skip
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="kafka_options_invalid"
     )
     asset_key = dg.AssetKey.from_coercible(key)
     check_instance_storage()
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
+    dead = chosen.dead_letter_table
     metadata = {
         "dagster/column_schema": schema,
         **DponeMetadataSet(
-            topic=topic, table=table.qualified, sink=chosen.value,
+            topic=topic, table=table.qualified, sink=chosen.sink.value,
             dead_letter_table=None if dead is None else dead.qualified,
         ),
     }  # fmt: skip
@@ -145,7 +137,7 @@ def kafka_copy_asset(
         freshness_policy=policy,
         check_specs=[] if policy is None else [freshness_check_spec(asset_key)],
         required_resource_keys={source_resource_key, target_resource_key, ledger_resource_key},
-        description=f"Kafka topic {topic} copied to {table} ({chosen}), exactly once.",
+        description=f"Kafka topic {topic} copied to {table} ({chosen.sink}), exactly once.",
         group_name=group_name,
         op_tags=op_tags,
         kinds={"kafka", "postgres"},
@@ -156,6 +148,8 @@ def kafka_copy_asset(
         kafka = getattr(context.resources, source_resource_key)
         target = getattr(context.resources, target_resource_key)
         ledger = getattr(context.resources, ledger_resource_key)
-        yield from kafka.copy_topic(context, target=target, ledger=ledger, **options)
+        yield from kafka.copy_topic(
+            context, target=target, ledger=ledger, topic=topic, target_table=table, options=chosen
+        )
 
     return _asset

@@ -20,15 +20,12 @@ import dagster as dg
 from pydantic import Field
 
 from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.sweep import Sweep
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.assets.snapshot_copy import copy_specs
 from dpone_dagster.dagster.events.replication import ReplicationEvent
 from dpone_dagster.dagster.metadata.freshness import freshness_check_spec, stream_freshness_policy
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
-from dpone_dagster.dagster.metadata.replication import (
-    DEFAULT_RETAINED_WAL_WARN_BYTES,
-    SLOT_CHECK_NAME,
-)
+from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -38,7 +35,7 @@ from dpone_dagster.dagster.resources import (
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import SchemaChanges
+from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.plan import ReplicationGroup
 
 
@@ -74,21 +71,13 @@ def default_slot(keys: Sequence[dg.AssetKey]) -> str:
     return f"dpone_{hashlib.sha256(names.encode()).hexdigest()[:12]}"
 
 
-def _coerced(
-    tables: Sequence[str | CopyTableSpec | Mapping[str, Any]], warn_bytes: int
-) -> list[CopyTableSpec]:
+def _coerced(tables: Sequence[str | CopyTableSpec | Mapping[str, Any]]) -> list[CopyTableSpec]:
     """The group's tables, each replicated into the target table of its own name.
 
     Raises:
-        DponeError: ``plan_invalid`` for a renamed target or a threshold that is not a positive
-            number of bytes; the translator's codes for bad names.
+        DponeError: ``plan_invalid`` for a renamed target; the translator's codes for bad
+            names.
     """
-    if isinstance(warn_bytes, bool) or not (isinstance(warn_bytes, int) and warn_bytes > 0):
-        raise DponeError(
-            "plan_invalid",
-            f"retained_wal_warn_bytes must be a positive number of bytes, not {warn_bytes!r}.",
-            ["Leave it unset (1 GiB), or give e.g. 10 * 2**30."],
-        )
     coerced = coerce_tables(tables)
     renamed = [s.source for s in coerced if s.target_table != s.source_table]
     if renamed:
@@ -102,16 +91,16 @@ def _coerced(
 
 
 def _check_specs(
-    specs: Sequence[dg.AssetSpec], slot: str, warn_bytes: int,
-    policy: dg.FreshnessPolicy | None, reconcile: bool,
+    specs: Sequence[dg.AssetSpec], slot: str, options: ReplicationOptions,
+    policy: dg.FreshnessPolicy | None,
 ) -> list[dg.AssetCheckSpec]:  # fmt: skip
     """Every table's checks: ``dpone_slot_healthy``, ``dpone_fresh`` with a policy and
-    ``dpone_reconciled`` with ``reconcile``."""
+    ``dpone_reconciled`` with ``options.reconcile``."""
     healthy = [
         dg.AssetCheckSpec(
             SLOT_CHECK_NAME, asset=s.key,
             description=f"Slot {slot} is not lost or unreserved, and retains at most "
-            f"{warn_bytes} bytes of WAL.",
+            f"{options.retained_wal_warn_bytes} bytes of WAL.",
         )
         for s in specs
     ]  # fmt: skip
@@ -123,7 +112,7 @@ def _check_specs(
             "rolling slice of the table's key.",
         )
         for s in specs
-        if reconcile
+        if options.reconcile
     ]  # fmt: skip
     return healthy + fresh + reconciled
 
@@ -133,10 +122,9 @@ def replication_assets(
     *,
     slot: str | None = None,
     publication: str | None = None,
-    deletes: Deletes | str = Deletes.HARD,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    options: ReplicationOptions | None = None,
+    deletes: Deletes | str | None = None,
     max_changes_per_run: int | None = None,
-    retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES,
     translator: DponeTranslator | None = None,
     name: str | None = None,
     group_name: str | None = None,
@@ -144,10 +132,7 @@ def replication_assets(
     op_tags: Mapping[str, Any] | None = None,
     cron_schedule: str | None = None,
     freshness_policy: dg.FreshnessPolicy | None = None,
-    reconcile: bool = True,
-    sweep: Sweep | None = None,
-    sequences: bool = True,
-    failover: bool | None = None,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """One multi-asset that replicates ``tables`` through one logical slot and publication.
 
@@ -164,15 +149,22 @@ def replication_assets(
         slot: The logical replication slot (lower-case letters, digits and ``_``);
             :func:`default_slot` of the asset keys by default.
         publication: The publication; the slot's name by default.
-        deletes: ``hard`` (default: a source delete deletes the target row) or ``soft`` (sets
-            the soft-delete column instead).
-        schema_changes: ``evolve`` (a column added, widened or dropped at the source changes
-            the target in the data's transaction) or ``freeze`` (any difference fails with
-            ``schema_change_incompatible``).
-        max_changes_per_run: The per-run budget of changes (a run stops at the first
-            transaction boundary past it; the next run goes on); unlimited by default.
-        retained_wal_warn_bytes: ``dpone_slot_healthy`` warns above this much WAL retained by
-            the slot (1 GiB by default).
+        options: The group's options
+            (:class:`~dpone_dagster.replication.ReplicationOptions`): ``deletes`` (``hard`` by
+            default, or ``soft``), ``schema_changes``, ``max_changes_per_run`` (the per-run
+            budget: a run stops at the first transaction boundary past it, the next run goes
+            on), ``sequences``, ``failover`` (see docs/replication.md, Failover), ``reconcile``
+            (each run's check: every key the run inserted, updated or deleted, exactly, and a
+            rolling slice of the table's key within ``sweep``'s bound, against the source as of
+            the applied position; a key a change committed after it is still in the slot, left
+            to the next run and counted, ``dpone/changed_after_applied``; the cost follows the
+            run; any other difference fails the check naming its keys and ranges; the check
+            run alone, on whole tables, is
+            :func:`~dpone_dagster.dagster.jobs.replication_check_job`), ``sweep`` and
+            ``retained_wal_warn_bytes`` (``dpone_slot_healthy`` warns above this much WAL
+            retained by the slot, 1 GiB by default).
+        deletes: Shortcut for ``options.deletes``.
+        max_changes_per_run: Shortcut for ``options.max_changes_per_run``.
         translator: Maps each table to its asset spec (key ``[schema, table]`` by default).
         name: The op's name (``replication_<slot>`` by default).
         group_name: The asset group of every table.
@@ -191,35 +183,15 @@ def replication_assets(
             also carries the ``dpone_fresh`` check, which judges the policy by the lag the run
             reports for it (``dpone/lag_seconds``), where Dagster judges it by materialization
             times.
-        reconcile: Check each run and report every table's ``dpone_reconciled`` check: every
-            key the run inserted, updated or deleted, exactly, and a rolling slice of the
-            table's key (so that every range is verified within ``sweep``'s bound), against the
-            source as of the applied position (a key a change committed after it is still in
-            the slot: left to the next run, and counted, ``dpone/changed_after_applied``); the
-            cost follows the run; any other difference fails the check naming its keys and
-            ranges. The check run alone, on whole tables, is
-            :func:`~dpone_dagster.dagster.jobs.replication_check_job`.
-        sweep: The rolling slice's per-run budget
-            (:class:`~dpone_dagster.incremental.Sweep`: ``runs``, default a full sweep in 288
-            runs, once a day at a five-minute schedule; or ``rows`` or ``seconds`` per run).
-        sequences: Each run brings the target's sequences of the tables' identity and
-            ``serial`` columns to at least the source's value (made when the target has none),
-            so that a target promoted to primary never hands out a used key; reported per table
-            (``dpone/sequences``). False leaves the target's sequences alone.
-        failover: The group's slot is a failover slot, which the source synchronizes to a
-            standby set up for it, so that the group goes on from the standby once promoted
-            (point the source's DSN at both servers with ``target_session_attrs=read-write``;
-            set the source resource's ``standby_dsn`` for ``dpone_slot_healthy`` to watch the
-            standby's copy). None (default): a failover slot where the source supports it
-            (PostgreSQL 17+), a plain slot before; True: required (an older source fails the
-            run with ``replication_failover_unsupported``, nothing created); False: a plain
-            slot. See docs/replication.md, Failover.
+        **legacy: The other options as keywords (``schema_changes``, ``reconcile``, ``sweep``,
+            ``sequences``, ``failover``, ``retained_wal_warn_bytes``): deprecated
+            (``options=ReplicationOptions(...)``), for one release.
 
     Returns:
         A multi-asset that is not subsettable (resource keys ``source``, ``target``,
         ``ledger``; run config :class:`ReplicationRunConfig`: ``resync``, ``adopt``), with a
         ``dpone_slot_healthy`` check on every table (and ``dpone_fresh`` with a policy, and
-        ``dpone_reconciled`` with ``reconcile``).
+        ``dpone_reconciled`` with ``options.reconcile``).
         Selecting some of its tables alone fails when the job is built, naming the op.
 
     Raises:
@@ -242,14 +214,16 @@ def replication_assets(
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
+    chosen = build_options(
+        ReplicationOptions, options, caller="replication_assets", legacy=legacy,
+        shortcuts={"deletes": deletes, "max_changes_per_run": max_changes_per_run},
+    )  # fmt: skip
     tr = translator or DponeTranslator()
-    coerced = _coerced(tables, retained_wal_warn_bytes)
+    coerced = _coerced(tables)
     slot_name = slot or default_slot([tr.get_asset_key(s) for s in coerced])
-    group = ReplicationGroup(  # the engine's own checks of the names and options, at load
+    group = ReplicationGroup(  # the engine's own checks of the names, at load
         tables=tuple(s.source_table for s in coerced), slot=slot_name,
-        publication=publication or slot_name, deletes=Deletes.parse(deletes),
-        schema_changes=SchemaChanges.parse(schema_changes),
-        max_changes_per_run=max_changes_per_run, sequences=sequences, failover=failover,
+        publication=publication or slot_name, options=chosen,
     )  # fmt: skip
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="replication_options_invalid"
@@ -271,7 +245,7 @@ def replication_assets(
             )
             for s in specs
         ],
-        check_specs=_check_specs(specs, group.slot, retained_wal_warn_bytes, policy, reconcile),
+        check_specs=_check_specs(specs, group.slot, chosen, policy),
         can_subset=False,  # one slot feeds every table: a subset would split transactions
         pool=group.slot if pool is None else pool,
         op_tags=op_tags,
@@ -285,11 +259,8 @@ def replication_assets(
         ledger: LedgerResource,
     ) -> Iterator[ReplicationEvent]:
         yield from source.replicate(
-            context, target=target, ledger=ledger, deletes=group.deletes,
-            schema_changes=group.schema_changes, max_changes_per_run=group.max_changes_per_run,
-            retained_wal_warn_bytes=retained_wal_warn_bytes, resync=config.resync,
-            adopt=config.adopt, reconcile=reconcile, sweep=sweep, sequences=group.sequences,
-            failover=group.failover,
+            context, target=target, ledger=ledger, options=chosen, resync=config.resync,
+            adopt=config.adopt,
         )  # fmt: skip
 
     return _replication

@@ -2,7 +2,8 @@
 
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`: it builds the
 specs (keys from the translator, each spec naming its tables), the ``dpone_reconciled`` check
-specs, and an op whose body is ``yield from source.copy_tables(context, target=target, ...)``.
+specs, and an op whose body is ``yield from source.copy_tables(context, target=target,
+options=...)``, its options one :class:`~dpone_dagster.postgres.SnapshotCopyOptions`.
 The asset is subsettable: materializing a subset copies just those tables (still under one
 snapshot).
 """
@@ -13,15 +14,15 @@ from typing import Any
 
 import dagster as dg
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import CopyEvent
-from dpone_dagster.dagster.events.snapshot_copy import CopyHow
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import SchemaChanges, Sink, Strategy
+from dpone_dagster.postgres import Sink, SnapshotCopyOptions, Strategy
 
 
 def copy_specs(
@@ -49,43 +50,45 @@ def copy_specs(
 def snapshot_copy_assets(
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]],
     *,
-    strategy: Strategy | str = Strategy.BATCHED_COPY,
-    sink: Sink | str = Sink.REPLACE,
-    workers: int = 4,
+    options: SnapshotCopyOptions | None = None,
+    strategy: Strategy | str | None = None,
+    sink: Sink | str | None = None,
     name: str | None = None,
     translator: DponeTranslator | None = None,
     group_name: str | None = None,
     pool: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
-    batch_size: int | None = None,
     reconcile: bool = True,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """One multi-asset that copies ``tables`` from the source under ONE snapshot.
 
     Args:
         tables: ``"schema.table"`` strings, or :class:`CopyTableSpec` (or mappings with
             ``source`` and ``target``) to copy into another name.
-        strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
-            ``internal_query`` (source and target in one database).
-        sink: ``replace`` (atomic), ``append`` or ``merge`` (by primary key).
-        workers: Worker sessions of ``partitioned_copy``.
+        options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`):
+            ``strategy`` (``whole_copy``, ``stream_rows``, ``batched_copy``,
+            ``partitioned_copy`` or ``internal_query``, source and target in one database),
+            ``sink`` (``replace``, atomic; ``append``; ``merge``, by primary key), ``workers``
+            of ``partitioned_copy``, ``batch_size`` (rows per range of ``batched_copy``) and
+            ``schema_changes`` (``evolve``: an existing target takes added columns, widened
+            types and keeps dropped columns, in the load's transaction, listed under
+            ``dpone/schema_changes``; ``freeze``: any difference fails the run with
+            ``schema_change_incompatible``, nothing written).
+        strategy: Shortcut for ``options.strategy``.
+        sink: Shortcut for ``options.sink``.
         name: The op's name (``snapshot_copy`` by default).
         translator: Maps each table to its asset spec (key ``[schema, table]`` by default).
         group_name: The asset group of every table.
         pool: Dagster concurrency pool limiting steps that read the source.
         op_tags: Tags of the op.
-        batch_size: Rows per range of ``batched_copy``
-            (:data:`~dpone_dagster.postgres.options.SNAPSHOT_COPY_BATCH_SIZE` by default).
         reconcile: Declare the ``dpone_reconciled`` check of every table: after the load, the
             target is compared with the source inside the copy's snapshot (``replace``: equal,
             proven by row versions where the load vouched for every row, else by count and
             content digest; ``merge``/keyed ``append``: every snapshot row present and equal;
             unkeyed ``append``: counts).
-        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
-            keeps dropped columns, in the load's transaction, listed under
-            ``dpone/schema_changes``) or ``freeze`` (any difference fails the run with
-            ``schema_change_incompatible``, nothing written).
+        **legacy: ``workers``, ``batch_size`` and ``schema_changes`` as keywords: deprecated
+            (``options=SnapshotCopyOptions(...)``), for one release.
 
     Returns:
         A subsettable multi-asset (resource keys ``source`` and ``target``).
@@ -105,11 +108,13 @@ def snapshot_copy_assets(
 
             shop = snapshot_copy_assets(
                 ["shop.customers", "shop.orders", 'shop."Order Items"'],
-                strategy="partitioned_copy",
-                workers=2,
+                options=SnapshotCopyOptions(strategy="partitioned_copy", workers=2),
             )
     """
-    how = CopyHow.parse(strategy, sink, workers, batch_size, schema_changes)
+    how = build_options(
+        SnapshotCopyOptions, options, caller="snapshot_copy_assets",
+        shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
+    )  # fmt: skip
     check_instance_storage()
     specs = copy_specs(
         tables,
@@ -140,9 +145,6 @@ def snapshot_copy_assets(
         source: PostgresSourceResource,
         target: PostgresTargetResource,
     ) -> Iterator[CopyEvent]:
-        yield from source.copy_tables(
-            context, target=target, strategy=how.strategy, sink=how.sink, workers=how.workers,
-            batch_size=how.batch_size, schema_changes=how.schema_changes,
-        )  # fmt: skip
+        yield from source.copy_tables(context, target=target, options=how)
 
     return _snapshot_copy

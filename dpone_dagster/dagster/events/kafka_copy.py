@@ -22,8 +22,6 @@ from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
 from dpone_dagster.dagster.metadata.receipts import log_schema_changes
 from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 
 from .tail import materialized, table_set
@@ -58,7 +56,7 @@ class KafkaCopyEvents:
     """The events of one run of a Kafka stream: iterating them runs it.
 
     :meth:`~dpone_dagster.KafkaSourceResource.copy_topic` returns one; ``source`` is the
-    adapter it built, the other attributes its arguments.
+    adapter it built (the topic and the copy's options), the other attributes its arguments.
     """
 
     context: dg.AssetExecutionContext
@@ -67,8 +65,6 @@ class KafkaCopyEvents:
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
     target_table: TableName
-    sink: Sink
-    schema_changes: SchemaChanges
 
     def __iter__(self) -> Iterator[KafkaCopyEvent]:
         """Runs the stream once; yields the asset's materialization.
@@ -89,9 +85,8 @@ class KafkaCopyEvents:
             )
         with dagster_failures():
             report = copy_topic(
-                self.source, target.dsn, table, sink=self.sink,
-                ledger_schema=self.ledger.schema_name, options=target.options,
-                schema_changes=self.schema_changes,
+                self.source, target.dsn, table, ledger_schema=self.ledger.schema_name,
+                target_options=target.options,
             )  # fmt: skip
         log_schema_changes(context.log, table.qualified, report.load.schema_changes)
         lines = json.dumps([p.as_json() for p in report.partitions])

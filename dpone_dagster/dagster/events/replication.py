@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import psycopg
 
-from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.receipts import (
@@ -50,7 +48,7 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.failover import StandbySlot
 from dpone_dagster.replication.plan import ReplicationGroup
@@ -138,28 +136,21 @@ def group_engine(
     source: "PostgresSourceResource",
     target: "PostgresTargetResource",
     ledger: "LedgerResource",
-    deletes: Deletes,
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
-    max_changes_per_run: int | None = None,
-    sequences: bool = True,
-    failover: bool | None = None,
+    options: ReplicationOptions,
     **engine: Any,
 ) -> Replication:
-    """The engine of the group the specs name, on the resources' databases (``engine``: the
-    other options of :class:`~dpone_dagster.replication.Replication`)."""
+    """The engine of the group the specs name, with ``options``, on the resources' databases
+    (``engine``: the run's own arguments of
+    :class:`~dpone_dagster.replication.engine.Replication`, ``resync``, ``adopt``...)."""
     spec = ReplicationGroup(
         tables=tuple(s.source_table for s in group.tables.values()),
         slot=group.slot,
         publication=group.publication,
-        deletes=deletes,
-        schema_changes=schema_changes,
-        max_changes_per_run=max_changes_per_run,
-        sequences=sequences,
-        failover=failover,
+        options=options,
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
-        options=source.options, target_options=target.options,
+        source_options=source.options, target_options=target.options,
         standby=source.standby_dsn, **engine,
     )  # fmt: skip
 
@@ -169,7 +160,8 @@ class ReplicationEvents:
     """The events of one run of a replication group: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.replicate` returns one; the attributes are its
-    arguments (``ledger`` resolved to the default ledger when it was not given).
+    arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
+    built from its shortcuts).
     """
 
     context: dg.AssetExecutionContext
@@ -177,16 +169,9 @@ class ReplicationEvents:
     source: "PostgresSourceResource"
     target: "PostgresTargetResource"
     ledger: "LedgerResource"
-    deletes: Deletes
-    schema_changes: SchemaChanges
-    max_changes_per_run: int | None
-    retained_wal_warn_bytes: int
+    options: ReplicationOptions
     resync: bool = False
     adopt: bool = False
-    reconcile: bool = False
-    sweep: Sweep | None = None
-    sequences: bool = True
-    failover: bool | None = None
 
     def __iter__(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
@@ -244,13 +229,13 @@ class ReplicationEvents:
             yield verification_check(key, checks.get(group.tables[key].source_table), missing)
 
     def _engine(self, group: GroupSpecs) -> Replication:
-        """The group's engine, with the factory's settings."""
+        """The group's engine, with the options (checking the run only when a
+        ``dpone_reconciled`` check of it is selected)."""
+        checked = self.options.reconcile and bool(self._reconciled(group))
+        options = self.options if checked else self.options.replace(reconcile=False)
         return group_engine(
-            group, source=self.source, target=self.target, ledger=self.ledger,
-            deletes=self.deletes, schema_changes=self.schema_changes,
-            max_changes_per_run=self.max_changes_per_run, adopt=self.adopt, resync=self.resync,
-            reconcile=self.reconcile and bool(self._reconciled(group)), sweep=self.sweep,
-            on_progress=self._progress, sequences=self.sequences, failover=self.failover,
+            group, source=self.source, target=self.target, ledger=self.ledger, options=options,
+            adopt=self.adopt, resync=self.resync, on_progress=self._progress,
         )  # fmt: skip
 
     def _progress(self, progress: ReplicationProgress) -> None:
@@ -284,7 +269,8 @@ class ReplicationEvents:
         selected = self.context.selected_asset_check_keys
         for key in group.tables:
             if dg.AssetCheckKey(key, SLOT_CHECK_NAME) in selected:
-                yield slot_check(key, group.slot, status, self.retained_wal_warn_bytes, standby)
+                warn_bytes = self.options.retained_wal_warn_bytes
+                yield slot_check(key, group.slot, status, warn_bytes, standby)
 
     def _materializations(
         self, group: GroupSpecs, report: ReplicationReport

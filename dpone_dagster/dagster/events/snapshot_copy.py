@@ -28,18 +28,13 @@ from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
-    SNAPSHOT_COPY_BATCH_SIZE,
-    BatchSize,
     CopyOptions,
     CopyReport,
-    SchemaChanges,
-    Sink,
     SnapshotCopy,
+    SnapshotCopyOptions,
     SnapshotSession,
-    Strategy,
 )
 from dpone_dagster.postgres.failures import database_error
-from dpone_dagster.postgres.snapshot_copy import check_workers
 from dpone_dagster.reconcile import reconcile_copy
 
 if TYPE_CHECKING:
@@ -92,7 +87,7 @@ class CopyEvents:
     """The events of one snapshot copy of the selected tables: iterating them runs the copy.
 
     :meth:`~dpone_dagster.PostgresSourceResource.copy_tables` returns one; the attributes are
-    its arguments.
+    its arguments (``options`` built from its shortcuts).
     """
 
     context: dg.AssetExecutionContext
@@ -101,11 +96,7 @@ class CopyEvents:
     target: "PostgresTargetResource"
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None
     translator: DponeTranslator | None
-    strategy: Strategy | str
-    sink: Sink | str
-    workers: int
-    batch_size: int | None
-    schema_changes: SchemaChanges | str
+    options: SnapshotCopyOptions
 
     def __iter__(self) -> Iterator[CopyEvent]:
         """Copies the tables under one held snapshot; yields each table's materialization,
@@ -116,9 +107,6 @@ class CopyEvents:
         """
         context, source, target = self.context, self.source, self.target
         try:
-            options = CopyHow.parse(
-                self.strategy, self.sink, self.workers, self.batch_size, self.schema_changes
-            )
             chosen = selected_tables(context, self.tables, self.translator)
             checked = [
                 key
@@ -129,7 +117,7 @@ class CopyEvents:
             # source under the very same snapshot after the load committed.
             with source.open_snapshot(export=True) as held:
                 seconds: dict[str, float] = {}
-                report = _copy(source, target, held, chosen, options, seconds)
+                report = _copy(source, target, held, chosen, self.options, seconds)
                 yield from _materializations(context, source, target, report, list(chosen), seconds)
                 if checked:
                     yield from _checks(source, target, held, report, list(chosen), checked)
@@ -139,62 +127,21 @@ class CopyEvents:
             raise copy_failure(database_error(exc, "target")) from exc
 
 
-@dataclass(frozen=True)
-class CopyHow:
-    """How a snapshot copy runs: the strategy, sink, workers, batch size and schema-change rule
-    a user asked for, parsed once (:meth:`parse`)."""
-
-    strategy: Strategy
-    sink: Sink
-    workers: int
-    batch_size: BatchSize
-    schema_changes: SchemaChanges
-
-    @classmethod
-    def parse(
-        cls,
-        strategy: Strategy | str,
-        sink: Sink | str,
-        workers: int,
-        batch_size: int | None,
-        schema_changes: SchemaChanges | str,
-    ) -> "CopyHow":
-        """The options as typed values (typed ones pass unchanged).
-
-        Raises:
-            DponeError: ``copy_options_invalid`` for an unknown strategy, sink or
-                ``schema_changes``, fewer than one worker or a batch size below 1.
-        """
-        return cls(
-            Strategy.parse(strategy),
-            Sink.parse(sink),
-            check_workers(workers),
-            SNAPSHOT_COPY_BATCH_SIZE
-            if batch_size is None
-            else BatchSize.parse(batch_size, refusal="copy_options_invalid"),
-            SchemaChanges.parse(schema_changes),
-        )
-
-
 def _copy(
     source: "PostgresSourceResource",
     target: "PostgresTargetResource",
     held: SnapshotSession,
     tables: Mapping[dg.AssetKey, CopyTableSpec],
-    how: CopyHow,
+    options: SnapshotCopyOptions,
     seconds: dict[str, float],
 ) -> CopyReport:
     """Copies the tables under the held snapshot; ``seconds`` gets each step's duration."""
-    options = CopyOptions(
-        source_options=source.options,
-        target_options=target.options,
-        snapshot_token=held.token,
-        batch_size=how.batch_size,
+    tuning = CopyOptions(
+        source_options=source.options, target_options=target.options, snapshot_token=held.token
     )
     mappings = [(t.source_table, t.target_table) for t in tables.values()]
     with SnapshotCopy(
-        source.dsn, target.dsn, mappings, strategy=how.strategy, sink=how.sink,
-        workers=how.workers, options=options, schema_changes=how.schema_changes,
+        source.dsn, target.dsn, mappings, options=options, tuning=tuning,
         create_extensions=target.create_extensions,
     ) as copy:  # fmt: skip
         source.track(copy)

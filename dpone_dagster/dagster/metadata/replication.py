@@ -30,9 +30,6 @@ from dpone_dagster.replication.slot_health import SlotStatus, SlotWait
 SLOT_CHECK_NAME = "dpone_slot_healthy"
 """The name of the asset check on a replicated table's slot."""
 
-DEFAULT_RETAINED_WAL_WARN_BYTES = 1 << 30
-"""Retained WAL above which ``dpone_slot_healthy`` warns by default: 1 GiB."""
-
 AT_RISK = ("unreserved", "lost")
 """The ``wal_status`` values that fail the check: WAL the slot needs is, or may be, gone."""
 

@@ -1,9 +1,10 @@
 """The Kafka source's resource: a Kafka cluster, and the event iterator ``copy_topic``.
 
 :func:`~dpone_dagster.kafka_copy_asset` is thin over
-``kafka.copy_topic(context, target=target, ledger=ledger, topic=..., target_table=...)``: one run
-of the stream ``topic -> table``, its offsets committed in the ledger with its rows. Secrets (the
-SASL password) come from ``EnvVar``.
+``kafka.copy_topic(context, target=target, ledger=ledger, topic=..., target_table=...,
+options=...)``: one run of the stream ``topic -> table``, its offsets committed in the ledger with
+its rows, its options one :class:`~dpone_dagster.sources.KafkaCopyOptions`. Secrets (the SASL
+password) come from ``EnvVar``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field, field_validator
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.kafka_copy import KafkaCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.sources import KafkaSettings, LostOffsets, ValueFormat, kafka_source_for
+from dpone_dagster.sources import KafkaCopyOptions, KafkaSettings, KafkaSource
 
 from .ledger import LedgerResource
 from .postgres import PostgresTargetResource
@@ -84,14 +85,10 @@ class KafkaSourceResource(SecretResource):
         ledger: LedgerResource,
         topic: str,
         target_table: str | TableName,
-        value_format: ValueFormat | str = ValueFormat.JSON,
+        options: KafkaCopyOptions | None = None,
+        sink: Sink | str | None = None,
         model: type[BaseModel] | None = None,
-        sink: Sink | str = Sink.APPEND,
-        consumer_group: str | None = None,
-        max_messages_per_run: int | None = None,
-        dead_letter_table: str | TableName | None = None,
-        on_lost_offsets: LostOffsets | str = LostOffsets.FAIL,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        **legacy: Any,
     ) -> KafkaCopyEvents:
         """Runs the stream ``topic -> target_table`` once; yields the asset's materialization.
 
@@ -99,10 +96,16 @@ class KafkaSourceResource(SecretResource):
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             ledger: The ledger (in the target's database: the offsets commit with the rows).
-            topic: The topic; ``target_table``, ``value_format``, ``model``, ``sink``,
-                ``consumer_group``, ``max_messages_per_run``, ``dead_letter_table``,
-                ``on_lost_offsets`` and ``schema_changes`` are
-                :func:`~dpone_dagster.kafka_copy_asset`'s.
+            topic: The topic.
+            target_table: The PostgreSQL table (``schema.table``).
+            options: The copy's options (:class:`~dpone_dagster.sources.KafkaCopyOptions`, as
+                :func:`~dpone_dagster.kafka_copy_asset` takes them).
+            sink: Shortcut for ``options.sink``.
+            model: Shortcut for ``options.model``.
+            **legacy: The other options as keywords (``value_format``, ``consumer_group``,
+                ``max_messages_per_run``, ``dead_letter_table``, ``on_lost_offsets``,
+                ``schema_changes``): deprecated (``options=KafkaCopyOptions(...)``), for one
+                release.
 
         Returns:
             The run's events; iterating them runs it.
@@ -123,22 +126,16 @@ class KafkaSourceResource(SecretResource):
                     )
         """
         with dagster_failures():
+            chosen = build_options(
+                KafkaCopyOptions, options, caller="copy_topic",
+                shortcuts={"sink": sink, "model": model}, legacy=legacy,
+            )  # fmt: skip
             table = (
                 target_table
                 if isinstance(target_table, TableName)
                 else TableName.parse(target_table)
             )
-            dead = (
-                TableName.parse(dead_letter_table)
-                if isinstance(dead_letter_table, str)
-                else dead_letter_table
-            )
-            source = kafka_source_for(
-                self.settings(), topic, sink=sink, value_format=value_format, model=model,
-                consumer_group=consumer_group, max_messages_per_run=max_messages_per_run,
-                dead_letter_table=dead, on_lost_offsets=on_lost_offsets, target=table,
-            )  # fmt: skip
+            source = KafkaSource(self.settings(), topic, chosen, target=table)
             return KafkaCopyEvents(
-                context, source=source, target=target, ledger=ledger, target_table=table,
-                sink=Sink.parse(sink), schema_changes=SchemaChanges.parse(schema_changes),
-            )  # fmt: skip
+                context, source=source, target=target, ledger=ledger, target_table=table
+            )

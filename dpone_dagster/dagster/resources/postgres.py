@@ -29,18 +29,18 @@ from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
-from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.replication import DEFAULT_RETAINED_WAL_WARN_BYTES
+from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import IncrementalOptions, Sweep
+from dpone_dagster.incremental import IncrementalOptions
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
-    SchemaChanges,
     Sink,
+    SnapshotCopyOptions,
     SnapshotSession,
     Strategy,
 )
 from dpone_dagster.postgres.connection import Side, connect
+from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.slot import Dropped, drop_replication
 
 from .ledger import LedgerResource
@@ -124,11 +124,10 @@ class PostgresSourceResource(PostgresResource):
         target: PostgresTargetResource,
         tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None = None,
         translator: DponeTranslator | None = None,
-        strategy: Strategy | str = Strategy.BATCHED_COPY,
-        sink: Sink | str = Sink.REPLACE,
-        workers: int = 4,
-        batch_size: int | None = None,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        options: SnapshotCopyOptions | None = None,
+        strategy: Strategy | str | None = None,
+        sink: Sink | str | None = None,
+        **legacy: Any,
     ) -> CopyEvents:
         """Copies the selected tables under ONE snapshot; yields each table's materialization,
         then each selected ``dpone_reconciled`` check.
@@ -143,23 +142,20 @@ class PostgresSourceResource(PostgresResource):
             target: The target database.
             tables: The tables, when the assets' specs do not name them.
             translator: Maps ``tables`` to asset keys.
-            strategy: ``whole_copy``, ``stream_rows``, ``batched_copy``, ``partitioned_copy`` or
-                ``internal_query``.
-            sink: ``replace``, ``append`` or ``merge``.
-            workers: Worker sessions of ``partitioned_copy``.
-            batch_size: Rows per range of ``batched_copy``
-                (:data:`~dpone_dagster.postgres.options.SNAPSHOT_COPY_BATCH_SIZE` by default).
-            schema_changes: ``evolve`` (an existing target takes added columns, widened types
-                and keeps dropped columns, in the load's transaction; the materialization lists
-                them under ``dpone/schema_changes``) or ``freeze`` (any difference fails with
-                ``schema_change_incompatible``).
+            options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`:
+                strategy, sink, workers, batch size, schema changes).
+            strategy: Shortcut for ``options.strategy``.
+            sink: Shortcut for ``options.sink``.
+            **legacy: ``workers``, ``batch_size`` and ``schema_changes`` as keywords:
+                deprecated (``options=SnapshotCopyOptions(...)``), for one release.
 
         Returns:
             The copy's events; iterating them runs it.
 
         Raises:
-            DponeFailure: any copy error, with its code, next actions and terminal outcome
-                (while the events are iterated).
+            DponeFailure: ``copy_options_invalid`` for a bad option (when called); any copy
+                error, with its code, next actions and terminal outcome (while the events are
+                iterated).
 
         Examples:
             .. code-block:: python
@@ -168,10 +164,14 @@ class PostgresSourceResource(PostgresResource):
                 def shop(context, source: PostgresSourceResource, target: PostgresTargetResource):
                     yield from source.copy_tables(context, target=target, strategy="batched_copy")
         """
+        with dagster_failures():
+            chosen = build_options(
+                SnapshotCopyOptions, options, caller="copy_tables",
+                shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
+            )  # fmt: skip
         return CopyEvents(
             context, source=self, target=target, tables=tables, translator=translator,
-            strategy=strategy, sink=sink, workers=workers, batch_size=batch_size,
-            schema_changes=schema_changes,
+            options=chosen,
         )  # fmt: skip
 
     def backfill(
@@ -311,16 +311,12 @@ class PostgresSourceResource(PostgresResource):
         *,
         target: PostgresTargetResource,
         ledger: LedgerResource | None = None,
-        deletes: Deletes | str = Deletes.HARD,
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        options: ReplicationOptions | None = None,
+        deletes: Deletes | str | None = None,
         max_changes_per_run: int | None = None,
-        retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES,
         resync: bool = False,
         adopt: bool = False,
-        reconcile: bool = True,
-        sweep: Sweep | None = None,
-        sequences: bool = True,
-        failover: bool | None = None,
+        **legacy: Any,
     ) -> ReplicationEvents:
         """Runs the multi-asset's replication group once.
 
@@ -337,32 +333,27 @@ class PostgresSourceResource(PostgresResource):
             context: The multi-asset's execution context.
             target: The target database; the group's applied position lives in its ledger.
             ledger: The ledger schema; ``None``: ``dpone_ledger`` of the target database.
-            deletes: ``hard`` or ``soft``.
-            schema_changes: ``evolve`` or ``freeze``.
-            max_changes_per_run: The run's budget of changes (stops at a transaction
-                boundary); unlimited when None.
-            retained_wal_warn_bytes: ``dpone_slot_healthy`` warns above this retained WAL.
+            options: The group's options
+                (:class:`~dpone_dagster.replication.ReplicationOptions`: deletes, schema
+                changes, budget, sequences, failover, the check and its sweep, the slot's WAL
+                threshold; see :func:`~dpone_dagster.replication_assets`).
+            deletes: Shortcut for ``options.deletes``.
+            max_changes_per_run: Shortcut for ``options.max_changes_per_run``.
             resync: Start over: a new slot and an initial copy under its snapshot (the way back
                 from ``replication_slot_lost``).
             adopt: Let the first run take over targets filled by another dpone asset, after a
                 check.
-            reconcile: Check the run and report ``dpone_reconciled`` (when declared): every key
-                it applied and a rolling slice of each table's key, against the source; see
-                :func:`~dpone_dagster.replication_assets`.
-            sweep: The rolling slice's budget (:class:`~dpone_dagster.incremental.Sweep`).
-            sequences: Bring the target's sequences of the tables' identity and ``serial``
-                columns to at least the source's value each run (``dpone/sequences``).
-            failover: The slot is a failover slot: None, one where the source supports it
-                (PostgreSQL 17+); True, required; False, a plain slot; see
-                :func:`~dpone_dagster.replication_assets`.
+            **legacy: The other options as keywords (``schema_changes``, ``reconcile``,
+                ``sweep``, ...): deprecated (``options=ReplicationOptions(...)``), for one
+                release.
 
         Returns:
             The run's events; iterating them runs it.
 
         Raises:
-            DponeFailure: any replication error, with its code and next actions (while the
-                events are iterated); ``plan_invalid`` when only some of the group's tables are
-                selected.
+            DponeFailure: ``replication_options_invalid`` for a bad option (when called); any
+                replication error, with its code and next actions (while the events are
+                iterated); ``plan_invalid`` when only some of the group's tables are selected.
 
         Examples:
             .. code-block:: python
@@ -373,12 +364,14 @@ class PostgresSourceResource(PostgresResource):
                            target: PostgresTargetResource):
                     yield from source.replicate(context, target=target)
         """
+        shortcuts = {"deletes": deletes, "max_changes_per_run": max_changes_per_run}
+        with dagster_failures():
+            chosen = build_options(
+                ReplicationOptions, options, caller="replicate", shortcuts=shortcuts, legacy=legacy
+            )
         return ReplicationEvents(
             context, source=self, target=target, ledger=ledger or LedgerResource(),
-            deletes=Deletes.parse(deletes), schema_changes=SchemaChanges.parse(schema_changes),
-            max_changes_per_run=max_changes_per_run,
-            retained_wal_warn_bytes=retained_wal_warn_bytes, resync=resync, adopt=adopt,
-            reconcile=reconcile, sweep=sweep, sequences=sequences, failover=failover,
+            options=chosen, resync=resync, adopt=adopt,
         )  # fmt: skip
 
     def drop_replication(

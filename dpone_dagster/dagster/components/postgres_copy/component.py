@@ -160,10 +160,7 @@ class PostgresCopyComponent(dg.Component, dg.Resolvable):
         translator = self.translator(copy.group_name, per_table)
         assets = snapshot_copy_assets(
             specs,
-            strategy=copy.strategy,
-            sink=copy.sink,
-            schema_changes=copy.schema_changes,
-            workers=copy.workers,
+            options=copy.options(),
             name=copy.name or f"snapshot_copy_{index}",
             translator=translator,
             pool=copy.pool,

@@ -19,6 +19,7 @@ from dpone_dagster.incremental import CheckScope, IncrementalOptions
 from dpone_dagster.postgres import (
     SchemaChanges,
     Sink,
+    SnapshotCopyOptions,
     Strategy,
 )
 
@@ -54,6 +55,7 @@ class SnapshotCopyModel(dg.Resolvable):
         schema_changes: ``evolve`` (an existing target takes added columns, widened types and
             keeps dropped columns, with the data) or ``freeze`` (any difference is refused).
         workers: Worker sessions of ``partitioned_copy``.
+        batch_size: Rows per range of ``batched_copy`` (250,000 by default).
         name: The op's name.
         group_name: The assets' group.
         pool: Concurrency pool.
@@ -65,9 +67,26 @@ class SnapshotCopyModel(dg.Resolvable):
     sink: Sink = Sink.REPLACE
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     workers: int = 4
+    batch_size: int | None = None
     name: str | None = None
     group_name: str | None = None
     pool: str | None = None
+
+    def options(self) -> SnapshotCopyOptions:
+        """The copy's options this entry spells.
+
+        Raises:
+            DponeError: ``copy_options_invalid`` for a bad value.
+        """
+        return SnapshotCopyOptions.parse(
+            {
+                "strategy": self.strategy,
+                "sink": self.sink,
+                "schema_changes": self.schema_changes,
+                "workers": self.workers,
+                "batch_size": self.batch_size,
+            }
+        )
 
 
 @dataclass
