@@ -33,10 +33,12 @@ from pydantic import BaseModel
 
 from dpone_dagster import (
     IncrementalOptions,
+    KafkaCopyOptions,
     KafkaSourceResource,
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
+    SnapshotCopyOptions,
     backfill_asset,
     incremental_asset,
     kafka_copy_asset,
@@ -60,8 +62,7 @@ def _dsn(variable: str, side: Side) -> str:
 
 shop = snapshot_copy_assets(
     ["shop.customers", "shop.orders", 'shop."Order Items"'],
-    strategy="partitioned_copy",
-    workers=2,
+    options=SnapshotCopyOptions(strategy="partitioned_copy", workers=2),
     name="shop_snapshot_copy",
     group_name="shop",
     pool="dpone_source",
@@ -113,7 +114,7 @@ clicks = kafka_copy_asset(
     topic="clicks",
     target_table="events.clicks",
     model=Click,
-    dead_letter_table="events.clicks_dead",
+    options=KafkaCopyOptions(dead_letter_table="events.clicks_dead"),
     group_name="kafka",
 )
 

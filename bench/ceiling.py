@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import pipe, result_file  # noqa: E402
-from dpone_dagster.postgres import CopyOptions, Strategy, copy_tables  # noqa: E402
+from dpone_dagster.postgres import Strategy, copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb  # noqa: E402
 
@@ -290,7 +290,7 @@ def main() -> None:
         def engine() -> object:
             pg.execute(target, "CHECKPOINT")
             return copy_tables(source, target, ["public.mixed"], strategy=Strategy.BATCHED_COPY,
-                               sink="replace", options=CopyOptions())  # fmt: skip
+                               sink="replace")  # fmt: skip
 
         pipes, doubles, engines, floors, colds = [], [], [], [], []
         for _ in range(args.repeat):  # alternated, so that drift touches every row alike

@@ -41,7 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from bench import result_file  # noqa: E402
 from dpone_dagster.embedded_kafka import start_broker  # noqa: E402
 from dpone_dagster.postgres import TableName  # noqa: E402
-from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for  # noqa: E402
+from dpone_dagster.sources import KafkaSettings, KafkaSource, copy_topic  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb  # noqa: E402
 
@@ -106,7 +106,7 @@ def copy(bootstrap: str, target: str, table: str) -> tuple[int, float]:
     """``copy_topic`` of the whole topic into a fresh append table: (messages, seconds)."""
     settings = KafkaSettings(bootstrap, timeout=60.0)
     name = TableName("bench", table)
-    source = kafka_source_for(settings, TOPIC, sink="append", target=name)
+    source = KafkaSource(settings, TOPIC, target=name)
     started = time.perf_counter()
     report = copy_topic(source, target, name)
     return report.messages, time.perf_counter() - started

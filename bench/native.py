@@ -16,8 +16,8 @@ timestamptz), ``--rows`` rows. Three slots hold the **same** backlog:
   nothing was written, beside a copy of the table taken then; timed from ``ALTER SUBSCRIPTION
   ... ENABLE`` until the backlog's last inserted row is visible in its target (its apply
   worker applies in commit order);
-* the engine's: ``Replication(...).run()`` with its defaults, in a child process (its own
-  peak RSS);
+* the engine's: ``Replication(...).run()`` with its defaults but no check (``reconcile=False``),
+  in a child process (its own peak RSS);
 * ``dagster.materialize`` of ``replication_assets`` with its defaults (``dpone_reconciled``
   and ``dpone_slot_healthy`` included), timed around ``materialize`` after a warm-up.
 
@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 from bench import result_file  # noqa: E402
 from bench.materialize import timed_materialize  # noqa: E402
 from dpone_dagster.postgres.identifiers import TableName  # noqa: E402
+from dpone_dagster.replication import ReplicationOptions  # noqa: E402
 from dpone_dagster.replication.engine import Replication  # noqa: E402
 from dpone_dagster.replication.plan import ReplicationGroup  # noqa: E402
 from tests.helpers import pg  # noqa: E402
@@ -116,8 +117,9 @@ def shape_size(shape: str, rows: int) -> tuple[int, int]:
 
 
 def group(slot: str) -> ReplicationGroup:
+    unchecked = ReplicationOptions(reconcile=False)
     return ReplicationGroup(tables=(TableName.parse("public.items"),), slot=slot,
-                            publication=slot)  # fmt: skip
+                            publication=slot, options=unchecked)  # fmt: skip
 
 
 def fingerprint(dsn: str) -> tuple[Any, ...]:

@@ -54,8 +54,9 @@ end. The table is ``bench/incremental.py``'s ``shop.orders`` (id bigint key, six
   subscriber, CPU seconds by process, and the engine's peak RSS (``--native-only`` runs this
   section alone; with ``--json NAME.json``, its rows go to ``NAME_native.json``).
 
-Each engine figure is the engine call (``Replication(...).run()``), without Dagster's process
-start. A CHECKPOINT precedes each timed run and each engine drain (both targets share one server).
+Each engine figure is the engine call (``Replication(...).run()``, without its check:
+``reconcile=False``), without Dagster's process start. A CHECKPOINT precedes each timed run and
+each engine drain (both targets share one server).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from bench.incremental import (  # noqa: E402
 from bench.materialize import timed_materialize  # noqa: E402
 from dpone_dagster.postgres.copy import relay  # noqa: E402
 from dpone_dagster.postgres.identifiers import TableName  # noqa: E402
+from dpone_dagster.replication import ReplicationOptions  # noqa: E402
 from dpone_dagster.replication.engine import Replication  # noqa: E402
 from dpone_dagster.replication.plan import ReplicationGroup  # noqa: E402
 from dpone_dagster.replication.report import ReplicationReport  # noqa: E402
@@ -126,7 +128,7 @@ def group(slot: str, budget: int | None = None) -> ReplicationGroup:
         tables=(TableName.parse("shop.orders"),),
         slot=slot,
         publication=slot,
-        max_changes_per_run=budget,
+        options=ReplicationOptions(max_changes_per_run=budget, reconcile=False),
     )
 
 

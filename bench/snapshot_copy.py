@@ -69,8 +69,7 @@ from bench.partition_vs_copy import (  # noqa: E402
     load_floor,
 )
 from dpone_dagster.postgres import (  # noqa: E402
-    CopyOptions,
-    Strategy,
+    SnapshotCopyOptions,
     copy_tables,
 )
 from tests.helpers import pg  # noqa: E402
@@ -154,10 +153,7 @@ def child(strategy: str, source: str, target: str, workers: int, rows: int) -> N
         source,
         target,
         ["public.mixed"],
-        strategy=Strategy(strategy),
-        sink="replace",
-        workers=workers,
-        options=CopyOptions(),
+        options=SnapshotCopyOptions(strategy=strategy, sink="replace", workers=workers),
     )
     seconds = time.perf_counter() - started
     print(json.dumps({"seconds": seconds, "rows": report.rows_loaded, "rss_mb": peak_rss_mb()}))

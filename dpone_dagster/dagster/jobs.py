@@ -146,10 +146,8 @@ def build_extraction_job(
     Raises:
         DponeError: at definition time, for a bad name, strategy or sink.
     """
-    how = build_options(
-        SnapshotCopyOptions, options, caller="build_extraction_job",
-        shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
-    )  # fmt: skip
+    how = build_options(SnapshotCopyOptions, options, caller="build_extraction_job",
+                        shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy)  # fmt: skip
     check_instance_storage()
     spec = CopyTableSpec.coerce(table)
     tr = translator or DponeTranslator()

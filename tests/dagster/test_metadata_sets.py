@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from dpone_dagster import (
     CopyTableSpec,
+    KafkaCopyOptions,
     KafkaSourceResource,
     backfill_asset,
     build_extraction_job,
@@ -304,11 +305,12 @@ def kafka_copies(
     kafka.create_topic(bootstrap, topic, 1)
     kafka.produce(bootstrap, topic, [*kafka.json_messages(0, 3), (b"bad", b"{oops")])
     clicks = kafka_copy_asset(
-        key="clicks", topic=topic, target_table="raw.clicks", dead_letter_table="raw.dead"
-    )
+        key="clicks", topic=topic, target_table="raw.clicks",
+        options=KafkaCopyOptions(dead_letter_table="raw.dead"),
+    )  # fmt: skip
     keyed = kafka_copy_asset(
         key="keyed", topic=topic, target_table="raw.keyed", sink="merge",
-        value_format="bytes", on_lost_offsets="earliest",
+        options=KafkaCopyOptions(value_format="bytes", on_lost_offsets="earliest"),
     )  # fmt: skip
     resources = {
         "kafka": KafkaSourceResource(bootstrap_servers=bootstrap, timeout=10.0),

@@ -23,6 +23,7 @@ from dpone_dagster import (
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
+    ReplicationOptions,
     drop_replication_job,
     embedded,
     replication_assets,
@@ -341,7 +342,11 @@ def test_the_groups_check_says_what_it_verified_and_its_job_checks_whole_tables(
     )
     pg.execute(src, "INSERT INTO shop.orders SELECT g, 'n' || g FROM generate_series(1, 1500) g")
     pg.execute(src, "ANALYZE shop.orders")
-    shop = replication_assets(["shop.orders"], slot=unique_slot("dpone_c"), sweep=Sweep(rows=500))
+    shop = replication_assets(
+        ["shop.orders"],
+        slot=unique_slot("dpone_c"),
+        options=ReplicationOptions(sweep=Sweep(rows=500)),
+    )
     first = dg.materialize([shop], resources=resources(src, tgt))
     passed, md = check_metadata(first, KEY)
     assert passed and md["dpone/check_scope"] == "run"
@@ -416,7 +421,9 @@ def test_a_keyless_tables_check_compares_it_whole_and_a_run_that_verified_nothin
     # runs: a run between comparisons warns that it compared nothing, never a pass.
     pg.execute(tgt, "UPDATE shop.history SET delta = 1 WHERE delta = -1")  # agrees again
     pg.execute(src, "ANALYZE shop.history")  # the row estimate the budget is divided by
-    swept = replication_assets(["shop.history"], slot=slot, sweep=Sweep(rows=100))
+    swept = replication_assets(
+        ["shop.history"], slot=slot, options=ReplicationOptions(sweep=Sweep(rows=100))
+    )
     checks = []
     for _ in range(4):
         run = dg.materialize([swept], resources=resources(src, tgt))
@@ -479,7 +486,9 @@ def test_bad_groups_fail_when_the_definitions_load_with_a_code() -> None:
         replication_assets([{"source": "shop.orders", "target": "shop.orders_copy"}])
     assert renamed.value.code == "plan_invalid" and "own name" in renamed.value.message
     with pytest.raises(DponeError) as threshold:
-        replication_assets(["shop.orders"], retained_wal_warn_bytes=0)
+        replication_assets(
+            ["shop.orders"], options=ReplicationOptions.parse({"retained_wal_warn_bytes": 0})
+        )
     assert threshold.value.code == "plan_invalid"
     derived = replication_assets(["shop.orders", "shop.customers"])
     assert derived.node_def.name.startswith("replication_dpone_")

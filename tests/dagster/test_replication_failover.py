@@ -13,6 +13,7 @@ from dpone_dagster import (
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
+    ReplicationOptions,
     replication_assets,
 )
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME
@@ -89,8 +90,9 @@ def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: A
         pg.wait_until(lambda: not pg.fetch_all(standby, "SELECT 1 FROM pg_stat_activity"
                                                " WHERE backend_type = 'slotsync worker'"),
                       timeout=30, what="the standby's slot sync worker ends")  # fmt: skip
+        warn_early = ReplicationOptions(retained_wal_warn_bytes=64 * 1024)
         strict = replication_assets(["shop.orders", "shop.customers"], slot=slot,
-                                    retained_wal_warn_bytes=64 * 1024)  # fmt: skip
+                                    options=warn_early)  # fmt: skip
         pg.execute(
             src,
             "INSERT INTO shop.orders SELECT g, 1, md5(g::text) FROM generate_series(10, 3009) g",
@@ -106,7 +108,8 @@ def test_the_slot_check_says_whether_the_standby_holds_the_slot(make_database: A
         )
 
         plain = replication_assets(["shop.customers"], slot=unique_slot("dpone_plain"),
-                                   failover=False, name="plain_group")  # fmt: skip
+                                   options=ReplicationOptions(failover=False),
+                                   name="plain_group")  # fmt: skip
         other = {**resources, "target": PostgresTargetResource(dsn=make_database("dpone_fo_t2"))}
         result = dg.materialize([plain], resources=other)
         assert result.success

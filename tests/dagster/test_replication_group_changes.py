@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dpone_dagster import replication_assets
+from dpone_dagster import ReplicationOptions, replication_assets
 from dpone_dagster.lifecycle import DponeError
 from tests.dagster.test_replication_assets import resources, rows, table_metadata, unique_slot
 from tests.helpers import pg
@@ -68,10 +68,14 @@ def test_a_table_joins_and_one_leaves_the_asset_and_every_materialization_says_s
     quiet = dg.materialize([redefined], resources=resources(src, tgt))
     md = table_metadata(quiet, ORDERS)
     assert "dpone/tables_joined" not in md and "dpone/tables_left" not in md
-    off = replication_assets(["shop.orders", "shop.coupons"], slot=slot, sequences=False)
+    off = replication_assets(
+        ["shop.orders", "shop.coupons"], slot=slot, options=ReplicationOptions(sequences=False)
+    )
     assert "dpone/sequences" not in table_metadata(
         dg.materialize([off], resources=resources(src, tgt)), ORDERS
     )
     with pytest.raises(DponeError) as caught:
-        replication_assets(["shop.orders"], slot=slot, sequences="no")  # type: ignore[arg-type]
+        replication_assets(
+            ["shop.orders"], slot=slot, options=ReplicationOptions.parse({"sequences": "no"})
+        )
     assert caught.value.code == "replication_options_invalid"

@@ -13,6 +13,7 @@ from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.translator import CopyTableSpec, key_part
 from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.postgres import SnapshotCopyOptions
 from tests.helpers import pg
 from tests.postgres.test_target_extensions import NOTES
 from tests.postgres.test_target_types import ORDERS, TYPES
@@ -56,7 +57,8 @@ def test_every_strategy_copies_all_tables_under_one_snapshot(
             source='shop."Order Items"', target='copy."Order Items"' if internal else None
         ),
     ]
-    assets = snapshot_copy_assets(tables, strategy=strategy, workers=2)  # type: ignore[arg-type]
+    options = SnapshotCopyOptions(strategy=strategy, workers=2)  # type: ignore[arg-type]
+    assets = snapshot_copy_assets(tables, options=options)
     result = dg.materialize([assets], resources=resources(shop, target))
     assert result.success
     md = metadata_by_key(result)
@@ -147,7 +149,7 @@ def test_a_run_time_error_is_a_failure_with_its_code_and_nothing_left_open(
         (["shop.order items"], {}, "identifier_invalid"),
         (["shop.orders"], {"strategy": "fastest"}, "copy_options_invalid"),
         (["shop.orders"], {"sink": "upsert"}, "copy_options_invalid"),
-        (["shop.orders"], {"schema_changes": "thaw"}, "copy_options_invalid"),
+        (["shop.orders"], {"options": {"schema_changes": "thaw"}}, "copy_options_invalid"),
         (["a.t", {"source": "b.t", "target": "a.t"}], {}, "plan_invalid"),
         ([], {}, "plan_invalid"),
     ],
@@ -156,7 +158,9 @@ def test_bad_definitions_fail_when_they_load(
     tables: list[Any], kwargs: dict[str, Any], code: str
 ) -> None:
     with pytest.raises((DponeError, ValueError), match=code):
-        snapshot_copy_assets(tables, **kwargs)
+        options = kwargs.pop("options", None)
+        parsed = None if options is None else SnapshotCopyOptions.parse(options)
+        snapshot_copy_assets(tables, options=parsed, **kwargs)
 
 
 @pytest.mark.parametrize("how", ["reconcile=False", "check deselected"])
@@ -227,7 +231,9 @@ def test_a_column_added_between_two_runs_is_listed_logged_and_the_check_stays_gr
 def test_freeze_fails_the_run_with_the_changed_columns_and_writes_nothing(
     shop: str, target_dsn: str
 ) -> None:
-    assets = snapshot_copy_assets(["shop.orders"], schema_changes="freeze")
+    assets = snapshot_copy_assets(
+        ["shop.orders"], options=SnapshotCopyOptions(schema_changes="freeze")
+    )
     assert dg.materialize([assets], resources=resources(shop, target_dsn)).success
     pg.execute(shop, "ALTER TABLE shop.orders ALTER small TYPE integer")
     before = pg.table_fingerprint(target_dsn, "shop", "orders")

@@ -29,7 +29,7 @@ from dpone_dagster.backfill import Backfill, BackfillOptions, BatchResult
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
-from dpone_dagster.sources import KafkaSettings, copy_topic, kafka_source_for
+from dpone_dagster.sources import KafkaCopyOptions, KafkaSettings, KafkaSource, copy_topic
 
 
 class Phases:
@@ -85,7 +85,7 @@ def kafka(source: str, target: str, batch_size: int, phases: Phases) -> int:
     read = 0
     while True:
         phases.on_phase("copy")
-        source_ = kafka_source_for(settings, topic, sink="append", max_messages_per_run=batch_size)
+        source_ = KafkaSource(settings, topic, KafkaCopyOptions(max_messages_per_run=batch_size))
         report = copy_topic(source_, target, table)
         phases.committed(report.run)
         read += report.messages
@@ -141,6 +141,7 @@ def _replicate(
     *,
     adopt: bool = False,
 ) -> int:
+    from dpone_dagster.replication import ReplicationOptions
     from dpone_dagster.replication.engine import Replication
     from dpone_dagster.replication.plan import ReplicationGroup
     from dpone_dagster.replication.report import ReplicationProgress
@@ -157,8 +158,9 @@ def _replicate(
         elif step.phase in ("joining", "joined"):
             print(step.phase, flush=True)
 
+    unchecked = ReplicationOptions(reconcile=False)
     group = ReplicationGroup(tuple(TableName.parse(t) for t in tables), slot=slot,
-                             publication=slot)  # fmt: skip
+                             publication=slot, options=unchecked)  # fmt: skip
     job = Replication(group, source=source, target=target, on_progress=on_progress,
                       batch_changes=batch_size, adopt=adopt)  # fmt: skip
     report = job.run()

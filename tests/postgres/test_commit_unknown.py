@@ -32,7 +32,7 @@ def test_a_lost_commit_acknowledgement_retains_the_files_and_closes_the_source(
             proxy.dsn(target_dsn),
             ["public.mixed"],
             strategy=strategy,  # type: ignore[arg-type]
-            options=CopyOptions(spool_dir=tmp_path),
+            tuning=CopyOptions(spool_dir=tmp_path),
         )
     assert proxy.cut_events == 1
     assert err.value.code == "target_commit_unknown"

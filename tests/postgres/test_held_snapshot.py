@@ -13,6 +13,7 @@ from dpone_dagster.postgres import (
     CopyOptions,
     CopyReport,
     SnapshotCopy,
+    SnapshotCopyOptions,
     SnapshotError,
     SnapshotSession,
     Strategy,
@@ -34,10 +35,10 @@ def _copy(
     strategy: Strategy = "batched_copy",
     **kwargs: object,
 ) -> CopyReport:
-    options = CopyOptions(snapshot_token=token, batch_size=700)
+    options = SnapshotCopyOptions(strategy=strategy, workers=3, batch_size=700)
     return copy_tables(
-        source_dsn, target_dsn, [("public.mixed", COPY)], strategy=strategy, workers=3,
-        options=options, **kwargs,  # type: ignore[arg-type]
+        source_dsn, target_dsn, [("public.mixed", COPY)], options=options,
+        tuning=CopyOptions(snapshot_token=token), **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -127,8 +128,9 @@ def test_a_hostile_name_table_with_a_generated_column_reconciles(
     )  # fmt: skip
     with SnapshotSession.open(source_dsn, export=True) as held:
         report = copy_tables(
-            source_dsn, target_dsn, table, strategy="partitioned_copy", workers=2,
-            options=CopyOptions(snapshot_token=held.token),
+            source_dsn, target_dsn, table,
+            options=SnapshotCopyOptions(strategy="partitioned_copy", workers=2),
+            tuning=CopyOptions(snapshot_token=held.token),
         )  # fmt: skip
         assert report.tables[0].columns == ("Id", "two words", 'quo"te')
         [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
@@ -168,7 +170,7 @@ def test_nulls_nan_infinity_arrays_json_and_enums_reconcile(
     with SnapshotSession.open(source_dsn, export=True) as held:
         report = copy_tables(
             source_dsn, target_dsn, "special", strategy=strategy,
-            options=CopyOptions(snapshot_token=held.token),
+            tuning=CopyOptions(snapshot_token=held.token),
         )  # fmt: skip
         [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
         assert result.passed and result.source.count == 4, result.detail
@@ -223,10 +225,10 @@ def test_append_checks_containment_by_key_or_counts_without_one(
         [result] = reconcile_copy(source_dsn, target_dsn, keyed, held.token)
         assert result.guarantee is Guarantee.CONTAINS and result.passed, result.detail
 
-        options = CopyOptions(snapshot_token=held.token)
+        tuning = CopyOptions(snapshot_token=held.token)
         loose = copy_tables(
             source_dsn, target_dsn, [("public.mixed", "public.loose")], sink="append",
-            options=options,
+            tuning=tuning,
         )  # fmt: skip
         [result] = reconcile_copy(source_dsn, target_dsn, loose, held.token)
         assert result.guarantee is Guarantee.COUNTS and result.passed, result.detail
@@ -241,10 +243,9 @@ def test_append_checks_containment_by_key_or_counts_without_one(
 def test_reconciling_from_plans_of_a_step_by_step_copy(source_dsn: str, target_dsn: str) -> None:
     pg.create_mixed_table(source_dsn, rows=300)
     with SnapshotSession.open(source_dsn, export=True) as held:
-        options = CopyOptions(snapshot_token=held.token)
-        with SnapshotCopy(
-            source_dsn, target_dsn, "mixed", strategy="stream_rows", options=options
-        ) as c:
+        options = SnapshotCopyOptions(strategy="stream_rows")
+        tuning = CopyOptions(snapshot_token=held.token)
+        with SnapshotCopy(source_dsn, target_dsn, "mixed", options=options, tuning=tuning) as c:
             c.plan()
             c.extract()
             c.load()
@@ -330,7 +331,7 @@ def test_merge_by_a_composite_text_and_timestamp_key_across_time_zones(
     with SnapshotSession.open(source_dsn, export=True) as held:
         report = copy_tables(
             source_dsn, target_dsn, "events", sink="merge",
-            options=CopyOptions(snapshot_token=held.token),
+            tuning=CopyOptions(snapshot_token=held.token),
         )  # fmt: skip
         [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
         assert result.guarantee is Guarantee.CONTAINS and result.passed, result.detail

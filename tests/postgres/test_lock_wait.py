@@ -69,7 +69,7 @@ class CopyThread:
         try:
             self.report = copy_tables(
                 source_dsn, target_dsn, ["public.mixed"], strategy="whole_copy", sink=sink,
-                options=options(lock_wait),
+                tuning=options(lock_wait),
             )  # fmt: skip
         except BaseException as exc:
             self.error = exc

@@ -11,11 +11,20 @@ import psycopg
 import pytest
 
 from dpone_dagster.lifecycle import TerminalOutcome
-from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotSession, copy_tables
+from dpone_dagster.postgres import (
+    CopyError,
+    CopyOptions,
+    SnapshotCopyOptions,
+    SnapshotSession,
+    copy_tables,
+)
 from dpone_dagster.postgres.catalog import parse_type
 from dpone_dagster.postgres.schema_change import SchemaChangeError, widens
 from dpone_dagster.reconcile import reconcile_copy
 from tests.helpers import locks, pg
+
+FREEZE = SnapshotCopyOptions(schema_changes="freeze")
+"""A copy that refuses every schema change."""
 
 ITEMS = """
 CREATE TABLE public.items (
@@ -312,16 +321,19 @@ def test_an_incompatible_change_is_refused_and_nothing_is_written(
 )
 def test_freeze_refuses_every_change(source_dsn: str, target_dsn: str, change: str) -> None:
     pg.execute(source_dsn, ITEMS)
-    copy_tables(source_dsn, target_dsn, ["public.items"], schema_changes="freeze")
+    copy_tables(source_dsn, target_dsn, ["public.items"], options=FREEZE)
     pg.execute(source_dsn, change)
     before = _untouched(target_dsn)
     with pytest.raises(SchemaChangeError) as caught:
-        copy_tables(source_dsn, target_dsn, ["public.items"], schema_changes="freeze")
+        copy_tables(source_dsn, target_dsn, ["public.items"], options=FREEZE)
     assert caught.value.code == "schema_change_incompatible"
     assert "schema_changes='freeze' refuses every change" in caught.value.message
     assert _untouched(target_dsn) == before
     with pytest.raises(SchemaChangeError) as unknown:
-        copy_tables(source_dsn, target_dsn, ["public.items"], schema_changes="thaw")  # type: ignore[arg-type]
+        copy_tables(
+            source_dsn, target_dsn, ["public.items"],
+            options=SnapshotCopyOptions(schema_changes="thaw"),  # type: ignore[arg-type]
+        )  # fmt: skip
     assert unknown.value.code == "copy_options_invalid"
 
 
@@ -354,8 +366,8 @@ def test_equal_types_spelled_differently_are_no_change_and_pass_the_copy_check(
     pg.execute(target_dsn, SPELLED_TARGET)
     with SnapshotSession.open(source_dsn, export=True) as held:
         report = copy_tables(
-            source_dsn, target_dsn, ["public.spelled"], strategy=strategy,  # type: ignore[arg-type]
-            schema_changes="freeze", options=CopyOptions(snapshot_token=held.token),
+            source_dsn, target_dsn, ["public.spelled"], options=FREEZE.replace(strategy=strategy),
+            tuning=CopyOptions(snapshot_token=held.token),
         )  # fmt: skip
         [result] = reconcile_copy(source_dsn, target_dsn, report, held.token)
     assert report.tables[0].schema_changes == ()

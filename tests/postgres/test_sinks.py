@@ -14,6 +14,7 @@ from dpone_dagster.postgres import (
     CopyOptions,
     CopyPlanError,
     CopyProgress,
+    SnapshotCopyOptions,
     TableName,
     copy_tables,
 )
@@ -109,7 +110,7 @@ def test_replace_is_atomic_for_readers(source_dsn: str, target_dsn: str, method:
         source_dsn,
         target_dsn,
         ["public.mixed", "public.later"],
-        options=CopyOptions(progress=hook, progress_every=64 << 10),
+        tuning=CopyOptions(progress=hook, progress_every=64 << 10),
     )
     assert report.tables[0].sink_result is not None
     assert report.tables[0].sink_result.method == method
@@ -206,7 +207,12 @@ def test_merge_needs_a_target_key_and_every_source_column_needs_a_target_column(
     pg.create_mixed_table(source_dsn, rows=10)
     pg.execute(target_dsn, "CREATE TABLE public.mixed (id bigint, label text)")
     with pytest.raises(SchemaChangeError) as refused:  # freeze: no column is added
-        copy_tables(source_dsn, target_dsn, ["public.mixed"], schema_changes="freeze")
+        copy_tables(
+            source_dsn,
+            target_dsn,
+            ["public.mixed"],
+            options=SnapshotCopyOptions(schema_changes="freeze"),
+        )
     assert refused.value.code == "schema_change_incompatible"
     assert "added 'qty' integer DEFAULT 0 (NOT NULL, as in the source)" in refused.value.message
     with pytest.raises(CopyPlanError) as err:  # evolve would add them, but there is no key

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dpone_dagster.lifecycle import ReceiptState
-from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotCopy
+from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotCopy, SnapshotCopyOptions
 from dpone_dagster.postgres.whole_copy import WholeCopyArtifact
 from tests.helpers import pg
 
@@ -20,8 +20,8 @@ def test_the_steps_run_apart_and_each_publishes_at_its_boundary(
         source_dsn,
         target_dsn,
         "public.mixed",
-        strategy="whole_copy",
-        options=CopyOptions(spool_dir=tmp_path),
+        options=SnapshotCopyOptions(strategy="whole_copy"),
+        tuning=CopyOptions(spool_dir=tmp_path),
     ) as copy:
         plans = copy.plan()
         assert [p.copy_format for p in plans] == ["binary"] and not plans[0].target_exists
@@ -45,7 +45,8 @@ def test_an_abandoned_copy_is_settled_abort_and_closes_every_session(
     source_dsn: str, target_dsn: str, strategy: str
 ) -> None:
     pg.create_mixed_table(source_dsn, rows=50)
-    copy = SnapshotCopy(source_dsn, target_dsn, ["public.mixed"], strategy=strategy)  # type: ignore[arg-type]
+    options = SnapshotCopyOptions(strategy=strategy)  # type: ignore[arg-type]
+    copy = SnapshotCopy(source_dsn, target_dsn, ["public.mixed"], options=options)
     with copy:
         copy.plan()
         copy.extract()

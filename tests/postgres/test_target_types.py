@@ -9,7 +9,7 @@ import pytest
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.lifecycle import TerminalOutcome
-from dpone_dagster.postgres import CopyError, SchemaChangeError, copy_tables
+from dpone_dagster.postgres import CopyError, SchemaChangeError, SnapshotCopyOptions, copy_tables
 from dpone_dagster.postgres.user_types import TargetTypeError
 from tests.helpers import locks, pg
 
@@ -213,7 +213,10 @@ def test_freeze_refuses_an_enum_label_the_target_lacks_and_adds_none(
         pg.execute(source_dsn, statement)
     before = (_labels(target_dsn), _orders(target_dsn))
     with pytest.raises(SchemaChangeError) as caught:
-        copy_tables(source_dsn, target_dsn, ['"Sales Ops".orders'], schema_changes="freeze")
+        copy_tables(
+            source_dsn, target_dsn, ['"Sales Ops".orders'],
+            options=SnapshotCopyOptions(schema_changes="freeze"),
+        )  # fmt: skip
     assert caught.value.code == "schema_change_incompatible"
     assert "Type Ops.Mood: 'meh' before 'ok'; Type Ops.Mood: 'great' at the end" in (
         caught.value.message

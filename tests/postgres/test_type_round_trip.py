@@ -8,7 +8,7 @@ import pytest
 from psycopg import sql
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
-from dpone_dagster.postgres import CopyOptions, TableName, copy_tables
+from dpone_dagster.postgres import SnapshotCopyOptions, TableName, copy_tables
 from dpone_dagster.postgres.catalog import CatalogError, table_catalog, table_columns
 from dpone_dagster.postgres.user_types import TargetTypeError
 from tests.helpers import pg
@@ -93,8 +93,7 @@ def test_every_type_round_trips_exactly_into_a_created_target(
         source_dsn,
         target_dsn,
         [(BUILT_IN, targets[0]), (USER_TYPES, targets[1])],
-        strategy=strategy,  # type: ignore[arg-type]
-        options=CopyOptions(batch_size=2),
+        options=SnapshotCopyOptions(strategy=strategy, batch_size=2),  # type: ignore[arg-type]
     )
 
     assert report.outcome == "success"
@@ -117,7 +116,12 @@ def test_under_freeze_a_target_without_the_user_defined_types_is_refused_and_get
     pg.execute(source_dsn, _USER_TYPES)
     pg.execute(source_dsn, _USER_TABLE)
     with pytest.raises(TargetTypeError) as err:
-        copy_tables(source_dsn, target_dsn, ['public."Moods"'], schema_changes="freeze")
+        copy_tables(
+            source_dsn,
+            target_dsn,
+            ['public."Moods"'],
+            options=SnapshotCopyOptions(schema_changes="freeze"),
+        )
     assert err.value.code == "target_type_missing"
     assert "public.Mood, public.positive" in err.value.message
     assert "schema_changes='freeze' creates nothing" in err.value.message

@@ -14,6 +14,7 @@ from psycopg import sql
 from dpone_dagster.postgres.connection import ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
+from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
@@ -39,13 +40,14 @@ class Group:
     slot: str = "dpone_test"
     publication: str | None = None
 
-    def group(self, **kwargs: Any) -> ReplicationGroup:
-        """The group, with options."""
+    def group(self, **options: Any) -> ReplicationGroup:
+        """The group, with ``options`` (:class:`ReplicationOptions`'s fields; runs unchecked
+        unless ``reconcile=True``)."""
         return ReplicationGroup(
             tuple(TableName.parse(t) for t in self.tables),
             slot=self.slot,
             publication=self.publication or self.slot + "_pub",
-            **kwargs,
+            options=ReplicationOptions(**{"reconcile": False, **options}),
         )
 
     def replication(
@@ -54,7 +56,7 @@ class Group:
         adopt: bool = False,
         resync: bool = False,
         batch_changes: int | None = None,
-        options: ConnectionOptions | None = None,
+        source_options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
         standby: str | None = None,
         **kwargs: Any,
@@ -70,7 +72,7 @@ class Group:
             target=self.target,
             adopt=adopt,
             resync=resync,
-            options=options,
+            source_options=source_options,
             on_progress=on_progress,
             **extra,
         )

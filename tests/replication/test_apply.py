@@ -87,10 +87,12 @@ def test_a_backlog_past_the_read_ahead_threshold_is_read_through_a_copy_and_appl
 
 RUN_CHILD = """
 import resource, sys
+from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.plan import ReplicationGroup
 from tests.helpers.memory import own_peak_mb
-group = ReplicationGroup(("public.big",), slot="dpone_big", publication="dpone_big")
+group = ReplicationGroup(("public.big",), slot="dpone_big", publication="dpone_big",
+                         options=ReplicationOptions(reconcile=False))
 report = Replication(group, source=sys.argv[1], target=sys.argv[2]).run()
 print(report.transactions, report.tables[0].inserted, own_peak_mb(),
       resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)

@@ -37,8 +37,8 @@ def _shop(src: str) -> None:
 
 def _checked(group: Group, deletes: str = "hard", **kwargs: Any) -> Replication:
     """The group's engine with its check (slices of 500 rows)."""
-    return Replication(group.group(deletes=deletes), source=group.source, target=group.target,
-                       reconcile=True, sweep=SLICE, **kwargs)  # fmt: skip
+    checked = group.group(deletes=deletes, reconcile=True, sweep=SLICE)
+    return Replication(checked, source=group.source, target=group.target, **kwargs)
 
 
 def at_the_runs_advance(act: Callable[[], object]) -> Callable[[ReplicationProgress], None]:
@@ -225,8 +225,8 @@ def test_a_run_stopped_by_its_budget_leaves_its_keys_to_the_run_that_drains_the_
     _checked(group).run()
     for ids in ("1 AND 3", "4 AND 9"):
         pg.execute(src, f"UPDATE shop.orders SET note = 'b' WHERE id BETWEEN {ids}")
-    budget = Replication(group.group(max_changes_per_run=1), source=src, target=target_dsn,
-                         reconcile=True, sweep=SLICE)  # fmt: skip
+    budget = Replication(group.group(max_changes_per_run=1, reconcile=True, sweep=SLICE),
+                         source=src, target=target_dsn)  # fmt: skip
     stopped = budget.run()
     assert stopped.budget_reached and stopped.checks == {}
     drained = _check(_checked(group).run())

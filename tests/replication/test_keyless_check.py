@@ -35,8 +35,8 @@ def _log(src: str, rows: int = 200) -> Group:
 
 
 def _engine(group: Group, target: str, sweep: Sweep | None = None) -> Replication:
-    return Replication(group.group(), source=group.source, target=target, reconcile=True,
-                       sweep=sweep)  # fmt: skip
+    checked = group.group(reconcile=True, sweep=sweep or Sweep())
+    return Replication(checked, source=group.source, target=target)
 
 
 def _run(group: Group, target: str, sweep: Sweep | None = None) -> Verification:

@@ -28,7 +28,7 @@ FROM generate_series(1, 400) g;
 
 def checked(group: Group) -> Replication:
     """The group's engine with its check."""
-    return Replication(group.group(), source=group.source, target=group.target, reconcile=True)
+    return Replication(group.group(reconcile=True), source=group.source, target=group.target)
 
 
 def keyed_group(source: str, target: str) -> Group:

@@ -14,11 +14,12 @@ from dpone_dagster.embedded_kafka import KafkaBroker, start_broker
 from dpone_dagster.lifecycle import ORCHESTRATOR_UTC, TerminalOutcome
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import (
+    KafkaCopyOptions,
     KafkaSettings,
+    KafkaSource,
     SourceError,
     SourceLoadError,
     copy_topic,
-    kafka_source_for,
 )
 from tests.helpers import kafka
 from tests.helpers.pg import fetch_all, fetch_one, staging_tables
@@ -37,8 +38,9 @@ def _settings(broker: KafkaBroker, **kwargs: object) -> KafkaSettings:
 
 def _copy(broker: KafkaBroker, topic: str, dsn: str, sink: str = "append", **kwargs: object):  # type: ignore[no-untyped-def]
     target = kwargs.pop("target", TABLE)
-    source = kafka_source_for(_settings(broker), topic, sink=sink, target=target, **kwargs)  # type: ignore[arg-type]
-    return copy_topic(source, dsn, target, sink=sink)  # type: ignore[arg-type]
+    assert isinstance(target, TableName)
+    options = KafkaCopyOptions.parse({"sink": sink, **kwargs})
+    return copy_topic(KafkaSource(_settings(broker), topic, options, target=target), dsn, target)
 
 
 def _ledger(dsn: str, topic: str) -> dict[int, int]:
@@ -246,7 +248,7 @@ def test_an_unknown_topic_an_unreachable_broker_and_a_refused_login_each_have_a_
     assert caught.value.code == "kafka_topic_unknown"
     down = KafkaSettings("127.0.0.1:1", timeout=2.0)
     with pytest.raises(SourceError) as caught:
-        copy_topic(kafka_source_for(down, topic, sink="append"), target_dsn, TABLE)
+        copy_topic(KafkaSource(down, topic), target_dsn, TABLE)
     assert caught.value.code == "kafka_unreachable"
     # Tansu 0.6 refuses every SCRAM login from librdkafka (the right password too): a refusal.
     password = "pa55-w0rd-never-shown"
@@ -255,7 +257,7 @@ def test_an_unknown_topic_an_unreachable_broker_and_a_refused_login_each_have_a_
         sasl_username="alice", sasl_password=password,
     )  # fmt: skip
     with pytest.raises(SourceError) as caught:
-        copy_topic(kafka_source_for(sasl, topic, sink="append"), target_dsn, TABLE)
+        copy_topic(KafkaSource(sasl, topic), target_dsn, TABLE)
     assert caught.value.code == "kafka_authentication_failed"
     assert password not in str(caught.value) and password not in repr(sasl)
     # Nothing was written: not the table, not even the ledger.
@@ -423,7 +425,7 @@ def test_a_broker_lost_mid_run_is_a_code_and_nothing_of_the_run_is_committed(
         kafka.produce(bootstrap, topic, big, one_batch=True)
         kafka.spread(bootstrap, topic, kafka.json_messages(0, 2), 2)  # exact reported ends
         settings = KafkaSettings(bootstrap, timeout=3.0)
-        source = kafka_source_for(settings, topic, sink="append")
+        source = KafkaSource(settings, topic)
         stopped: list[int] = []
 
         def stop_broker(rows: int) -> None:

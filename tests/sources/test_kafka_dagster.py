@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 from pydantic import BaseModel
 
-from dpone_dagster import KafkaSourceResource, kafka_copy_asset
+from dpone_dagster import KafkaCopyOptions, KafkaSourceResource, kafka_copy_asset
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
 from dpone_dagster.dagster.resources.secrets import LiteralSecretWarning
@@ -38,7 +38,7 @@ def test_a_kafka_asset_materializes_each_message_once_with_its_offsets_in_the_me
     kafka.produce(bootstrap, topic, [(b"bad", b'{"id": "x"}')], partition=1)
     asset = kafka_copy_asset(
         key=["events", "clicks"], topic=topic, target_table="events.clicks", model=Click,
-        dead_letter_table="events.clicks_dead",
+        options=KafkaCopyOptions(dead_letter_table="events.clicks_dead"),
     )  # fmt: skip
     spec = next(iter(asset.specs))
     assert spec.metadata["dpone/topic"] == topic
@@ -106,12 +106,13 @@ def test_bad_kafka_options_fail_when_the_definitions_load() -> None:
     with pytest.raises(DponeError) as caught:
         kafka_copy_asset(key="c", topic="t", target_table="events.clicks", sink="replace")
     assert caught.value.code == "kafka_options_invalid"
+    for bad in ({"value_format": "avro"}, {"on_lost_offsets": "skip"}):
+        with pytest.raises(DponeError) as caught:
+            kafka_copy_asset(
+                key="c", topic="t", target_table="e.c", options=KafkaCopyOptions.parse(bad)
+            )
+        assert caught.value.code == "kafka_options_invalid"
     with pytest.raises(DponeError) as caught:
-        kafka_copy_asset(key="c", topic="t", target_table="e.c", value_format="avro")
-    assert caught.value.code == "kafka_options_invalid"
-    with pytest.raises(DponeError) as caught:
-        kafka_copy_asset(key="c", topic="t", target_table="e.c", on_lost_offsets="skip")
-    assert caught.value.code == "kafka_options_invalid"
-    with pytest.raises(DponeError) as caught:
-        kafka_copy_asset(key="c", topic="t", target_table="e.c", value_format="bytes", model=Click)
+        bytes_ = KafkaCopyOptions.parse({"value_format": "bytes"})
+        kafka_copy_asset(key="c", topic="t", target_table="e.c", options=bytes_, model=Click)
     assert caught.value.code == "kafka_options_invalid"

@@ -24,6 +24,7 @@ from dpone_dagster.postgres import (
     CopyOptions,
     CopyProgress,
     CopyReport,
+    SnapshotCopyOptions,
     SnapshotSession,
     TableName,
     copy_tables,
@@ -127,8 +128,8 @@ def test_concurrent_mutation_leaves_the_target_equal_to_the_snapshot(
             source_dsn,
             target_dsn,
             [ORDERS, ITEMS],
-            strategy=strategy,  # type: ignore[arg-type]
-            options=CopyOptions(progress=start_writers, progress_every=32 << 10, batch_size=1000),
+            options=SnapshotCopyOptions(strategy=strategy, batch_size=1000),  # type: ignore[arg-type]
+            tuning=CopyOptions(progress=start_writers, progress_every=32 << 10),
         )
     assert report.outcome == "success"
     for table in (ORDERS, ITEMS):
@@ -191,13 +192,12 @@ def test_a_session_terminated_mid_copy_aborts_and_leaves_the_target_unchanged(
             source_dsn,
             target_dsn,
             ["public.mixed"],
-            strategy=strategy,  # type: ignore[arg-type]
-            options=CopyOptions(
+            options=SnapshotCopyOptions(strategy=strategy, batch_size=4000),  # type: ignore[arg-type]
+            tuning=CopyOptions(
                 source_options=ConnectionOptions(application_name=SOURCE_APP),
                 target_options=ConnectionOptions(application_name=TARGET_APP),
                 progress=_terminator(dsn, app, phase),
                 progress_every=256 << 10,
-                batch_size=4000,
             ),
         )
     assert err.value.code == ("source_read_failed" if side == "source" else "target_load_failed")
@@ -229,7 +229,7 @@ def test_an_interrupt_mid_copy_settles_everything_and_propagates(
             target_dsn,
             ["public.mixed"],
             strategy=strategy,  # type: ignore[arg-type]
-            options=CopyOptions(progress=interrupt, progress_every=256 << 10, spool_dir=tmp_path),
+            tuning=CopyOptions(progress=interrupt, progress_every=256 << 10, spool_dir=tmp_path),
         )
     assert list(tmp_path.iterdir()) == [], "a partial COPY file is released"
     assert _fingerprint(target_dsn, ORDERS) == loaded_target
@@ -274,7 +274,7 @@ def test_the_internal_query_reads_every_table_in_one_snapshot(source_dsn: str) -
                 source_dsn,
                 [("public.first_gated", '"Copies".first'), ("public.second", '"Copies".second')],
                 strategy="internal_query",
-                options=CopyOptions(
+                tuning=CopyOptions(
                     source_options=ConnectionOptions(application_name=app),
                     target_options=ConnectionOptions(application_name=app),
                 ),
@@ -336,7 +336,7 @@ def test_the_internal_query_session_terminated_mid_statement_aborts(source_dsn: 
                 source_dsn,
                 [("public.gated", "copies.gated")],
                 strategy="internal_query",
-                options=CopyOptions(
+                tuning=CopyOptions(
                     source_options=ConnectionOptions(application_name=app),
                     target_options=ConnectionOptions(application_name=app),
                 ),
