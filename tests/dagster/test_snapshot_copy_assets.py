@@ -228,6 +228,19 @@ def test_a_column_added_between_two_runs_is_listed_logged_and_the_check_stays_gr
     )
 
 
+def test_the_old_keyword_arguments_still_reach_the_run_with_a_deprecation_warning(
+    shop: str, target_dsn: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match=r"schema_changes=\.\.\.\) is deprecated"):
+        assets = snapshot_copy_assets(["shop.orders"], schema_changes="freeze")
+    assert dg.materialize([assets], resources=resources(shop, target_dsn)).success
+    pg.execute(shop, "ALTER TABLE shop.orders ADD COLUMN later integer")
+    result = dg.materialize([assets], resources=resources(shop, target_dsn), raise_on_error=False)
+    failure = result.failure_data_for_node("snapshot_copy")
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "schema_change_incompatible"
+
+
 def test_freeze_fails_the_run_with_the_changed_columns_and_writes_nothing(
     shop: str, target_dsn: str
 ) -> None:
