@@ -110,11 +110,12 @@ class Replication:
             slot's snapshot in one transaction (readers see the old rows until it commits).
         resync: Copy every table again under a new slot (after a lost slot, or a publication
             dropped by hand); a table added to the group needs none: it joins alone.
-        source_options: Session options (of both sides, unless ``target_options`` is given).
+        connection_options: Session options (of both sides, unless
+            ``target_connection_options`` is given).
             Their ``lock_wait`` also bounds how long a run waits for the slot while another session
             holds it (another run of the group, or a killed run's server process still
             decoding); past it the run fails with ``replication_slot_active``, naming the pid.
-        target_options: Options of the target's sessions.
+        target_connection_options: Options of the target's sessions.
         on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
         standby: A DSN of the source's standby: each run reads its copy of the group's slot
@@ -134,8 +135,8 @@ class Replication:
         ledger: LedgerConfig | None = None,
         adopt: bool = False,
         resync: bool = False,
-        source_options: ConnectionOptions | None = None,
-        target_options: ConnectionOptions | None = None,
+        connection_options: ConnectionOptions | None = None,
+        target_connection_options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
         batch_changes: int = BATCH_CHANGES,
         standby: str | None = None,
@@ -151,12 +152,12 @@ class Replication:
         self.group, self.source_dsn, self.target_dsn = group, source, target
         self.ledger = GroupLedger(ledger.schema)
         self.adopt, self.resync = adopt, resync
-        self.source_options = source_options
-        self.target_options = target_options or source_options
+        self.source_options = connection_options
+        self.target_options = target_connection_options or connection_options
         self.failover = FailoverSource(
-            source, source_options, group.slot, group.options.failover, standby
+            source, connection_options, group.slot, group.options.failover, standby
         )
-        self.slot_wait = (source_options or ConnectionOptions()).lock_wait
+        self.slot_wait = (connection_options or ConnectionOptions()).lock_wait
         self.on_progress = on_progress or (lambda _: None)
         self.batch_changes = max(1, batch_changes)
         self.checking = CheckContext(group, self.ledger, group.options.sweep)

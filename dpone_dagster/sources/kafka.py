@@ -101,7 +101,7 @@ def copy_topic(
     target: TableName,
     *,
     ledger_schema: str | None = None,
-    target_options: ConnectionOptions | None = None,
+    connection_options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
 ) -> KafkaCopyReport:
     """Runs the stream ``source.topic -> target`` once (see the module), with the source's
@@ -113,7 +113,7 @@ def copy_topic(
         target: The target table (created on the first run: primary key ``(kafka_partition,
             kafka_offset)`` for ``append``, ``kafka_key`` for ``merge``).
         ledger_schema: The ledger's schema (``dpone_ledger`` when None).
-        target_options: Options of the target session.
+        connection_options: Options of the target session.
         on_progress: Called with the rows staged so far, every 10,000 rows.
 
     Returns:
@@ -132,7 +132,7 @@ def copy_topic(
     stream_id = stream_id_of(source.topic, target)
     artifact = source.extract(stream_id).artifact  # the broker's errors before the target's
     try:
-        _ensure_ledger(target_dsn, target_options, store)
+        _ensure_ledger(target_dsn, connection_options, store)
     except BaseException:
         artifact.settle(TerminalOutcome.ABORT)
         raise
@@ -154,7 +154,7 @@ def copy_topic(
     report = load_source(
         _Prepared(source, artifact), target_dsn, target, sink=chosen,
         primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY,
-        options=target_options, schema_changes=options.schema_changes, begin=begin,
+        options=connection_options, schema_changes=options.schema_changes, begin=begin,
         before_commit=before_commit,
         on_progress=on_progress,
     )  # fmt: skip

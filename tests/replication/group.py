@@ -56,7 +56,7 @@ class Group:
         adopt: bool = False,
         resync: bool = False,
         batch_changes: int | None = None,
-        source_options: ConnectionOptions | None = None,
+        connection_options: ConnectionOptions | None = None,
         on_progress: Callable[[ReplicationProgress], None] | None = None,
         standby: str | None = None,
         **kwargs: Any,
@@ -72,7 +72,7 @@ class Group:
             target=self.target,
             adopt=adopt,
             resync=resync,
-            source_options=source_options,
+            connection_options=connection_options,
             on_progress=on_progress,
             **extra,
         )

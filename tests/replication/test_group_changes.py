@@ -180,7 +180,7 @@ def test_a_join_overtaken_by_a_run_that_streamed_past_its_snapshot_commits_nothi
     def join() -> None:
         wide = Group(src, target_dsn, ("shop.orders", "shop.extra"))
         try:
-            wide.run(source_options=ConnectionOptions(lock_wait=60),
+            wide.run(connection_options=ConnectionOptions(lock_wait=60),
                      on_progress=lambda s: s.phase == "joining" and joined.set())  # fmt: skip
         except BaseException as exc:
             failures.append(exc)

@@ -59,7 +59,9 @@ def test_a_run_waits_for_a_slot_another_session_holds_then_applies(
     holder = threading.Thread(target=release)
     holder.start()
     try:
-        report = group.run(source_options=ConnectionOptions(application_name=name, lock_wait=60))
+        report = group.run(
+            connection_options=ConnectionOptions(application_name=name, lock_wait=60)
+        )
         ended = time.monotonic()
     finally:
         holder.join()
@@ -79,7 +81,7 @@ def test_a_slot_held_past_the_wait_fails_the_run_naming_the_holder_and_changes_n
         pid = logical.holder_pid(src, SLOT)
         started = time.monotonic()
         with pytest.raises(DponeError) as caught:
-            group.run(source_options=ConnectionOptions(lock_wait=1.5))
+            group.run(connection_options=ConnectionOptions(lock_wait=1.5))
         waited = time.monotonic() - started
     finally:
         consumer.finish()

@@ -86,7 +86,7 @@ class KafkaCopyEvents:
         with dagster_failures():
             report = copy_topic(
                 self.source, target.dsn, table, ledger_schema=self.ledger.schema_name,
-                target_options=target.options,
+                connection_options=target.options,
             )  # fmt: skip
         log_schema_changes(context.log, table.qualified, report.load.schema_changes)
         lines = json.dumps([p.as_json() for p in report.partitions])

@@ -150,7 +150,7 @@ def group_engine(
     )
     return Replication(
         spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
-        source_options=source.options, target_options=target.options,
+        connection_options=source.options, target_connection_options=target.options,
         standby=source.standby_dsn, **engine,
     )  # fmt: skip
 

@@ -73,20 +73,13 @@ class SnapshotCopyModel(dg.Resolvable):
     pool: str | None = None
 
     def options(self) -> SnapshotCopyOptions:
-        """The copy's options this entry spells.
+        """The copy's options, from this entry's keys that name one.
 
         Raises:
-            DponeError: ``copy_options_invalid`` for a bad value.
+            DponeError: ``copy_options_invalid`` for an invalid value.
         """
-        return SnapshotCopyOptions.parse(
-            {
-                "strategy": self.strategy,
-                "sink": self.sink,
-                "schema_changes": self.schema_changes,
-                "workers": self.workers,
-                "batch_size": self.batch_size,
-            }
-        )
+        names = SnapshotCopyOptions.model_fields.keys() & {f.name for f in fields(self)}
+        return SnapshotCopyOptions.parse({name: getattr(self, name) for name in names})
 
 
 @dataclass
