@@ -16,9 +16,11 @@ user passes most) are built into the object by :func:`build_options`, which also
 one release, the keyword arguments the factories took before the object existed, with a
 :class:`DeprecationWarning` that names them.
 
-A field validator that raises a :class:`~.errors.DponeError` (an existing parser such as
-``Sink.parse``) keeps its own code and message; any other invalid value (a wrong type, an
-unknown field) is the class's :attr:`~ParsedOptions.refusal`.
+A field whose type is a :class:`~.vocabulary.Vocabulary` takes its spelling as text too, parsed
+by the vocabulary (its own refusal's code and the spellings it lists). A field validator that
+raises a :class:`~.errors.DponeError` (an existing parser such as ``BatchSize.parse``) keeps its
+own code and message; any other invalid value (a wrong type, an unknown field) is the class's
+:attr:`~ParsedOptions.refusal`.
 
 Examples:
     >>> class Demo(ParsedOptions):
@@ -39,9 +41,10 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from .errors import DponeError
+from .vocabulary import Vocabulary
 
 __all__ = ["ParsedOptions", "build_options"]
 
@@ -84,6 +87,15 @@ class ParsedOptions(BaseModel):
                 for err in exc.errors()
             )
             raise cls.refused(f"{cls.__name__}: {problems}.") from None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _vocabulary_field(cls, value: Any, info: ValidationInfo) -> Any:
+        """A vocabulary's field, parsed by its vocabulary (a member passes unchanged)."""
+        kind = cls.model_fields[str(info.field_name)].annotation
+        return (
+            kind.parse(value) if isinstance(kind, type) and issubclass(kind, Vocabulary) else value
+        )
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied, validated like the original."""

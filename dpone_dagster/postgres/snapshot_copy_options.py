@@ -65,21 +65,6 @@ class SnapshotCopyOptions(ParsedOptions):
     (any difference fails with ``schema_change_incompatible``, nothing written; no type is
     created either)."""
 
-    @field_validator("strategy", mode="before")
-    @classmethod
-    def _strategy(cls, value: Any) -> Strategy:
-        return Strategy.parse(value)
-
-    @field_validator("sink", mode="before")
-    @classmethod
-    def _sink(cls, value: Any) -> Sink:
-        return Sink.parse(value)
-
-    @field_validator("schema_changes", mode="before")
-    @classmethod
-    def _schema_changes(cls, value: Any) -> SchemaChanges:
-        return SchemaChanges.parse(value)
-
     @field_validator("batch_size", mode="before")
     @classmethod
     def _batch_size(cls, value: Any) -> BatchSize:

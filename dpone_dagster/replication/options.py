@@ -93,27 +93,21 @@ class ReplicationOptions(JobOptions):
     retained_wal_warn_bytes: int = DEFAULT_RETAINED_WAL_WARN_BYTES
     """``dpone_slot_healthy`` warns above this much WAL retained by the slot."""
 
-    @field_validator("deletes", mode="before")
+    @field_validator("deletes", mode="after")
     @classmethod
-    def _deletes(cls, value: Any) -> Deletes:
-        deletes = Deletes.parse(value)
-        if deletes not in (Deletes.HARD, Deletes.SOFT):
+    def _deletes(cls, value: Deletes) -> Deletes:
+        if value not in (Deletes.HARD, Deletes.SOFT):
             raise engine_error(
                 cls.refusal,
-                f"deletes={deletes.value!r}: replication applies deletes as they happen.",
+                f"deletes={value.value!r}: replication applies deletes as they happen.",
                 ["Use deletes='hard' or deletes='soft'."],
             )
-        return deletes
+        return value
 
     @field_validator("soft_delete_column", mode="after")
     @classmethod
     def _soft_delete_column(cls, value: str) -> str:
         return check_identifier(value, what="soft-delete column")
-
-    @field_validator("schema_changes", mode="before")
-    @classmethod
-    def _schema_changes(cls, value: Any) -> SchemaChanges:
-        return SchemaChanges.parse(value)
 
     @field_validator("max_changes_per_run", mode="before")
     @classmethod

@@ -92,21 +92,15 @@ class KafkaCopyOptions(JobOptions):
         """Every message must have a key (the ``merge`` sink)."""
         return self.sink is Sink.MERGE
 
-    @field_validator("value_format", mode="before")
+    @field_validator("sink", mode="after")
     @classmethod
-    def _value_format(cls, value: Any) -> ValueFormat:
-        return ValueFormat.parse(value)
-
-    @field_validator("sink", mode="before")
-    @classmethod
-    def _sink(cls, value: Any) -> Sink:
-        chosen = Sink.parse(value)
-        if chosen is Sink.REPLACE:
+    def _sink(cls, value: Sink) -> Sink:
+        if value is Sink.REPLACE:
             raise kafka_error(
                 cls.refusal,
                 "A topic is a log: its table takes sink='append' or sink='merge', not replace.",
             )
-        return chosen
+        return value
 
     @field_validator("max_messages_per_run", mode="after")
     @classmethod
@@ -119,16 +113,6 @@ class KafkaCopyOptions(JobOptions):
     @classmethod
     def _dead_letter_table(cls, value: Any) -> Any:
         return TableName.parse(value) if isinstance(value, str) else value
-
-    @field_validator("on_lost_offsets", mode="before")
-    @classmethod
-    def _on_lost_offsets(cls, value: Any) -> LostOffsets:
-        return LostOffsets.parse(value)
-
-    @field_validator("schema_changes", mode="before")
-    @classmethod
-    def _schema_changes(cls, value: Any) -> SchemaChanges:
-        return SchemaChanges.parse(value)
 
     @model_validator(mode="after")
     def _model_fits(self) -> Self:
