@@ -18,13 +18,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar, Self
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.options import JobOptions
 from dpone_dagster.core.sweep import Sweep
-from dpone_dagster.lifecycle import Vocabulary
 from dpone_dagster.postgres.identifiers import check_identifier
 from dpone_dagster.postgres.options import INCREMENTAL_BATCH_SIZE, BatchSize
 from dpone_dagster.postgres.schema_change import SchemaChanges
@@ -39,13 +38,6 @@ DEFAULT_FILLFACTOR = 90
 """The ``fillfactor`` of a target the stream creates: the room it leaves on each page keeps an
 updated row on its page (a HOT update: no new index entry, and about a third less WAL for a run
 that updates rows spread across the table)."""
-
-_VOCABULARIES: dict[str, type[Vocabulary]] = {
-    "deletes": Deletes,
-    "check": CheckScope,
-    "schema_changes": SchemaChanges,
-}
-"""The fields spelled in a vocabulary, and the vocabulary that parses each."""
 
 
 class IncrementalOptions(JobOptions):
@@ -115,12 +107,6 @@ class IncrementalOptions(JobOptions):
     repair: bool = False
     schema_changes: SchemaChanges = SchemaChanges.EVOLVE
     fillfactor: int = DEFAULT_FILLFACTOR
-
-    @field_validator(*_VOCABULARIES, mode="before")
-    @classmethod
-    def _spelled(cls, value: Any, info: ValidationInfo) -> Vocabulary:
-        # The vocabulary's own parse: its refusal's code and the spellings it lists.
-        return _VOCABULARIES[str(info.field_name)].parse(value)
 
     @field_validator("batch_size", mode="before")
     @classmethod
