@@ -181,7 +181,7 @@ def instrument_snapshot(clock: Clock) -> None:
 def instrument_backfill(clock: Clock) -> None:
     """Times the backfill's engine functions where the run looks them up."""
     from dpone_dagster.backfill import api, copier, reconcile
-    from dpone_dagster.backfill.ledger import RunLedger
+    from dpone_dagster.cursor.cursor_ledger import RunLedger
     from dpone_dagster.dagster.events import backfill as events
     from dpone_dagster.dagster.events.progress import ProgressReporter
 

@@ -1,19 +1,16 @@
 """Ordered, checkpointed backfill: protocol (pure), ledger (PostgreSQL), copier. No Dagster.
 
-Start with :class:`Backfill` and its :class:`BackfillOptions`; the documents it returns are in
-:mod:`.protocol`, the pure rules in :mod:`.rules` (those of a copied batch, each named, in
-:mod:`.batch_rules`), its records in the ledger in :mod:`.ledger`. It stands on the shared core
+Start with :class:`Backfill` and its :class:`BackfillOptions`. The backfill is the cursor engine's
+fixed mark: the documents it returns are in :mod:`dpone_dagster.cursor.backfill_documents`, the
+pure rules in :mod:`dpone_dagster.cursor.run_rules` (those of a copied batch, each named, in
+:mod:`dpone_dagster.cursor.batch_rules`), its records in the ledger are
+:class:`~dpone_dagster.cursor.cursor_ledger.RunLedger`'s. It stands on the shared core
 (:mod:`dpone_dagster.core`: sessions, waits, in-flight evidence, read windows, the ledger store,
 the error catalog) and never imports another engine; :func:`backfill_handoff` hands a complete
 backfill to an incremental stream.
 """
 
-from .api import Backfill
-from .copier import BatchResult
-from .handoff import backfill_handoff
-from .ledger import RunLedger
-from .options import BackfillOptions
-from .protocol import (
+from dpone_dagster.cursor.backfill_documents import (
     BACKFILL_PROTOCOL,
     ApplyPath,
     BackfillEffects,
@@ -31,12 +28,18 @@ from .protocol import (
     TableRef,
     TrustworthyCursor,
 )
-from .reconcile_model import (
+from dpone_dagster.cursor.cursor_ledger import RunLedger
+from dpone_dagster.cursor.range_checks import (
     OnChanged,
     RangeCheck,
     RangeOutcome,
     ReconciliationReport,
 )
+
+from .api import Backfill
+from .copier import BatchResult
+from .handoff import backfill_handoff
+from .options import BackfillOptions
 from .results import BackfillReconciliationError, BackfillResult
 from .state import ScopeState
 from .target import PreparedTarget, prepare_target

@@ -23,6 +23,17 @@ from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.options import build_options
 from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
+from dpone_dagster.cursor.backfill_documents import (
+    BackfillRun,
+    BackfillScope,
+    BackfillStatus,
+    BatchReceipt,
+    BatchRequest,
+)
+from dpone_dagster.cursor.chain import verify_chain
+from dpone_dagster.cursor.cursor_ledger import RunLedger, wait_for_lost_commit
+from dpone_dagster.cursor.range_checks import ReconciliationReport
+from dpone_dagster.cursor.run_rules import next_request, replay, run_id_for, start_run
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side
 from dpone_dagster.postgres.failures import database_error
@@ -30,21 +41,10 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
 from .boundary import mark_boundary, take_high_water_mark
-from .chain import verify_chain
 from .copier import BatchResult, PhaseHook, copy_batch
-from .ledger import RunLedger, wait_for_lost_commit
 from .options import BackfillOptions
-from .protocol import (
-    BackfillRun,
-    BackfillScope,
-    BackfillStatus,
-    BatchReceipt,
-    BatchRequest,
-)
 from .reconcile import reconcile_run
-from .reconcile_model import ReconciliationReport
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
-from .rules import next_request, replay, run_id_for, start_run
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
 from .state import ScopeState, scope_state
 

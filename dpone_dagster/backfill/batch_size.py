@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Final
 
+from dpone_dagster.cursor.backfill_documents import BackfillEvidence, BackfillRun
+from dpone_dagster.cursor.run_rules import digest
 from dpone_dagster.postgres.catalog import relation_oid
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.options import BACKFILL_BATCH_SIZE, BatchSize
 
-from .protocol import BackfillEvidence, BackfillRun
-from .rules import digest
 from .shape import TableShape
 
 BATCH_BYTES: Final = 64 << 20

@@ -23,10 +23,14 @@ from psycopg import sql
 
 from dpone_dagster.core.errors import RefusalColumn, engine_error
 from dpone_dagster.core.marks import Mark, mark_snapshot, settle_mark
+from dpone_dagster.cursor.backfill_documents import (
+    BackfillEvidence,
+    BoundedWritePause,
+    TrustworthyCursor,
+)
 from dpone_dagster.cursor.table_check import refuse_null_cursor
 from dpone_dagster.postgres.connection import Connection
 
-from .protocol import BackfillEvidence, BoundedWritePause, TrustworthyCursor
 from .shape import TableShape
 
 

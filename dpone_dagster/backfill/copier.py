@@ -42,6 +42,16 @@ from psycopg import IsolationLevel, sql
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.read_window import close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.cursor.backfill_documents import (
+    ApplyPath,
+    BackfillRun,
+    BatchObservation,
+    BatchReceipt,
+    BatchRequest,
+)
+from dpone_dagster.cursor.cursor_ledger import RunLedger
+from dpone_dagster.cursor.range_checks import OnChanged
+from dpone_dagster.cursor.run_rules import apply_batch, check_request, replay
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import (
     EMPTY_HASH,
@@ -54,16 +64,6 @@ from dpone_dagster.postgres.evidence import RowVersionEvidence, written_rows
 from dpone_dagster.postgres.identifiers import TableName
 
 from .existing_rows import apply_existing
-from .ledger import RunLedger
-from .protocol import (
-    ApplyPath,
-    BackfillRun,
-    BatchObservation,
-    BatchReceipt,
-    BatchRequest,
-)
-from .reconcile_model import OnChanged
-from .rules import apply_batch, check_request, replay
 from .shape import TableShape, check_columns_unchanged
 
 PhaseHook = Callable[[str], None]

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.handoff import StreamScope
 from dpone_dagster.core.ledger import LedgerStore
+from dpone_dagster.cursor.backfill_documents import BackfillRun, BackfillStatus
+from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.postgres.connection import Connection
-
-from .ledger import RunLedger
-from .protocol import BackfillRun, BackfillStatus
 
 
 def _runs(ledger: Connection, store: LedgerStore, scope: StreamScope) -> list[BackfillRun]:

@@ -24,9 +24,8 @@ from typing import ClassVar
 from pydantic import field_validator
 
 from dpone_dagster.core.options import JobOptions
+from dpone_dagster.cursor.range_checks import OnChanged
 from dpone_dagster.postgres.options import BatchSize
-
-from .reconcile_model import OnChanged
 
 __all__ = ["BackfillOptions"]
 

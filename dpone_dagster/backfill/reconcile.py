@@ -47,6 +47,15 @@ from psycopg import IsolationLevel, sql
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerStore
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.cursor.backfill_documents import BackfillStatus, BatchReceipt
+from dpone_dagster.cursor.chain import verify_chain
+from dpone_dagster.cursor.cursor_ledger import RunLedger
+from dpone_dagster.cursor.range_checks import (
+    OnChanged,
+    RangeCheck,
+    RangeOutcome,
+    ReconciliationReport,
+)
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
@@ -60,11 +69,7 @@ from dpone_dagster.reconcile.row_versions import (
     usable,
 )
 
-from .chain import verify_chain
 from .existing_rows import apply_missing, apply_repair
-from .ledger import RunLedger
-from .protocol import BackfillStatus, BatchReceipt
-from .reconcile_model import OnChanged, RangeCheck, RangeOutcome, ReconciliationReport
 from .results import after_reconcile
 from .shape import TableShape
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpone_dagster.core.errors import RECORD_CHANGED_ACTIONS, EngineError
+from dpone_dagster.cursor.backfill_documents import BackfillEvidence, BackfillRun, BackfillStatus
+from dpone_dagster.cursor.range_checks import RangeOutcome, ReconciliationReport
+from dpone_dagster.cursor.run_rules import digest, revise, with_evidence
 from dpone_dagster.lifecycle import SnapshotLabel
-
-from .protocol import BackfillEvidence, BackfillRun, BackfillStatus
-from .reconcile_model import RangeOutcome, ReconciliationReport
-from .rules import digest, revise, with_evidence
 
 
 class BackfillReconciliationError(EngineError):

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from .protocol import (
+from dpone_dagster.cursor.backfill_documents import (
     BACKFILL_PROTOCOL,
     BackfillEffects,
     BackfillEvidence,
@@ -26,7 +26,7 @@ from .protocol import (
     MissingBoundary,
     TrustworthyCursor,
 )
-from .reconcile_model import RangeCheck, ReconciliationReport
+from dpone_dagster.cursor.range_checks import RangeCheck, ReconciliationReport
 
 SCHEMA_MODELS: tuple[type[BaseModel], ...] = (
     BackfillRun,

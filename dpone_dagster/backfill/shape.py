@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.cursor.backfill_documents import BackfillScope, TableRef
 from dpone_dagster.cursor.table_check import (
     CursorTables,
     SideCatalogs,
@@ -32,8 +33,6 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.schema_change import column_differences
 from dpone_dagster.postgres.target_catalog import target_catalog
-
-from .protocol import BackfillScope, TableRef
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from datetime import datetime
 from psycopg import sql
 
 from dpone_dagster.core.sessions import Sessions
+from dpone_dagster.cursor.backfill_documents import BackfillStatus, MissingBoundary
+from dpone_dagster.cursor.cursor_ledger import RunLedger
 
-from .ledger import RunLedger
-from .protocol import BackfillStatus, MissingBoundary
 from .shape import TableShape
 
 

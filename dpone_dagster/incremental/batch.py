@@ -24,6 +24,13 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.cursor.cursor_ledger import StreamLedger
+from dpone_dagster.cursor.stream_documents import (
+    Checkpoint,
+    RunInProgress,
+    StreamReceipt,
+    StreamState,
+)
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
@@ -44,7 +51,6 @@ from .deletes import ensure_soft_column, revive
 from .repair import repair_keys
 from .row_count import moved
 from .shape import StreamCatalogs, StreamShape, read_catalogs
-from .state import Checkpoint, RunInProgress, StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, Sweep, SweepLedger
 from .verify import FinalCheck, RunCheck, final_check
 

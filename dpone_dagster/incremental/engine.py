@@ -31,6 +31,8 @@ from dpone_dagster.core.sessions import (
     transaction,
 )
 from dpone_dagster.core.verification import Verification
+from dpone_dagster.cursor.cursor_ledger import StreamLedger
+from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
@@ -44,7 +46,6 @@ from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .row_count import count_target
 from .shape import StreamShape, read_catalogs, resolve_stream
-from .state import StreamLedger, StreamReceipt, StreamState
 from .sweep import CheckScope, SweepLedger
 from .verify import RunCheck, check_target, idle_check
 

@@ -14,10 +14,10 @@ from psycopg import sql
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.marks import Mark
+from dpone_dagster.cursor.stream_documents import RunInProgress, StreamState
 from dpone_dagster.postgres.connection import Connection
 
 from .shape import StreamShape
-from .state import RunInProgress, StreamState
 
 
 def greatest(src: Connection, shape: StreamShape, values: list[str | None]) -> str | None:

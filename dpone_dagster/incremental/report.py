@@ -11,13 +11,13 @@ from psycopg import sql
 from dpone_dagster.core.errors import ENGINE_ERRORS
 from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.verification import Verification
+from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .shape import StreamShape
-from .state import StreamReceipt, StreamState
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from dpone_dagster.core.errors import RefusalColumn, engine_error
 from dpone_dagster.core.keyed import keyed_sides, live_rows
+from dpone_dagster.cursor.stream_documents import Checkpoint
 from dpone_dagster.cursor.table_check import (
     CursorTables,
     SideCatalogs,
@@ -30,8 +31,6 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 from dpone_dagster.reconcile.compare import Rows, Side
-
-from .state import Checkpoint
 
 
 @dataclass(frozen=True)

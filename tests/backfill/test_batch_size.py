@@ -6,8 +6,8 @@ import pytest
 
 from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillRun
 from dpone_dagster.backfill.batch_size import EVIDENCE_KIND, batch_size_for
-from dpone_dagster.backfill.rules import next_request
 from dpone_dagster.core import EngineError
+from dpone_dagster.cursor.run_rules import next_request
 from dpone_dagster.postgres import BACKFILL_BATCH_SIZE
 from tests.backfill.conftest import Pair, make_pair
 from tests.helpers import pg

@@ -21,9 +21,10 @@ from dpone_dagster.backfill import (
     TableRef,
     TrustworthyCursor,
 )
-from dpone_dagster.backfill.batch_rules import BATCH_RULES
-from dpone_dagster.backfill.chain import verify_chain
-from dpone_dagster.backfill.rules import (
+from dpone_dagster.core import ENGINE_ERRORS, EngineError
+from dpone_dagster.cursor.batch_rules import BATCH_RULES
+from dpone_dagster.cursor.chain import verify_chain
+from dpone_dagster.cursor.run_rules import (
     apply_batch,
     cursor_is_strictly_before,
     digest,
@@ -33,7 +34,6 @@ from dpone_dagster.backfill.rules import (
     run_integrity_is_valid,
     start_run,
 )
-from dpone_dagster.core import ENGINE_ERRORS, EngineError
 from dpone_dagster.lifecycle import ExtractionLifecycleAuthority, SnapshotEvidence
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

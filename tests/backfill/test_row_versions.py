@@ -20,7 +20,7 @@ from dpone_dagster.backfill import (
     RangeOutcome,
     ReconciliationReport,
 )
-from dpone_dagster.backfill.rules import checkpoint_for
+from dpone_dagster.cursor.run_rules import checkpoint_for
 from dpone_dagster.postgres.evidence import RowVersionEvidence
 from dpone_dagster.reconcile import Proof
 from dpone_dagster.reconcile.row_versions import MAX_DISTANCE, Horizon, usable

@@ -25,7 +25,9 @@ from dpone_dagster.backfill import (
     TableRef,
     TrustworthyCursor,
 )
-from dpone_dagster.backfill.rules import (
+from dpone_dagster.core.ledger import as_json
+from dpone_dagster.core.sessions import Sessions, prepared_session
+from dpone_dagster.cursor.run_rules import (
     apply_batch,
     checkpoint_for,
     digest,
@@ -33,10 +35,13 @@ from dpone_dagster.backfill.rules import (
     run_id_for,
     start_run,
 )
-from dpone_dagster.core.ledger import as_json
-from dpone_dagster.core.sessions import Sessions, prepared_session
+from dpone_dagster.cursor.stream_documents import (
+    Checkpoint,
+    RunInProgress,
+    StreamReceipt,
+    StreamState,
+)
 from dpone_dagster.incremental import IncrementalSync
-from dpone_dagster.incremental.state import Checkpoint, RunInProgress, StreamReceipt, StreamState
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres.connection import ConnectionOptions
 from tests.backfill.conftest import Pair

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from dpone_dagster.core.errors import engine_error
 
-from .cursor_order import cursor_at_most, cursor_is_strictly_before
-from .protocol import BatchObservation, BatchRequest
+from .backfill_documents import BatchObservation, BatchRequest
+from .cursor_sql import cursor_at_most, cursor_is_strictly_before
 
 _Holds = Callable[[BatchRequest, BatchObservation], bool]
 _Shows = Callable[[BatchRequest, BatchObservation], str]

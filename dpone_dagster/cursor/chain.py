@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from dpone_dagster.core.errors import engine_error
 
-from .cursor_order import cursor_is_strictly_before
-from .protocol import BackfillRun, BatchReceipt
-from .rules import checkpoint_for, require_valid
+from .backfill_documents import BackfillRun, BatchReceipt
+from .cursor_sql import cursor_is_strictly_before
+from .run_rules import checkpoint_for, require_valid
 
 
 def verify_chain(run: BackfillRun, receipts: Sequence[BatchReceipt]) -> None:

@@ -1,4 +1,5 @@
-"""The reconciliation's documents (pure): one check per batch range, and the report."""
+"""The fixed mark's reconciliation documents (pure): one check per batch range, and the report
+(the ledger keeps each check: :meth:`.cursor_ledger.RunLedger.record_checks`)."""
 
 from __future__ import annotations
 

@@ -20,9 +20,7 @@ from pydantic import BaseModel
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.lifecycle import SnapshotLabel
 
-from .batch_rules import check_observation
-from .cursor_order import cursor_is_strictly_before
-from .protocol import (
+from .backfill_documents import (
     BACKFILL_PROTOCOL,
     BackfillEffects,
     BackfillEvidence,
@@ -36,6 +34,8 @@ from .protocol import (
     Boundary,
     MissingBoundary,
 )
+from .batch_rules import check_observation
+from .cursor_sql import cursor_is_strictly_before
 
 
 def digest(value: BaseModel | Any) -> str:

@@ -1,5 +1,6 @@
-"""A stream's durable state and batch receipts: the ledger store's stream tables, one row per
-stream.
+"""A stream's durable documents (the moving mark's): its state and batch receipts, as the ledger
+store's stream tables hold them (one row per stream; :class:`.cursor_ledger.StreamLedger` keeps
+them). Pure pydantic models, no I/O.
 
 The state is a constant-size document (the mark, the run in progress and its checkpoint, what
 was in flight at the mark); each committed batch adds one receipt row. Both are written in the
@@ -15,12 +16,8 @@ from datetime import datetime
 from pydantic import Field
 
 from dpone_dagster.core.documents import Count, Document, Ordinal
-from dpone_dagster.core.errors import engine_error
-from dpone_dagster.core.ledger import LedgerStore, as_json
-from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres.connection import Connection
 
 
 class Checkpoint(Document):
@@ -79,7 +76,8 @@ class StreamState(Document):
         run: The run in progress, if any.
         target_rows: The target's live rows as of this revision (``None``: not known). Kept in
             its own column of the state's row (ledger migration 7), not in the document, so a
-            ledger an earlier release reads keeps parsing (see :mod:`.row_count` for how it moves).
+            ledger an earlier release reads keeps parsing (how it moves:
+            :mod:`dpone_dagster.incremental.row_count`).
     """
 
     stream_id: str
@@ -126,95 +124,3 @@ class StreamReceipt(Document):
     final: bool
     extraction: ExtractionLifecycleReceipt
     verification: Verification | None = None
-
-
-class StreamLedger:
-    """Reads and writes stream states and receipts on a given connection (the caller owns the
-    transaction), in the ledger store's tables.
-
-    Args:
-        schema: The ledger schema's exact name.
-    """
-
-    def __init__(self, schema: str = DEFAULT_LEDGER_SCHEMA) -> None:
-        self.store = LedgerStore(schema)
-        self.schema = schema
-        self._receipts = self.store.tables.sql(
-            "SELECT receipt_json FROM {stream_receipts} WHERE stream_id = %s"
-            " AND (%s::bigint IS NULL OR run = %s::bigint) ORDER BY sequence"
-        )
-
-    def exists(self, conn: Connection) -> bool:
-        """Whether the ledger holds the stream tables (read in ``conn``'s current transaction)."""
-        tables = self.store.tables
-        found = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
-            (tables.streams.as_string(conn), tables.stream_receipts.as_string(conn)),
-        ).fetchone()
-        return found is not None and bool(found[0])
-
-    def ensure(self, conn: Connection) -> None:
-        """Brings the ledger up to date (its schema and tables created if missing)."""
-        self.store.ensure(conn)
-
-    def lock(self, conn: Connection, stream_id: str) -> None:
-        """Takes the stream's advisory lock until the current transaction ends."""
-        self.store.lock(conn, stream_id)
-
-    def fetch(self, conn: Connection, stream_id: str) -> StreamState | None:
-        """The stored state of the stream, or ``None`` when it has none yet."""
-        stored = self.store.streams.fetch(conn, stream_id)
-        if stored is None:
-            return None
-        state = StreamState.model_validate(
-            {**stored.document, "target_rows": stored.later["target_rows"]}
-        )
-        if state.revision != stored.revision:
-            raise engine_error(
-                "incremental_stream_stale",
-                f"The stored state of {stream_id} does not match its revision column.",
-            )
-        return state
-
-    def save(self, conn: Connection, before: StreamState | None, after: StreamState) -> None:
-        """Stores ``after`` if the stored revision is still ``before``'s (or none is stored).
-
-        Raises:
-            EngineError: ``incremental_stream_stale`` when another revision was stored.
-        """
-        streams, key, rows = self.store.streams, after.stream_id, after.target_rows
-        if before is None:
-            saved = streams.insert(conn, key, after.revision, as_json(after), target_rows=rows)
-        else:
-            saved = streams.swap(
-                conn, key, before.revision, after.revision, as_json(after), target_rows=rows
-            )
-        if not saved:
-            raise engine_error(
-                "incremental_stream_stale",
-                f"Stream {after.stream_id} is no longer at revision "
-                f"{None if before is None else before.revision}.",
-            )
-
-    def record(
-        self, conn: Connection, before: StreamState, after: StreamState, receipt: StreamReceipt
-    ) -> None:
-        """Inserts the batch's receipt and advances the state (compare-and-swap)."""
-        self.store.insert_row(
-            conn,
-            self.store.tables.stream_receipts,
-            {
-                "stream_id": receipt.stream_id,
-                "sequence": receipt.sequence,
-                "run": receipt.run,
-                "receipt_json": as_json(receipt),
-            },
-        )
-        self.save(conn, before, after)
-
-    def receipts(
-        self, conn: Connection, stream_id: str, run: int | None = None
-    ) -> list[StreamReceipt]:
-        """The stream's receipts (of one run, when given), in sequence order."""
-        rows = conn.execute(self._receipts, (stream_id, run, run)).fetchall()
-        return [StreamReceipt.model_validate(r[0]) for r in rows]

@@ -1,9 +1,10 @@
-"""How cursor values compare: numbers as numbers, timestamps and dates as instants.
+"""Cursor values without a server: how they compare (numbers as numbers, timestamps and dates as
+instants).
 
-Cursor values are kept as the server's canonical text (:mod:`.shape`), so the pure rules compare
-them without a database, in the order PostgreSQL gives the cursor types it accepts
-(:data:`dpone_dagster.cursor.table_check.CURSOR_TYPES`): ``"9"`` sorts before ``"10"``, and
-``"2024-01-01 23:00:00+00"`` is not before ``"2024-01-02 00:00:00+01"``.
+Cursor values are kept as the server's canonical text (the faces' table shapes read them), so
+the pure rules compare them without a database, in the order PostgreSQL gives the cursor types it
+accepts (:data:`dpone_dagster.cursor.table_check.CURSOR_TYPES`): ``"9"`` sorts before
+``"10"``, and ``"2024-01-01 23:00:00+00"`` is not before ``"2024-01-02 00:00:00+01"``.
 """
 
 from __future__ import annotations
