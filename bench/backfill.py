@@ -20,7 +20,7 @@ COPY), one after the other:
   under one snapshot each: proven by row versions where nobody wrote it since its batch, else
   by count and exact content hash). "To done" is the two together. For contrast, the same
   reconciliation with every range hashed (``row_versions=False``) is timed after it;
-* the checkpoint cost: the real ``RunLedger.record_batch`` (receipt INSERT and run compare-and-swap)
+* the checkpoint cost: the real ``RunLedger.record`` (receipt INSERT and run compare-and-swap)
   timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
   copied, each time rolled back to a savepoint so the ledger is left as it was; medians;
 * what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
@@ -90,7 +90,7 @@ class TimedLedger(RunLedger):
         self.timings: dict[int, list[float]] = {}
         self.sampling = 0.0
 
-    def record_batch(
+    def record(
         self, conn: Any, before: BackfillRun, after: BackfillRun, receipt: BatchReceipt
     ) -> None:
         copied = before.progress.copied_count
@@ -101,10 +101,10 @@ class TimedLedger(RunLedger):
             for _ in range(SAMPLES):
                 with conn.transaction(force_rollback=True):  # a savepoint, rolled back
                     started = time.perf_counter()
-                    super().record_batch(conn, before, after, receipt)
+                    super().record(conn, before, after, receipt)
                     samples.append(time.perf_counter() - started)
             self.sampling += time.perf_counter() - began
-        super().record_batch(conn, before, after, receipt)
+        super().record(conn, before, after, receipt)
 
 
 PHASE_AFTER = {"copy": "before copy", "commit": "copy", "committed": "commit"}

@@ -195,7 +195,7 @@ def instrument_backfill(clock: Clock) -> None:
     clock.wrap(copier, "_bounds", "batches: bounds")
     clock.wrap(copier, "_copy", "copy: the rows (relay + content hash)")
     clock.wrap(copier, "_count_target", "batches: target count + evidence")
-    clock.wrap(RunLedger, "record_batch", "batches: receipt + run write")
+    clock.wrap(RunLedger, "record", "batches: receipt + run write")
     clock.wrap(api.Backfill, "_reconcile", "check: reconcile (rest)")
     clock.wrap(reconcile, "_prove", "check: row-version proofs (both sides)")
     clock.wrap(api.Backfill, "receipts", "ledger: receipts read")

@@ -226,7 +226,7 @@ class Backfill:
 
     def _plan(self, sessions: Sessions) -> BackfillRun:
         shape, scope = self._resolve(sessions)
-        existing = self.ledger.fetch_run(sessions.ledger, run_id_for(scope))
+        existing = self.ledger.fetch(sessions.ledger, run_id_for(scope))
         if existing is not None:
             return existing
         self._refuse_changed_columns(sessions, scope)
@@ -243,7 +243,7 @@ class Backfill:
         )  # fmt: skip
         try:
             with transaction(sessions.ledger, IsolationLevel.READ_COMMITTED, read_only=False):
-                return self.ledger.insert_run(sessions.ledger, run)
+                return self.ledger.insert(sessions.ledger, run)
         except BaseException:
             sessions.abandon()
             raise
@@ -253,7 +253,7 @@ class Backfill:
         shadowed by a new run of this scope: refused, so its committed batches are not
         silently left with stale columns."""
         same = ("label", "source", "target", "cursor", "lower", "upper")
-        for run in self.ledger.runs_in_progress(sessions.ledger):
+        for run in self.ledger.runs(sessions.ledger, BackfillStatus.IN_PROGRESS):
             theirs = run.scope
             if all(getattr(theirs, f) == getattr(scope, f) for f in same):
                 raise engine_error(
@@ -266,9 +266,7 @@ class Backfill:
 
     def load(self) -> BackfillRun | None:
         """The last committed state of this scope's run (``None`` before the first plan)."""
-        return self._guard(
-            lambda s: self.ledger.fetch_run(s.ledger, run_id_for(self._resolve(s)[1]))
-        )
+        return self._guard(lambda s: self.ledger.fetch(s.ledger, run_id_for(self._resolve(s)[1])))
 
     def state(self) -> ScopeState:
         """The run's state from the ledger (times, status, mark) and whether the source holds
@@ -346,9 +344,7 @@ class Backfill:
         self._guard(lambda s: wait_for_lost_commit(s.ledger, ledger_pid))
 
         def look(s: Sessions) -> BatchReceipt | None:
-            return replay(
-                request, self.ledger.fetch_receipt(s.ledger, request.run_id, request.batch_id)
-            )
+            return replay(request, self.ledger.receipt(s.ledger, request.run_id, request.batch_id))
 
         try:
             stored = self._guard(look)

@@ -301,13 +301,13 @@ def copy_batch(
     lc = sessions.ledger
     try:
         with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
-            ledger.lock_run(lc, request.run_id)
-            durable = ledger.fetch_run(lc, request.run_id)
+            ledger.lock(lc, request.run_id)
+            durable = ledger.fetch(lc, request.run_id)
             if durable is None:
                 raise engine_error(
                     "backfill_run_invalid", f"The ledger has no run {request.run_id}."
                 )
-            stored = replay(request, ledger.fetch_receipt(lc, request.run_id, request.batch_id))
+            stored = replay(request, ledger.receipt(lc, request.run_id, request.batch_id))
             if stored is not None:
                 return BatchResult(durable, stored, replayed=True)
             check_request(durable, request)
@@ -315,7 +315,7 @@ def copy_batch(
                 seen = _move(sessions, shape, request, on_phase, on_changed is OnChanged.REPAIR)
                 run, receipt = apply_batch(durable, request, seen)
                 on_phase("commit")
-            ledger.record_batch(lc, durable, run, receipt)
+            ledger.record(lc, durable, run, receipt)
     except BaseException as exc:
         sessions.abandon(exc)
         raise

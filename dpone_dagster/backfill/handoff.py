@@ -17,7 +17,7 @@ from dpone_dagster.postgres.connection import Connection
 
 
 def _runs(ledger: Connection, store: LedgerStore, scope: StreamScope) -> list[BackfillRun]:
-    runs = RunLedger(store.schema).all_runs(ledger)
+    runs = RunLedger(store.schema).runs(ledger)
     source = (scope.source_database, scope.source.schema, scope.source.name)
     target = (scope.target_database, scope.target.schema, scope.target.name)
     return [

@@ -394,19 +394,19 @@ def reconcile_run(
         EngineError: ``backfill_run_invalid`` for a missing run or a broken chain.
     """
     lc = sessions.ledger
-    run = ledger.fetch_run(lc, run_id)
+    run = ledger.fetch(lc, run_id)
     if run is None:
         raise engine_error("backfill_run_invalid", "This scope has no run yet; plan first.")
     receipts = ledger.receipts(lc, run_id)
     verify_chain(run, receipts)
 
     def settle(conn: Connection, report: ReconciliationReport) -> None:
-        ledger.lock_run(conn, run_id)
-        durable = ledger.fetch_run(conn, run_id)
+        ledger.lock(conn, run_id)
+        durable = ledger.fetch(conn, run_id)
         assert durable is not None
         ledger.record_checks(conn, report)
         if durable.status in (BackfillStatus.SUCCEEDED, BackfillStatus.BLOCKED):
-            ledger.save_run(conn, durable, after_reconcile(durable, report))
+            ledger.swap(conn, durable, after_reconcile(durable, report))
 
     return reconcile_ranges(
         sessions, reader, shape, run_id, receipts, repair=repair, row_versions=row_versions,

@@ -58,24 +58,17 @@ def scope_state(
     bounds: tuple[str | None, str | None],
 ) -> ScopeState:
     """The state of the run ``run_id`` of the range ``bounds`` (``(lower, upper]``, canonical)."""
-    run = ledger.fetch_run(sessions.ledger, run_id)
+    run = ledger.fetch(sessions.ledger, run_id)
     if run is None:
         return ScopeState(run_id, None, None, None, None, rows_past_mark=False)
     mark = (
         None if isinstance(run.boundary, MissingBoundary) else run.boundary.source_high_water_mark
     )
-    row = sessions.ledger.execute(
-        ledger.store.tables.sql(
-            "SELECT (SELECT max(committed_at) FROM {batch_receipts} WHERE run_id = %s),"
-            " (SELECT max(checked_at) FROM {range_checks} WHERE run_id = %s)"
-        ),
-        (run_id, run_id),
-    ).fetchone()
-    assert row is not None
+    last_batch_at, proved_at = ledger.times(sessions.ledger, run_id)
     # The mark lies in the range: above it and at most the range's upper bound.
     where, params = shape.where(mark if mark is not None else bounds[0], bounds[1])
     probe = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {})").format(shape.source.ident, where)
     past = sessions.source.execute(probe, params).fetchone()
     return ScopeState(
-        run_id, run.status, mark, row[0], row[1], rows_past_mark=bool(past and past[0])
+        run_id, run.status, mark, last_batch_at, proved_at, rows_past_mark=bool(past and past[0])
     )

@@ -351,7 +351,7 @@ class IncrementalSync:
                     update={"revision": state.revision + 1,
                             "target_rows": count_target(tgt, shape)}
                 )  # fmt: skip
-                self.ledger.save(tgt, state, counted)
+                self.ledger.swap(tgt, state, counted)
                 state = counted
             if state is None:
                 mark = None
@@ -362,7 +362,7 @@ class IncrementalSync:
                     mark = greatest(sessions.source, shape, list(marks))
                 state = StreamState(stream_id=stream_id, mark=mark,
                                     target_rows=count_target(tgt, shape))  # fmt: skip
-                self.ledger.save(tgt, None, state)
+                self.ledger.swap(tgt, None, state)
         return state
 
     def _begin(
@@ -387,7 +387,7 @@ class IncrementalSync:
             if nothing_to_do(state, run, self.options.deletes) and not full and not force:
                 return state, state, mark  # verified by run: the check needs no batch
             begun = state.model_copy(update={"revision": state.revision + 1, "run": run})
-            self.ledger.save(tgt, state, begun)
+            self.ledger.swap(tgt, state, begun)
         return state, begun, mark
 
 

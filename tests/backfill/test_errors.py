@@ -148,9 +148,9 @@ def test_the_ledger_compare_and_swap_refuses_an_older_revision(pair: Pair) -> No
     b.run(max_batches=1)
     ledger = b.ledger
     with psycopg.connect(pair.target, autocommit=True) as conn:
-        current = ledger.fetch_run(conn, planned.run_id)
+        current = ledger.fetch(conn, planned.run_id)
         assert current is not None and current.revision == planned.revision + 1
-        error = code_of(lambda: ledger.save_run(conn, planned, current))
+        error = code_of(lambda: ledger.swap(conn, planned, current))
     assert error == "backfill_checkpoint_stale"
 
 
