@@ -252,7 +252,7 @@ holds everything the target applied before it goes on."""
 _MIGRATION_7: Final = (
     "ALTER TABLE {streams} ADD COLUMN IF NOT EXISTS target_rows bigint CHECK (target_rows >= 0)",
 )
-"""The live rows of each incremental stream's target (``incremental/state.py``): moved by every
+"""The live rows of each incremental stream's target (``StreamState.target_rows``): moved by every
 batch in the transaction that commits it (previous + inserted - deleted, under the state's
 compare-and-swap) and re-based when a run counts the whole target anyway, so that a run reports
 the target's size without counting it. NULL: not known yet (a stream of an earlier release); its
