@@ -1,7 +1,8 @@
-"""Rewrites the table of every ``dpone/`` key in docs/metadata.md from the metadata sets.
+"""Rewrites the tables of every ``dpone/`` key in docs/metadata.md from the metadata sets.
 
-Run ``.venv/bin/python docs/metadata_reference.py`` after changing a field of
-``DponeMetadataSet`` or ``DponeRunTags`` (dpone_dagster/dagster/metadata/sets.py);
+Run ``.venv/bin/python docs/metadata_reference.py`` after changing a field of a job's set
+(dpone_dagster/dagster/metadata/keys/) or of ``DponeRunTags``
+(dpone_dagster/dagster/metadata/tags.py);
 ``tests/dagster/test_metadata_sets.py`` fails while the page's table is not the generated one.
 """
 

@@ -10,8 +10,8 @@ Its rooms, each importing only from the rooms below it and from the engines:
   ``source.backfill``, ``source.incremental``, ``mysql.copy_table``, ``rest.copy_table``).
 - :mod:`~dpone_dagster.dagster.metadata`, :mod:`~dpone_dagster.dagster.partitions`,
   :mod:`~dpone_dagster.dagster.translator`, :mod:`~dpone_dagster.dagster.failures`: what a
-  materialization says (every ``dpone/`` key declared once, in
-  :mod:`~dpone_dagster.dagster.metadata.sets`), cursor-range partitions, asset specs, run
+  materialization says (every ``dpone/`` key declared once, in its job's set:
+  :mod:`~dpone_dagster.dagster.metadata.keys`), cursor-range partitions, asset specs, run
   failures.
 - :mod:`~dpone_dagster.dagster.run_plane`: the instance storage check and the Celery run
   launcher (the ``celery`` extra; nothing in the package imports it).

@@ -8,12 +8,13 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, bullets, metadata_key
+from dpone_dagster.dagster.metadata.keys.base import bullets
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet, FailureMetadataSet
 from dpone_dagster.lifecycle import DponeError
 
-ERROR_CODE_KEY = metadata_key("error_code")
+ERROR_CODE_KEY = FailureMetadataSet.key("error_code")
 """``dpone/error_code``: the failure's stable code."""
-NEXT_ACTIONS_KEY = metadata_key("next_actions")
+NEXT_ACTIONS_KEY = CommonMetadataSet.key("next_actions")
 """``dpone/next_actions``: what the person on call can do next."""
 
 
@@ -55,7 +56,10 @@ class DponeFailure(dg.Failure):
     def __init__(self, error: DponeError, metadata: Mapping[str, Any] | None = None) -> None:
         self.error = error
         actions = bullets(error.next_actions) or "-"
-        failure = DponeMetadataSet(error_code=error.code, next_actions=dg.MetadataValue.md(actions))
+        failure = {
+            **FailureMetadataSet(error_code=error.code),
+            **CommonMetadataSet(next_actions=dg.MetadataValue.md(actions)),
+        }
         super().__init__(
             description=failure_description(error),
             metadata={**failure, **(metadata or {})},

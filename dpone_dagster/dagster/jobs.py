@@ -27,13 +27,10 @@ from dpone_dagster.dagster.events.replication import group_engine, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import copy_failure
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
-from dpone_dagster.dagster.metadata.receipts import (
-    CHECK_NAME,
-    log_schema_changes,
-    table_metadata,
-    verification_check,
-)
-from dpone_dagster.dagster.metadata.sets import DponeRunTags
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
+from dpone_dagster.dagster.metadata.snapshot_copy import table_metadata
+from dpone_dagster.dagster.metadata.stream_check import verification_check
+from dpone_dagster.dagster.metadata.tags import DponeRunTags
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,

@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import IdentifierError, TableName
 
@@ -147,7 +147,7 @@ class DponeTranslator:
         return dg.AssetSpec(
             key=self.get_source_asset_key(spec),
             description=f"PostgreSQL source table {spec.source_table}.",
-            metadata=dict(DponeMetadataSet(table=spec.source_table.qualified)),
+            metadata=dict(CommonMetadataSet(table=spec.source_table.qualified)),
             kinds={"postgres"},
         )
 
@@ -163,7 +163,7 @@ class DponeTranslator:
     def get_metadata(self, spec: CopyTableSpec) -> dict[str, Any]:
         """The exact names, kept because a key part may have been mapped."""
         return dict(
-            DponeMetadataSet(
+            CommonMetadataSet(
                 table=spec.target_table.qualified, source_table=spec.source_table.qualified
             )
         )
@@ -200,7 +200,7 @@ def source_asset_specs(
     found: dict[dg.AssetKey, dg.AssetSpec] = {}
     for assets_def in assets:
         for spec in assets_def.specs:
-            names = read_metadata(spec.metadata, "source_table", "table")
+            names = CommonMetadataSet.read(spec.metadata, "source_table", "table")
             if names.source_table is None:
                 continue
             copied = CopyTableSpec(source=names.source_table, target=names.table)

@@ -11,11 +11,8 @@ import pytest
 
 from dpone_dagster import incremental_asset, kafka_copy_asset
 from dpone_dagster.dagster.assets import backfill_asset, backfill_freshness_check
-from dpone_dagster.dagster.metadata.freshness import (
-    FRESH_CHECK_NAME,
-    PARTITIONS_CHECK_NAME,
-    freshness_check,
-)
+from dpone_dagster.dagster.metadata.backfill import PARTITIONS_CHECK_NAME
+from dpone_dagster.dagster.metadata.freshness import FRESH_CHECK_NAME, freshness_check
 from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.resources import (

@@ -15,8 +15,10 @@ import dagster as dg
 from dpone_dagster.backfill import BackfillOptions, OnChanged
 from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import BackfillEvent
-from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
+from dpone_dagster.dagster.metadata.keys.backfill import PartitionMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME
+from dpone_dagster.dagster.metadata.tags import DponeRunTags
 from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -132,7 +134,8 @@ def backfill_asset(
                 partitions_def=partitions_def,
                 metadata={
                     **spec.metadata,
-                    **DponeMetadataSet(cursor=cursor, on_changed=opts.on_changed.value),
+                    **CommonMetadataSet(cursor=cursor),
+                    **PartitionMetadataSet(on_changed=opts.on_changed.value),
                 },
             )
         ],

@@ -14,8 +14,8 @@ import dagster as dg
 
 from dpone_dagster.backfill import Backfill, ScopeState
 from dpone_dagster.dagster.failures import dagster_failures
-from dpone_dagster.dagster.metadata.freshness import PARTITIONS_CHECK_NAME, partitions_check
-from dpone_dagster.dagster.metadata.sets import read_metadata
+from dpone_dagster.dagster.metadata.backfill import PARTITIONS_CHECK_NAME, partitions_check
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.partitions import partition_cursor_range
 from dpone_dagster.dagster.resources import (
     LedgerResource,
@@ -60,7 +60,7 @@ def backfill_freshness_check(
             defs = dg.Definitions(assets=[events], asset_checks=[stale], resources=...)
     """
     [(key, spec)] = backfill.specs_by_key.items()
-    names = read_metadata(spec.metadata, "source_table", "table", "cursor")
+    names = CommonMetadataSet.read(spec.metadata, "source_table", "table", "cursor")
     partitions_def = spec.partitions_def
     if None in (names.source_table, names.table, names.cursor) or partitions_def is None:
         raise DponeError(

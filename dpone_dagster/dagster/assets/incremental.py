@@ -20,8 +20,9 @@ from dpone_dagster.dagster.metadata.freshness import (
     freshness_check_spec,
     stream_freshness_policy,
 )
-from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, DponeRunTags
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME
+from dpone_dagster.dagster.metadata.tags import DponeRunTags
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
@@ -136,7 +137,7 @@ def incremental_asset(
         name=name or f"incremental_{spec.key.to_python_identifier()}",
         specs=[
             spec.replace_attributes(
-                metadata={**spec.metadata, **DponeMetadataSet(cursor=cursor)},
+                metadata={**spec.metadata, **CommonMetadataSet(cursor=cursor)},
                 freshness_policy=policy,
             )
         ],

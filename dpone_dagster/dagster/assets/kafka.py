@@ -22,7 +22,8 @@ from dpone_dagster.dagster.metadata.freshness import (
     freshness_check_spec,
     stream_freshness_policy,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.kafka import KafkaMetadataSet
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.postgres import Sink, TableName
 from dpone_dagster.sources import KafkaCopyOptions, KafkaSettings, KafkaSource
@@ -126,9 +127,9 @@ def kafka_copy_asset(
     dead = chosen.dead_letter_table
     metadata = {
         "dagster/column_schema": schema,
-        **DponeMetadataSet(
-            topic=topic, table=table.qualified, sink=chosen.sink.value,
-            dead_letter_table=None if dead is None else dead.qualified,
+        **CommonMetadataSet(table=table.qualified, sink=chosen.sink.value),
+        **KafkaMetadataSet(
+            topic=topic, dead_letter_table=None if dead is None else dead.qualified
         ),
     }  # fmt: skip
 

@@ -24,9 +24,9 @@ from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.assets.snapshot_copy import copy_specs
 from dpone_dagster.dagster.events.replication import ReplicationEvent
 from dpone_dagster.dagster.metadata.freshness import freshness_check_spec, stream_freshness_policy
-from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
+from dpone_dagster.dagster.metadata.keys.replication import ReplicationMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME
 from dpone_dagster.dagster.metadata.replication import SLOT_CHECK_NAME
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
@@ -229,7 +229,7 @@ def replication_assets(
         cron_schedule, freshness_policy, refusal="replication_options_invalid"
     )
     check_instance_storage()
-    names = DponeMetadataSet(
+    names = ReplicationMetadataSet(
         slot=group.slot, publication=group.publication, cron_schedule=cron_schedule
     )
     specs = copy_specs(coerced, tr, dict(names))
@@ -302,7 +302,7 @@ def replication_schedule(
             defs = dg.Definitions(assets=[shop], schedules=[replication_schedule(shop)], ...)
     """
     specs = replication.specs_by_key.values()
-    crons = {read_metadata(s.metadata, "cron_schedule").cron_schedule for s in specs}
+    crons = {ReplicationMetadataSet.read(s.metadata, "cron_schedule").cron_schedule for s in specs}
     op_name = replication.node_def.name
     if len(crons) != 1 or None in crons:
         raise DponeError(

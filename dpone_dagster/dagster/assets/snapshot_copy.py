@@ -16,8 +16,9 @@ import dagster as dg
 
 from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import CopyEvent
-from dpone_dagster.dagster.metadata.receipts import CHECK_NAME
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.copy import CopyMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
@@ -119,7 +120,7 @@ def snapshot_copy_assets(
     specs = copy_specs(
         tables,
         translator or DponeTranslator(),
-        dict(DponeMetadataSet(strategy=how.strategy.value, sink=how.sink.value)),
+        {**CopyMetadataSet(strategy=how.strategy.value), **CommonMetadataSet(sink=how.sink.value)},
     )
     check_specs = [
         dg.AssetCheckSpec(

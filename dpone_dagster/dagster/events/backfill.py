@@ -27,13 +27,10 @@ from dpone_dagster.backfill import (
 )
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.receipts import (
-    CHECK_NAME,
-    backfill_check,
-    created_metadata,
-    partition_metadata,
-)
-from dpone_dagster.dagster.metadata.sets import read_metadata
+from dpone_dagster.dagster.metadata.backfill import backfill_check, partition_metadata
+from dpone_dagster.dagster.metadata.keys.backfill import PartitionMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME, created_metadata
 from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -72,7 +69,7 @@ def backfill_target(context: dg.AssetExecutionContext) -> BackfillTarget:
     """
     # Every spec of the definition, selected or not: a run may select the check alone.
     [(key, spec)] = context.assets_def.specs_by_key.items()
-    names = read_metadata(spec.metadata, "source_table", "table", "cursor")
+    names = CommonMetadataSet.read(spec.metadata, "source_table", "table", "cursor")
     if names.source_table is None or names.table is None or names.cursor is None:
         raise DponeError(
             "plan_invalid",
@@ -268,7 +265,9 @@ class _PartitionRunner:
         ).records
         if not records or records[0].asset_materialization is None:
             return None
-        recorded = read_metadata(records[0].asset_materialization.metadata, "checkpoint")
+        recorded = PartitionMetadataSet.read(
+            records[0].asset_materialization.metadata, "checkpoint"
+        )
         return recorded.checkpoint or None
 
 

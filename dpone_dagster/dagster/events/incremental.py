@@ -25,15 +25,15 @@ from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
-from dpone_dagster.dagster.metadata.receipts import (
+from dpone_dagster.dagster.metadata.incremental import incremental_check, incremental_metadata
+from dpone_dagster.dagster.metadata.keys.batch import BatchMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import (
     CHECK_NAME,
-    incremental_check,
-    incremental_metadata,
     log_schema_changes,
     progress_observation,
-    verification_check,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
+from dpone_dagster.dagster.metadata.stream_check import verification_check
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres import TableName
@@ -53,7 +53,7 @@ IncrementalEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
 def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableName, TableName, str]:
     [(key, spec)] = context.assets_def.specs_by_key.items()
-    names = read_metadata(spec.metadata, "source_table", "table", "cursor")
+    names = CommonMetadataSet.read(spec.metadata, "source_table", "table", "cursor")
     if names.source_table is None or names.table is None or names.cursor is None:
         raise DponeFailure(
             DponeError(
@@ -67,7 +67,7 @@ def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableNa
 
 def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
     receipt = done.receipt
-    figures = DponeMetadataSet(
+    figures = BatchMetadataSet(
         progress_batch=receipt.sequence, progress_run=receipt.run, progress_rows=receipt.rows,
         progress_checkpoint=receipt.last.cursor if receipt.last else None,
     )  # fmt: skip

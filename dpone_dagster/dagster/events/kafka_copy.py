@@ -19,8 +19,9 @@ import dagster as dg
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events.source_copy import report_metadata
 from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
-from dpone_dagster.dagster.metadata.receipts import log_schema_changes
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.kafka import KafkaMetadataSet
+from dpone_dagster.dagster.metadata.parts import log_schema_changes
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 
@@ -37,13 +38,13 @@ def kafka_metadata(report: KafkaCopyReport) -> dict[str, Any]:
     lost = {str(p): list(gap) for p, gap in report.lost.items()}
     return {
         **report_metadata(report.load),
-        **DponeMetadataSet(
+        **CommonMetadataSet(
+            stream_id=report.stream_id, run=report.run, rows_deleted=report.tombstoned
+        ),
+        **KafkaMetadataSet(
             topic=report.topic,
-            stream_id=report.stream_id,
-            run=report.run,
             messages=report.messages,
             dead_letters=report.dead_letters,
-            rows_deleted=report.tombstoned,
             kafka_partitions=dg.MetadataValue.json([p.as_json() for p in report.partitions]),
             offsets_lost=dg.MetadataValue.json(lost) if lost else None,
             group_commit_error=report.group_commit_error,

@@ -21,8 +21,9 @@ from types import TracebackType
 import dagster as dg
 
 from dpone_dagster.backfill import BatchResult
-from dpone_dagster.dagster.metadata.receipts import batch_observation, short_digest
-from dpone_dagster.dagster.metadata.sets import DponeRunTags
+from dpone_dagster.dagster.metadata.backfill import batch_observation
+from dpone_dagster.dagster.metadata.parts import short_digest
+from dpone_dagster.dagster.metadata.tags import DponeRunTags
 
 _Item = tuple[str, BatchResult]
 

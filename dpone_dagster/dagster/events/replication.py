@@ -30,11 +30,9 @@ import psycopg
 
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.dagster.failures import DponeFailure
-from dpone_dagster.dagster.metadata.receipts import (
-    CHECK_NAME,
-    log_schema_changes,
-    verification_check,
-)
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.replication import ReplicationMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
 from dpone_dagster.dagster.metadata.replication import (
     SLOT_CHECK_NAME,
     replication_metadata,
@@ -42,7 +40,7 @@ from dpone_dagster.dagster.metadata.replication import (
     slot_check,
     slot_wait_message,
 )
-from dpone_dagster.dagster.metadata.sets import read_metadata
+from dpone_dagster.dagster.metadata.stream_check import verification_check
 from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
@@ -86,11 +84,12 @@ def group_specs(assets_def: dg.AssetsDefinition) -> GroupSpecs:
     tables: dict[dg.AssetKey, CopyTableSpec] = {}
     groups = set()
     for key, spec in assets_def.specs_by_key.items():
-        names = read_metadata(spec.metadata, "source_table", "table", "slot", "publication")
+        names = CommonMetadataSet.read(spec.metadata, "source_table", "table")
         if names.source_table is None:
             continue  # not a replicated table (a user's own spec beside them)
         tables[key] = CopyTableSpec(source=names.source_table, target=names.table)
-        groups.add((names.slot, names.publication))
+        group = ReplicationMetadataSet.read(spec.metadata, "slot", "publication")
+        groups.add((group.slot, group.publication))
     if not tables or len(groups) != 1 or None in next(iter(groups)):
         raise DponeFailure(
             DponeError(

@@ -17,14 +17,13 @@ import psycopg
 
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
-from dpone_dagster.dagster.metadata.receipts import (
-    CHECK_NAME,
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
+from dpone_dagster.dagster.metadata.snapshot_copy import (
     copy_check_result,
-    log_schema_changes,
     step_seconds_metadata,
     table_metadata,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, read_metadata
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
@@ -59,7 +58,7 @@ def selected_tables(
     else:
         by_key = {}
         for key, spec in context.assets_def.specs_by_key.items():
-            names = read_metadata(spec.metadata, "source_table", "table")
+            names = CommonMetadataSet.read(spec.metadata, "source_table", "table")
             if names.source_table is None:
                 raise DponeError(
                     "plan_invalid",
@@ -78,7 +77,7 @@ def copy_failure(exc: DponeError) -> DponeFailure:
     """A run failure for a copy error, with the terminal outcome when there was one."""
     report = getattr(exc, "report", None)
     if isinstance(report, CopyReport):
-        return DponeFailure(exc, dict(DponeMetadataSet(terminal_outcome=report.outcome.value)))
+        return DponeFailure(exc, dict(CommonMetadataSet(terminal_outcome=report.outcome.value)))
     return DponeFailure(exc)
 
 

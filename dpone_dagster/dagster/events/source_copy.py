@@ -18,12 +18,12 @@ import dagster as dg
 from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.dagster.failures import dagster_failures
-from dpone_dagster.dagster.metadata.receipts import (
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.parts import (
     log_schema_changes,
     rate_metadata,
     schema_change_metadata,
 )
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
@@ -49,7 +49,7 @@ def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
     return {
         **rates,
         **TableMetadataSet(row_count=report.rows_loaded or 0),
-        **DponeMetadataSet(
+        **CommonMetadataSet(
             source=report.source_label,
             sink=report.sink.value,
             sink_method=report.sink_method or "-",

@@ -1,9 +1,12 @@
 """A backfill's metadata: each partition's materialization (its ledger run, receipts, window
-and rates, its reconciliation), a committed batch's observation, and the run's
-``dpone_reconciled`` result."""
+and rates, its reconciliation), a committed batch's observation, the run's ``dpone_reconciled``
+result and the ``dpone_partitions_fresh`` check of its partitions (:func:`partitions_check`),
+built through the backfill's set
+(:class:`~dpone_dagster.dagster.metadata.keys.backfill.PartitionMetadataSet`), the batch's and
+the common one."""
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import dagster as dg
@@ -16,11 +19,14 @@ from dpone_dagster.backfill import (
     BatchReceipt,
     BatchResult,
     ReconciliationReport,
+    ScopeState,
 )
 from dpone_dagster.reconcile import Proof
 
+from .keys.backfill import PartitionMetadataSet
+from .keys.batch import BatchMetadataSet
+from .keys.common import CommonMetadataSet
 from .parts import CHECK_NAME, progress_observation, rate_metadata, snapshot_digests
-from .sets import DponeMetadataSet
 
 
 def receipts_summary(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
@@ -48,7 +54,7 @@ def _window(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     completed = last.extraction_completed_at if last else None
     tokens = sorted({r.observation.extraction.source_token or "" for r in receipts} - {""})
     return dict(
-        DponeMetadataSet(
+        CommonMetadataSet(
             extraction_started_at=started.isoformat() if started else None,
             extraction_completed_at=completed.isoformat() if completed else None,
             snapshot_token_digest=snapshot_digests(tokens),
@@ -69,7 +75,7 @@ def _partition_rates(receipts: Sequence[BatchReceipt]) -> dict[str, Any]:
     newest = receipts[-1].observation.extraction.extraction_started_at
     if newest is not None:
         lag = (datetime.now(UTC) - newest).total_seconds()
-        metadata.update(DponeMetadataSet(lag_seconds=lag))
+        metadata.update(CommonMetadataSet(lag_seconds=lag))
     return metadata
 
 
@@ -86,7 +92,7 @@ def _reconciliation_metadata(report: ReconciliationReport) -> dict[str, Any]:
         "proved_at": report.proved_at.isoformat(),
     }
     return dict(
-        DponeMetadataSet(
+        PartitionMetadataSet(
             reconciliation=dg.MetadataValue.json(summary),
             reconciliation_snapshot_digest=report.source_snapshot,
             rows_repaired_inserted=repaired["inserted"],
@@ -109,16 +115,18 @@ def partition_metadata(result: BackfillResult, receipts: Sequence[BatchReceipt])
         rows = sum(r.target_count for r in report.ranges)
     metadata: dict[str, Any] = {
         **TableMetadataSet(row_count=rows),
-        **DponeMetadataSet(
+        **PartitionMetadataSet(
             run_id=run.run_id,
             checkpoint=progress.checkpoint,
             high_water_mark=progress.source_high_water_mark,
             status=run.status.value,
-            batches_committed_now=result.committed,
             batches_replayed_now=result.replayed,
+            remaining_estimate=progress.remaining_estimate,
+        ),
+        **CommonMetadataSet(
+            batches_committed_now=result.committed,
             receipts_summary=dg.MetadataValue.json(receipts_summary(receipts)),
             snapshot_label=run.snapshot_label.value,
-            remaining_estimate=progress.remaining_estimate,
             batches=progress.batch_count,
         ),
         **_window(receipts),
@@ -133,7 +141,7 @@ def batch_observation(key: dg.AssetKey, partition: str, batch: BatchResult) -> d
     """A committed batch, as the UI shows it while the partition runs (``dpone/progress_*``
     keys, plotted apart from the partition's materialization)."""
     progress = batch.run.progress
-    figures = DponeMetadataSet(
+    figures = BatchMetadataSet(
         progress_checkpoint=progress.checkpoint, progress_copied=progress.copied_count,
         progress_high_water_mark=progress.source_high_water_mark,
         progress_remaining=progress.remaining_estimate, progress_batch=batch.receipt.sequence,
@@ -166,11 +174,97 @@ def backfill_check(
         passed=passed,
         description=summary,
         metadata=dict(
-            DponeMetadataSet(
+            PartitionMetadataSet(
                 partitions_checked=len(checks),
                 partitions_differing=len(differing),
                 ranges_proven=ranges,
                 partitions=dg.MetadataValue.json(list(checks)),
+            )
+        ),
+    )
+
+
+PARTITIONS_CHECK_NAME = "dpone_partitions_fresh"
+"""The check that lists a backfill's partitions from the ledger and says which are stale."""
+
+_LISTED = 200
+"""At most this many partitions in the check's table (the stale ones first)."""
+
+
+def _stale(state: ScopeState, max_age: timedelta, now: datetime) -> str | None:
+    """Why a started partition is stale (``None``: it is not, or it never started)."""
+    if state.status is None:
+        return None
+    if state.rows_past_mark:
+        return "rows past its mark"
+    if state.as_of is None or now - state.as_of > max_age:
+        return "older than the age"
+    return None
+
+
+def _row(partition: str, state: ScopeState, why: str | None, now: datetime) -> str:
+    def at(t: datetime | None) -> str:
+        return t.astimezone(UTC).isoformat(timespec="seconds") if t else ""
+
+    age = "" if state.as_of is None else f"{(now - state.as_of).total_seconds():.0f} s"
+    status = state.status.value if state.status else "not started"
+    return (
+        f"| {partition} | {status} | {at(state.last_batch_at)} | {at(state.proved_at)} | "
+        f"{age} | {'yes' if state.rows_past_mark else ''} | {why or ''} |"
+    )
+
+
+def partitions_check(
+    key: dg.AssetKey,
+    states: Sequence[tuple[str, ScopeState]],
+    max_age: timedelta,
+    now: datetime | None = None,
+    check_name: str = PARTITIONS_CHECK_NAME,
+) -> dg.AssetCheckResult:
+    """The ``dpone_partitions_fresh`` result: every partition's state from the ledger.
+
+    A started partition is stale when its newest batch or reconciliation (the newer) is older
+    than ``max_age``, or when its source range holds rows above its high-water mark (the source
+    changed since). The check passes when none is; otherwise it does not pass with severity
+    ``WARN``, naming them. Partitions never started are counted, not stale (Dagster shows them
+    missing).
+
+    Args:
+        key: The backfill asset.
+        states: Each partition key and its :class:`~dpone_dagster.backfill.ScopeState`, in order.
+        max_age: The age beyond which a partition is stale.
+        now: The time of the judgement (UTC ``now`` by default).
+        check_name: The check's name.
+    """
+    now = now or datetime.now(UTC)
+    why = {p: _stale(s, max_age, now) for p, s in states}
+    stale = [p for p, _ in states if why[p]]
+    rows = sorted(states, key=lambda ps: why[ps[0]] is None)[:_LISTED]
+    table = [
+        "| Partition | Status | Last batch | Proved at | Age | Rows past mark | Stale |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *(_row(p, s, why[p], now) for p, s in rows),
+    ]
+    if len(states) > _LISTED:
+        table.append(f"\n{len(states) - _LISTED} more partitions, none of them stale.")
+    named = ", ".join(f"{p} ({why[p]})" for p in stale[:10]) + (", ..." if len(stale) > 10 else "")
+    return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=check_name,
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{len(stale)} of {len(states)} partitions stale: {named}."
+            if stale
+            else f"No partition of {len(states)} is older than {max_age} or behind its source."
+        ),
+        metadata=dict(
+            PartitionMetadataSet(
+                max_age_seconds=max_age.total_seconds(),
+                partitions_stale=len(stale),
+                partitions_past_mark=sum(s.rows_past_mark for _, s in states),
+                partitions_not_started=sum(s.status is None for _, s in states),
+                partition_states=dg.MetadataValue.md("\n".join(table)),
             )
         ),
     )

@@ -22,7 +22,7 @@ from dpone_dagster.postgres.table_description import (
     table_comments,
 )
 
-from .sets import DponeMetadataSet
+from .keys.common import CommonMetadataSet
 
 Source = tuple[str, ConnectionOptions | None, Sequence[TableName]]
 """Where the comments come from: the source's DSN, its options and each table's source table."""
@@ -126,6 +126,6 @@ def table_catalog_metadata(
             column_schema=table_schema(description, comment),
             column_lineage=lineage,
         )
-        described = DponeMetadataSet(description=None if comment is None else comment.table)
+        described = CommonMetadataSet(description=None if comment is None else comment.table)
         result.append({**metadata, **described})
     return result

@@ -18,12 +18,13 @@ keeps a private copy of. Dagster's public freshness checks
 age of the data it reports: ``dpone_fresh`` is that other judgement.
 
 A backfill's partitions have no asset-level freshness (Dagster's is asset-level only): the
-``dpone_partitions_fresh`` check (:func:`partitions_check`) lists each partition's state from
-the ledger and names the stale ones.
+``dpone_partitions_fresh`` check
+(:func:`~dpone_dagster.dagster.metadata.backfill.partitions_check`) lists each partition's state
+from the ledger and names the stale ones.
 """
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -31,9 +32,9 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 from croniter import CroniterError, croniter
 
-from dpone_dagster.backfill import ScopeState
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, metadata_key
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.freshness import FreshnessMetadataSet
 
 FRESH_CHECK_NAME = "dpone_fresh"
 """The check that judges a stream's freshness policy by the lag it reports."""
@@ -180,7 +181,7 @@ def freshness_check(
         True
     """
     now = now or datetime.now(UTC)
-    raw = metadata.get(metadata_key("lag_seconds"))
+    raw = metadata.get(CommonMetadataSet.key("lag_seconds"))
     lag = getattr(raw, "value", raw)
     fail, warn, words = _limits(policy, now)
     if not isinstance(lag, int | float):
@@ -188,7 +189,7 @@ def freshness_check(
             asset_key=key, check_name=FRESH_CHECK_NAME, passed=False,
             severity=dg.AssetCheckSeverity.WARN,
             description="No lag reported (dpone/lag_seconds): the data's freshness is unknown.",
-            metadata=dict(DponeMetadataSet(fail_after_seconds=fail, freshness_policy=words)),
+            metadata=dict(FreshnessMetadataSet(fail_after_seconds=fail, freshness_policy=words)),
         )  # fmt: skip
     if reported_at is not None:
         lag = float(lag) + max((now - reported_at).total_seconds(), 0.0)
@@ -202,14 +203,12 @@ def freshness_check(
         passed=not (bad or warned),
         severity=dg.AssetCheckSeverity.ERROR if bad else dg.AssetCheckSeverity.WARN,
         description=f"Lag {lag:.1f} s {verdict} {limit:g} s ({words}).",
-        metadata=dict(
-            DponeMetadataSet(
-                lag_seconds=float(lag),
-                fail_after_seconds=fail,
-                warn_after_seconds=warn,
-                freshness_policy=words,
-            )
-        ),
+        metadata={
+            **CommonMetadataSet(lag_seconds=float(lag)),
+            **FreshnessMetadataSet(
+                fail_after_seconds=fail, warn_after_seconds=warn, freshness_policy=words
+            ),
+        },
     )
 
 
@@ -232,89 +231,3 @@ def stream_freshness(
         return [freshness_check(key, {}, policy)]
     at = datetime.fromtimestamp(event.timestamp, UTC)
     return [freshness_check(key, recorded.metadata, policy, reported_at=at)]
-
-
-PARTITIONS_CHECK_NAME = "dpone_partitions_fresh"
-"""The check that lists a backfill's partitions from the ledger and says which are stale."""
-
-_LISTED = 200
-"""At most this many partitions in the check's table (the stale ones first)."""
-
-
-def _stale(state: ScopeState, max_age: timedelta, now: datetime) -> str | None:
-    """Why a started partition is stale (``None``: it is not, or it never started)."""
-    if state.status is None:
-        return None
-    if state.rows_past_mark:
-        return "rows past its mark"
-    if state.as_of is None or now - state.as_of > max_age:
-        return "older than the age"
-    return None
-
-
-def _row(partition: str, state: ScopeState, why: str | None, now: datetime) -> str:
-    def at(t: datetime | None) -> str:
-        return t.astimezone(UTC).isoformat(timespec="seconds") if t else ""
-
-    age = "" if state.as_of is None else f"{(now - state.as_of).total_seconds():.0f} s"
-    status = state.status.value if state.status else "not started"
-    return (
-        f"| {partition} | {status} | {at(state.last_batch_at)} | {at(state.proved_at)} | "
-        f"{age} | {'yes' if state.rows_past_mark else ''} | {why or ''} |"
-    )
-
-
-def partitions_check(
-    key: dg.AssetKey,
-    states: Sequence[tuple[str, ScopeState]],
-    max_age: timedelta,
-    now: datetime | None = None,
-    check_name: str = PARTITIONS_CHECK_NAME,
-) -> dg.AssetCheckResult:
-    """The ``dpone_partitions_fresh`` result: every partition's state from the ledger.
-
-    A started partition is stale when its newest batch or reconciliation (the newer) is older
-    than ``max_age``, or when its source range holds rows above its high-water mark (the source
-    changed since). The check passes when none is; otherwise it does not pass with severity
-    ``WARN``, naming them. Partitions never started are counted, not stale (Dagster shows them
-    missing).
-
-    Args:
-        key: The backfill asset.
-        states: Each partition key and its :class:`~dpone_dagster.backfill.ScopeState`, in order.
-        max_age: The age beyond which a partition is stale.
-        now: The time of the judgement (UTC ``now`` by default).
-        check_name: The check's name.
-    """
-    now = now or datetime.now(UTC)
-    why = {p: _stale(s, max_age, now) for p, s in states}
-    stale = [p for p, _ in states if why[p]]
-    rows = sorted(states, key=lambda ps: why[ps[0]] is None)[:_LISTED]
-    table = [
-        "| Partition | Status | Last batch | Proved at | Age | Rows past mark | Stale |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        *(_row(p, s, why[p], now) for p, s in rows),
-    ]
-    if len(states) > _LISTED:
-        table.append(f"\n{len(states) - _LISTED} more partitions, none of them stale.")
-    named = ", ".join(f"{p} ({why[p]})" for p in stale[:10]) + (", ..." if len(stale) > 10 else "")
-    return dg.AssetCheckResult(
-        asset_key=key,
-        check_name=check_name,
-        passed=not stale,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
-            f"{len(stale)} of {len(states)} partitions stale: {named}."
-            if stale
-            else f"No partition of {len(states)} is older than {max_age} or behind its source."
-        ),
-        metadata=dict(
-            DponeMetadataSet(
-                max_age_seconds=max_age.total_seconds(),
-                partitions_stale=len(stale),
-                partitions_past_mark=sum(s.rows_past_mark for _, s in states),
-                partitions_not_started=sum(s.status is None for _, s in states),
-                partition_states=dg.MetadataValue.md("\n".join(table)),
-            )
-        ),
-    )

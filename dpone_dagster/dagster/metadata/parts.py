@@ -2,23 +2,26 @@
 its rates, snapshot digests, timestamps, and what a load changed in its target's schema and
 catalog.
 
-Standard keys where Dagster has one, dpone's own under ``dpone/``, each declared once in
-:class:`~dpone_dagster.dagster.metadata.sets.DponeMetadataSet` and built through it; figures that
-vary run over run (rows, bytes, seconds, rows per second, lag) are numbers, so the UI plots them.
+Standard keys where Dagster has one, dpone's own under ``dpone/``, the keys several jobs write
+(:class:`~dpone_dagster.dagster.metadata.keys.common.CommonMetadataSet`) built through it;
+figures that vary run over run (rows, bytes, seconds, rows per second, lag) are numbers, so the
+UI plots them.
 """
 
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
 from dpone_dagster.postgres import TargetTypes
 from dpone_dagster.postgres.schema_change import ColumnChange
 
-from .sets import DponeMetadataSet
+from .keys.common import CommonMetadataSet
+
+if TYPE_CHECKING:
+    from .keys.batch import BatchMetadataSet
 
 CHECK_NAME = "dpone_reconciled"
 """The asset check every dpone asset declares: the target holds what the source held."""
@@ -35,23 +38,6 @@ def short_digest(digest: str) -> str:
     return f"{kind}:{hexits[:12]}" if sep else digest[:12]
 
 
-def receipt_metadata(receipt: ExtractionLifecycleReceipt | None) -> dict[str, Any]:
-    """The extraction window, its clock and the snapshot token digest of one receipt."""
-    if receipt is None:
-        return {}
-    started, completed = receipt.extraction_started_at, receipt.extraction_completed_at
-    return dict(
-        DponeMetadataSet(
-            extraction_started_at=started.isoformat() if started else None,
-            extraction_completed_at=completed.isoformat() if completed else None,
-            clock_authority=receipt.clock_authority,
-            snapshot_authority=receipt.snapshot_authority,
-            snapshot_token_digest=receipt.source_token,
-            extraction_receipt=dg.MetadataValue.json(receipt.model_dump(mode="json")),
-        )
-    )
-
-
 def rate_metadata(
     rows: int, byte_count: int | None, started: datetime | None, completed: datetime | None
 ) -> dict[str, Any]:
@@ -61,10 +47,10 @@ def rate_metadata(
     the start of the source read to this report.
     """
     if started is None or completed is None:
-        return dict(DponeMetadataSet(bytes=byte_count or 0))
+        return dict(CommonMetadataSet(bytes=byte_count or 0))
     seconds = (completed - started).total_seconds()
     return dict(
-        DponeMetadataSet(
+        CommonMetadataSet(
             bytes=byte_count or 0,
             extraction_seconds=seconds,
             rows_per_second=round(rows / seconds) if seconds else 0,
@@ -95,7 +81,7 @@ def created_metadata(created: TargetTypes, virtual_as_stored: Sequence[str]) -> 
         return dg.MetadataValue.json(entries) if entries else None
 
     return dict(
-        DponeMetadataSet(
+        CommonMetadataSet(
             types_created=listed(types),
             enum_labels_added=listed(labels),
             extensions_created=listed(extensions),
@@ -115,7 +101,7 @@ def schema_change_metadata(changes: Sequence[ColumnChange]) -> dict[str, Any]:
          "detail": c.detail}
         for c in changes
     ]  # fmt: skip
-    return dict(DponeMetadataSet(schema_changes=dg.MetadataValue.json(entries)))
+    return dict(CommonMetadataSet(schema_changes=dg.MetadataValue.json(entries)))
 
 
 def log_schema_changes(
@@ -141,7 +127,7 @@ def timestamp_value(at: datetime | None) -> dg.TimestampMetadataValue | None:
 
 
 def progress_observation(
-    key: dg.AssetKey, progress: DponeMetadataSet, partition: str | None = None
+    key: dg.AssetKey, progress: "BatchMetadataSet", partition: str | None = None
 ) -> dg.AssetObservation:
     """A committed batch's observation, as the UI shows it while the run goes on: its
     ``dpone/progress_*`` keys (``progress``), plotted apart from the materialization's figures."""

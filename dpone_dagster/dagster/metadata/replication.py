@@ -1,5 +1,7 @@
 """What a replication group's run says: each table's materialization and the
-``dpone_slot_healthy`` check of the group's slot.
+``dpone_slot_healthy`` check of the group's slot, built through the group's sets
+(:mod:`dpone_dagster.dagster.metadata.keys.replication`), the stream check's (the applied
+position) and the common one.
 
 The slot is an operational object: a slot nobody drains keeps WAL on the source's disk until it
 fills, and a slot the server invalidated (``max_slot_wal_keep_size``) has lost changes. The
@@ -18,8 +20,14 @@ from typing import Any
 
 import dagster as dg
 
-from dpone_dagster.dagster.metadata.receipts import schema_change_metadata
-from dpone_dagster.dagster.metadata.sets import DponeMetadataSet, bullets
+from dpone_dagster.dagster.metadata.keys.base import bullets
+from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
+from dpone_dagster.dagster.metadata.keys.replication import (
+    ReplicationMetadataSet,
+    SlotMetadataSet,
+)
+from dpone_dagster.dagster.metadata.keys.stream_check import StreamCheckMetadataSet
+from dpone_dagster.dagster.metadata.parts import schema_change_metadata
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
 from dpone_dagster.replication.failover import StandbySlot
@@ -40,9 +48,9 @@ def slot_metadata(status: SlotStatus) -> dict[str, Any]:
     them as JSON."""
     held = status.held_by
     ages = [h.seconds for h in held if h.seconds is not None]
-    return dict(
-        DponeMetadataSet(
-            slot=status.slot,
+    return {
+        **ReplicationMetadataSet(slot=status.slot),
+        **SlotMetadataSet(
             wal_status=status.wal_status,
             safe_wal_size=status.safe_wal_size,
             lag_bytes=status.lag_bytes,
@@ -50,8 +58,8 @@ def slot_metadata(status: SlotStatus) -> dict[str, Any]:
             slot_held_seconds=max(ages) if ages else (None if held else 0.0),
             slot_held_by=dg.JsonMetadataValue([h.as_dict() for h in held]) if held else None,
             slot_failover=status.failover,
-        )
-    )
+        ),
+    }
 
 
 def standby_metadata(standby: StandbySlot | None) -> dict[str, Any]:
@@ -60,7 +68,7 @@ def standby_metadata(standby: StandbySlot | None) -> dict[str, Any]:
     if standby is None:
         return {}
     return dict(
-        DponeMetadataSet(
+        SlotMetadataSet(
             standby_holds_slot=standby.holds,
             standby_slot_lag_bytes=standby.lag_bytes if standby.holds else None,
         )
@@ -81,9 +89,9 @@ def slot_check(
     source's standby, when known) does not hold a copy of it or its copy trails by more than
     ``warn_bytes``; passes otherwise.
     """
-    threshold = dict(DponeMetadataSet(retained_wal_warn_bytes=warn_bytes))
+    threshold = dict(SlotMetadataSet(retained_wal_warn_bytes=warn_bytes))
     if status is None:
-        metadata = {**threshold, **DponeMetadataSet(slot=slot)}
+        metadata = {**threshold, **ReplicationMetadataSet(slot=slot)}
     else:
         metadata = {**slot_metadata(status), **threshold}
     metadata.update(standby_metadata(standby))
@@ -95,7 +103,7 @@ def slot_check(
     severity, description = failure
     if status is not None and status.held_by:
         actions = dg.MetadataValue.md(bullets(held_actions(status)))
-        metadata.update(DponeMetadataSet(next_actions=actions))
+        metadata.update(CommonMetadataSet(next_actions=actions))
     return dg.AssetCheckResult(
         asset_key=key, check_name=SLOT_CHECK_NAME, passed=False, severity=severity,
         description=description, metadata=metadata,
@@ -203,7 +211,7 @@ def _group_changes(report: ReplicationReport, table: TableName) -> dict[str, Any
         return dg.JsonMetadataValue(list(values)) if values else None
 
     return dict(
-        DponeMetadataSet(
+        ReplicationMetadataSet(
             tables_joined=listed([t.qualified for t in report.tables_joined]),
             tables_left=listed([t.qualified for t in report.tables_removed]),
             partitions_merged=listed([t.qualified for t in report.partitions_merged]),
@@ -220,22 +228,24 @@ def replication_metadata(
     copies = (*([report.initial_copy] if report.initial_copy else []), *report.join_copies)
     copied = rows_loaded(copies).get(source_table)
     metadata: dict[str, Any] = {
-        **DponeMetadataSet(
-            publication=report.group.publication,
+        **CommonMetadataSet(
             rows_inserted=table.inserted if table else 0,
             rows_updated=table.updated if table else 0,
             rows_deleted=table.deleted if table else 0,
+            rows_loaded=copied,
+            lag_seconds=report.lag_seconds,
+        ),
+        **ReplicationMetadataSet(
+            publication=report.group.publication,
             truncates=table.truncated if table else 0,
             rows_truncated=table.truncated if table else 0,  # deprecated: dpone/truncates
             transactions=report.transactions,
             transactions_skipped=report.skipped_transactions,
-            applied_lsn=lsn_text(report.applied_lsn),
             upto_lsn=lsn_text(report.upto_lsn),
             budget_reached=report.budget_reached,
             initial_copy=report.initial_copy is not None or source_table in report.tables_joined,
-            rows_loaded=copied,
-            lag_seconds=report.lag_seconds,
         ),
+        **StreamCheckMetadataSet(applied_lsn=lsn_text(report.applied_lsn)),
         **slot_metadata(report.slot),
         **_group_changes(report, source_table),
     }

@@ -1,7 +1,8 @@
-"""Every ``dpone/`` key, declared once: :class:`DponeMetadataSet` (metadata of asset specs,
-materializations, observations, checks and failures; in :mod:`.keys`) and :class:`DponeRunTags`
-(tags of runs and ops; in :mod:`.tags`), both importable from here, with what reads and
-documents them: :func:`metadata_key`, :func:`read_metadata`, :func:`markdown_reference`.
+"""Every ``dpone/`` key, declared once: the job's sets (metadata of asset specs,
+materializations, observations, checks and failures; one module each in :mod:`.keys`) gathered
+into :class:`DponeMetadataSet`, and :class:`DponeRunTags` (tags of runs and ops; in
+:mod:`.tags`), all importable from here, with what reads and documents them:
+:func:`metadata_key`, :func:`read_metadata`, :func:`markdown_reference`.
 
 Each field is one key (``rows_loaded`` is ``dpone/rows_loaded``), typed as its value is (numbers
 stay numbers, so the UI plots them; JSON and Markdown as Dagster's metadata values) and
@@ -9,29 +10,54 @@ documented by its docstring, where it says on what it appears: *copy* (a snapsho
 materialization, and the extraction job's), *partition* (a backfill partition's), *batch* (the
 observation of a committed batch), *incremental* (an incremental run's), *replication* (a
 replicated table's, one per table of the group), *check of a slot* (``dpone_slot_healthy``),
-*generic* (a MySQL or
-REST copy's), *spec* (an asset definition), *check* (a ``dpone_reconciled`` result), *failure*
-(a :class:`~dpone_dagster.DponeFailure`), *kafka* (a Kafka topic's copy). Metadata is built as
-``dict(DponeMetadataSet(...))`` and read back with :func:`read_metadata`; the docs'
-metadata reference (docs/metadata.md) is generated from these docstrings
-(:func:`markdown_reference`).
+*generic* (a MySQL or REST copy's), *spec* (an asset definition), *check* (a
+``dpone_reconciled`` result), *failure* (a :class:`~dpone_dagster.DponeFailure`), *kafka* (a
+Kafka topic's copy). A job builds its metadata through its own set and the common one
+(``dict(CopyMetadataSet(...))``) and reads it back with the set's
+:meth:`~.keys.base.DponeSet.read`; the docs' metadata reference (docs/metadata.md) is
+generated from these docstrings (:func:`markdown_reference`), one table per set.
+
+This module imports every job's set: the package's jobs import their own (:mod:`.keys`).
 
 The standard keys (``dagster/row_count``, ``dagster/table_name``, ``dagster/column_schema``,
 ``dagster/column_lineage``) are Dagster's ``TableMetadataSet``.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import dagster as dg
 
-from .keys import NAMESPACE, DponeMetadataSet, readable_number
+from .keys.backfill import PartitionMetadataSet
+from .keys.base import NAMESPACE, DponeSet, bullets, readable_number
+from .keys.batch import BatchMetadataSet
+from .keys.common import CommonMetadataSet, FailureMetadataSet
+from .keys.copy import CopyMetadataSet
+from .keys.freshness import FreshnessMetadataSet
+from .keys.incremental import IncrementalMetadataSet
+from .keys.kafka import KafkaMetadataSet
+from .keys.replication import ReplicationMetadataSet, SlotMetadataSet
+from .keys.stream_check import StreamCheckMetadataSet
 from .tags import DponeRunTags
 
 __all__ = [
     "NAMESPACE",
+    "SETS",
+    "BatchMetadataSet",
+    "CommonMetadataSet",
+    "CopyMetadataSet",
     "DponeMetadataSet",
     "DponeRunTags",
+    "DponeSet",
+    "FailureMetadataSet",
+    "FreshnessMetadataSet",
+    "IncrementalMetadataSet",
+    "KafkaMetadataSet",
+    "PartitionMetadataSet",
+    "ReplicationMetadataSet",
+    "SlotMetadataSet",
+    "StreamCheckMetadataSet",
+    "bullets",
     "markdown_reference",
     "metadata_key",
     "read_metadata",
@@ -39,43 +65,58 @@ __all__ = [
 ]
 
 
-def bullets(items: Sequence[str]) -> str:
-    """``items`` as a Markdown list, one a line (next actions, in metadata and descriptions).
+class DponeMetadataSet(
+    CommonMetadataSet,
+    CopyMetadataSet,
+    PartitionMetadataSet,
+    BatchMetadataSet,
+    IncrementalMetadataSet,
+    StreamCheckMetadataSet,
+    ReplicationMetadataSet,
+    SlotMetadataSet,
+    KafkaMetadataSet,
+    FreshnessMetadataSet,
+    FailureMetadataSet,
+):
+    """Every ``dpone/`` key of every job's set, in one set (each unset field is left out): for
+    your own assets, and to read any dpone metadata back.
 
     Examples:
-        >>> print(bullets(["Run again.", "Or resync."]))
-        - Run again.
-        - Or resync.
+        >>> dict(DponeMetadataSet(cursor="id", on_changed="repair"))
+        {'dpone/on_changed': 'repair', 'dpone/cursor': 'id'}
+        >>> DponeMetadataSet.extract({"dpone/checkpoint": "sha256:ab", "other/key": 1}).checkpoint
+        'sha256:ab'
     """
-    return "\n".join(f"- {item}" for item in items)
+
+
+SETS: tuple[type[DponeSet], ...] = DponeMetadataSet.__bases__
+"""Every job's set, in the order the docs' reference lists them."""
 
 
 def metadata_key(field: str) -> str:
-    """The ``dpone/`` key of a declared metadata field or run tag.
+    """The ``dpone/`` key of a declared metadata field (of any set) or run tag.
 
     Raises:
-        KeyError: for a field neither set declares.
+        KeyError: for a field no set declares.
 
     Examples:
         >>> metadata_key("error_code")
         'dpone/error_code'
     """
-    if field not in DponeMetadataSet.model_fields and field not in DponeRunTags.model_fields:
-        raise KeyError(f"dpone declares no key {field!r}")
-    return f"{NAMESPACE}/{field}"
+    if field in DponeRunTags.model_fields:
+        return f"{NAMESPACE}/{field}"
+    return DponeMetadataSet.key(field)
 
 
 def read_metadata(metadata: Mapping[str, Any], *fields: str) -> DponeMetadataSet:
-    """The declared ``fields`` of ``metadata`` (a spec's, a recorded materialization's), as
-    their values (a recorded ``TextMetadataValue`` is read as its text); other keys are left
-    alone, so a key an older version wrote with another type does not matter here.
+    """The declared ``fields`` of ``metadata``, whichever set declares them
+    (:meth:`~.keys.base.DponeSet.read` of :class:`DponeMetadataSet`).
 
     Examples:
         >>> read_metadata({"dpone/table": "a.b", "dpone/copied": "x"}, "table").table
         'a.b'
     """
-    wanted = {metadata_key(f) for f in fields}
-    return DponeMetadataSet.extract({k: v for k, v in metadata.items() if k in wanted})
+    return DponeMetadataSet.read(metadata, *fields)
 
 
 _KINDS = {
@@ -89,12 +130,23 @@ _KINDS = {
 }
 
 
-def markdown_reference() -> str:
-    """The docs' table of every ``dpone/`` key (docs/metadata.md): its value and its docstring."""
+def _table(model: type[DponeSet] | type[DponeRunTags], kind: str = "") -> list[str]:
+    """The reference's table of one set: each key, its value and its docstring."""
     rows = ["| Key | Value | What it is (on) |", "| --- | --- | --- |"]
-    for kind, model in (("", DponeMetadataSet), ("run tag: ", DponeRunTags)):
-        for name, field in model.model_fields.items():
-            [value] = [t for t in get_args(field.annotation) if t is not type(None)]
-            doc = " ".join((field.description or "").split()).replace("``", "`")
-            rows.append(f"| `{NAMESPACE}/{name}` | {kind}{_KINDS[value]} | {doc} |")
-    return "\n".join(rows) + "\n"
+    for name, field in model.model_fields.items():
+        [value] = [t for t in get_args(field.annotation) if t is not type(None)]
+        doc = " ".join((field.description or "").split()).replace("``", "`")
+        rows.append(f"| `{NAMESPACE}/{name}` | {kind}{_KINDS[value]} | {doc} |")
+    return rows
+
+
+def markdown_reference() -> str:
+    """The docs' reference of every ``dpone/`` key (docs/metadata.md): one table per set, in
+    the order of :data:`SETS`, then the run tags; each key with its value and its docstring."""
+    parts: list[str] = []
+    for model in SETS:
+        summary = " ".join((model.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
+        parts += [f"## `{model.__name__}`", "", summary, "", *_table(model), ""]
+    parts += ["## `DponeRunTags`", "", "Tags of runs and ops.", "",
+              *_table(DponeRunTags, "run tag: ")]  # fmt: skip
+    return "\n".join(parts) + "\n"

@@ -4,7 +4,7 @@
 from dagster._core.definitions.tags import NamespacedTagSet
 from pydantic import ConfigDict
 
-from .keys import NAMESPACE
+from .keys.base import NAMESPACE
 
 
 class DponeRunTags(NamespacedTagSet):
