@@ -1,16 +1,22 @@
-"""Run-time errors as Dagster failures that carry the stable code and the next actions."""
+"""Run-time errors as Dagster failures that carry the stable code and the next actions: a
+run's :class:`DponeError`, or a bare ``psycopg.Error`` coded as its job codes it
+(:class:`FailureCoding`), becomes a :class:`DponeFailure`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
+import psycopg
 
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.metadata.keys.base import bullets
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet, FailureMetadataSet
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle import DponeError, redact
+from dpone_dagster.postgres.failures import FailureSide, database_error
 
 ERROR_CODE_KEY = FailureMetadataSet.key("error_code")
 """``dpone/error_code``: the failure's stable code."""
@@ -71,10 +77,45 @@ class DponeFailure(dg.Failure):
         return self.error.code
 
 
+@dataclass(frozen=True)
+class FailureCoding:
+    """How a job codes its run's failure (:meth:`failure`).
+
+    Args:
+        side: The side whose session raised a bare ``psycopg.Error``: the engines code their
+            own database errors, so a bare one comes from the step's own statements (its
+            metadata reads, a check of the ledger's database).
+        outage: The job's code for a database failure that no kind names (a lost connection,
+            a server shut down); ``None``: the side's own (``source_read_failed``,
+            ``target_load_failed``).
+        metadata: More metadata for the failure, from its error (a copy's terminal outcome).
+    """
+
+    side: FailureSide = "target"
+    outage: str | None = None
+    metadata: Callable[[DponeError], Mapping[str, Any]] | None = None
+
+    def failure(self, exc: DponeError | psycopg.Error) -> DponeFailure:
+        """The :class:`DponeFailure` of ``exc``: a :class:`DponeError` as it is, a
+        ``psycopg.Error`` as the stable error of a database failure on :attr:`side`
+        (:func:`~dpone_dagster.postgres.failures.database_error`, :attr:`outage` for one that
+        no kind names), with the job's :attr:`metadata`."""
+        if isinstance(exc, psycopg.Error):
+            cause = redact(str(exc)).strip()
+            outage = None if self.outage is None else engine_error(self.outage, cause)
+            error = database_error(exc, self.side, outage=outage)
+        else:
+            error = exc
+        return DponeFailure(error, None if self.metadata is None else self.metadata(error))
+
+
 @contextmanager
-def dagster_failures() -> Iterator[None]:
-    """Re-raises any :class:`DponeError` inside the block as a :class:`DponeFailure`."""
+def dagster_failures(coding: FailureCoding | None = None) -> Iterator[None]:
+    """Re-raises a :class:`DponeError` of the block as a :class:`DponeFailure`; given the
+    job's ``coding``, a bare ``psycopg.Error`` too, coded as :meth:`FailureCoding.failure`
+    says (without one, a ``psycopg.Error`` passes as it is)."""
+    caught = (DponeError,) if coding is None else (DponeError, psycopg.Error)
     try:
         yield
-    except DponeError as exc:
-        raise DponeFailure(exc) from exc
+    except caught as exc:
+        raise (coding or FailureCoding()).failure(exc) from exc

@@ -24,7 +24,7 @@ import dagster as dg
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.replication import group_engine, group_specs
-from dpone_dagster.dagster.events.snapshot_copy import copy_failure
+from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.catalog import table_catalog_metadata
 from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
@@ -82,7 +82,7 @@ def _guarded(context: dg.OpExecutionContext, copy: SnapshotCopy, step: Callable[
         copy.close()  # settles what is undecided (abort) and closes every session
         context.log.error(f"dpone terminal outcome: {_outcome_line(copy)}")
         if isinstance(exc, DponeError):
-            raise copy_failure(exc) from exc
+            raise CopyEvents.coding.failure(exc) from exc
         raise
 
 
@@ -231,7 +231,8 @@ def drop_replication_job(
             shop = replication_assets(["shop.orders", "shop.customers"], slot="dpone_shop")
             defs = dg.Definitions(assets=[shop], jobs=[drop_replication_job(shop)], ...)
     """
-    group = group_specs(replication)
+    with dagster_failures():
+        group = group_specs(replication)
     job_name = name or f"drop_{replication.node_def.name}"
 
     @dg.op(name=f"{job_name}_op", tags=dict(DponeRunTags(slot=group.slot)))
@@ -289,7 +290,8 @@ def replication_check_job(
             shop = replication_assets(["shop.orders"], slot="dpone_shop")
             defs = dg.Definitions(assets=[shop], jobs=[replication_check_job(shop)], ...)
     """
-    group = group_specs(replication)
+    with dagster_failures():
+        group = group_specs(replication)
     job_name = name or f"check_{replication.node_def.name}"
     how = build_options(
         ReplicationOptions, options, caller="replication_check_job", shortcuts={"deletes": deletes}

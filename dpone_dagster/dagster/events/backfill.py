@@ -15,7 +15,6 @@ from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import psycopg
 
 from dpone_dagster.backfill import (
     Backfill,
@@ -26,7 +25,6 @@ from dpone_dagster.backfill import (
     prepare_target,
 )
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.dagster.metadata.backfill import backfill_check, partition_metadata
 from dpone_dagster.dagster.metadata.keys.backfill import PartitionMetadataSet
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
@@ -34,10 +32,10 @@ from dpone_dagster.dagster.metadata.parts import CHECK_NAME, created_metadata
 from dpone_dagster.dagster.partitions import CursorRange, partition_cursor_range
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.reconcile import Proof
 
 from .progress import ProgressReporter
+from .skeleton import JobEvents
 from .tail import table_set
 
 if TYPE_CHECKING:
@@ -100,7 +98,7 @@ def ordered_partitions(
 
 
 @dataclass(frozen=True)
-class BackfillEvents:
+class BackfillEvents(JobEvents[BackfillEvent]):
     """The events of a backfill of the run's partitions: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.backfill` returns one; the attributes are its
@@ -115,18 +113,12 @@ class BackfillEvents:
     ledger: "LedgerResource"
     options: BackfillOptions
 
-    def __iter__(self) -> Iterator[BackfillEvent]:
+    def run(self) -> Iterator[BackfillEvent]:
         """Runs the partitions in order; yields the check (when selected), then the
-        materialization.
-
-        Raises:
-            DponeFailure: any backfill error, with its code and next actions.
-        """
+        materialization; a partition whose reconciliation failed ends the run with its error,
+        after the check that reports it."""
         context = self.context
-        try:
-            what = backfill_target(context)
-        except DponeError as exc:
-            raise DponeFailure(exc) from exc
+        what = backfill_target(context)
         with ProgressReporter(context, what.key) as progress:
             ledger = self.ledger.config(self.target)
             runner = _PartitionRunner(
@@ -137,7 +129,7 @@ class BackfillEvents:
             passed = failed is None and all(c["ok"] for c in checks)
             yield backfill_check(what.key, checks, passed)
         if failed is not None:
-            raise DponeFailure(failed)
+            raise failed
         if what.key in context.selected_asset_keys:
             yield dg.MaterializeResult(asset_key=what.key)
 
@@ -178,10 +170,6 @@ class _PartitionRunner:
                     "proved_at": report.proved_at.isoformat(),
                 })  # fmt: skip
                 return checks, exc
-            except DponeError as exc:
-                raise DponeFailure(exc) from exc
-            except psycopg.Error as exc:  # the step's own reads (metadata): the run's are coded
-                raise DponeFailure(database_error(exc, "target")) from exc
         return checks, None
 
     def _backfill(self, rng: CursorRange) -> Backfill:

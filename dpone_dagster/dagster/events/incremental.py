@@ -16,14 +16,13 @@ recorded lag.
 
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import dagster as dg
-import psycopg
 
 from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.failures import FailureCoding
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.incremental import incremental_check, incremental_metadata
 from dpone_dagster.dagster.metadata.keys.batch import BatchMetadataSet
@@ -35,10 +34,10 @@ from dpone_dagster.dagster.metadata.parts import (
 )
 from dpone_dagster.dagster.metadata.stream_check import verification_check
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
-from dpone_dagster.lifecycle import DponeError, redact
+from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.failures import database_error
 
+from .skeleton import JobEvents
 from .tail import materialized, table_set
 
 if TYPE_CHECKING:
@@ -55,12 +54,10 @@ def _spec_names(context: dg.AssetExecutionContext) -> tuple[dg.AssetKey, TableNa
     [(key, spec)] = context.assets_def.specs_by_key.items()
     names = CommonMetadataSet.read(spec.metadata, "source_table", "table", "cursor")
     if names.source_table is None or names.table is None or names.cursor is None:
-        raise DponeFailure(
-            DponeError(
-                "plan_invalid",
-                f"Asset {key.to_user_string()} does not name its table, target and cursor.",
-                ["Build the asset with incremental_asset(...)."],
-            )
+        raise DponeError(
+            "plan_invalid",
+            f"Asset {key.to_user_string()} does not name its table, target and cursor.",
+            ["Build the asset with incremental_asset(...)."],
         )
     return key, TableName.parse(names.source_table), TableName.parse(names.table), names.cursor
 
@@ -75,13 +72,16 @@ def _observation(key: dg.AssetKey, done: BatchOutcome) -> dg.AssetObservation:
 
 
 @dataclass(frozen=True)
-class IncrementalEvents:
+class IncrementalEvents(JobEvents[IncrementalEvent]):
     """The events of one run of an asset's incremental stream: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.incremental` returns one; the attributes are
     its arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
-    to the defaults).
+    to the defaults). The engine codes its own database failures; any other one is
+    ``incremental_failed`` (or the kind's code).
     """
+
+    coding: ClassVar[FailureCoding] = FailureCoding("target", outage="incremental_failed")
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
@@ -90,35 +90,20 @@ class IncrementalEvents:
     ledger: "LedgerResource"
     options: IncrementalOptions
 
-    def __iter__(self) -> Iterator[IncrementalEvent]:
-        """Runs the stream once; yields the check (when selected), then the materialization.
-
-        Raises:
-            DponeFailure: any stream error, with its code and next actions;
-                ``incremental_options_invalid`` for a ledger in another database.
-        """
+    def run(self) -> Iterator[IncrementalEvent]:
+        """Runs the stream once; yields the check (when selected), then the materialization
+        (``plan_invalid`` for a spec that names no table, target and cursor;
+        ``incremental_options_invalid`` for a ledger in another database)."""
         context, target = self.context, self.target
         key, table, target_table, cursor = _spec_names(context)
-        try:
-            sync = self._sync(key, table, target_table, cursor)
-            soft = sync.soft  # the soft-delete column, when deletes are soft
-            if key not in context.selected_asset_keys:  # the checks alone: copy nothing
-                if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
-                    yield verification_check(key, sync.check(), "No run has completed yet.")
-                yield from stream_freshness(context, key, None)
-                return
-            result = sync.run()
-        except (DponeError, psycopg.Error) as exc:
-            error = (
-                exc
-                if isinstance(exc, DponeError)
-                else database_error(
-                    exc,
-                    "target",
-                    outage=engine_error("incremental_failed", redact(str(exc)).strip()),
-                )
-            )  # the engine codes its own database failures: any other one, mapped here
-            raise DponeFailure(error) from exc
+        sync = self._sync(key, table, target_table, cursor)
+        soft = sync.soft  # the soft-delete column, when deletes are soft
+        if key not in context.selected_asset_keys:  # the checks alone: copy nothing
+            if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys:
+                yield verification_check(key, sync.check(), "No run has completed yet.")
+            yield from stream_freshness(context, key, None)
+            return
+        result = sync.run()
         for notice in result.notices:
             context.log.warning(f"dpone: [{notice.code}] {notice.message}")
         log_schema_changes(context.log, target_table.qualified, result.schema_changes)

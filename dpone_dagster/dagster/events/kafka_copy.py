@@ -18,13 +18,13 @@ import dagster as dg
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.dagster.events.source_copy import report_metadata
-from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.metadata.keys.kafka import KafkaMetadataSet
 from dpone_dagster.dagster.metadata.parts import log_schema_changes
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 
+from .skeleton import JobEvents
 from .tail import materialized, table_set
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def kafka_metadata(report: KafkaCopyReport) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class KafkaCopyEvents:
+class KafkaCopyEvents(JobEvents[KafkaCopyEvent]):
     """The events of one run of a Kafka stream: iterating them runs it.
 
     :meth:`~dpone_dagster.KafkaSourceResource.copy_topic` returns one; ``source`` is the
@@ -67,28 +67,21 @@ class KafkaCopyEvents:
     ledger: "LedgerResource"
     target_table: TableName
 
-    def __iter__(self) -> Iterator[KafkaCopyEvent]:
-        """Runs the stream once; yields the asset's materialization.
-
-        Raises:
-            DponeFailure: any error, with its code and next actions (``kafka_options_invalid``
-                for a ledger outside the target's database: the offsets commit with the rows).
-        """
+    def run(self) -> Iterator[KafkaCopyEvent]:
+        """Runs the stream once; yields the asset's materialization (``kafka_options_invalid``
+        for a ledger outside the target's database: the offsets commit with the rows)."""
         context, target, table = self.context, self.target, self.target_table
         if not self.ledger.in_target(target):
-            raise DponeFailure(
-                engine_error(
-                    "kafka_options_invalid",
-                    "A Kafka stream's offsets commit with its rows: the ledger resource names "
-                    "another database than the target's.",
-                    ["Leave LedgerResource.dsn unset, or give it the target's database."],
-                )
+            raise engine_error(
+                "kafka_options_invalid",
+                "A Kafka stream's offsets commit with its rows: the ledger resource names "
+                "another database than the target's.",
+                ["Leave LedgerResource.dsn unset, or give it the target's database."],
             )
-        with dagster_failures():
-            report = copy_topic(
-                self.source, target.dsn, table, ledger_schema=self.ledger.schema_name,
-                connection_options=target.options,
-            )  # fmt: skip
+        report = copy_topic(
+            self.source, target.dsn, table, ledger_schema=self.ledger.schema_name,
+            connection_options=target.options,
+        )  # fmt: skip
         log_schema_changes(context.log, table.qualified, report.load.schema_changes)
         lines = json.dumps([p.as_json() for p in report.partitions])
         context.log.info(

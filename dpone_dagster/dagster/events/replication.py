@@ -23,13 +23,13 @@ lag, the WAL the slot retains (and the transactions holding it back) and each ch
 
 from collections.abc import Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import dagster as dg
 import psycopg
 
 from dpone_dagster.core.verification import Verification
-from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.failures import FailureCoding
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.metadata.keys.replication import ReplicationMetadataSet
 from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
@@ -44,7 +44,6 @@ from dpone_dagster.dagster.metadata.stream_check import verification_check
 from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import connect
-from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
@@ -53,6 +52,7 @@ from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
+from .skeleton import JobEvents
 from .tail import materialized, table_sets
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def group_specs(assets_def: dg.AssetsDefinition) -> GroupSpecs:
     """The group of a multi-asset built by :func:`~dpone_dagster.replication_assets`.
 
     Raises:
-        DponeFailure: ``plan_invalid`` when a spec names no table, or the specs name more than
+        DponeError: ``plan_invalid`` when a spec names no table, or the specs name more than
             one slot or publication.
     """
     tables: dict[dg.AssetKey, CopyTableSpec] = {}
@@ -91,13 +91,11 @@ def group_specs(assets_def: dg.AssetsDefinition) -> GroupSpecs:
         group = ReplicationMetadataSet.read(spec.metadata, "slot", "publication")
         groups.add((group.slot, group.publication))
     if not tables or len(groups) != 1 or None in next(iter(groups)):
-        raise DponeFailure(
-            DponeError(
-                "plan_invalid",
-                f"Asset {assets_def.node_def.name} does not name one slot and one publication "
-                "for its tables.",
-                ["Build the asset with replication_assets(...)."],
-            )
+        raise DponeError(
+            "plan_invalid",
+            f"Asset {assets_def.node_def.name} does not name one slot and one publication for "
+            "its tables.",
+            ["Build the asset with replication_assets(...)."],
         )
     [(slot, publication)] = groups
     return GroupSpecs(tables, str(slot), str(publication))
@@ -155,13 +153,16 @@ def group_engine(
 
 
 @dataclass(frozen=True)
-class ReplicationEvents:
+class ReplicationEvents(JobEvents[ReplicationEvent]):
     """The events of one run of a replication group: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.replicate` returns one; the attributes are its
     arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
-    built from its shortcuts).
+    built from its shortcuts). The engine codes its own errors; a bare database error is the
+    source's, named by its kind.
     """
+
+    coding: ClassVar[FailureCoding] = FailureCoding("source")
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
@@ -172,30 +173,23 @@ class ReplicationEvents:
     resync: bool = False
     adopt: bool = False
 
-    def __iter__(self) -> Iterator[ReplicationEvent]:
+    def run(self) -> Iterator[ReplicationEvent]:
         """Runs the group once; yields each table's check (when declared), then its
-        materialization.
-
-        Raises:
-            DponeFailure: any replication error, with its code and next actions;
-                ``replication_slot_lost`` after the failed ``dpone_slot_healthy`` checks.
-        """
+        materialization; a lost slot yields the failed ``dpone_slot_healthy`` checks, then
+        ends the run with ``replication_slot_lost``, the resync its first next action."""
         context = self.context
         group = group_specs(context.assets_def)
         refused = _subset_refused(context, group)
         if refused is not None:
-            raise DponeFailure(refused)
+            raise refused
         try:
             report = self._engine(group).run()
-        except (DponeError, psycopg.Error) as exc:
-            # The engine codes its own errors; a bare database error is named by its kind.
-            error = exc if isinstance(exc, DponeError) else database_error(exc, "source")
-            if error.code == "replication_slot_lost":
-                yield from self._checks(group, self._slot_now(group.slot))
-                error = DponeError(
-                    error.code, error.message, [self._resync_action(), *error.next_actions]
-                )
-            raise DponeFailure(error) from exc
+        except DponeError as exc:
+            if exc.code != "replication_slot_lost":
+                raise
+            yield from self._checks(group, self._slot_now(group.slot))
+            actions = [self._resync_action(), *exc.next_actions]
+            raise DponeError(exc.code, exc.message, actions) from exc
         for table in report.tables:
             log_schema_changes(context.log, table.table.qualified, table.schema_changes)
         for removed in report.tables_removed:

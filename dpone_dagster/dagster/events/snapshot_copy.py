@@ -10,12 +10,11 @@ after the load committed.
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import dagster as dg
-import psycopg
 
-from dpone_dagster.dagster.failures import DponeFailure
+from dpone_dagster.dagster.failures import FailureCoding
 from dpone_dagster.dagster.metadata.catalog import source_key_of, table_catalog_metadata
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.metadata.parts import CHECK_NAME, log_schema_changes
@@ -33,8 +32,9 @@ from dpone_dagster.postgres import (
     SnapshotCopyOptions,
     SnapshotSession,
 )
-from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.reconcile import reconcile_copy
+
+from .skeleton import JobEvents
 
 if TYPE_CHECKING:
     from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
@@ -73,21 +73,24 @@ def selected_tables(
     return {key: spec for key, spec in by_key.items() if key in selected}
 
 
-def copy_failure(exc: DponeError) -> DponeFailure:
-    """A run failure for a copy error, with the terminal outcome when there was one."""
-    report = getattr(exc, "report", None)
+def copy_failure_metadata(error: DponeError) -> dict[str, Any]:
+    """A copy failure's metadata: its terminal outcome, when the copy reached one."""
+    report = getattr(error, "report", None)
     if isinstance(report, CopyReport):
-        return DponeFailure(exc, dict(CommonMetadataSet(terminal_outcome=report.outcome.value)))
-    return DponeFailure(exc)
+        return dict(CommonMetadataSet(terminal_outcome=report.outcome.value))
+    return {}
 
 
 @dataclass(frozen=True)
-class CopyEvents:
+class CopyEvents(JobEvents[CopyEvent]):
     """The events of one snapshot copy of the selected tables: iterating them runs the copy.
 
     :meth:`~dpone_dagster.PostgresSourceResource.copy_tables` returns one; the attributes are
-    its arguments (``options`` built from its shortcuts).
+    its arguments (``options`` built from its shortcuts). A failure carries the copy's terminal
+    outcome, when it reached one.
     """
+
+    coding: ClassVar[FailureCoding] = FailureCoding("target", metadata=copy_failure_metadata)
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
@@ -97,33 +100,24 @@ class CopyEvents:
     translator: DponeTranslator | None
     options: SnapshotCopyOptions
 
-    def __iter__(self) -> Iterator[CopyEvent]:
+    def run(self) -> Iterator[CopyEvent]:
         """Copies the tables under one held snapshot; yields each table's materialization,
-        then each selected ``dpone_reconciled`` check.
-
-        Raises:
-            DponeFailure: any copy error, with its code, next actions and terminal outcome.
-        """
+        then each selected ``dpone_reconciled`` check."""
         context, source, target = self.context, self.source, self.target
-        try:
-            chosen = selected_tables(context, self.tables, self.translator)
-            checked = [
-                key
-                for key in chosen
-                if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys
-            ]
-            # The copy reads under a snapshot this step holds, so the checks can read the
-            # source under the very same snapshot after the load committed.
-            with source.open_snapshot(export=True) as held:
-                seconds: dict[str, float] = {}
-                report = _copy(source, target, held, chosen, self.options, seconds)
-                yield from _materializations(context, source, target, report, list(chosen), seconds)
-                if checked:
-                    yield from _checks(source, target, held, report, list(chosen), checked)
-        except DponeError as exc:
-            raise copy_failure(exc) from exc
-        except psycopg.Error as exc:  # the step's own reads (metadata): the copy's are coded
-            raise copy_failure(database_error(exc, "target")) from exc
+        chosen = selected_tables(context, self.tables, self.translator)
+        checked = [
+            key
+            for key in chosen
+            if dg.AssetCheckKey(key, CHECK_NAME) in context.selected_asset_check_keys
+        ]
+        # The copy reads under a snapshot this step holds, so the checks can read the source
+        # under the very same snapshot after the load committed.
+        with source.open_snapshot(export=True) as held:
+            seconds: dict[str, float] = {}
+            report = _copy(source, target, held, chosen, self.options, seconds)
+            yield from _materializations(context, source, target, report, list(chosen), seconds)
+            if checked:
+                yield from _checks(source, target, held, report, list(chosen), checked)
 
 
 def _copy(

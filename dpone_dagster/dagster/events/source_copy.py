@@ -17,7 +17,6 @@ import dagster as dg
 # TableMetadataSet has no public name in dagster 1.13 (see ..metadata.catalog).
 from dagster._core.definitions.metadata import TableMetadataSet
 
-from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.metadata.parts import (
     log_schema_changes,
@@ -29,6 +28,7 @@ from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
 
+from .skeleton import JobEvents
 from .tail import table_set
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def report_metadata(report: SourceLoadReport) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class SourceCopyEvents:
+class SourceCopyEvents(JobEvents[SourceCopyEvent]):
     """The events of one generic source's copy into a PostgreSQL table: iterating them runs it.
 
     :meth:`~dpone_dagster.MySQLSourceResource.copy_table` and
@@ -79,28 +79,23 @@ class SourceCopyEvents:
     primary_key: Sequence[str]
     schema_changes: SchemaChanges | str
 
-    def __iter__(self) -> Iterator[SourceCopyEvent]:
-        """Loads the source into the target table; yields the asset's materialization.
-
-        Raises:
-            DponeFailure: any copy error, with its code and next actions.
-        """
+    def run(self) -> Iterator[SourceCopyEvent]:
+        """Loads the source into the target table; yields the asset's materialization."""
         context, target = self.context, self.target
-        with dagster_failures():
-            table = (
-                self.target_table
-                if isinstance(self.target_table, TableName)
-                else TableName.parse(self.target_table)
-            )
-            report = load_source(
-                self.source,
-                target.dsn,
-                table,
-                sink=self.sink,
-                primary_key=self.primary_key,
-                options=target.options,
-                schema_changes=self.schema_changes,
-            )
+        table = (
+            self.target_table
+            if isinstance(self.target_table, TableName)
+            else TableName.parse(self.target_table)
+        )
+        report = load_source(
+            self.source,
+            target.dsn,
+            table,
+            sink=self.sink,
+            primary_key=self.primary_key,
+            options=target.options,
+            schema_changes=self.schema_changes,
+        )
         log_schema_changes(context.log, table.qualified, report.schema_changes)
         context.log.info(
             f"dpone: {report.rows_loaded} rows from {report.source_label} into {table} "

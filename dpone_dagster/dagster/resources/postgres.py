@@ -29,10 +29,9 @@ from dpone_dagster.dagster.events.backfill import BackfillEvents
 from dpone_dagster.dagster.events.incremental import IncrementalEvents
 from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
-from dpone_dagster.dagster.failures import DponeFailure, dagster_failures
+from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.incremental import IncrementalOptions
-from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import (
     Sink,
     SnapshotCopyOptions,
@@ -229,12 +228,10 @@ class PostgresSourceResource(PostgresResource):
                         context, target=target, options=BackfillOptions(batch_size=500)
                     )
         """
-        try:
+        with dagster_failures():
             built = build_options(
                 BackfillOptions, options, caller="PostgresSourceResource.backfill", legacy=legacy
             )
-        except DponeError as exc:
-            raise DponeFailure(exc) from exc
         return BackfillEvents(
             context, source=self, target=target, ledger=ledger or LedgerResource(), options=built
         )
@@ -294,13 +291,11 @@ class PostgresSourceResource(PostgresResource):
                         context, target=target, options=IncrementalOptions(deletes="hard")
                     )
         """
-        try:
+        with dagster_failures():
             chosen = build_options(
                 IncrementalOptions, options, caller="PostgresSourceResource.incremental",
                 legacy=legacy,
             )  # fmt: skip
-        except DponeError as exc:
-            raise DponeFailure(exc) from exc
         return IncrementalEvents(
             context, source=self, target=target, ledger=ledger or LedgerResource(), options=chosen
         )
@@ -403,7 +398,8 @@ class PostgresSourceResource(PostgresResource):
                 PostgresSourceResource(dsn=...).drop_replication(shop)
         """
         if isinstance(group, dg.AssetsDefinition):
-            names = group_specs(group)
+            with dagster_failures():
+                names = group_specs(group)
             slot, publication = names.slot, names.publication
         else:
             slot = group
