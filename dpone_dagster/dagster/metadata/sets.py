@@ -130,23 +130,26 @@ _KINDS = {
 }
 
 
-def _table(model: type[DponeSet] | type[DponeRunTags], kind: str = "") -> list[str]:
-    """The reference's table of one set: each key, its value and its docstring."""
-    rows = ["| Key | Value | What it is (on) |", "| --- | --- | --- |"]
+def _words(text: str) -> str:
+    """``text`` on one line, its literals in Markdown."""
+    return " ".join(text.split()).replace("``", "`")
+
+
+def _section(model: type[DponeSet] | type[DponeRunTags], kind: str = "") -> list[str]:
+    """The reference's section of one set: its name, the first paragraph of its docstring,
+    and a table of each key with its value and its docstring."""
+    summary = _words((model.__doc__ or "").split("\n\n")[0])
+    rows = [f"## `{model.__name__}`", "", summary, "", "| Key | Value | What it is (on) |",
+            "| --- | --- | --- |"]  # fmt: skip
     for name, field in model.model_fields.items():
         [value] = [t for t in get_args(field.annotation) if t is not type(None)]
-        doc = " ".join((field.description or "").split()).replace("``", "`")
-        rows.append(f"| `{NAMESPACE}/{name}` | {kind}{_KINDS[value]} | {doc} |")
+        rows.append(f"| `{NAMESPACE}/{name}` | {kind}{_KINDS[value]} | "
+                    f"{_words(field.description or '')} |")  # fmt: skip
     return rows
 
 
 def markdown_reference() -> str:
-    """The docs' reference of every ``dpone/`` key (docs/metadata.md): one table per set, in
-    the order of :data:`SETS`, then the run tags; each key with its value and its docstring."""
-    parts: list[str] = []
-    for model in SETS:
-        summary = " ".join((model.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
-        parts += [f"## `{model.__name__}`", "", summary, "", *_table(model), ""]
-    parts += ["## `DponeRunTags`", "", "Tags of runs and ops.", "",
-              *_table(DponeRunTags, "run tag: ")]  # fmt: skip
-    return "\n".join(parts) + "\n"
+    """The docs' reference of every ``dpone/`` key (docs/metadata.md): one section per set, in
+    the order of :data:`SETS`, then the run tags'."""
+    sections = [*(_section(model) for model in SETS), _section(DponeRunTags, "run tag: ")]
+    return "\n\n".join("\n".join(rows) for rows in sections) + "\n"
