@@ -17,21 +17,15 @@ iterated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import dagster as dg
 from pydantic import Field, field_validator
 
-from dpone_dagster.backfill import BackfillOptions
-from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.options import build_options
-from dpone_dagster.dagster.events.backfill import BackfillEvents
-from dpone_dagster.dagster.events.incremental import IncrementalEvents
-from dpone_dagster.dagster.events.replication import ReplicationEvents, group_specs
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.incremental import IncrementalOptions
 from dpone_dagster.postgres import (
     Sink,
     SnapshotCopyOptions,
@@ -39,11 +33,21 @@ from dpone_dagster.postgres import (
     Strategy,
 )
 from dpone_dagster.postgres.connection import Side, connect
-from dpone_dagster.replication import ReplicationOptions
-from dpone_dagster.replication.slot import Dropped, drop_replication
 
 from .ledger import LedgerResource
 from .sessions import PostgresResource, checked_dsn
+
+# The other jobs' options and events are imported by the methods that run them: a code location
+# that copies tables under a snapshot loads neither the backfill, the stream nor replication.
+if TYPE_CHECKING:
+    from dpone_dagster.backfill import BackfillOptions
+    from dpone_dagster.core.deletes import Deletes
+    from dpone_dagster.dagster.events.backfill import BackfillEvents
+    from dpone_dagster.dagster.events.incremental import IncrementalEvents
+    from dpone_dagster.dagster.events.replication import ReplicationEvents
+    from dpone_dagster.incremental import IncrementalOptions
+    from dpone_dagster.replication import ReplicationOptions
+    from dpone_dagster.replication.slot import Dropped
 
 
 class PostgresTargetResource(PostgresResource):
@@ -228,6 +232,9 @@ class PostgresSourceResource(PostgresResource):
                         context, target=target, options=BackfillOptions(batch_size=500)
                     )
         """
+        from dpone_dagster.backfill import BackfillOptions
+        from dpone_dagster.dagster.events.backfill import BackfillEvents
+
         with dagster_failures():
             built = build_options(
                 BackfillOptions, options, caller="PostgresSourceResource.backfill", legacy=legacy
@@ -291,6 +298,9 @@ class PostgresSourceResource(PostgresResource):
                         context, target=target, options=IncrementalOptions(deletes="hard")
                     )
         """
+        from dpone_dagster.dagster.events.incremental import IncrementalEvents
+        from dpone_dagster.incremental import IncrementalOptions
+
         with dagster_failures():
             chosen = build_options(
                 IncrementalOptions, options, caller="PostgresSourceResource.incremental",
@@ -359,6 +369,9 @@ class PostgresSourceResource(PostgresResource):
                            target: PostgresTargetResource):
                     yield from source.replicate(context, target=target)
         """
+        from dpone_dagster.dagster.events.replication import ReplicationEvents
+        from dpone_dagster.replication import ReplicationOptions
+
         shortcuts = {"deletes": deletes, "max_changes_per_run": max_changes_per_run}
         with dagster_failures():
             chosen = build_options(
@@ -397,6 +410,9 @@ class PostgresSourceResource(PostgresResource):
 
                 PostgresSourceResource(dsn=...).drop_replication(shop)
         """
+        from dpone_dagster.dagster.events.replication import group_specs
+        from dpone_dagster.replication.slot import drop_replication
+
         if isinstance(group, dg.AssetsDefinition):
             with dagster_failures():
                 names = group_specs(group)
