@@ -305,8 +305,8 @@ def replication_check_job(
         ledger: LedgerResource,
     ) -> None:
         with dagster_failures():
-            engine = group_engine(group, source=source, target=target, ledger=ledger,
-                                  options=how)  # fmt: skip
+            engine = group_engine(group, source=source.database, target=target.database,
+                                  ledger=ledger.config(target), options=how)  # fmt: skip
             checks = engine.check()
         for key, spec in group.tables.items():
             missing = "No run has completed yet, or the table has no primary key."

@@ -12,7 +12,7 @@ last recorded for a partition with the ledger's checkpoint chain, and a mismatch
 
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
@@ -34,16 +34,10 @@ from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 from dpone_dagster.reconcile import Proof
 
+from .databases import Database, TargetDatabase
 from .progress import ProgressReporter
 from .skeleton import JobEvents
 from .tail import table_set
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import (
-        LedgerResource,
-        PostgresSourceResource,
-        PostgresTargetResource,
-    )
 
 BackfillEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
@@ -102,15 +96,15 @@ class BackfillEvents(JobEvents[BackfillEvent]):
     """The events of a backfill of the run's partitions: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.backfill` returns one; the attributes are its
-    arguments (``ledger`` resolved to the default ledger when it was not given, ``options`` to
-    the defaults).
+    arguments as plain values (the resources' databases, ``ledger`` the ledger's settings, the
+    default ledger's when it was not given, ``options`` the defaults when not given).
     """
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
-    source: "PostgresSourceResource"
-    target: "PostgresTargetResource"
-    ledger: "LedgerResource"
+    source: Database
+    target: TargetDatabase
+    ledger: LedgerConfig
     options: BackfillOptions
 
     def run(self) -> Iterator[BackfillEvent]:
@@ -120,9 +114,8 @@ class BackfillEvents(JobEvents[BackfillEvent]):
         context = self.context
         what = backfill_target(context)
         with ProgressReporter(context, what.key) as progress:
-            ledger = self.ledger.config(self.target)
             runner = _PartitionRunner(
-                context, what, self.source, self.target, ledger, self.options, progress
+                context, what, self.source, self.target, self.ledger, self.options, progress
             )
             checks, failed = runner.run_all(ordered_partitions(context, what.partitions_def))
         if dg.AssetCheckKey(what.key, CHECK_NAME) in context.selected_asset_check_keys:
@@ -140,8 +133,8 @@ class _PartitionRunner:
 
     context: dg.AssetExecutionContext
     what: BackfillTarget
-    source: "PostgresSourceResource"
-    target: "PostgresTargetResource"
+    source: Database
+    target: TargetDatabase
     ledger: LedgerConfig
     options: BackfillOptions
     progress: ProgressReporter

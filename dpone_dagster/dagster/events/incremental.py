@@ -16,12 +16,13 @@ recorded lag.
 
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import dagster as dg
 
 from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.dagster.failures import FailureCoding
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.dagster.metadata.incremental import incremental_check, incremental_metadata
@@ -37,15 +38,9 @@ from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, Incremen
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
 
+from .databases import Database, TargetDatabase
 from .skeleton import JobEvents
 from .tail import materialized, table_set
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import (
-        LedgerResource,
-        PostgresSourceResource,
-        PostgresTargetResource,
-    )
 
 IncrementalEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
@@ -76,18 +71,19 @@ class IncrementalEvents(JobEvents[IncrementalEvent]):
     """The events of one run of an asset's incremental stream: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.incremental` returns one; the attributes are
-    its arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
-    to the defaults). The engine codes its own database failures; any other one is
-    ``incremental_failed`` (or the kind's code).
+    its arguments as plain values (the resources' databases, ``ledger`` the ledger's settings,
+    the default ledger's when it was not given, ``options`` the defaults when not given). The
+    engine codes its own database failures; any other one is ``incremental_failed`` (or the
+    kind's code).
     """
 
     coding: ClassVar[FailureCoding] = FailureCoding("target", outage="incremental_failed")
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
-    source: "PostgresSourceResource"
-    target: "PostgresTargetResource"
-    ledger: "LedgerResource"
+    source: Database
+    target: TargetDatabase
+    ledger: LedgerConfig
     options: IncrementalOptions
 
     def run(self) -> Iterator[IncrementalEvent]:
@@ -120,7 +116,7 @@ class IncrementalEvents(JobEvents[IncrementalEvent]):
         self, key: dg.AssetKey, table: TableName, target_table: TableName, cursor: str
     ) -> IncrementalSync:
         """The stream's engine, once the ledger is known to be in the target's database."""
-        if not self.ledger.in_target(self.target):
+        if not self.ledger.in_target:
             raise engine_error(
                 "incremental_options_invalid",
                 "The incremental stream keeps its state in the target database (its batches "
@@ -134,7 +130,7 @@ class IncrementalEvents(JobEvents[IncrementalEvent]):
             self.source.dsn, self.target.dsn, table, cursor=cursor, target_table=target_table,
             options=self.options,
             handoff=backfill_handoff if self.options.continue_from_backfill else None,
-            ledger_schema=self.ledger.schema_name, connection_options=self.source.options,
+            ledger_schema=self.ledger.schema, connection_options=self.source.options,
             target_connection_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),
             create_extensions=self.target.create_extensions,

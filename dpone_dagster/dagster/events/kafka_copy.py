@@ -12,11 +12,12 @@ read, the dead letters and any offsets given up; an asset with a freshness polic
 import json
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.dagster.events.source_copy import report_metadata
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
 from dpone_dagster.dagster.metadata.keys.kafka import KafkaMetadataSet
@@ -24,11 +25,9 @@ from dpone_dagster.dagster.metadata.parts import log_schema_changes
 from dpone_dagster.postgres import TableName
 from dpone_dagster.sources import KafkaCopyReport, KafkaSource, copy_topic
 
+from .databases import Database
 from .skeleton import JobEvents
 from .tail import materialized, table_set
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import LedgerResource, PostgresTargetResource
 
 KafkaCopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
 
@@ -57,21 +56,22 @@ class KafkaCopyEvents(JobEvents[KafkaCopyEvent]):
     """The events of one run of a Kafka stream: iterating them runs it.
 
     :meth:`~dpone_dagster.KafkaSourceResource.copy_topic` returns one; ``source`` is the
-    adapter it built (the topic and the copy's options), the other attributes its arguments.
+    adapter it built (the topic and the copy's options), the other attributes its arguments as
+    plain values (the target's database, the ledger's settings).
     """
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
     source: KafkaSource
-    target: "PostgresTargetResource"
-    ledger: "LedgerResource"
+    target: Database
+    ledger: LedgerConfig
     target_table: TableName
 
     def run(self) -> Iterator[KafkaCopyEvent]:
         """Runs the stream once; yields the asset's materialization (``kafka_options_invalid``
         for a ledger outside the target's database: the offsets commit with the rows)."""
         context, target, table = self.context, self.target, self.target_table
-        if not self.ledger.in_target(target):
+        if not self.ledger.in_target:
             raise engine_error(
                 "kafka_options_invalid",
                 "A Kafka stream's offsets commit with its rows: the ledger resource names "
@@ -79,7 +79,7 @@ class KafkaCopyEvents(JobEvents[KafkaCopyEvent]):
                 ["Leave LedgerResource.dsn unset, or give it the target's database."],
             )
         report = copy_topic(
-            self.source, target.dsn, table, ledger_schema=self.ledger.schema_name,
+            self.source, target.dsn, table, ledger_schema=self.ledger.schema,
             connection_options=target.options,
         )  # fmt: skip
         log_schema_changes(context.log, table.qualified, report.load.schema_changes)

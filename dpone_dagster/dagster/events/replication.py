@@ -23,11 +23,12 @@ lag, the WAL the slot retains (and the transactions holding it back) and each ch
 
 from collections.abc import Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import dagster as dg
 import psycopg
 
+from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.dagster.failures import FailureCoding
 from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
@@ -52,15 +53,9 @@ from dpone_dagster.replication.plan import ReplicationGroup
 from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
+from .databases import Database, SourceDatabase
 from .skeleton import JobEvents
 from .tail import materialized, table_sets
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import (
-        LedgerResource,
-        PostgresSourceResource,
-        PostgresTargetResource,
-    )
 
 ReplicationEvent = dg.AssetCheckResult | dg.MaterializeResult[Any]
 
@@ -130,9 +125,9 @@ _NOT_CHECKED = "This run verified nothing of the table: the group's check did no
 def group_engine(
     group: GroupSpecs,
     *,
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
-    ledger: "LedgerResource",
+    source: SourceDatabase,
+    target: Database,
+    ledger: LedgerConfig,
     options: ReplicationOptions,
     **engine: Any,
 ) -> Replication:
@@ -146,7 +141,7 @@ def group_engine(
         options=options,
     )
     return Replication(
-        spec, source=source.dsn, target=target.dsn, ledger=ledger.config(target),
+        spec, source=source.dsn, target=target.dsn, ledger=ledger,
         connection_options=source.options, target_connection_options=target.options,
         standby=source.standby_dsn, **engine,
     )  # fmt: skip
@@ -157,18 +152,18 @@ class ReplicationEvents(JobEvents[ReplicationEvent]):
     """The events of one run of a replication group: iterating them runs it.
 
     :meth:`~dpone_dagster.PostgresSourceResource.replicate` returns one; the attributes are its
-    arguments (``ledger`` resolved to the default ledger when it was not given, ``options``
-    built from its shortcuts). The engine codes its own errors; a bare database error is the
-    source's, named by its kind.
+    arguments as plain values (the resources' databases, ``ledger`` the ledger's settings, the
+    default ledger's when it was not given, ``options`` built from its shortcuts). The engine
+    codes its own errors; a bare database error is the source's, named by its kind.
     """
 
     coding: ClassVar[FailureCoding] = FailureCoding("source")
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
-    source: "PostgresSourceResource"
-    target: "PostgresTargetResource"
-    ledger: "LedgerResource"
+    source: SourceDatabase
+    target: Database
+    ledger: LedgerConfig
     options: ReplicationOptions
     resync: bool = False
     adopt: bool = False

@@ -10,7 +10,7 @@ after the load committed.
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import dagster as dg
 
@@ -34,10 +34,8 @@ from dpone_dagster.postgres import (
 )
 from dpone_dagster.reconcile import reconcile_copy
 
+from .databases import SourceDatabase, TargetDatabase
 from .skeleton import JobEvents
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 
 CopyEvent = dg.MaterializeResult[Any] | dg.AssetCheckResult
 
@@ -86,16 +84,16 @@ class CopyEvents(JobEvents[CopyEvent]):
     """The events of one snapshot copy of the selected tables: iterating them runs the copy.
 
     :meth:`~dpone_dagster.PostgresSourceResource.copy_tables` returns one; the attributes are
-    its arguments (``options`` built from its shortcuts). A failure carries the copy's terminal
-    outcome, when it reached one.
+    its arguments as plain values (the resources' databases, ``options`` built from its
+    shortcuts). A failure carries the copy's terminal outcome, when it reached one.
     """
 
     coding: ClassVar[FailureCoding] = FailureCoding("target", metadata=copy_failure_metadata)
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
-    source: "PostgresSourceResource"
-    target: "PostgresTargetResource"
+    source: SourceDatabase
+    target: TargetDatabase
     tables: Sequence[str | CopyTableSpec | Mapping[str, Any]] | None
     translator: DponeTranslator | None
     options: SnapshotCopyOptions
@@ -121,8 +119,8 @@ class CopyEvents(JobEvents[CopyEvent]):
 
 
 def _copy(
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
+    source: SourceDatabase,
+    target: TargetDatabase,
     held: SnapshotSession,
     tables: Mapping[dg.AssetKey, CopyTableSpec],
     options: SnapshotCopyOptions,
@@ -151,8 +149,8 @@ def _copy(
 
 def _materializations(
     context: dg.AssetExecutionContext,
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
+    source: SourceDatabase,
+    target: TargetDatabase,
     report: CopyReport,
     keys: list[dg.AssetKey],
     seconds: dict[str, float],
@@ -176,8 +174,8 @@ def _materializations(
 
 
 def _checks(
-    source: "PostgresSourceResource",
-    target: "PostgresTargetResource",
+    source: SourceDatabase,
+    target: TargetDatabase,
     held: SnapshotSession,
     report: CopyReport,
     keys: list[dg.AssetKey],

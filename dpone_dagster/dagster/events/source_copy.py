@@ -10,7 +10,7 @@ snapshot copies. The materialization carries ``dagster/row_count``, the receipts
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
@@ -28,11 +28,9 @@ from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
 
+from .databases import Database
 from .skeleton import JobEvents
 from .tail import table_set
-
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import PostgresTargetResource
 
 SourceCopyEvent = dg.MaterializeResult[Any]
 
@@ -67,13 +65,14 @@ class SourceCopyEvents(JobEvents[SourceCopyEvent]):
 
     :meth:`~dpone_dagster.MySQLSourceResource.copy_table` and
     :meth:`~dpone_dagster.RestSourceResource.copy_table` return one; ``source`` is the adapter
-    they built from their settings, the other attributes are their arguments.
+    they built from their settings, the other attributes are their arguments as plain values
+    (the target's database).
     """
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
     source: SourceAdapter
-    target: "PostgresTargetResource"
+    target: Database
     target_table: str | TableName
     sink: Sink | str
     primary_key: Sequence[str]

@@ -5,7 +5,7 @@ freshness policy, its ``dpone_fresh`` check judged from that materialization.
 """
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
@@ -13,13 +13,12 @@ from dpone_dagster.dagster.metadata.catalog import Source, source_key_of, table_
 from dpone_dagster.dagster.metadata.freshness import stream_freshness
 from dpone_dagster.postgres import TableName
 
-if TYPE_CHECKING:
-    from dpone_dagster.dagster.resources import PostgresTargetResource
+from .databases import Database
 
 
 def table_sets(
     context: dg.AssetExecutionContext,
-    target: "PostgresTargetResource",
+    target: Database,
     tables: Sequence[tuple[dg.AssetKey, TableName]],
     *,
     source: Source | None = None,
@@ -42,7 +41,7 @@ def table_sets(
 
 def table_set(
     context: dg.AssetExecutionContext,
-    target: "PostgresTargetResource",
+    target: Database,
     key: dg.AssetKey,
     table: TableName,
     *,

@@ -137,5 +137,6 @@ class KafkaSourceResource(SecretResource):
             )
             source = KafkaSource(self.settings(), topic, chosen, target=table)
             return KafkaCopyEvents(
-                context, source=source, target=target, ledger=ledger, target_table=table
-            )
+                context, source=source, target=target.database, ledger=ledger.config(target),
+                target_table=table,
+            )  # fmt: skip

@@ -23,6 +23,7 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from dpone_dagster.core.options import build_options
+from dpone_dagster.dagster.events.databases import SourceDatabase, TargetDatabase
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
@@ -69,6 +70,12 @@ class PostgresTargetResource(PostgresResource):
 
     _side: ClassVar[Side] = "target"
 
+    @property
+    def database(self) -> TargetDatabase:
+        """This database as a run's events reach it: its DSN, options and the extensions a
+        run may create."""
+        return TargetDatabase(self.dsn, self.options, tuple(self.create_extensions))
+
 
 class PostgresSourceResource(PostgresResource):
     """The PostgreSQL database dpone reads from, and the copies read from it.
@@ -102,6 +109,12 @@ class PostgresSourceResource(PostgresResource):
     def _standby_shape(cls, value: Any) -> Any:
         return None if value is None else checked_dsn(value, cls.__name__)
 
+    @property
+    def database(self) -> SourceDatabase:
+        """This database as a run's events reach it: its DSN, options and standby, the
+        sessions a run opens tracked by this resource (:meth:`track`)."""
+        return SourceDatabase(self.dsn, self.options, self.track, self.standby_dsn)
+
     def open_snapshot(self, *, export: bool = False) -> SnapshotSession:
         """Opens a ``REPEATABLE READ READ ONLY`` session with a fixed snapshot.
 
@@ -109,7 +122,7 @@ class PostgresSourceResource(PostgresResource):
             export: Export the snapshot (``pg_export_snapshot()``) so that other sessions can
                 import it with :meth:`import_snapshot`.
         """
-        return self.track(SnapshotSession.open(self.dsn, self.options, export=export))
+        return self.database.open_snapshot(export=export)
 
     def import_snapshot(self, token: str) -> SnapshotSession:
         """Opens a session that reads under an exported snapshot (``SET TRANSACTION SNAPSHOT``).
@@ -173,8 +186,8 @@ class PostgresSourceResource(PostgresResource):
                 shortcuts={"strategy": strategy, "sink": sink}, legacy=legacy,
             )  # fmt: skip
         return CopyEvents(
-            context, source=self, target=target, tables=tables, translator=translator,
-            options=chosen,
+            context, source=self.database, target=target.database, tables=tables,
+            translator=translator, options=chosen,
         )  # fmt: skip
 
     def backfill(
@@ -240,8 +253,9 @@ class PostgresSourceResource(PostgresResource):
                 BackfillOptions, options, caller="PostgresSourceResource.backfill", legacy=legacy
             )
         return BackfillEvents(
-            context, source=self, target=target, ledger=ledger or LedgerResource(), options=built
-        )
+            context, source=self.database, target=target.database,
+            ledger=(ledger or LedgerResource()).config(target), options=built,
+        )  # fmt: skip
 
     def incremental(
         self,
@@ -307,8 +321,9 @@ class PostgresSourceResource(PostgresResource):
                 legacy=legacy,
             )  # fmt: skip
         return IncrementalEvents(
-            context, source=self, target=target, ledger=ledger or LedgerResource(), options=chosen
-        )
+            context, source=self.database, target=target.database,
+            ledger=(ledger or LedgerResource()).config(target), options=chosen,
+        )  # fmt: skip
 
     def replicate(
         self,
@@ -378,8 +393,9 @@ class PostgresSourceResource(PostgresResource):
                 ReplicationOptions, options, caller="replicate", shortcuts=shortcuts, legacy=legacy
             )
         return ReplicationEvents(
-            context, source=self, target=target, ledger=ledger or LedgerResource(),
-            options=chosen, resync=resync, adopt=adopt,
+            context, source=self.database, target=target.database,
+            ledger=(ledger or LedgerResource()).config(target), options=chosen, resync=resync,
+            adopt=adopt,
         )  # fmt: skip
 
     def drop_replication(

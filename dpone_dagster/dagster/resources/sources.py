@@ -116,7 +116,7 @@ class MySQLSourceResource(SecretResource):
                 self.settings(), table=table, query=query, database=database, columns=columns
             )
         return SourceCopyEvents(
-            context, source=source, target=target, target_table=target_table, sink=sink,
+            context, source=source, target=target.database, target_table=target_table, sink=sink,
             primary_key=primary_key, schema_changes=schema_changes,
         )  # fmt: skip
 
@@ -219,6 +219,6 @@ class RestSourceResource(SecretResource):
                 params=params, id_field=id_field, max_pages=max_pages,
             )  # fmt: skip
         return SourceCopyEvents(
-            context, source=source, target=target, target_table=target_table, sink=sink,
+            context, source=source, target=target.database, target_table=target_table, sink=sink,
             primary_key=primary_key, schema_changes=schema_changes,
         )  # fmt: skip
