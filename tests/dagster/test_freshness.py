@@ -232,3 +232,31 @@ def test_a_cron_policy_is_judged_by_the_age_of_the_data_against_its_last_window(
     stale = freshness_check(ORDERS_KEY, {"dpone/lag_seconds": 50 * 60.0}, policy, now=now)
     assert not stale.passed and stale.severity == dg.AssetCheckSeverity.ERROR
     assert "2026-12-02T09:30:00+00:00" in _values(stale.metadata)["dpone/freshness_policy"]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Kolkata"])
+@pytest.mark.parametrize(
+    "cron", ["*/5 * * * *", "0 * * * *", "0 9,17 * * 1-5", "30 2 * * *", "15 3 1 * *"]
+)
+def test_the_cron_arithmetic_agrees_with_dagsters_own(cron: str, zone: str) -> None:
+    """The check's cron arithmetic (croniter) gives the smallest interval and the last completed
+    tick that Dagster's own evaluators give (its private ``dagster._utils.schedules``, read here
+    only to cross-check), at 300 times spread over two years, daylight-saving changes included."""
+    from dagster._utils.schedules import (
+        get_latest_completed_cron_tick,
+        get_smallest_cron_interval,
+    )
+
+    from dpone_dagster.dagster.metadata.freshness import _limits, _smallest_cron_interval
+
+    assert _smallest_cron_interval(cron) == get_smallest_cron_interval(cron)
+    policy = dg.FreshnessPolicy.cron(
+        deadline_cron=cron, lower_bound_delta=timedelta(minutes=1), timezone=zone
+    )
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    for step in range(300):
+        now = start + timedelta(hours=58.37 * step)
+        fail, _, _ = _limits(policy, now)
+        tick = get_latest_completed_cron_tick(cron, now, zone)
+        assert tick is not None
+        assert fail == (now - (tick - timedelta(minutes=1))).total_seconds(), (cron, zone, now)
