@@ -234,14 +234,17 @@ def test_a_cron_policy_is_judged_by_the_age_of_the_data_against_its_last_window(
     assert "2026-12-02T09:30:00+00:00" in _values(stale.metadata)["dpone/freshness_policy"]
 
 
-@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Asia/Kolkata"])
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York", "Australia/Sydney"])
 @pytest.mark.parametrize(
     "cron", ["*/5 * * * *", "0 * * * *", "0 9,17 * * 1-5", "30 2 * * *", "15 3 1 * *"]
 )
 def test_the_cron_arithmetic_agrees_with_dagsters_own(cron: str, zone: str) -> None:
     """The check's cron arithmetic (croniter) gives the smallest interval and the last completed
     tick that Dagster's own evaluators give (its private ``dagster._utils.schedules``, read here
-    only to cross-check), at 300 times spread over two years, daylight-saving changes included."""
+    only to cross-check), at 300 times spread over two years, daylight-saving changes included.
+    The zones are whole hours from UTC: in a half-hour zone Dagster 1.12 (the lowest supported)
+    puts the ticks of ``0 * * * *`` on the UTC hour, where 1.13 and croniter put them on the
+    local hour (the last test below)."""
     from dagster._utils.schedules import (
         get_latest_completed_cron_tick,
         get_smallest_cron_interval,
@@ -253,10 +256,22 @@ def test_the_cron_arithmetic_agrees_with_dagsters_own(cron: str, zone: str) -> N
     policy = dg.FreshnessPolicy.cron(
         deadline_cron=cron, lower_bound_delta=timedelta(minutes=1), timezone=zone
     )
-    start = datetime(2025, 1, 1, tzinfo=UTC)
+    start = datetime(2025, 1, 1, 0, 7, 13, tzinfo=UTC)
     for step in range(300):
         now = start + timedelta(hours=58.37 * step)
         fail, _, _ = _limits(policy, now)
         tick = get_latest_completed_cron_tick(cron, now, zone)
         assert tick is not None
         assert fail == (now - (tick - timedelta(minutes=1))).total_seconds(), (cron, zone, now)
+
+
+def test_a_cron_policy_in_a_half_hour_zone_counts_from_the_local_hour() -> None:
+    """``0 * * * *`` in Asia/Kolkata (UTC+05:30) ticks at each local hour: at 05:37:13 local the
+    data must be newer than 05:00 local less the policy's lower bound."""
+    from dpone_dagster.dagster.metadata.freshness import _limits
+
+    policy = dg.FreshnessPolicy.cron(
+        deadline_cron="0 * * * *", lower_bound_delta=timedelta(minutes=1), timezone="Asia/Kolkata"
+    )
+    fail, warn, _ = _limits(policy, datetime(2025, 1, 1, 0, 7, 13, tzinfo=UTC))
+    assert (fail, warn) == (37 * 60 + 13 + 60, None)
