@@ -32,6 +32,7 @@ from dpone_dagster.cursor.backfill_documents import (
 )
 from dpone_dagster.cursor.chain import verify_chain
 from dpone_dagster.cursor.cursor_ledger import RunLedger, wait_for_lost_commit
+from dpone_dagster.cursor.mark_policies import FixedMark
 from dpone_dagster.cursor.range_checks import ReconciliationReport
 from dpone_dagster.cursor.run_rules import next_request, replay, run_id_for, start_run
 from dpone_dagster.lifecycle import DponeError, redact
@@ -40,7 +41,6 @@ from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
-from .boundary import mark_boundary, take_high_water_mark
 from .copier import BatchResult, PhaseHook, copy_batch
 from .options import BackfillOptions
 from .reconcile import reconcile_run
@@ -230,15 +230,11 @@ class Backfill:
         if existing is not None:
             return existing
         self._refuse_changed_columns(sessions, scope)
-        write_pause = self.options.write_pause
-        settle = None if write_pause is not None else self.options.settle_timeout
-        mark = take_high_water_mark(
-            sessions.source, shape, scope.lower, scope.upper, settle_timeout=settle
-        )
-        boundary, evidence = mark_boundary(mark, self.cursor, write_pause)
+        policy = FixedMark(self.options.settle_timeout, self.options.write_pause)
+        mark = policy.take(sessions.source, shape, shape.where(scope.lower, scope.upper))
         sized = width_batch_size(sessions.source, shape)
         run = start_run(
-            scope, boundary, rows_at_boundary=mark.rows, boundary_evidence=evidence,
+            scope, mark.boundary, rows_at_boundary=mark.rows, boundary_evidence=mark.evidence,
             planned=() if sized is None else (sized,),
         )  # fmt: skip
         try:

@@ -18,10 +18,9 @@ import psycopg
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.errors import RefusalColumn, engine_error
 from dpone_dagster.core.handoff import Handoff, StreamScope
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
-from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.options import build_options
 from dpone_dagster.core.sessions import (
     Sessions,
@@ -32,7 +31,10 @@ from dpone_dagster.core.sessions import (
 )
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
+from dpone_dagster.cursor.mark_policies import MovingMark, greatest, nothing_to_do
+from dpone_dagster.cursor.marks import Mark
 from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
+from dpone_dagster.cursor.table_check import refuse_null_cursor
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
@@ -40,9 +42,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .batch import BatchOutcome, PhaseHook, copy_batch, stream_plan
-from .mark import check_no_null_cursor, take_mark
 from .options import IncrementalOptions
-from .plan import greatest, next_lower, nothing_to_do, plan_run
 from .report import IncrementalResult, build_result
 from .row_count import count_target
 from .shape import StreamShape, read_catalogs, resolve_stream
@@ -127,6 +127,7 @@ class IncrementalSync:
             create_extensions, refusal="incremental_options_invalid"
         )
         self.ledger = StreamLedger(ledger_schema)
+        self.marks = MovingMark(options.settle_timeout, options.lookback)
         self.on_batch = on_batch or (lambda _: None)
         self.on_phase: PhaseHook = on_phase or (lambda _: None)
 
@@ -169,7 +170,7 @@ class IncrementalSync:
                     fillfactor=self.options.fillfactor,
                     create_extensions=self.create_extensions)  # fmt: skip
         sessions.target.commit()
-        check_no_null_cursor(sessions.source, shape)
+        refuse_null_cursor(sessions.source, shape, RefusalColumn.MOVING_MARK)
         if self.options.lookback is not None and not shape.cursor_is_time:
             raise engine_error(
                 "incremental_options_invalid",
@@ -273,7 +274,7 @@ class IncrementalSync:
                 if state is None or state.runs == 0:
                     return None
                 with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-                    lower = next_lower(src, shape, state, self.options.lookback)
+                    lower = self.marks.next_lower(src, shape, state)
                     return check_target(src, tgt, shape, lower)
         except psycopg.Error as exc:
             raise self._database_failure(exc, sessions) from exc
@@ -374,7 +375,7 @@ class IncrementalSync:
         state = self._state(sessions, shape, stream_id)
         if state.run is not None:
             return state, state, None
-        mark = take_mark(sessions.source, shape, settle_timeout=self.options.settle_timeout)
+        mark = self.marks.take(sessions.source, shape)
         tgt = sessions.target
         with transaction(tgt, IsolationLevel.READ_COMMITTED, read_only=False):
             self.ledger.lock(tgt, stream_id)
@@ -382,7 +383,7 @@ class IncrementalSync:
             stale = state.mark_taken_at is not None and state.mark_taken_at >= mark.taken_at
             if state.run is not None or stale:  # another run began, or ended after our mark
                 return state, state, mark
-            run = plan_run(sessions.source, shape, state, mark, self.options.lookback)
+            run = self.marks.plan_run(sessions.source, shape, state, mark)
             full = self.options.reconcile and self.options.check is CheckScope.FULL
             if nothing_to_do(state, run, self.options.deletes) and not full and not force:
                 return state, state, mark  # verified by run: the check needs no batch

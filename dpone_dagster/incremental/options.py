@@ -66,7 +66,7 @@ class IncrementalOptions(JobOptions):
             :class:`~dpone_dagster.incremental.IncrementalSync` of your own takes its
             ``handoff=`` instead).
         settle_timeout: Seconds a run waits for transactions open at its mark (see
-            :mod:`dpone_dagster.incremental.mark` for what happens after).
+            :mod:`dpone_dagster.cursor.mark_policies` for what happens after).
         reconcile: Verify each run in its final snapshot and record the verdict in its receipt
             (the asset's ``dpone_reconciled`` check); what it compares: ``check``.
         check: ``run`` (default: every key the run copied, exactly, and a rolling slice of the

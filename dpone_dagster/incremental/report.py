@@ -9,8 +9,8 @@ from datetime import datetime
 from psycopg import sql
 
 from dpone_dagster.core.errors import ENGINE_ERRORS
-from dpone_dagster.core.marks import Mark
 from dpone_dagster.core.verification import Verification
+from dpone_dagster.cursor.marks import Mark
 from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
 from dpone_dagster.lifecycle import SnapshotLabel
 from dpone_dagster.postgres.connection import Connection

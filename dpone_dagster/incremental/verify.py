@@ -19,11 +19,11 @@ from datetime import datetime
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.verification import Verification, timed
+from dpone_dagster.cursor.mark_policies import above
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.reconcile.compare import Comparison, Key, compare
 
 from .deletes import apply_deletes
-from .plan import above
 from .ranges import range_scan
 from .shape import StreamShape
 from .sweep import (

@@ -1,14 +1,15 @@
 """Taking a mark: the largest cursor value, read in one snapshot, with the transactions in flight
 at that moment waited out.
 
-Both engines read a mark the same way. :func:`mark_snapshot` opens a ``REPEATABLE READ READ
+Both mark policies (:mod:`.mark_policies`) read a mark the same way, :func:`read_mark`.
+:func:`mark_snapshot` opens a ``REPEATABLE READ READ
 ONLY`` transaction, reads its snapshot token and the server's clock, lets the engine read its
 mark (and whatever else it counts) inside it, and lists the transactions in flight in that same
 snapshot (:mod:`.in_flight`). :func:`settle_mark` then waits them out, after the snapshot's
 transaction has ended, so that the engine's first read of the range (in a later snapshot) sees
 every row they commit below the mark. What an engine does with a transaction still open when
-the wait runs out is its own rule: the backfill refuses to start, the stream goes ahead and
-reads the range again on later runs.
+the wait runs out is its policy's rule: the fixed mark refuses to start, the moving mark goes
+ahead and reads the range again on later runs.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from psycopg import IsolationLevel
+from psycopg import IsolationLevel, sql
 
+from dpone_dagster.core.errors import RefusalColumn
+from dpone_dagster.core.in_flight import in_flight_transactions, wait_out
+from dpone_dagster.core.sessions import transaction
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.connection import Connection
 
-from .in_flight import in_flight_transactions, wait_out
-from .sessions import transaction
+from .table_check import CursorTables, refuse_null_cursor
 
 
 @dataclass
@@ -110,3 +113,48 @@ def settle_mark(
         unsettled=tuple(xid for xid, _ in settled.running),
         unsettled_pids=tuple(pid for _, pid in settled.running),
     )
+
+
+def read_mark(
+    conn: Connection,
+    tables: CursorTables,
+    scope: tuple[sql.Composable, list[str]] | None,
+    *,
+    settle_timeout: float | None,
+    poll_interval: float = 0.05,
+    count: bool = False,
+    refusal: RefusalColumn | None = None,
+) -> tuple[Mark, int | None]:
+    """Reads the largest cursor value of ``tables``' source in one snapshot (an index probe),
+    then waits out the transactions in flight at that moment.
+
+    Args:
+        conn: An autocommit source session with the digest's settings pinned.
+        tables: The job's checked tables.
+        scope: A condition on the source and its parameters (``None``: the whole table).
+        settle_timeout: Seconds to wait (:func:`settle_mark`).
+        poll_interval: Seconds between two looks at ``pg_locks``.
+        count: Also count the scope's rows in the same snapshot.
+        refusal: Refuse a NULL cursor in the same snapshot, before the wait, under this
+            policy's code (:func:`~.table_check.refuse_null_cursor`).
+
+    Returns:
+        The mark with its evidence, and the scope's rows (``None`` unless ``count``).
+    """
+    where, params = scope if scope is not None else (sql.SQL("TRUE"), [])
+    counted = sql.SQL("count(*)" if count else "NULL::int8")
+    with mark_snapshot(conn) as snapshot:
+        found = conn.execute(
+            sql.SQL("SELECT max({c})::text, {n} FROM {t} WHERE {w}").format(
+                c=tables.cursor.ident, n=counted, t=tables.source.ident, w=where
+            ),
+            params,
+        ).fetchone()
+        if refusal is not None:
+            refuse_null_cursor(conn, tables, refusal)
+    assert found is not None
+    mark = None if found[0] is None else str(found[0])
+    settled = settle_mark(
+        conn, snapshot, mark, settle_timeout=settle_timeout, poll_interval=poll_interval
+    )
+    return settled, None if found[1] is None else int(found[1])
