@@ -30,8 +30,9 @@ from dpone_dagster.cursor.backfill_documents import (
     BatchReceipt,
     BatchRequest,
 )
+from dpone_dagster.cursor.batch_commit import LostCommitError, wait_for_lost_commit
 from dpone_dagster.cursor.chain import verify_chain
-from dpone_dagster.cursor.cursor_ledger import RunLedger, wait_for_lost_commit
+from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.cursor.mark_policies import FixedMark
 from dpone_dagster.cursor.range_checks import ReconciliationReport
 from dpone_dagster.cursor.run_rules import next_request, replay, run_id_for, start_run
@@ -316,13 +317,15 @@ class Backfill:
                 sessions, self.ledger, shape, request, on_phase=self.on_phase,
                 on_changed=self.options.on_changed,
             )  # fmt: skip
-        except psycopg.Error as exc:
-            error = self._database_failure(exc, sessions)
+        except (psycopg.Error, LostCommitError) as exc:
+            failed = exc if isinstance(exc, psycopg.Error) else exc.__cause__
+            assert isinstance(failed, psycopg.Error)
+            error = self._database_failure(failed, sessions)
             self.close()
             resolved = self._lost_response(request, ledger_pid)
             if resolved is not None:
                 return resolved
-            raise error from exc
+            raise error from failed
         except BaseException:
             self.close()
             raise

@@ -1,4 +1,6 @@
-"""One batch: read a keyset slice under its own snapshot, COPY it, commit it with its receipt.
+"""One batch: read a keyset slice under its own snapshot, COPY it, commit it with its receipt
+through the cursor engine's batch-commit protocol (:mod:`dpone_dagster.cursor.batch_commit`:
+the lock, the compare-and-swap, the COMMIT and a lost answer to it).
 
 A batch is:
 
@@ -32,8 +34,7 @@ A batch is:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -49,6 +50,7 @@ from dpone_dagster.cursor.backfill_documents import (
     BatchReceipt,
     BatchRequest,
 )
+from dpone_dagster.cursor.batch_commit import Answered, Landed, commit_batch
 from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.cursor.range_checks import OnChanged
 from dpone_dagster.cursor.run_rules import apply_batch, check_request, replay
@@ -258,22 +260,6 @@ def _move(
     )
 
 
-@contextmanager
-def _rows_transaction(sessions: Sessions) -> Iterator[None]:
-    """The transaction the batch's rows are written in.
-
-    With the ledger in the target it is the ledger's own (already open): rows and receipt commit
-    together. With the ledger elsewhere the target gets a transaction of its own, committed when
-    the block ends, before the receipt is written: a crash between the two leaves rows without a
-    receipt, which the next attempt finds present and equal (a replay through the staged apply).
-    """
-    if sessions.ledger_in_target:
-        yield
-        return
-    with transaction(sessions.target, IsolationLevel.READ_COMMITTED, read_only=False):
-        yield
-
-
 def copy_batch(
     sessions: Sessions,
     ledger: RunLedger,
@@ -283,7 +269,8 @@ def copy_batch(
     on_phase: PhaseHook = lambda _: None,
     on_changed: OnChanged = OnChanged.FAIL,
 ) -> BatchResult:
-    """Copies and commits one batch, or answers it by replay.
+    """Copies and commits one batch through the cursor engine's batch-commit protocol
+    (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`), or answers it by replay.
 
     A row of the batch that the target already holds with other values (the source changed it,
     or moved its cursor value into this batch's range, after an earlier batch copied it) is
@@ -295,29 +282,27 @@ def copy_batch(
 
     Raises:
         EngineError: from the rules (stale, unordered, changed...) and the staged apply.
+        LostCommitError: the ledger's COMMIT answer was lost (the caller resolves it by
+            replay).
         psycopg.Error: a session failed; nothing of the batch was committed unless the failure
-            hit the COMMIT itself (the caller resolves that by replay).
+            hit the target's COMMIT with the ledger elsewhere (also resolved by replay).
     """
-    lc = sessions.ledger
-    try:
-        with transaction(lc, IsolationLevel.READ_COMMITTED, read_only=False):
-            ledger.lock(lc, request.run_id)
-            durable = ledger.fetch(lc, request.run_id)
-            if durable is None:
-                raise engine_error(
-                    "backfill_run_invalid", f"The ledger has no run {request.run_id}."
-                )
-            stored = replay(request, ledger.receipt(lc, request.run_id, request.batch_id))
-            if stored is not None:
-                return BatchResult(durable, stored, replayed=True)
-            check_request(durable, request)
-            with _rows_transaction(sessions):
-                seen = _move(sessions, shape, request, on_phase, on_changed is OnChanged.REPAIR)
-                run, receipt = apply_batch(durable, request, seen)
-                on_phase("commit")
-            ledger.record(lc, durable, run, receipt)
-    except BaseException as exc:
-        sessions.abandon(exc)
-        raise
-    on_phase("committed")
-    return BatchResult(run, receipt, replayed=False)
+
+    def admit(conn: Connection, durable: BackfillRun | None) -> BackfillRun | Answered[BatchResult]:
+        if durable is None:
+            raise engine_error("backfill_run_invalid", f"The ledger has no run {request.run_id}.")
+        stored = replay(request, ledger.receipt(conn, request.run_id, request.batch_id))
+        if stored is not None:
+            return Answered(BatchResult(durable, stored, replayed=True))
+        check_request(durable, request)
+        return durable
+
+    def land(durable: BackfillRun) -> tuple[Landed[BackfillRun, BatchReceipt], None]:
+        seen = _move(sessions, shape, request, on_phase, on_changed is OnChanged.REPAIR)
+        run, receipt = apply_batch(durable, request, seen)
+        return Landed(run, receipt), None
+
+    done = commit_batch(sessions, ledger, request.run_id, admit, land, on_phase=on_phase)
+    if isinstance(done, Answered):
+        return done.answer
+    return BatchResult(done.after, done.receipt, replayed=False)

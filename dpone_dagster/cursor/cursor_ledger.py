@@ -26,10 +26,9 @@ from typing import Generic, TypeVar
 from psycopg import sql
 from pydantic import ValidationError
 
-from dpone_dagster.core.errors import EngineError, engine_error
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import Documents, LedgerStore, as_json
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA, LedgerTables
-from dpone_dagster.core.waits import wait_for_backend_exit
 from dpone_dagster.postgres.connection import Connection
 
 from .backfill_documents import BackfillRun, BackfillStatus, BatchReceipt
@@ -310,27 +309,3 @@ class StreamLedger(CursorLedger[StreamState, StreamReceipt]):
 
     def __init__(self, schema: str = DEFAULT_LEDGER_SCHEMA) -> None:
         super().__init__(schema, MOVING_MARK_RECORDS)
-
-
-def wait_for_lost_commit(conn: Connection, pid: int, timeout: float = 30.0) -> None:
-    """Waits until the ledger session whose COMMIT response was lost (backend ``pid``) is gone:
-    only then does the ledger say whether its batch committed.
-
-    Raises:
-        EngineError: ``backfill_persistence_failed`` naming the backend when it is still there
-            after ``timeout`` seconds.
-    """
-    wait_for_backend_exit(conn, pid, timeout=timeout, timed_out=_commit_unknown)
-
-
-def _commit_unknown(pid: int, timeout: float) -> EngineError:
-    return engine_error(
-        "backfill_persistence_failed",
-        f"The ledger session whose COMMIT response was lost (server backend {pid}) was still "
-        f"running after {timeout:g}s, so whether its batch committed is not known yet.",
-        [
-            f"Wait for backend {pid} to end (or end it with pg_terminate_backend({pid})), "
-            "then run again: a batch whose receipt committed is answered by replay, any "
-            "other is copied again.",
-        ],
-    )

@@ -1,5 +1,6 @@
 """One batch of a stream: read under its own snapshot, merged through the one load path, and
-committed with its receipt and the stream's new state in ONE target transaction.
+committed with its receipt and the stream's new state in ONE target transaction, through the
+cursor engine's batch-commit protocol (:mod:`dpone_dagster.cursor.batch_commit`).
 
 1. The target transaction begins with the stream's advisory lock and its durable state: the
    batch starts strictly after the state's checkpoint, so two runs of one stream (or a retry of
@@ -10,8 +11,8 @@ committed with its receipt and the stream's new state in ONE target transaction.
    (:class:`~dpone_dagster.postgres.load.TargetLoad`), which applies the ``merge`` sink.
 3. A batch with fewer rows than ``batch_size`` reached the mark: in the same source snapshot,
    after the merge, the delete detection compares both key sets (:mod:`.deletes`).
-4. The receipt and the state (compare-and-swap) are written before the load's COMMIT.
-"""
+4. The receipt and the state (compare-and-swap) are written, then the protocol COMMITs; a lost
+   answer to that COMMIT is waited out and the run continues from the durable state."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.cursor.batch_commit import Answered, Landed, commit_batch
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
 from dpone_dagster.cursor.stream_documents import (
     Checkpoint,
@@ -32,7 +34,7 @@ from dpone_dagster.cursor.stream_documents import (
     StreamState,
 )
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres.connection import Connection, set_transaction_mode
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
@@ -55,10 +57,6 @@ from .sweep import CheckScope, Sweep, SweepLedger
 from .verify import FinalCheck, RunCheck, final_check
 
 PhaseHook = Callable[[str], None]
-
-
-class RunOverError(Exception):
-    """The run this batch belongs to was completed (by another process) before it began."""
 
 
 @dataclass
@@ -125,20 +123,6 @@ class BatchOutcome:
     virtual_as_stored: tuple[str, ...] = ()
 
 
-def _begin(sessions: Sessions, ledger: StreamLedger, stream_id: str, run: int) -> StreamState:
-    """Begins the target transaction under the stream's lock; the durable state.
-
-    Raises:
-        RunOverError: the run ``run`` is no longer in progress.
-    """
-    set_transaction_mode(sessions.target, IsolationLevel.READ_COMMITTED, read_only=False)
-    ledger.lock(sessions.target, stream_id)
-    state = ledger.fetch(sessions.target, stream_id)
-    if state is None or state.run is None or state.run.number != run:
-        raise RunOverError(stream_id)
-    return state
-
-
 def copy_batch(
     sessions: Sessions,
     ledger: StreamLedger,
@@ -156,30 +140,42 @@ def copy_batch(
     fillfactor: int | None = None,
     create_extensions: Collection[str] = (),
 ) -> BatchOutcome | None:
-    """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``.
+    """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``, through
+    the cursor engine's batch-commit protocol
+    (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`).
 
     ``on_phase`` is called with ``"copy"`` (the rows start moving), ``"apply"`` (they are
-    staged; the merge follows) and ``"commit"`` (just before the COMMIT). The batch plans its
-    load from both catalogs inside its own transactions, so a source whose columns changed
-    evolves the target (``schema_changes="evolve"``) with the batch's rows, in the batch's
-    commit. A target the batch creates takes ``fillfactor`` and brings the user-defined types
-    its columns need (the extensions they come from only when named in ``create_extensions``).
-    A verified run's final batch checks it as ``check`` says (its scope and the sweep's
-    budget, :class:`.verify.RunCheck`); with ``repair``, the keys it finds differing for no
-    known reason are rewritten from the source in the same transaction (:mod:`.repair`).
+    staged; the merge follows), ``"commit"`` (just before the COMMIT) and ``"committed"``. The
+    batch plans its load from both catalogs inside its own transactions, so a source whose
+    columns changed evolves the target (``schema_changes="evolve"``) with the batch's rows, in
+    the batch's commit. A target the batch creates takes ``fillfactor`` and brings the
+    user-defined types its columns need (the extensions they come from only when named in
+    ``create_extensions``). A verified run's final batch checks it as ``check`` says (its scope
+    and the sweep's budget, :class:`.verify.RunCheck`); with ``repair``, the keys it finds
+    differing for no known reason are rewritten from the source in the same transaction
+    (:mod:`.repair`).
 
     Returns:
-        The committed batch, or ``None`` when the run was already complete.
+        The committed batch, or ``None`` when the run is no longer in progress (another
+        process completed it).
 
     Raises:
         EngineError: ``incremental_stream_stale`` (the compare-and-swap lost).
         SchemaChangeError: ``schema_change_incompatible``; nothing of the batch was written.
+        LostCommitError: the COMMIT's answer was lost (the caller waits the session out and
+            continues from the durable state).
         DponeError, psycopg.Error: the load failed; nothing of the batch was committed (every
             open transaction is rolled back first).
     """
     src, tgt = sessions.source, sessions.target
-    try:
-        state = _begin(sessions, ledger, *stream)
+    stream_id, number = stream
+
+    def admit(_: Connection, state: StreamState | None) -> StreamState | Answered[None]:
+        if state is None or state.run is None or state.run.number != number:
+            return Answered(None)  # the run is over: another process completed it
+        return state
+
+    def land(state: StreamState) -> tuple[Landed[StreamState, StreamReceipt], TablePlan]:
         assert state.run is not None
         with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
             window = open_read_window(src)
@@ -191,22 +187,23 @@ def copy_batch(
             # The initial load's keys are new to the target, bar a late commit's.
             initial = state.run.lower is None and state.mark is None
             load = TargetLoad(tgt, target_dsn, [plan], Sink.MERGE, new_keys_expected=initial)
-            done: list[BatchOutcome] = []
+            landed: list[Landed[StreamState, StreamReceipt]] = []
 
             def finish(conn: Connection) -> None:
-                done.append(
+                landed.append(
                     _finish(conn, ledger, shape, state, rows, load, deletes, verify, check, repair)
                 )
-                on_phase("commit")
 
-            load.run(lambda _: rows, begin=lambda _: None, before_commit=finish)
-        return done[0]
-    except RunOverError:
-        sessions.abandon()
+            load.run(lambda _: rows, begin=lambda _: None, before_commit=finish, commit=False)
+        return landed[0], plan
+
+    done = commit_batch(sessions, ledger, stream_id, admit, land, on_phase=on_phase)
+    if isinstance(done, Answered):
         return None
-    except BaseException as exc:
-        sessions.abandon(exc)
-        raise
+    plan = done.landing
+    return BatchOutcome(
+        done.after, done.receipt, plan.schema_changes, plan.target_types, plan.virtual_as_stored
+    )
 
 
 def stream_plan(
@@ -247,9 +244,9 @@ def _finish(
     verify: bool,
     check: tuple[CheckScope, Sweep],
     repair: bool,
-) -> BatchOutcome:
+) -> Landed[StreamState, StreamReceipt]:
     """After the final batch, finds deletes and verifies (as asked), repairs what differs (with
-    ``repair``); then writes the receipt and the new state."""
+    ``repair``); then derives the receipt and the new state (the protocol records them)."""
     run = state.run
     assert run is not None
     final = rows.rows < rows.size
@@ -284,11 +281,7 @@ def _finish(
     )  # fmt: skip
     if final:
         after = complete_run(after, progressed)
-    ledger.record(conn, state, after, receipt)
-    plan = rows.plan
-    return BatchOutcome(
-        after, receipt, plan.schema_changes, plan.target_types, plan.virtual_as_stored
-    )
+    return Landed(after, receipt)
 
 
 def _repaired(

@@ -30,6 +30,7 @@ from dpone_dagster.core.sessions import (
     transaction,
 )
 from dpone_dagster.core.verification import Verification
+from dpone_dagster.cursor.batch_commit import LostCommitError, wait_for_lost_commit
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
 from dpone_dagster.cursor.mark_policies import MovingMark, greatest, nothing_to_do
 from dpone_dagster.cursor.marks import Mark
@@ -74,7 +75,8 @@ class IncrementalSync:
         target_connection_options: Options of the target's sessions, e.g. its ``lock_wait``
             (:class:`~dpone_dagster.postgres.ConnectionOptions`).
         on_batch: Called after each committed batch.
-        on_phase: Called with ``"copy"``, ``"apply"`` and ``"commit"`` inside each batch.
+        on_phase: Called with ``"copy"``, ``"apply"``, ``"commit"`` and ``"committed"`` in
+            each batch.
         create_extensions: Extensions the stream may create in the target when its table's
             types need them (``CREATE EXTENSION``, in a batch's transaction); any other is
             refused with ``target_extension_missing``. A target the stream creates brings the
@@ -204,7 +206,14 @@ class IncrementalSync:
             if state.run is None:  # another run ended meanwhile
                 return build_result(sessions.source, shape, before, state, [], mark, 0)
             number, outcomes = state.run.number, []
-            while (done := self._batch(sessions, shape, stream_id, number)) is not None:
+            while True:
+                try:
+                    done = self._batch(sessions, shape, stream_id, number)
+                except LostCommitError as lost:  # the durable state says what committed
+                    sessions = self._after_lost_commit(sessions, lost.pid)
+                    continue
+                if done is None:
+                    break
                 outcomes.append(done)
                 self.on_batch(done)
                 if done.state.run is None:
@@ -224,6 +233,27 @@ class IncrementalSync:
                      targets=[self.target])  # fmt: skip
         finally:
             sessions.close()
+
+    def _after_lost_commit(self, sessions: Sessions, pid: int) -> Sessions:
+        """New sessions once the target session whose COMMIT answer was lost (backend ``pid``)
+        has ended: the run then continues from the durable state, which holds that batch or
+        does not (:mod:`dpone_dagster.cursor.batch_commit`).
+
+        Raises:
+            EngineError: ``incremental_failed`` when that backend outlives the wait.
+        """
+        sessions.close()
+        reopened = self._open()
+        try:
+            # Each look at pg_stat_activity in a transaction of its own: within one, the
+            # server's view of the backends stays as it first read it.
+            reopened.target.autocommit = True
+            wait_for_lost_commit(reopened.target, pid, code="incremental_failed")
+            reopened.target.autocommit = False
+        except BaseException:
+            reopened.close()
+            raise
+        return reopened
 
     def _database_failure(self, exc: psycopg.Error, sessions: Sessions) -> DponeError:
         """``<side>_permission_denied`` and the other kinds of the database-failure catalog,

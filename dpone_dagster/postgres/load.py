@@ -151,6 +151,7 @@ class TargetLoad:
         begin: Callable[[Connection], None] = begin_read_write,
         fill_stagings: StagingFiller | None = None,
         before_commit: Callable[[Connection], None] | None = None,
+        commit: bool = True,
     ) -> None:
         """Stages every table, applies the sinks and commits.
 
@@ -160,6 +161,9 @@ class TargetLoad:
             fill_stagings: Fills the staging tables from other sessions first.
             before_commit: Writes what must commit with the rows (a ledger's state), in the
                 load's transaction after every sink.
+            commit: Commit the load's transaction; ``False`` leaves it open for the caller to
+                commit (a cursor batch's protocol, which answers a lost COMMIT itself). The
+                staging tables are gone either way: each sink drops or renames its own.
 
         Raises:
             TargetCommitUnknownError: the COMMIT's acknowledgement was lost.
@@ -186,7 +190,8 @@ class TargetLoad:
                 self._load(table, rows(index), staging_name)
             if before_commit is not None:
                 before_commit(self.target)
-            commit_target(self.target)
+            if commit:
+                commit_target(self.target)
             for guard in guards:
                 guard.transfer(None)
 

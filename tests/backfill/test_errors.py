@@ -9,7 +9,7 @@ import pytest
 
 from dpone_dagster.backfill import Backfill, BackfillOptions, BackfillStatus
 from dpone_dagster.core import EngineError, LedgerConfig
-from dpone_dagster.cursor.cursor_ledger import wait_for_lost_commit
+from dpone_dagster.cursor.batch_commit import wait_for_lost_commit
 from dpone_dagster.cursor.run_rules import next_request
 from dpone_dagster.lifecycle import DponeError
 from tests.backfill.conftest import Pair

@@ -213,7 +213,10 @@ FIXED_MARK_BATCH = [
 MOVING_MARK_BATCH = [
     ("copy", IN_TRANSACTION, IN_TRANSACTION),
     ("apply", IN_TRANSACTION, IN_TRANSACTION),
-    ("commit", IN_TRANSACTION, IN_TRANSACTION),  # the snapshot stays open: the final check reads it
+    # Rows, receipt and state commit next; the source's read ended (the final check read it
+    # before): the one batch-commit protocol's states, the fixed mark's too.
+    ("commit", IDLE, IN_TRANSACTION),
+    ("committed", IDLE, IDLE),
 ]
 """Each policy's phases in one batch, with the (source, target) sessions' states at each."""
 
