@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from dpone_dagster.incremental import IncrementalOptions
     from dpone_dagster.postgres import SnapshotCopyOptions
     from dpone_dagster.replication import ReplicationOptions
-    from dpone_dagster.sources import KafkaCopyOptions
+    from dpone_dagster.sources import KafkaCopyOptions, SourceCopyOptions
 
 _LAZY: dict[str, str] = {
     "BackfillOptions": "dpone_dagster.backfill",
@@ -64,6 +64,7 @@ _LAZY: dict[str, str] = {
     "ReplicationOptions": "dpone_dagster.replication",
     "RestSourceResource": "dpone_dagster.dagster.resources",
     "SnapshotCopyOptions": "dpone_dagster.postgres",
+    "SourceCopyOptions": "dpone_dagster.sources",
     "backfill_asset": "dpone_dagster.dagster.assets",
     "build_extraction_job": "dpone_dagster.dagster.jobs",
     "cursor_range_partitions": "dpone_dagster.dagster.partitions",
@@ -95,6 +96,7 @@ __all__ = [
     "ReplicationOptions",
     "RestSourceResource",
     "SnapshotCopyOptions",
+    "SourceCopyOptions",
     "__version__",
     "backfill_asset",
     "build_extraction_job",

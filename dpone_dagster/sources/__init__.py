@@ -5,6 +5,7 @@ before any row moves, ``extract()`` returns a lazy :class:`RowStreamArtifact` wh
 at the first read and completes only when the source is exhausted.
 """
 
+from .copy_options import SourceCopyOptions
 from .kafka import (
     KafkaCopyReport,
     KafkaSource,
@@ -60,6 +61,7 @@ __all__ = [
     "RowStreamArtifact",
     "SourceAdapter",
     "SourceColumn",
+    "SourceCopyOptions",
     "SourceError",
     "SourceLoadError",
     "SourceLoadReport",

@@ -38,6 +38,7 @@ from dpone_dagster.postgres.connection import Connection, connect
 from dpone_dagster.postgres.load import begin_read_write
 from dpone_dagster.postgres.plan import Sink
 
+from .copy_options import SourceCopyOptions
 from .kafka_messages import APPEND_KEY, KEY_COLUMN
 from .kafka_offsets import read_offsets, write_dead_letters, write_offsets
 from .kafka_read import KafkaArtifact, KafkaSource, PartitionRead
@@ -151,11 +152,13 @@ def copy_topic(
         if options.dead_letter_table is not None:
             write_dead_letters(conn, options.dead_letter_table, run.dead_letters)
 
+    load = SourceCopyOptions(
+        sink=chosen, primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY,
+        schema_changes=options.schema_changes,
+    )  # fmt: skip
     report = load_source(
-        _Prepared(source, artifact), target_dsn, target, sink=chosen,
-        primary_key=(KEY_COLUMN,) if chosen is Sink.MERGE else APPEND_KEY,
-        options=connection_options, schema_changes=options.schema_changes, begin=begin,
-        before_commit=before_commit,
+        _Prepared(source, artifact), target_dsn, target, options=load,
+        connection_options=connection_options, begin=begin, before_commit=before_commit,
         on_progress=on_progress,
     )  # fmt: skip
     return KafkaCopyReport(

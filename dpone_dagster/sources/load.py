@@ -13,11 +13,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.lifecycle import (
     ArtifactTerminalReceipt,
     DponeError,
@@ -39,6 +42,7 @@ from dpone_dagster.postgres.staging import (
     table_definition,
 )
 
+from .copy_options import SourceCopyOptions
 from .protocol import ProgressHook, RowStreamArtifact, SourceAdapter, SourceColumn
 
 
@@ -111,50 +115,63 @@ def load_source(
     target_dsn: str,
     target: TableName,
     *,
-    sink: Sink | str = Sink.REPLACE,
-    primary_key: Sequence[str] = (),
-    options: ConnectionOptions | None = None,
+    options: SourceCopyOptions | None = None,
+    sink: Sink | str | None = None,
+    primary_key: Sequence[str] | None = None,
+    connection_options: ConnectionOptions | None = None,
     on_progress: ProgressHook | None = None,
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
     begin: Callable[[Connection], None] = begin_read_write,
     before_commit: Callable[[Connection], None] | None = None,
+    **legacy: Any,
 ) -> SourceLoadReport:
     """Copies a generic source into ``target`` through a staging table and a sink.
 
     Args:
         source: The source adapter (:class:`MySQLSource`, :class:`RestSource`...).
         target_dsn: The PostgreSQL target.
-        target: The target table; created (with ``primary_key``) when it does not exist.
-        sink: ``replace``, ``append`` or ``merge`` (merge matches on the target's primary key).
-        primary_key: The primary key of a target this load creates.
-        options: Options of the target session.
+        target: The target table; created (with the options' ``primary_key``) when it does not
+            exist.
+        options: The copy's options (:class:`~.copy_options.SourceCopyOptions`: ``sink``,
+            ``primary_key``, ``schema_changes``; the defaults when None).
+        sink: Shortcut for ``options.sink``.
+        primary_key: Shortcut for ``options.primary_key``.
+        connection_options: Options of the target session.
         on_progress: Called with the rows staged so far, every 10,000 rows.
-        schema_changes: ``evolve`` (an existing target takes added columns and widened types
-            and keeps dropped columns, in the load's transaction) or ``freeze`` (any difference
-            is refused with ``schema_change_incompatible``).
         begin: Begins the load's target transaction, before any row is read (a source whose
             position lives in the ledger takes its lock and reads it here).
         before_commit: Writes what must commit with the rows (a source's position in the
             ledger), in the load's transaction after the sink.
+        **legacy: ``schema_changes`` as a keyword: deprecated
+            (``options=SourceCopyOptions(...)``), for one release.
 
     Returns:
         The report of a committed load (outcome ``success``).
 
     Raises:
-        CopyPlanError: ``copy_options_invalid`` for an unknown sink (parsed here, where a
-            caller's text enters).
-        SchemaChangeError: ``copy_options_invalid`` for an unknown ``schema_changes``.
+        CopyPlanError: ``copy_options_invalid`` for an unknown sink or ``schema_changes`` or a
+            bad primary key (parsed here, where a caller's text enters).
         SourceError: the source could not be described (``mysql_type_unmappable``,
             ``rest_type_unmappable``...): nothing was read or written.
         SourceLoadError: the load failed and the artifact was settled (``abort``, or
             ``retain_commit_unknown`` with code ``target_commit_unknown``); see ``.report``.
     """
-    how = (Sink.parse(sink), SchemaChanges.parse(schema_changes))
+    if isinstance(options, ConnectionOptions):  # the session's options, before they were renamed
+        warnings.warn(
+            "load_source(..., options=ConnectionOptions(...)) is deprecated and will be removed "
+            "in the next release: pass connection_options=ConnectionOptions(...) instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        options, connection_options = None, options
+    chosen = build_options(
+        SourceCopyOptions, options, caller="load_source",
+        shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+    )  # fmt: skip
     artifact = source.extract().artifact
     artifact.on_progress = on_progress
-    load = _SourceLoad(artifact, target, how[0], primary_key, how[1])
+    load = _SourceLoad(artifact, target, chosen)
     settle_load(
-        lambda: load.run(target_dsn, options, begin, before_commit),
+        lambda: load.run(target_dsn, connection_options, begin, before_commit),
         settle=load.settle,
         failure=load.failure,
         error=SourceLoadError,
@@ -211,18 +228,13 @@ class _SourceLoad:
     """One :func:`load_source` call: its artifact and the target's load."""
 
     def __init__(
-        self,
-        artifact: RowStreamArtifact,
-        target: TableName,
-        sink: Sink,
-        key: Sequence[str],
-        schema_changes: SchemaChanges,
+        self, artifact: RowStreamArtifact, target: TableName, options: SourceCopyOptions
     ) -> None:
-        self.schema_changes: SchemaChanges = schema_changes
+        self.schema_changes: SchemaChanges = options.schema_changes
         self.artifact = artifact
         self.target = target
-        self.sink: Sink = sink
-        self.key = tuple(key)
+        self.sink: Sink = options.sink
+        self.key = options.primary_key
         self.load: TargetLoad | None = None
 
     def new_target_plan(self) -> TablePlan:

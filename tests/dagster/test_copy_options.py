@@ -1,7 +1,8 @@
-"""The copy jobs' options objects: a snapshot copy, a Kafka copy and a replication group each take
-one frozen object, validated once with the codes their options always had; the factories' and
-the resource methods' old keyword arguments still work for one release, with a warning that
-names them, and build the same definition (the runs they make are the guarantees' tests')."""
+"""The copy jobs' options objects: a snapshot copy, a Kafka copy, a generic source's copy and a
+replication group each take one frozen object, validated once with the codes their options
+always had; the factories' and the resource methods' old keyword arguments still work for one
+release, with a warning that names them, and build the same definition (the runs they make are
+the guarantees' tests')."""
 
 from __future__ import annotations
 
@@ -16,13 +17,18 @@ from dpone_dagster import (
     KafkaCopyOptions,
     KafkaSourceResource,
     LedgerResource,
+    MySQLSourceResource,
     PostgresSourceResource,
     PostgresTargetResource,
     ReplicationOptions,
+    RestSourceResource,
     SnapshotCopyOptions,
+    SourceCopyOptions,
     build_extraction_job,
     kafka_copy_asset,
+    mysql_copy_asset,
     replication_assets,
+    rest_copy_asset,
     snapshot_copy_assets,
 )
 from dpone_dagster.core.sweep import Sweep
@@ -54,6 +60,12 @@ class Click(BaseModel):
         (KafkaCopyOptions, {"model": Click, "value_format": "bytes"}),
         (KafkaCopyOptions, {"max_messages_per_run": 0}),
         (KafkaCopyOptions, {"on_lost_offsets": "skip"}),
+        (SourceCopyOptions, {"sink": "upsert"}),
+        (SourceCopyOptions, {"schema_changes": "thaw"}),
+        (SourceCopyOptions, {"primary_key": "id"}),
+        (SourceCopyOptions, {"primary_key": ["id", "id"]}),
+        (SourceCopyOptions, {"primary_key": [""]}),
+        (SourceCopyOptions, {"columns": ["id"]}),
         (ReplicationOptions, {"deletes": "ignore"}),
         (ReplicationOptions, {"max_changes_per_run": 0}),
         (ReplicationOptions, {"sequences": "no"}),
@@ -89,6 +101,12 @@ def test_options_are_parsed_once_into_typed_values_and_frozen() -> None:
     kafka = KafkaCopyOptions(sink="merge", dead_letter_table='raw."Dead Letters"')
     assert kafka.keyed and kafka.dead_letter_table is not None
     assert kafka.dead_letter_table.name == "Dead Letters"
+    load = SourceCopyOptions(sink="merge", primary_key=["id", "region"], schema_changes="freeze")
+    assert (load.sink, load.primary_key, load.schema_changes) == (
+        "merge",
+        ("id", "region"),
+        "freeze",
+    )
     group = ReplicationOptions(deletes="soft", sweep=Sweep(rows=10))
     assert (group.deletes, group.sweep.rows, group.reconcile) == ("soft", 10, True)
     with pytest.raises(ValidationError, match="frozen"):
@@ -216,3 +234,57 @@ def test_replication_assets_old_keywords_build_the_same_definition_and_warn() ->
     assert events.resync and not events.adopt
     with pytest.raises(DponeFailure, match="replication_options_invalid"):
         source.replicate(dg.build_asset_context(), target=target, deletes="ignore")
+
+
+def test_the_generic_source_factories_old_keywords_build_the_same_definition_and_warn() -> None:
+    class Item(BaseModel):
+        id: int
+
+    options = SourceCopyOptions(sink="merge", primary_key=["id"], schema_changes="freeze")
+    read = {"key": "orders", "table": "orders", "target_table": "raw.orders"}
+    rest = {"key": "items", "target_table": "raw.items", "path": "/items", "model": Item}
+    for factory, args in ((mysql_copy_asset, read), (rest_copy_asset, rest)):
+        new = factory(**args, options=options)
+        with _deprecated("schema_changes"):
+            old = factory(**args, sink="merge", primary_key=["id"], schema_changes="freeze")
+        assert _specs(old) == _specs(new)
+        assert old.descriptions_by_key == new.descriptions_by_key
+        assert "(merge)" in str(new.descriptions_by_key[new.key])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the shortcuts are not deprecated
+            shortcut = factory(**args, sink="merge", primary_key=["id"])
+        assert _specs(shortcut) == _specs(new)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'sinks'"):
+            factory(**args, sinks="merge")
+        with pytest.raises(DponeError, match="copy_options_invalid"):
+            factory(**args, primary_key=["id", "id"])  # refused when the definitions load
+        with pytest.raises(TypeError, match="takes a SourceCopyOptions"):
+            factory(**args, options=KafkaCopyOptions())
+
+
+def test_the_generic_source_resources_old_keywords_warn_and_reach_the_events() -> None:
+    class Item(BaseModel):
+        id: int
+
+    context, target = dg.build_asset_context(), PostgresTargetResource(dsn=DSN)
+    mysql = MySQLSourceResource(host="db.invalid", user="reader", database="shop")
+    with _deprecated("schema_changes"):
+        events = mysql.copy_table(
+            context, target=target, target_table="raw.orders", table="orders", sink="merge",
+            schema_changes="freeze",
+        )  # fmt: skip
+    assert events.options == SourceCopyOptions(sink="merge", schema_changes="freeze")
+    assert events.target_table.qualified == "raw.orders"
+    given = SourceCopyOptions(primary_key=["id"])
+    rest = RestSourceResource(base_url="http://api.invalid")
+    same = rest.copy_table(
+        context, target=target, target_table="raw.items", path="/items", model=Item, options=given
+    )
+    assert same.options is given
+    shortcut = rest.copy_table(
+        context, target=target, target_table="raw.items", path="/items", model=Item,
+        options=given, sink="append",
+    )  # fmt: skip
+    assert shortcut.options == SourceCopyOptions(sink="append", primary_key=["id"])
+    with pytest.raises(DponeFailure, match="copy_options_invalid"):
+        mysql.copy_table(context, target=target, target_table="raw.o", table="o", sink="upsert")

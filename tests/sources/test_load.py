@@ -10,13 +10,14 @@ import pytest
 from pydantic import BaseModel
 
 from dpone_dagster.lifecycle import ReceiptState, TerminalOutcome
-from dpone_dagster.postgres import TableName
+from dpone_dagster.postgres import ConnectionOptions, TableName
 from dpone_dagster.sources import (
     MySQLSettings,
     MySQLSource,
     PageNumberPagination,
     RestSettings,
     RestSource,
+    SourceCopyOptions,
     SourceError,
     SourceLoadError,
     load_source,
@@ -26,6 +27,7 @@ from tests.helpers.http_api import DROP, ApiServer, Reply, Request
 from tests.helpers.proxy import TcpProxy, is_commit
 
 TARGET = TableName("raw", 'Orders "x"')
+FREEZE = SourceCopyOptions(schema_changes="freeze")
 
 
 def _rows(dsn: str, table: TableName = TARGET) -> list[tuple[Any, ...]]:
@@ -197,13 +199,37 @@ def test_a_target_without_the_columns_is_refused_before_any_row_is_read(
     _orders(mysql_db)
     pg.execute(target_dsn, 'CREATE SCHEMA raw; CREATE TABLE raw."Orders ""x""" (id numeric(20))')
     with pytest.raises(SourceLoadError) as caught:
-        load_source(
-            MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, schema_changes="freeze"
-        )
+        load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, options=FREEZE)
     assert caught.value.code == "schema_change_incompatible"
     assert "added 'note' varchar(" in caught.value.message and "mysql://" in caught.value.message
     receipt = caught.value.report.extraction_receipt
     assert receipt.state is ReceiptState.PENDING  # the source was never read
+
+
+def test_load_source_takes_its_old_keywords_for_one_release_with_a_warning(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    """``schema_changes=`` still reaches the load, and the session's options passed as
+    ``options=`` (their name before ``connection_options=``) still open the target session."""
+    _orders(mysql_db)
+    source = MySQLSource(mysql_db, table="orders")
+    moved = r"load_source\(\.\.\., options=ConnectionOptions\(\.\.\.\)\) is deprecated"
+    with pytest.warns(DeprecationWarning, match=moved):
+        report = load_source(
+            source, target_dsn, TARGET, primary_key=["id"],
+            options=ConnectionOptions(application_name="dpone-old-options"),  # type: ignore[arg-type]
+        )  # fmt: skip
+    assert report.outcome is TerminalOutcome.SUCCESS and report.rows_loaded == 3
+    mysql.execute(mysql_db, "ALTER TABLE orders ADD qty int")
+    with (
+        pytest.warns(DeprecationWarning, match=r"pass options=SourceCopyOptions\(schema_changes="),
+        pytest.raises(SourceLoadError) as caught,
+    ):
+        load_source(source, target_dsn, TARGET, schema_changes="freeze")
+    assert caught.value.code == "schema_change_incompatible"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'schema_change'"):
+        load_source(source, target_dsn, TARGET, schema_change="freeze")
+    assert _rows(target_dsn) == [(1, "n1"), (2, "n2"), (3, "n3")]
 
 
 def test_mysql_an_added_column_and_a_widened_type_evolve_the_target_with_the_data(
@@ -212,9 +238,7 @@ def test_mysql_an_added_column_and_a_widened_type_evolve_the_target_with_the_dat
     _orders(mysql_db)
     load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, primary_key=["id"])
     # varchar(20) from MySQL against the target's character varying(20): no change at all.
-    same = load_source(
-        MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, schema_changes="freeze"
-    )
+    same = load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, options=FREEZE)
     assert same.outcome is TerminalOutcome.SUCCESS and same.schema_changes == ()
     mysql.execute(
         mysql_db,

@@ -18,7 +18,12 @@ from dpone_dagster.dagster.resources import (
     RestSourceResource,
 )
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.sources import MySQLSettings, PageNumberPagination, SourceError
+from dpone_dagster.sources import (
+    MySQLSettings,
+    PageNumberPagination,
+    SourceCopyOptions,
+    SourceError,
+)
 from tests.helpers import mysql, pg
 from tests.helpers.http_api import DROP, ApiServer, Reply, Request
 
@@ -87,6 +92,85 @@ def test_a_mysql_asset_materializes_into_the_target(
 class Item(BaseModel):
     id: int
     name: str
+
+
+def _primary_key(dsn: str, table: str) -> list[tuple[Any, ...]]:
+    return pg.fetch_all(
+        dsn,
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY (i.indkey) WHERE i.indisprimary AND i.indrelid = %s::regclass",
+        (table,),
+    )
+
+
+def test_the_options_object_reaches_the_load_and_the_old_keyword_still_does(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    """``options=SourceCopyOptions(...)`` is how the rows land: the key of the target the copy
+    creates, the merge sink; the deprecated ``schema_changes=`` keyword reaches the load too."""
+    mysql.execute(
+        mysql_db,
+        "CREATE TABLE orders (id int NOT NULL, total decimal(10,2) NOT NULL)",
+        "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
+    )
+    options = SourceCopyOptions(sink="merge", primary_key=["id"])
+    asset = mysql_copy_asset(
+        key="orders", table="orders", target_table="raw.orders", options=options
+    )
+    resources = {
+        "mysql": _mysql_resource(mysql_db),
+        "target": PostgresTargetResource(dsn=target_dsn),
+    }
+    assert dg.materialize([asset], resources=resources).success
+    assert _primary_key(target_dsn, "raw.orders") == [("id",)]  # no key in MySQL: the options'
+    mysql.execute(mysql_db, "UPDATE orders SET total = 5.00 WHERE id = 2")
+    merged = dg.materialize([asset], resources=resources)
+    metadata = merged.asset_materializations_for_node("orders")[0].metadata
+    assert (metadata["dpone/sink"].value, metadata["dpone/sink_method"].value) == ("merge", "merge")
+    assert pg.fetch_all(target_dsn, "SELECT id, total::text FROM raw.orders ORDER BY id") == [
+        (1, "9.99"),
+        (2, "5.00"),
+    ]
+    mysql.execute(mysql_db, "ALTER TABLE orders ADD note text")
+    with pytest.warns(DeprecationWarning, match=r"mysql_copy_asset\(\.\.\., schema_changes="):
+        frozen = mysql_copy_asset(
+            key="orders", table="orders", target_table="raw.orders", schema_changes="freeze"
+        )
+    failed = dg.materialize([frozen], resources=resources, raise_on_error=False)
+    failure = failed.failure_data_for_node("orders")
+    assert failure is not None and failure.user_failure_data is not None
+    assert failure.user_failure_data.metadata[ERROR_CODE_KEY].value == "schema_change_incompatible"
+    assert not pg.fetch_one(
+        target_dsn,
+        "SELECT count(*) > 0 FROM information_schema.columns "
+        "WHERE table_schema = 'raw' AND table_name = 'orders' AND column_name = 'note'",
+    )
+
+
+def test_a_rest_asset_with_the_options_object_appends_its_rows(target_dsn: str) -> None:
+    def respond(request: Request) -> Reply:
+        page = int(request.query["page"])
+        return Reply({"data": [{"id": page, "name": f"p{page}"}] if page <= 2 else []})
+
+    asset = rest_copy_asset(
+        key="items", target_table="raw.items", path="/items", model=Item, records_path="data",
+        pagination=PageNumberPagination(), options=SourceCopyOptions(sink="append"),
+    )  # fmt: skip
+    with ApiServer(respond) as server:
+        resources = {
+            "rest": RestSourceResource(base_url=server.url),
+            "target": PostgresTargetResource(dsn=target_dsn),
+        }
+        assert dg.materialize([asset], resources=resources).success
+        second = dg.materialize([asset], resources=resources)
+    metadata = second.asset_materializations_for_node("items")[0].metadata
+    assert (metadata["dpone/sink"].value, metadata["dagster/row_count"].value) == ("append", 2)
+    assert pg.fetch_all(target_dsn, "SELECT id, name FROM raw.items ORDER BY id") == [
+        (1, "p1"),
+        (1, "p1"),
+        (2, "p2"),
+        (2, "p2"),
+    ]
 
 
 def test_a_rest_asset_materializes_and_a_failure_carries_its_code(target_dsn: str) -> None:

@@ -3,8 +3,9 @@
 Each builds an asset that reads a MySQL/MariaDB table or query, or an HTTP JSON API, and loads it
 into a PostgreSQL target table through a staging table and a sink (``replace``, ``append``,
 ``merge``), like the PostgreSQL snapshot copies. A thin factory over the resource's event
-iterator: it checks the names and options when the definitions load, and the asset's body is
-``yield from source.copy_table(context, target=target, ...)``
+iterator: it checks the names and options (one
+:class:`~dpone_dagster.sources.SourceCopyOptions`) when the definitions load, and the asset's
+body is ``yield from source.copy_table(context, target=target, ..., options=...)``
 (:meth:`~dpone_dagster.MySQLSourceResource.copy_table`,
 :meth:`~dpone_dagster.RestSourceResource.copy_table`). Their materializations carry
 ``dagster/row_count`` and the receipts under ``dpone/...``; the snapshot label is always
@@ -18,10 +19,17 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import SourceCopyEvent
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.postgres import SchemaChanges, Sink, TableName
-from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, model_columns
+from dpone_dagster.postgres import Sink, TableName
+from dpone_dagster.sources import (
+    MySQLSettings,
+    MySQLSource,
+    Pagination,
+    SourceCopyOptions,
+    model_columns,
+)
 
 
 def _table_name(table: str | TableName) -> TableName:
@@ -32,7 +40,7 @@ def _table_name(table: str | TableName) -> TableName:
 def _copy_asset(
     *,
     key: str | Sequence[str] | dg.AssetKey,
-    copy_options: Mapping[str, Any],
+    source_args: Mapping[str, Any],
     source_resource_key: str,
     target_resource_key: str,
     description: str,
@@ -41,13 +49,9 @@ def _copy_asset(
     metadata: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
 ) -> dg.AssetsDefinition:
-    """The asset whose body is ``source.copy_table(context, target=target, **copy_options)``,
-    the resources by their keys."""
-    typed = {
-        **copy_options,
-        "sink": Sink.parse(copy_options["sink"]),
-        "schema_changes": SchemaChanges.parse(copy_options["schema_changes"]),
-    }
+    """The asset whose body is ``source.copy_table(context, target=target, **source_args)``,
+    the resources by their keys (``source_args``: what is read, the target table and the
+    checked options)."""
     check_instance_storage()
     upstream = None if source_key is None else dg.AssetKey.from_coercible(source_key)
 
@@ -64,7 +68,7 @@ def _copy_asset(
     def _asset(context: dg.AssetExecutionContext) -> Iterator[SourceCopyEvent]:
         source = getattr(context.resources, source_resource_key)
         target = getattr(context.resources, target_resource_key)
-        yield from source.copy_table(context, target=target, **typed)
+        yield from source.copy_table(context, target=target, **source_args)
 
     return _asset
 
@@ -77,14 +81,15 @@ def mysql_copy_asset(
     query: str | None = None,
     database: str | None = None,
     columns: Sequence[str] | None = None,
-    sink: Sink | str = Sink.REPLACE,
-    primary_key: Sequence[str] = (),
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    options: SourceCopyOptions | None = None,
+    sink: Sink | str | None = None,
+    primary_key: Sequence[str] | None = None,
     source_resource_key: str = "mysql",
     target_resource_key: str = "target",
     group_name: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """An asset that copies a MySQL/MariaDB table or query into a PostgreSQL table.
 
@@ -95,11 +100,14 @@ def mysql_copy_asset(
         query: A SELECT whose rows to copy.
         database: The table's database when it is not the resource's.
         columns: Copy only these columns of ``table``.
-        sink: ``replace``, ``append`` or ``merge``.
-        primary_key: The key of a target created by the copy (required for ``merge``).
-        schema_changes: ``evolve`` (an existing target takes added columns, widened types and
-            keeps dropped columns, listed under ``dpone/schema_changes``) or ``freeze`` (any
-            difference fails with ``schema_change_incompatible``).
+        options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`):
+            ``sink`` (``replace``, ``append`` or ``merge``), ``primary_key`` (the key of a
+            target created by the copy; a ``merge`` into a new target needs one) and
+            ``schema_changes`` (``evolve``: an existing target takes added columns, widened
+            types and keeps dropped columns, listed under ``dpone/schema_changes``; ``freeze``:
+            any difference fails with ``schema_change_incompatible``).
+        sink: Shortcut for ``options.sink``.
+        primary_key: Shortcut for ``options.primary_key``.
         source_resource_key: The :class:`MySQLSourceResource`'s key.
         target_resource_key: The :class:`~dpone_dagster.PostgresTargetResource`'s key.
         group_name: The asset's group.
@@ -107,29 +115,32 @@ def mysql_copy_asset(
         source_key: The asset key of what is read (an external asset you define): the copy
             depends on it, and its materializations' ``dagster/column_lineage`` maps each target
             column to the same-named column of it. No lineage without one.
+        **legacy: ``schema_changes`` as a keyword: deprecated
+            (``options=SourceCopyOptions(...)``), for one release.
 
     Raises:
-        DponeError: at definition time, for a bad target name, sink or source spec.
+        DponeError: at definition time, for a bad target name (``identifier_invalid``), bad
+            options (``copy_options_invalid``) or source spec (``mysql_source_invalid``).
 
     Examples:
         >>> orders = mysql_copy_asset(key="orders", table="orders", target_table="raw.orders")
         >>> orders.key.to_user_string()
         'orders'
     """
+    chosen = build_options(
+        SourceCopyOptions, options, caller="mysql_copy_asset",
+        shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+    )  # fmt: skip
     if (table is None) == (query is None):
         MySQLSource(MySQLSettings(), table=table, query=query)  # raises mysql_source_invalid
-    options = {
-        "target_table": _table_name(target_table), "table": table, "query": query,
-        "database": database, "columns": columns, "sink": sink, "primary_key": primary_key,
-        "schema_changes": schema_changes,
-    }  # fmt: skip
+    read = {"table": table, "query": query, "database": database, "columns": columns}
     return _copy_asset(
         key=key,
-        copy_options=options,
+        source_args={**read, "target_table": _table_name(target_table), "options": chosen},
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
         description=f"MySQL/MariaDB {'table ' + table if table else 'query'} copied to "
-        f"{target_table} ({sink}).",
+        f"{target_table} ({chosen.sink}).",
         group_name=group_name,
         op_tags=op_tags,
         source_key=source_key,
@@ -147,14 +158,15 @@ def rest_copy_asset(
     params: Mapping[str, object] | None = None,
     id_field: str = "id",
     max_pages: int | None = None,
-    sink: Sink | str = Sink.REPLACE,
-    primary_key: Sequence[str] = (),
-    schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+    options: SourceCopyOptions | None = None,
+    sink: Sink | str | None = None,
+    primary_key: Sequence[str] | None = None,
     source_resource_key: str = "rest",
     target_resource_key: str = "target",
     group_name: str | None = None,
     op_tags: Mapping[str, Any] | None = None,
     source_key: str | Sequence[str] | dg.AssetKey | None = None,
+    **legacy: Any,
 ) -> dg.AssetsDefinition:
     """An asset that copies the records of an HTTP JSON API into a PostgreSQL table.
 
@@ -171,9 +183,10 @@ def rest_copy_asset(
         params: Query parameters of every request.
         id_field: The record key that names a record in a validation error.
         max_pages: Refuse to read more pages than this.
-        sink: ``replace``, ``append`` or ``merge``.
-        primary_key: The key of a target created by the copy (required for ``merge``).
-        schema_changes: ``evolve`` or ``freeze`` (see :func:`mysql_copy_asset`).
+        options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`:
+            ``sink``, ``primary_key``, ``schema_changes``; see :func:`mysql_copy_asset`).
+        sink: Shortcut for ``options.sink``.
+        primary_key: Shortcut for ``options.primary_key``.
         source_resource_key: The :class:`RestSourceResource`'s key.
         target_resource_key: The target resource's key.
         group_name: The asset's group.
@@ -181,10 +194,13 @@ def rest_copy_asset(
         source_key: The asset key of what is read (an external asset you define): the copy
             depends on it, and its materializations' ``dagster/column_lineage`` maps each target
             column to the same-named column of it. No lineage without one.
+        **legacy: ``schema_changes`` as a keyword: deprecated
+            (``options=SourceCopyOptions(...)``), for one release.
 
     Raises:
         DponeError: at definition time: ``rest_type_unmappable`` for a model field no column
-            type fits, or a bad target name or sink.
+            type fits, ``identifier_invalid`` for a bad target name, ``copy_options_invalid``
+            for bad options.
 
     Examples:
         >>> from dpone_dagster.sources import PageNumberPagination
@@ -198,6 +214,10 @@ def rest_copy_asset(
         >>> items.key.to_user_string()
         'items'
     """
+    chosen = build_options(
+        SourceCopyOptions, options, caller="rest_copy_asset",
+        shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+    )  # fmt: skip
     # An unmappable field fails when the definitions load; the model's columns are the
     # target's, so the definition carries its column schema before any run.
     columns = model_columns(model)
@@ -209,20 +229,17 @@ def rest_copy_asset(
             for c in columns
         ]
     )
-
-    options = {
-        "target_table": _table_name(target_table), "path": path, "model": model,
-        "records_path": records_path, "pagination": pagination, "params": params,
-        "id_field": id_field, "max_pages": max_pages, "sink": sink, "primary_key": primary_key,
-        "schema_changes": schema_changes,
+    read = {
+        "path": path, "model": model, "records_path": records_path, "pagination": pagination,
+        "params": params, "id_field": id_field, "max_pages": max_pages,
     }  # fmt: skip
     return _copy_asset(
         key=key,
-        copy_options=options,
+        source_args={**read, "target_table": _table_name(target_table), "options": chosen},
         source_resource_key=source_resource_key,
         target_resource_key=target_resource_key,
         description=f"HTTP JSON records of {path} ({model.__name__}) copied to {target_table} "
-        f"({sink}).",
+        f"({chosen.sink}).",
         group_name=group_name,
         op_tags=op_tags,
         metadata={"dagster/column_schema": schema},

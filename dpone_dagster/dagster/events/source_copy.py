@@ -8,7 +8,7 @@ snapshot copies. The materialization carries ``dagster/row_count``, the receipts
 """
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
@@ -24,9 +24,7 @@ from dpone_dagster.dagster.metadata.parts import (
     schema_change_metadata,
 )
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
+from dpone_dagster.sources import SourceAdapter, SourceCopyOptions, SourceLoadReport, load_source
 
 from .databases import Database
 from .skeleton import JobEvents
@@ -65,36 +63,25 @@ class SourceCopyEvents(JobEvents[SourceCopyEvent]):
 
     :meth:`~dpone_dagster.MySQLSourceResource.copy_table` and
     :meth:`~dpone_dagster.RestSourceResource.copy_table` return one; ``source`` is the adapter
-    they built from their settings, the other attributes are their arguments as plain values
-    (the target's database).
+    they built from their settings (what is read), ``options`` the copy's options
+    (:class:`~dpone_dagster.sources.SourceCopyOptions`, how the rows land), the other
+    attributes plain values (the target's database, the target table).
     """
 
     context: dg.AssetExecutionContext
     _: KW_ONLY
     source: SourceAdapter
     target: Database
-    target_table: str | TableName
-    sink: Sink | str
-    primary_key: Sequence[str]
-    schema_changes: SchemaChanges | str
+    target_table: TableName
+    options: SourceCopyOptions
 
     def run(self) -> Iterator[SourceCopyEvent]:
         """Loads the source into the target table; yields the asset's materialization."""
-        context, target = self.context, self.target
-        table = (
-            self.target_table
-            if isinstance(self.target_table, TableName)
-            else TableName.parse(self.target_table)
-        )
+        context, target, table = self.context, self.target, self.target_table
         report = load_source(
-            self.source,
-            target.dsn,
-            table,
-            sink=self.sink,
-            primary_key=self.primary_key,
-            options=target.options,
-            schema_changes=self.schema_changes,
-        )
+            self.source, target.dsn, table, options=self.options,
+            connection_options=target.options,
+        )  # fmt: skip
         log_schema_changes(context.log, table.qualified, report.schema_changes)
         context.log.info(
             f"dpone: {report.rows_loaded} rows from {report.source_label} into {table} "

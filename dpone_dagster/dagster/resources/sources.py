@@ -1,8 +1,9 @@
 """The generic sources' resources: a MySQL/MariaDB server and an HTTP JSON API.
 
 Each holds its source's settings (secrets as ``EnvVar``) and carries the event iterator
-``copy_table(context, target=target, ...)``: the copy of one table, query or API resource into a
-PostgreSQL table, through a staging table and a sink, that
+``copy_table(context, target=target, ..., options=...)``: the copy of one table, query or API
+resource into a PostgreSQL table, through a staging table and a sink (its options one
+:class:`~dpone_dagster.sources.SourceCopyOptions`), that
 :func:`~dpone_dagster.mysql_copy_asset` and :func:`~dpone_dagster.rest_copy_asset` are thin
 over. A generic source makes no snapshot claim (label ``no_snapshot_claim``).
 """
@@ -15,12 +16,19 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field, field_validator
 
+from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.schema_change import SchemaChanges
-from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, RestSettings, RestSource
+from dpone_dagster.sources import (
+    MySQLSettings,
+    MySQLSource,
+    Pagination,
+    RestSettings,
+    RestSource,
+    SourceCopyOptions,
+)
 
 from .postgres import PostgresTargetResource
 from .secrets import SecretResource, warn_if_literal
@@ -80,9 +88,10 @@ class MySQLSourceResource(SecretResource):
         query: str | None = None,
         database: str | None = None,
         columns: Sequence[str] | None = None,
-        sink: Sink | str = Sink.REPLACE,
-        primary_key: Sequence[str] = (),
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        options: SourceCopyOptions | None = None,
+        sink: Sink | str | None = None,
+        primary_key: Sequence[str] | None = None,
+        **legacy: Any,
     ) -> SourceCopyEvents:
         """Copies a MySQL/MariaDB table or query into a PostgreSQL table; yields the asset's
         materialization.
@@ -91,15 +100,21 @@ class MySQLSourceResource(SecretResource):
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``, parsed as SQL reads it).
-            table: The MySQL table (give ``table`` or ``query``); ``query``, ``database``,
-                ``columns``, ``sink``, ``primary_key`` and ``schema_changes`` are
-                :func:`~dpone_dagster.mysql_copy_asset`'s.
+            table: The MySQL table (give ``table`` or ``query``); ``query``, ``database`` and
+                ``columns`` are :func:`~dpone_dagster.mysql_copy_asset`'s.
+            options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`, as
+                :func:`~dpone_dagster.mysql_copy_asset` takes them).
+            sink: Shortcut for ``options.sink``.
+            primary_key: Shortcut for ``options.primary_key``.
+            **legacy: ``schema_changes`` as a keyword: deprecated
+                (``options=SourceCopyOptions(...)``), for one release.
 
         Returns:
             The copy's events; iterating them runs it.
 
         Raises:
-            DponeFailure: ``mysql_source_invalid`` for a bad source spec (when called), any
+            DponeFailure: ``mysql_source_invalid`` for a bad source spec, ``copy_options_invalid``
+                for bad options, ``identifier_invalid`` for a bad target name (when called), any
                 copy error (while the events are iterated), with its code and next actions.
 
         Examples:
@@ -112,13 +127,17 @@ class MySQLSourceResource(SecretResource):
                     )
         """
         with dagster_failures():
+            chosen = build_options(
+                SourceCopyOptions, options, caller="copy_table",
+                shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+            )  # fmt: skip
             source = MySQLSource(
                 self.settings(), table=table, query=query, database=database, columns=columns
             )
-        return SourceCopyEvents(
-            context, source=source, target=target.database, target_table=target_table, sink=sink,
-            primary_key=primary_key, schema_changes=schema_changes,
-        )  # fmt: skip
+            return SourceCopyEvents(
+                context, source=source, target=target.database,
+                target_table=_table_name(target_table), options=chosen,
+            )  # fmt: skip
 
 
 class RestSourceResource(SecretResource):
@@ -181,9 +200,10 @@ class RestSourceResource(SecretResource):
         params: Mapping[str, object] | None = None,
         id_field: str = "id",
         max_pages: int | None = None,
-        sink: Sink | str = Sink.REPLACE,
-        primary_key: Sequence[str] = (),
-        schema_changes: SchemaChanges | str = SchemaChanges.EVOLVE,
+        options: SourceCopyOptions | None = None,
+        sink: Sink | str | None = None,
+        primary_key: Sequence[str] | None = None,
+        **legacy: Any,
     ) -> SourceCopyEvents:
         """Copies the records of an API resource into a PostgreSQL table, each validated by
         ``model`` (whose fields are the columns); yields the asset's materialization.
@@ -193,15 +213,22 @@ class RestSourceResource(SecretResource):
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``).
             path: The resource's path under the base URL; ``model``, ``records_path``,
-                ``pagination``, ``params``, ``id_field``, ``max_pages``, ``sink``,
-                ``primary_key`` and ``schema_changes`` are :func:`~dpone_dagster.rest_copy_asset`'s.
+                ``pagination``, ``params``, ``id_field`` and ``max_pages`` are
+                :func:`~dpone_dagster.rest_copy_asset`'s.
+            options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`, as
+                :func:`~dpone_dagster.rest_copy_asset` takes them).
+            sink: Shortcut for ``options.sink``.
+            primary_key: Shortcut for ``options.primary_key``.
+            **legacy: ``schema_changes`` as a keyword: deprecated
+                (``options=SourceCopyOptions(...)``), for one release.
 
         Returns:
             The copy's events; iterating them runs it.
 
         Raises:
-            DponeFailure: ``rest_type_unmappable`` for a model field no column type fits (when
-                called), any copy error (while the events are iterated).
+            DponeFailure: ``rest_type_unmappable`` for a model field no column type fits,
+                ``copy_options_invalid`` for bad options (when called), any copy error (while
+                the events are iterated).
 
         Examples:
             .. code-block:: python
@@ -214,11 +241,20 @@ class RestSourceResource(SecretResource):
                     )
         """
         with dagster_failures():
+            chosen = build_options(
+                SourceCopyOptions, options, caller="copy_table",
+                shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+            )  # fmt: skip
             source = RestSource(
                 self.settings(), path, model, records_path=records_path, pagination=pagination,
                 params=params, id_field=id_field, max_pages=max_pages,
             )  # fmt: skip
-        return SourceCopyEvents(
-            context, source=source, target=target.database, target_table=target_table, sink=sink,
-            primary_key=primary_key, schema_changes=schema_changes,
-        )  # fmt: skip
+            return SourceCopyEvents(
+                context, source=source, target=target.database,
+                target_table=_table_name(target_table), options=chosen,
+            )  # fmt: skip
+
+
+def _table_name(table: str | TableName) -> TableName:
+    """The target table, parsed where a caller's text enters."""
+    return table if isinstance(table, TableName) else TableName.parse(table)
