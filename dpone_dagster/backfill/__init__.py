@@ -6,8 +6,8 @@ pure rules in :mod:`dpone_dagster.cursor.run_rules` (those of a copied batch, ea
 :mod:`dpone_dagster.cursor.batch_rules`), its records in the ledger are
 :class:`~dpone_dagster.cursor.cursor_ledger.RunLedger`'s. It stands on the shared core
 (:mod:`dpone_dagster.core`: sessions, waits, in-flight evidence, read windows, the ledger store,
-the error catalog) and never imports another engine; :func:`backfill_handoff` hands a complete
-backfill to an incremental stream.
+the error catalog) and never imports another engine; :func:`backfill_handoff` (the cursor engine's
+handoff, :mod:`dpone_dagster.cursor.handoff`) hands a complete backfill to an incremental stream.
 """
 
 from dpone_dagster.cursor.backfill_documents import (
@@ -29,6 +29,7 @@ from dpone_dagster.cursor.backfill_documents import (
     TrustworthyCursor,
 )
 from dpone_dagster.cursor.cursor_ledger import RunLedger
+from dpone_dagster.cursor.handoff import backfill_handoff
 from dpone_dagster.cursor.range_checks import (
     OnChanged,
     RangeCheck,
@@ -38,7 +39,6 @@ from dpone_dagster.cursor.range_checks import (
 
 from .api import Backfill
 from .copier import BatchResult
-from .handoff import backfill_handoff
 from .options import BackfillOptions
 from .results import BackfillReconciliationError, BackfillResult
 from .state import ScopeState

@@ -6,15 +6,15 @@ process (or a Dagster retry, or a second orchestrator) finds the same durable ru
 after its last committed batch. The boundary (high-water mark) is fixed once, when the run is
 first planned.
 
-Sessions are opened lazily, in autocommit mode (every transaction is begun by
-:func:`dpone_dagster.core.sessions.transaction` with its isolation level and read-only mode)
-and closed on any failure or interrupt, so an interrupted step never leaves a transaction open.
+It is the cursor engine (:class:`~dpone_dagster.cursor.engine.CursorCopy`: the sessions, the
+failures' codes, the batch-commit protocol and a lost COMMIT's answer) under the fixed mark
+(:class:`~dpone_dagster.cursor.mark_policies.FixedMark`), its rows appended batch by batch and
+its ranges reconciled at the end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
 import psycopg
 from psycopg import IsolationLevel
@@ -22,7 +22,7 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.errors import EngineError, engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.options import build_options
-from dpone_dagster.core.sessions import Sessions, prepared_session, transaction
+from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.cursor.backfill_documents import (
     BackfillRun,
     BackfillScope,
@@ -30,15 +30,14 @@ from dpone_dagster.cursor.backfill_documents import (
     BatchReceipt,
     BatchRequest,
 )
-from dpone_dagster.cursor.batch_commit import LostCommitError, wait_for_lost_commit
+from dpone_dagster.cursor.batch_commit import LostCommitError
 from dpone_dagster.cursor.chain import verify_chain
 from dpone_dagster.cursor.cursor_ledger import RunLedger
+from dpone_dagster.cursor.engine import CursorCopy
 from dpone_dagster.cursor.mark_policies import FixedMark
 from dpone_dagster.cursor.range_checks import ReconciliationReport
 from dpone_dagster.cursor.run_rules import next_request, replay, run_id_for, start_run
-from dpone_dagster.lifecycle import DponeError, redact
-from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Side
-from dpone_dagster.postgres.failures import database_error
+from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
@@ -49,10 +48,8 @@ from .results import BackfillReconciliationError, BackfillResult, needs_reconcil
 from .shape import TableShape, canonical_cursor, resolve_shape, scope_for
 from .state import ScopeState, scope_state
 
-_T = TypeVar("_T")
 
-
-class Backfill:
+class Backfill(CursorCopy):
     """An ordered, checkpointed copy of one table (or one cursor range of it).
 
     Args:
@@ -89,6 +86,9 @@ class Backfill:
             result = backfill.run(on_batch=lambda b: print(b.run.progress))
     """
 
+    outage = "backfill_persistence_failed"
+    prepared = True  # every batch runs the same ledger and range statements
+
     def __init__(
         self,
         source_dsn: str,
@@ -110,55 +110,22 @@ class Backfill:
             raise engine_error("backfill_cursor_missing", "No cursor column was given.")
         # A TypeError for anything else (the session options this name took before it).
         self.options = build_options(BackfillOptions, options, caller="Backfill")
-        self.source = table if isinstance(table, TableName) else TableName.parse(table)
-        target = target_table if target_table is not None else self.source
-        self.target = target if isinstance(target, TableName) else TableName.parse(target)
-        self.cursor = cursor
-        self.source_dsn, self.target_dsn = source_dsn, target_dsn
-        self.ledger_config = ledger or LedgerConfig()
+        super().__init__(
+            source_dsn, target_dsn, table, cursor=cursor, target_table=target_table,
+            ledger=ledger or LedgerConfig(), label=label,
+            connection_options=connection_options
+            or ConnectionOptions(application_name="dpone-backfill"),
+            target_connection_options=target_connection_options, on_phase=on_phase,
+        )  # fmt: skip
         self.ledger = RunLedger(self.ledger_config.schema)
-        self.lower, self.upper, self.label = lower, upper, label
-        self.connection_options = connection_options or ConnectionOptions(
-            application_name="dpone-backfill"
-        )
-        self.target_connection_options = target_connection_options or self.connection_options
-        self.on_phase: PhaseHook = on_phase or (lambda _: None)
-        self._sessions: Sessions | None = None
+        self.marks = FixedMark(self.options.settle_timeout, self.options.write_pause)
+        self.lower, self.upper = lower, upper
         self._shape: TableShape | None = None
         self._scope: BackfillScope | None = None
 
-    # -- sessions ---------------------------------------------------------------------------
-
-    def _connect(self, dsn: str, side: Side) -> Connection:
-        options = self.connection_options if side == "source" else self.target_connection_options
-        conn = prepared_session(dsn, options, side)
-        # Every batch runs the same ledger and range statements: prepare them from the first
-        # execution, so the first checkpoints cost what the thousandth does. (psycopg sends its
-        # own BEGIN, COMMIT, ROLLBACK and savepoints as plain statements, never prepared.)
-        conn.prepare_threshold = 0
-        return conn
-
-    def _open(self) -> Sessions:
-        if self._sessions is None:
-            source = self._connect(self.source_dsn, "source")
-            target = self._connect(self.target_dsn, "target")
-            ledger_dsn = self.ledger_config.dsn
-            ledger = target if ledger_dsn is None else self._connect(ledger_dsn, "ledger")
-            self.ledger.ensure(ledger)
-            self._sessions = Sessions(source, target, ledger)
-        return self._sessions
-
-    def close(self) -> None:
-        """Closes every session (any open transaction is rolled back by the server)."""
-        sessions, self._sessions = self._sessions, None
-        if sessions is not None:
-            sessions.close()
-
-    def __enter__(self) -> Backfill:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def ensure_ledger(self, conn: Connection) -> None:
+        """Creates or migrates the ledger on a new ledger session."""
+        self.ledger.ensure(conn)
 
     # -- planning ---------------------------------------------------------------------------
 
@@ -191,29 +158,7 @@ class Backfill:
     @property
     def run_id(self) -> str:
         """The run's id (reads both catalogs on first use)."""
-        return run_id_for(self._guard(lambda s: self._resolve(s)[1]))
-
-    def _guard(self, step: Callable[[Sessions], _T]) -> _T:
-        """Runs ``step`` on open sessions; a database failure closes them and is translated."""
-        sessions: Sessions | None = None
-        try:
-            sessions = self._open()
-            return step(sessions)
-        except psycopg.Error as exc:
-            error = self._database_failure(exc, sessions)
-            self.close()
-            raise error from exc
-        except BaseException:
-            self.close()
-            raise
-
-    def _database_failure(self, exc: psycopg.Error, sessions: Sessions | None) -> DponeError:
-        """The stable error of a database failure: ``<side>_permission_denied`` and the other
-        kinds of the database-failure catalog, else ``backfill_persistence_failed``."""
-        outage = engine_error("backfill_persistence_failed", redact(str(exc)).strip())
-        if sessions is None:  # opening them failed: the target's (or the ledger's) set-up
-            return database_error(exc, "target", outage=outage, known=[self.target])
-        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
+        return run_id_for(self.guard(lambda s: self._resolve(s)[1]))
 
     def plan(self) -> BackfillRun:
         """Loads the run of this scope, or takes the high-water mark and stores a new run.
@@ -223,7 +168,7 @@ class Backfill:
                 ``destination_expansion_incomplete``, ``backfill_high_water_mark_unsettled``,
                 ``backfill_run_invalid``, ``backfill_persistence_failed``.
         """
-        return self._guard(self._plan)
+        return self.guard(self._plan)
 
     def _plan(self, sessions: Sessions) -> BackfillRun:
         shape, scope = self._resolve(sessions)
@@ -231,8 +176,7 @@ class Backfill:
         if existing is not None:
             return existing
         self._refuse_changed_columns(sessions, scope)
-        policy = FixedMark(self.options.settle_timeout, self.options.write_pause)
-        mark = policy.take(sessions.source, shape, shape.where(scope.lower, scope.upper))
+        mark = self.marks.take(sessions.source, shape, shape.where(scope.lower, scope.upper))
         sized = width_batch_size(sessions.source, shape)
         run = start_run(
             scope, mark.boundary, rows_at_boundary=mark.rows, boundary_evidence=mark.evidence,
@@ -263,7 +207,7 @@ class Backfill:
 
     def load(self) -> BackfillRun | None:
         """The last committed state of this scope's run (``None`` before the first plan)."""
-        return self._guard(lambda s: self.ledger.fetch(s.ledger, run_id_for(self._resolve(s)[1])))
+        return self.guard(lambda s: self.ledger.fetch(s.ledger, run_id_for(self._resolve(s)[1])))
 
     def state(self) -> ScopeState:
         """The run's state from the ledger (times, status, mark) and whether the source holds
@@ -273,13 +217,11 @@ class Backfill:
             shape, scope = self._resolve(s)
             return scope_state(s, self.ledger, shape, run_id_for(scope), (scope.lower, scope.upper))
 
-        return self._guard(read)
+        return self.guard(read)
 
     def receipts(self) -> list[BatchReceipt]:
         """Every committed batch receipt, in order."""
-        return self._guard(
-            lambda s: self.ledger.receipts(s.ledger, run_id_for(self._resolve(s)[1]))
-        )
+        return self.guard(lambda s: self.ledger.receipts(s.ledger, run_id_for(self._resolve(s)[1])))
 
     def verify(self) -> BackfillRun:
         """Checks the run's integrity and its whole checkpoint chain; returns the run.
@@ -309,8 +251,8 @@ class Backfill:
                 ``backfill_run_invalid`` or ``backfill_persistence_failed``; the durable
                 checkpoint is intact.
         """
-        shape, _ = self._guard(self._resolve)
-        sessions = self._open()
+        shape, _ = self.guard(self._resolve)
+        sessions = self.open()
         ledger_pid = sessions.ledger.info.backend_pid
         try:
             return copy_batch(
@@ -320,7 +262,7 @@ class Backfill:
         except (psycopg.Error, LostCommitError) as exc:
             failed = exc if isinstance(exc, psycopg.Error) else exc.__cause__
             assert isinstance(failed, psycopg.Error)
-            error = self._database_failure(failed, sessions)
+            error = self.database_failure(failed, sessions)
             self.close()
             resolved = self._lost_response(request, ledger_pid)
             if resolved is not None:
@@ -340,13 +282,13 @@ class Backfill:
             EngineError: ``backfill_persistence_failed`` when the old ledger session is still
                 running after the wait (whether the batch committed is not known yet).
         """
-        self._guard(lambda s: wait_for_lost_commit(s.ledger, ledger_pid))
+        self.after_lost_commit(ledger_pid)
 
         def look(s: Sessions) -> BatchReceipt | None:
             return replay(request, self.ledger.receipt(s.ledger, request.run_id, request.batch_id))
 
         try:
-            stored = self._guard(look)
+            stored = self.guard(look)
             durable = self.load()
         except EngineError:
             return None
@@ -430,7 +372,7 @@ class Backfill:
         Records every range check in the ledger; a run at its mark becomes ``succeeded`` (label
         ``several_snapshots_reconciled`` when several batch snapshots were used) or ``blocked``.
         """
-        return self._guard(lambda s: self._reconcile(s, repair, row_versions))
+        return self.guard(lambda s: self._reconcile(s, repair, row_versions))
 
     def _reconcile(
         self, sessions: Sessions, repair: bool, row_versions: bool

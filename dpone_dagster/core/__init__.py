@@ -1,6 +1,6 @@
 """The shared core the engines stand on. No Dagster.
 
-Both engines (:mod:`dpone_dagster.backfill`, :mod:`dpone_dagster.incremental`) import from here,
+The engines (the cursor engine and its two faces, replication, the sources) import from here,
 never from each other:
 
 * :mod:`.sessions`: how every engine transaction begins (isolation and read-only mode explicit)
@@ -10,12 +10,10 @@ never from each other:
 * :mod:`.read_window`: a read's window, snapshot and clock, as a lifecycle receipt.
 * :mod:`.ledger_schema` and :mod:`.ledger`: the one durable ledger (every engine's tables, one
   migration path, revisioned documents, receipt rows, advisory locks).
-* :mod:`.handoff`: how one engine's complete copy hands a table to a stream.
 * :mod:`.errors`: the engines' one error catalog.
 """
 
 from .errors import ENGINE_ERRORS, EngineError, engine_error
-from .handoff import Handoff, StreamScope
 from .ledger import LedgerConfig, LedgerStore
 from .ledger_schema import DEFAULT_LEDGER_SCHEMA, LEDGER_VERSION
 
@@ -24,9 +22,7 @@ __all__ = [
     "ENGINE_ERRORS",
     "LEDGER_VERSION",
     "EngineError",
-    "Handoff",
     "LedgerConfig",
     "LedgerStore",
-    "StreamScope",
     "engine_error",
 ]

@@ -53,7 +53,7 @@ Where = tuple[sql.Composable, list[str]]
 
 
 @dataclass(frozen=True)
-class Boundary:
+class BoundaryReading:
     """A fixed mark, planned: the run's boundary, its evidence and the scope's rows at the mark.
 
     Attributes:
@@ -82,7 +82,7 @@ class FixedMark:
     write_pause: str | None = None
     poll_interval: float = 0.05
 
-    def take(self, conn: Connection, tables: CursorTables, scope: Where) -> Boundary:
+    def take(self, conn: Connection, tables: CursorTables, scope: Where) -> BoundaryReading:
         """Reads the scope's mark in one snapshot (refusing a NULL cursor there, before any
         wait), then waits out the transactions in flight at that moment.
 
@@ -126,7 +126,7 @@ class FixedMark:
             f"{rows} rows; {mark.awaited} in-flight transaction(s) waited out in "
             f"{mark.waited_seconds:.3f}s.",
         )
-        return Boundary(boundary, evidence, rows or 0)
+        return BoundaryReading(boundary, evidence, rows or 0)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ the stream's state (:mod:`.batch`; the documents are the cursor engine's
 :class:`~dpone_dagster.cursor.cursor_ledger.StreamLedger`), and finds deletes by comparing key
 digests range by range (:mod:`.deletes`). It stands on the shared core
 (:mod:`dpone_dagster.core`) and the cursor engine, and never imports another engine: a stream
-that continues another engine's copy is given a :class:`~dpone_dagster.core.handoff.Handoff`.
+that continues another engine's copy is given a :class:`~dpone_dagster.cursor.handoff.Handoff`.
 """
 
 from dpone_dagster.core.verification import Verification

@@ -12,31 +12,28 @@ import hashlib
 import json
 from collections.abc import Callable, Collection
 from dataclasses import replace
-from functools import partial
 
-import psycopg
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import RefusalColumn, engine_error
-from dpone_dagster.core.handoff import Handoff, StreamScope
+from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.options import build_options
 from dpone_dagster.core.sessions import (
     Sessions,
     fail_run,
-    open_at_once,
-    prepared_session,
     transaction,
 )
 from dpone_dagster.core.verification import Verification
-from dpone_dagster.cursor.batch_commit import LostCommitError, wait_for_lost_commit
+from dpone_dagster.cursor.batch_commit import LostCommitError
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
+from dpone_dagster.cursor.engine import CursorCopy
+from dpone_dagster.cursor.handoff import Handoff, StreamScope, backfill_handoff
 from dpone_dagster.cursor.mark_policies import MovingMark, greatest, nothing_to_do
 from dpone_dagster.cursor.marks import Mark
 from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
 from dpone_dagster.cursor.table_check import refuse_null_cursor
-from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
@@ -51,7 +48,7 @@ from .sweep import CheckScope, SweepLedger
 from .verify import RunCheck, check_target, idle_check
 
 
-class IncrementalSync:
+class IncrementalSync(CursorCopy):
     """Keeps a target table current with a source table, run after run.
 
     Args:
@@ -65,7 +62,7 @@ class IncrementalSync:
         options: How the stream runs (:class:`~dpone_dagster.incremental.IncrementalOptions`:
             deletes, batch size, look-back, the check and its sweep, repair, schema changes,
             fillfactor...); the defaults when ``None``.
-        handoff: On a stream with no state, start where another engine's complete copy of the
+        handoff: On a stream with no state, start where an earlier complete copy of the
             table ends instead of copying it again: :func:`dpone_dagster.backfill.
             backfill_handoff` continues a complete backfill of the same tables and cursor.
         ledger_schema: The ledger's schema in the target database.
@@ -96,6 +93,9 @@ class IncrementalSync:
             print(result.inserted, result.updated, result.deleted, result.new_mark)
     """
 
+    outage = "incremental_failed"
+    target_autocommit = False  # the load path drives the target's transaction
+
     def __init__(
         self,
         source_dsn: str,
@@ -117,31 +117,24 @@ class IncrementalSync:
         # A TypeError for anything else (the session options this name took before it).
         options = build_options(IncrementalOptions, options, caller="IncrementalSync")
         self.options = options
-        self.source = table if isinstance(table, TableName) else TableName.parse(table)
-        target = target_table if target_table is not None else self.source
-        self.target = target if isinstance(target, TableName) else TableName.parse(target)
-        self.source_dsn, self.target_dsn, self.cursor = source_dsn, target_dsn, cursor
+        super().__init__(
+            source_dsn, target_dsn, table, cursor=cursor, target_table=target_table,
+            ledger=LedgerConfig(schema=ledger_schema), label=label,
+            connection_options=connection_options,
+            target_connection_options=target_connection_options, on_phase=on_phase,
+        )  # fmt: skip
         self.soft = options.soft_delete_column if options.deletes is Deletes.SOFT else None
-        self.handoff, self.label = handoff, label
-        self.connection_options = connection_options
-        self.target_connection_options = target_connection_options or connection_options
+        # The same engine, the next policy: a stream asked to continue a complete backfill
+        # starts where the fixed mark's runs end (another handoff given instead wins).
+        if handoff is None and options.continue_from_backfill:
+            handoff = backfill_handoff
+        self.handoff = handoff
         self.create_extensions = extension_names(
             create_extensions, refusal="incremental_options_invalid"
         )
         self.ledger = StreamLedger(ledger_schema)
         self.marks = MovingMark(options.settle_timeout, options.lookback)
         self.on_batch = on_batch or (lambda _: None)
-        self.on_phase: PhaseHook = on_phase or (lambda _: None)
-
-    def _open(self) -> Sessions:
-        """Both sessions, opened at once: the source's in autocommit, the target's idle in no
-        transaction."""
-        src, tgt = open_at_once(
-            partial(prepared_session, self.source_dsn, self.connection_options, "source"),
-            partial(prepared_session, self.target_dsn, self.target_connection_options,
-                    "target", autocommit=False),
-        )  # fmt: skip
-        return Sessions(source=src, target=tgt, ledger=tgt)
 
     def stream_id(self, sessions: Sessions) -> str:
         """``incremental:<digest>`` of the databases, tables, cursor and label."""
@@ -156,13 +149,10 @@ class IncrementalSync:
         Raises:
             EngineError: the stream cannot run (see :func:`.shape.resolve_stream`).
         """
-        sessions = self._open()
         try:
-            return self._resolve(sessions)
-        except psycopg.Error as exc:
-            raise self._database_failure(exc, sessions) from exc
+            return self.guard(self._resolve)
         finally:
-            sessions.close()
+            self.close()
 
     def _resolve(self, sessions: Sessions) -> StreamShape:
         found = read_catalogs(sessions.source, sessions.target, self.source, self.target)
@@ -192,7 +182,7 @@ class IncrementalSync:
                 the database-failure catalog, else ``incremental_failed``); the committed
                 batches stay and the next run continues after them.
         """
-        sessions = self._open()
+        sessions = self.open()
         try:
             shape = self._resolve(sessions)
             self.ledger.ensure(sessions.target)  # one read when current
@@ -210,7 +200,7 @@ class IncrementalSync:
                 try:
                     done = self._batch(sessions, shape, stream_id, number)
                 except LostCommitError as lost:  # the durable state says what committed
-                    sessions = self._after_lost_commit(sessions, lost.pid)
+                    sessions = self.after_lost_commit(lost.pid)
                     continue
                 if done is None:
                     break
@@ -229,37 +219,9 @@ class IncrementalSync:
                 virtual_as_stored=tuple(c for o in outcomes for c in o.virtual_as_stored),
             )  # fmt: skip
         except BaseException as exc:
-            fail_run(sessions, exc, "incremental_failed", sources=[self.source],
-                     targets=[self.target])  # fmt: skip
+            fail_run(sessions, exc, self.outage, sources=[self.source], targets=[self.target])
         finally:
-            sessions.close()
-
-    def _after_lost_commit(self, sessions: Sessions, pid: int) -> Sessions:
-        """New sessions once the target session whose COMMIT answer was lost (backend ``pid``)
-        has ended: the run then continues from the durable state, which holds that batch or
-        does not (:mod:`dpone_dagster.cursor.batch_commit`).
-
-        Raises:
-            EngineError: ``incremental_failed`` when that backend outlives the wait.
-        """
-        sessions.close()
-        reopened = self._open()
-        try:
-            # Each look at pg_stat_activity in a transaction of its own: within one, the
-            # server's view of the backends stays as it first read it.
-            reopened.target.autocommit = True
-            wait_for_lost_commit(reopened.target, pid, code="incremental_failed")
-            reopened.target.autocommit = False
-        except BaseException:
-            reopened.close()
-            raise
-        return reopened
-
-    def _database_failure(self, exc: psycopg.Error, sessions: Sessions) -> DponeError:
-        """``<side>_permission_denied`` and the other kinds of the database-failure catalog,
-        else ``incremental_failed`` (read before the sessions are abandoned)."""
-        outage = engine_error("incremental_failed", redact(str(exc)).strip())
-        return sessions.database_failure(exc, outage, sources=[self.source], targets=[self.target])
+            self.close()
 
     def _ended(
         self, tgt: Connection, stream_id: str, begun: StreamState, outcomes: list[BatchOutcome]
@@ -292,24 +254,24 @@ class IncrementalSync:
         Raises:
             EngineError: a bad stream (see :meth:`plan`).
         """
-        sessions = self._open()
         try:
-            src, tgt = sessions.source, sessions.target
-            found = read_catalogs(src, tgt, self.source, self.target)
-            shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
-            tgt.commit()  # the catalog reads' transaction
-            stream_id = self.stream_id(sessions)
-            with transaction(tgt, IsolationLevel.REPEATABLE_READ, read_only=True):
-                state = self.ledger.fetch(tgt, stream_id) if self.ledger.exists(tgt) else None
-                if state is None or state.runs == 0:
-                    return None
-                with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-                    lower = self.marks.next_lower(src, shape, state)
-                    return check_target(src, tgt, shape, lower)
-        except psycopg.Error as exc:
-            raise self._database_failure(exc, sessions) from exc
+            return self.guard(self._check)
         finally:
-            sessions.close()
+            self.close()
+
+    def _check(self, sessions: Sessions) -> Verification | None:
+        src, tgt = sessions.source, sessions.target
+        found = read_catalogs(src, tgt, self.source, self.target)
+        shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
+        tgt.commit()  # the catalog reads' transaction
+        stream_id = self.stream_id(sessions)
+        with transaction(tgt, IsolationLevel.REPEATABLE_READ, read_only=True):
+            state = self.ledger.fetch(tgt, stream_id) if self.ledger.exists(tgt) else None
+            if state is None or state.runs == 0:
+                return None
+            with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+                lower = self.marks.next_lower(src, shape, state)
+                return check_target(src, tgt, shape, lower)
 
     def _idle(
         self, sessions: Sessions, shape: StreamShape, state: StreamState

@@ -60,11 +60,11 @@ class IncrementalOptions(JobOptions):
         lookback: For a date or timestamp cursor set from a client clock that may run behind
             the server's: each run reads this much below the stream's mark again.
         continue_from_backfill: The first run of a stream with no state starts from the mark
-            of a complete ``backfill_asset`` of the same table and cursor instead of copying
-            the table (the Dagster layer gives the engine
-            :func:`~dpone_dagster.backfill.backfill_handoff`; an
-            :class:`~dpone_dagster.incremental.IncrementalSync` of your own takes its
-            ``handoff=`` instead).
+            of a complete backfill (``backfill_asset``, :class:`~dpone_dagster.backfill.
+            Backfill`) of the same table and cursor instead of copying the table: the same
+            engine, the next policy (:func:`~dpone_dagster.cursor.handoff.backfill_handoff`;
+            an :class:`~dpone_dagster.incremental.IncrementalSync` given a ``handoff=`` of its
+            own uses that instead).
         settle_timeout: Seconds a run waits for transactions open at its mark (see
             :mod:`dpone_dagster.cursor.mark_policies` for what happens after).
         reconcile: Verify each run in its final snapshot and record the verdict in its receipt

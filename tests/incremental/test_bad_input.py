@@ -7,7 +7,7 @@ import pytest
 
 from dpone_dagster.backfill import Backfill, BackfillOptions, backfill_handoff, prepare_target
 from dpone_dagster.core import EngineError
-from dpone_dagster.core.handoff import Handoff
+from dpone_dagster.cursor.handoff import Handoff
 from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.postgres import TableName
 from tests.helpers import pg
@@ -100,14 +100,20 @@ def test_a_planned_but_unfinished_backfill_is_refused(stream: Stream) -> None:
     assert _target_rows(stream) == 0
 
 
+@pytest.mark.parametrize(
+    "how",
+    [{"handoff": backfill_handoff}, {"continue_from_backfill": True}],
+    ids=["handoff", "option"],
+)
 def test_a_stream_continues_from_a_complete_backfill_without_copying_it_again(
-    stream: Stream,
+    stream: Stream, how: dict[str, object]
 ) -> None:
+    # The engine's own option, or the handoff given: the same engine's next policy.
     with _backfill(stream) as backfill:
         done = backfill.run()
     mark = done.run.boundary.source_high_water_mark
     pg.execute(stream.source, "UPDATE shop.orders SET updated_at = now() WHERE id <= 10")
-    result = stream.run(handoff=backfill_handoff, deletes="hard")
+    result = stream.run(deletes="hard", **how)
     assert result.old_mark == mark
     assert (result.rows, result.updated, result.inserted, result.deleted) == (10, 10, 0, 0)
     stream.assert_equal()

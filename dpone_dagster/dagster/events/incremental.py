@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 import dagster as dg
 
-from dpone_dagster.backfill import backfill_handoff
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.dagster.failures import FailureCoding
@@ -129,7 +128,6 @@ class IncrementalEvents(JobEvents[IncrementalEvent]):
         return IncrementalSync(
             self.source.dsn, self.target.dsn, table, cursor=cursor, target_table=target_table,
             options=self.options,
-            handoff=backfill_handoff if self.options.continue_from_backfill else None,
             ledger_schema=self.ledger.schema, connection_options=self.source.options,
             target_connection_options=self.target.options,
             on_batch=lambda done: self.context.log_event(_observation(key, done)),

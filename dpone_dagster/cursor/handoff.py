@@ -1,19 +1,71 @@
-"""Handing a complete backfill to an incremental stream (the stream's ``handoff``).
+"""The handoff: the same engine, the next policy. A table copied under the fixed mark (a
+complete backfill) continues under the moving mark (an incremental stream) from where the fixed
+mark's runs end, instead of being copied again.
 
-The backfill's runs of the same source and target tables with the same cursor, read from the
-ledger, must form one complete chain of partitions from the start of the cursor's range
-(``(None, u1], (u1, u2], ...``), each ``succeeded``. The stream then starts at the largest of
-their high-water marks: every row at or below it was copied (and reconciled) by the backfill.
+The fixed mark's runs of the same source and target tables with the same cursor, read from the
+ledger (:class:`~.cursor_ledger.RunLedger`), must form one complete chain of partitions from the
+start of the cursor's range (``(None, u1], (u1, u2], ...``), each ``succeeded``. The stream then
+starts at the largest of their high-water marks: every row at or below it was copied (and
+reconciled) by the backfill. :func:`backfill_handoff` is that rule; a stream may be given
+another :class:`Handoff` of its own (its ``handoff=``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.core.handoff import StreamScope
 from dpone_dagster.core.ledger import LedgerStore
-from dpone_dagster.cursor.backfill_documents import BackfillRun, BackfillStatus
-from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.identifiers import TableName
+
+from .backfill_documents import BackfillRun, BackfillStatus
+from .cursor_ledger import RunLedger
+
+
+@dataclass(frozen=True)
+class StreamScope:
+    """The tables and cursor of a stream, as the other policy's records name them.
+
+    Attributes:
+        source_database: The source database's name.
+        source: The source table.
+        target_database: The target database's name.
+        target: The target table.
+        cursor: The cursor column.
+    """
+
+    source_database: str
+    source: TableName
+    target_database: str
+    target: TableName
+    cursor: str
+
+
+class Handoff(Protocol):
+    """Answers where an earlier complete copy of a stream's table ends."""
+
+    def __call__(
+        self, ledger: Connection, store: LedgerStore, scope: StreamScope
+    ) -> Sequence[str | None]:
+        """The high-water marks of the copies that together hold every row up to the greatest.
+
+        Args:
+            ledger: A session of the ledger's database, inside the caller's transaction.
+            store: The ledger.
+            scope: The stream's tables and cursor.
+
+        Returns:
+            The marks (``None`` for a copy that held no row); the stream starts at the
+            greatest as the cursor's type orders them.
+
+        Raises:
+            EngineError: ``incremental_backfill_incomplete`` when the earlier copy is missing
+                or not complete.
+        """
+        ...
 
 
 def _runs(ledger: Connection, store: LedgerStore, scope: StreamScope) -> list[BackfillRun]:
@@ -32,7 +84,7 @@ def backfill_handoff(
     ledger: Connection, store: LedgerStore, scope: StreamScope
 ) -> list[str | None]:
     """The high-water marks of the complete backfill of the stream's table (a
-    :class:`~dpone_dagster.core.handoff.Handoff`).
+    :class:`Handoff`).
 
     Args:
         ledger: A session of the ledger's database, inside the caller's transaction.
