@@ -24,8 +24,8 @@ from dpone_dagster.dagster.metadata.parts import (
     schema_change_metadata,
 )
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_plan import Sink
 from dpone_dagster.sources import SourceAdapter, SourceLoadReport, load_source
 
 from .databases import Database

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field, field_validator
 from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_plan import Sink
 from dpone_dagster.sources import MySQLSettings, MySQLSource, Pagination, RestSettings, RestSource
 
 from .postgres import PostgresTargetResource
