@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import pipe, result_file  # noqa: E402
-from dpone_dagster.postgres import Strategy, copy_tables  # noqa: E402
+from dpone_dagster.snapshot_copy import Strategy, copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb  # noqa: E402
 

@@ -155,9 +155,9 @@ def instrument_snapshot(clock: Clock) -> None:
     """Times the snapshot copy's engine functions where the run looks them up."""
     from dpone_dagster.dagster.events import snapshot_copy as events
     from dpone_dagster.postgres import load, sinks
-    from dpone_dagster.postgres.batched_copy import BatchedCopyArtifact
-    from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
     from dpone_dagster.reconcile import copy_check
+    from dpone_dagster.snapshot_copy.batched_copy import BatchedCopyArtifact
+    from dpone_dagster.snapshot_copy.engine import SnapshotCopy
 
     clock.wrap_body(events.CopyEvents, "__iter__", "step body: snapshot export, sessions, rest")
     clock.wrap(SnapshotCopy, "plan", "plan: both catalogs")

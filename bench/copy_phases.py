@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from psycopg import conninfo, sql  # noqa: E402
 
 from bench import pipe  # noqa: E402
-from dpone_dagster.postgres import Strategy, copy_tables  # noqa: E402
+from dpone_dagster.snapshot_copy import Strategy, copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 
 LOG = "/var/log/postgresql/postgresql-15-main.log"

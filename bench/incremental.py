@@ -91,8 +91,8 @@ from dpone_dagster.incremental import (  # noqa: E402
     IncrementalResult,
     IncrementalSync,
 )
-from dpone_dagster.postgres import copy_tables  # noqa: E402
 from dpone_dagster.postgres.copy import relay  # noqa: E402
+from dpone_dagster.snapshot_copy import copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb as peak_rss_mb  # noqa: E402
 

@@ -1,10 +1,10 @@
 """Benchmark: a snapshot copy's key-range batches read by an index scan or by a bitmap heap scan.
 
-``batched_copy`` reads each batch with ``COPY (SELECT ... WHERE key > lower AND key <= upper)``
-and runs that statement with index scans off (``postgres/batched_copy.py``), so the planner reads
-the range's heap blocks in file order instead of fetching a heap row per key. This script times
-the batches' reads both ways, and nothing else: it builds the benchmark's mixed-type table, takes
-the batch bounds the engine would (every ``--batch``-th key), and relays every batch into a fresh
+``batched_copy`` reads each batch with ``COPY (SELECT ... WHERE key > lower AND key <= upper)`` and
+runs that statement with index scans off (``snapshot_copy/batched_copy.py``), so the planner reads
+the range's heap blocks in file order instead of fetching a heap row per key. This script times the
+batches' reads both ways, and nothing else: it builds the benchmark's mixed-type table, takes the
+batch bounds the engine would (every ``--batch``-th key), and relays every batch into a fresh
 staging table in one target transaction (``postgres.copy.relay``, the engine's relay), under one
 ``REPEATABLE READ`` source transaction with ``enable_indexscan`` on or off. The two ways alternate
 ``--repeat`` times, each after a checkpoint, with the plan each way chose printed once.

@@ -94,8 +94,8 @@ from dpone_dagster.postgres.copy import relay  # noqa: E402
 from dpone_dagster.postgres.identifiers import TableName  # noqa: E402
 from dpone_dagster.replication import ReplicationOptions  # noqa: E402
 from dpone_dagster.replication.engine import Replication  # noqa: E402
-from dpone_dagster.replication.plan import ReplicationGroup  # noqa: E402
-from dpone_dagster.replication.report import ReplicationReport  # noqa: E402
+from dpone_dagster.replication.group_plan import ReplicationGroup  # noqa: E402
+from dpone_dagster.replication.replication_report import ReplicationReport  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.logical import drop_logical_database, logical_admin_dsn  # noqa: E402
 from tests.helpers.memory import own_peak_mb as peak_rss_mb  # noqa: E402

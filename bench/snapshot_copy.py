@@ -68,10 +68,7 @@ from bench.partition_vs_copy import (  # noqa: E402
     load_cell,
     load_floor,
 )
-from dpone_dagster.postgres import (  # noqa: E402
-    SnapshotCopyOptions,
-    copy_tables,
-)
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions, copy_tables  # noqa: E402
 from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb as peak_rss_mb  # noqa: E402
 

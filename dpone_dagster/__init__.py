@@ -6,13 +6,14 @@ backfill and stream), the asset factories and their jobs' options objects, the p
 translator, the component and the failure type, from the Dagster layer
 :mod:`dpone_dagster.dagster` (the options from their jobs' packages). The domain APIs live in
 their subpackages and run without Dagster:
-:mod:`dpone_dagster.postgres` (snapshot copies), :mod:`dpone_dagster.backfill` (the ordered
-backfill), :mod:`dpone_dagster.incremental` (incremental streams),
+:mod:`dpone_dagster.snapshot_copy` (snapshot copies), :mod:`dpone_dagster.backfill` (the
+ordered backfill), :mod:`dpone_dagster.incremental` (incremental streams),
 :mod:`dpone_dagster.replication` (replication from the WAL),
 :mod:`dpone_dagster.reconcile` (the reconciliation), :mod:`dpone_dagster.sources`
-(MySQL/MariaDB, REST and Kafka), :mod:`dpone_dagster.lifecycle` (receipts and terminal
-outcomes). The names below are imported on first use, so that ``import dpone_dagster.postgres``
-(or any other domain package) never loads Dagster.
+(MySQL/MariaDB, REST and Kafka), :mod:`dpone_dagster.postgres` (the PostgreSQL toolkit they
+all stand on), :mod:`dpone_dagster.lifecycle` (receipts and terminal outcomes). The names
+below are imported on first use, so that ``import dpone_dagster.postgres`` (or any other domain
+package) never loads Dagster.
 """
 
 from typing import TYPE_CHECKING
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     )
     from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, source_asset_specs
     from dpone_dagster.incremental import IncrementalOptions
-    from dpone_dagster.postgres import SnapshotCopyOptions
     from dpone_dagster.replication import ReplicationOptions
+    from dpone_dagster.snapshot_copy import SnapshotCopyOptions
     from dpone_dagster.sources import KafkaCopyOptions, SourceCopyOptions
 
 _LAZY: dict[str, str] = {
@@ -63,7 +64,7 @@ _LAZY: dict[str, str] = {
     "PostgresTargetResource": "dpone_dagster.dagster.resources",
     "ReplicationOptions": "dpone_dagster.replication",
     "RestSourceResource": "dpone_dagster.dagster.resources",
-    "SnapshotCopyOptions": "dpone_dagster.postgres",
+    "SnapshotCopyOptions": "dpone_dagster.snapshot_copy",
     "SourceCopyOptions": "dpone_dagster.sources",
     "backfill_asset": "dpone_dagster.dagster.assets",
     "build_extraction_job": "dpone_dagster.dagster.jobs",

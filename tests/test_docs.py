@@ -57,7 +57,7 @@ def test_the_site_builds_strictly_with_every_page_and_the_api_reference(tmp_path
     pages = sorted(path.stem for path in DOCS.glob("*.md"))
     assert sorted(nav) == pages, "every page is in the nav, and the nav names only pages"
     api = (tmp_path / "site" / "api" / "index.html").read_text()
-    for name in ("dpone_dagster.postgres.copy_tables", "dpone_dagster.backfill_asset"):
+    for name in ("dpone_dagster.snapshot_copy.copy_tables", "dpone_dagster.backfill_asset"):
         assert f'id="{name}"' in api, f"{name} is missing from the API reference"
 
 

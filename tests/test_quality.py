@@ -61,12 +61,12 @@ def test_every_test_the_docs_name_exists() -> None:
 
 
 def test_the_domain_core_imports_without_loading_dagster() -> None:
-    """lifecycle, postgres, reconcile, the core, backfill, incremental and sources run without
-    Dagster (not even imported)."""
+    """lifecycle, postgres, the snapshot copy, reconcile, the core, backfill, incremental and
+    sources run without Dagster (not even imported)."""
     code = (
         "import sys, dpone_dagster.lifecycle, dpone_dagster.postgres, dpone_dagster.reconcile, "
-        "dpone_dagster.core, dpone_dagster.backfill, dpone_dagster.incremental, "
-        "dpone_dagster.sources; "
+        "dpone_dagster.snapshot_copy, dpone_dagster.core, dpone_dagster.backfill, "
+        "dpone_dagster.incremental, dpone_dagster.sources; "
         "print(sorted(m for m in sys.modules if "
         "m.split('.')[0] "
         "in ('dagster', 'dagster_postgres')))"
@@ -74,6 +74,21 @@ def test_the_domain_core_imports_without_loading_dagster() -> None:
     result = run(sys.executable, "-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_the_postgres_toolkit_loads_no_engine() -> None:
+    """Every module of the toolkit (``dpone_dagster.postgres``) imports without loading an engine
+    (the snapshot copy above it included): the layers contract sees static imports, this sees
+    what really loads, the names it lends for one release by name on first use included."""
+    code = (
+        "import importlib, pkgutil, sys, dpone_dagster.postgres as p; "
+        "[importlib.import_module(f'{p.__name__}.{m.name}') "
+        "for m in pkgutil.iter_modules(p.__path__)]; "
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('dpone_dagster.')}))"
+    )
+    result = run(sys.executable, "-W", "error", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['lazy_names', 'lifecycle', 'postgres']", result.stdout
 
 
 def test_every_public_name_resolves_and_the_top_level_stays_small() -> None:

@@ -32,10 +32,10 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.failures import FailureSide, coded_failures
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import generated_as_target_can
 from dpone_dagster.postgres.privileges import require_schema
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.staging import table_definition
+from dpone_dagster.postgres.target_plan import generated_as_target_can
 from dpone_dagster.postgres.target_types import (
     TargetTypes,
     add_enum_labels,

@@ -219,10 +219,10 @@ _MIGRATION_4: Final = (
     updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )""",
 )
-"""Replication from the WAL (``replication/state.py``): one row per group, keyed by its slot. The
-row is written before the slot is created (it marks the slot as this ledger's), and its applied
-position (the commit LSN of the last applied source transaction, and the end of its commit
-record) commits in the same target transaction as the rows of that transaction."""
+"""Replication from the WAL (``replication/group_state.py``): one row per group, keyed by its slot.
+The row is written before the slot is created (it marks the slot as this ledger's), and its applied
+position (the commit LSN of the last applied source transaction, and the end of its commit record)
+commits in the same target transaction as the rows of that transaction."""
 
 _MIGRATION_5: Final = (
     """CREATE TABLE IF NOT EXISTS {replication_sweeps} (

@@ -39,15 +39,15 @@ from dpone_dagster.dagster.resources import (
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import (
+from dpone_dagster.postgres import Sink
+from dpone_dagster.replication import ReplicationOptions
+from dpone_dagster.snapshot_copy import (
     CopyOptions,
     CopyReport,
-    Sink,
     SnapshotCopy,
     SnapshotCopyOptions,
     Strategy,
 )
-from dpone_dagster.replication import ReplicationOptions
 
 _T = TypeVar("_T")
 
@@ -127,7 +127,7 @@ def build_extraction_job(
 
     Args:
         table: The source table (``"schema.table"``) or a spec with a renamed target.
-        options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`:
+        options: The copy's options (:class:`~dpone_dagster.snapshot_copy.SnapshotCopyOptions`:
             strategy, sink, workers, batch size, schema changes), as
             :func:`~dpone_dagster.snapshot_copy_assets` takes them.
         strategy: Shortcut for ``options.strategy``.

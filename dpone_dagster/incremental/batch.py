@@ -38,7 +38,8 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.plan import (
+from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
+from dpone_dagster.postgres.target_plan import (
     Sink,
     TableMapping,
     TablePlan,
@@ -46,7 +47,6 @@ from dpone_dagster.postgres.plan import (
     new_target_plan,
     plan_target,
 )
-from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .deletes import ensure_soft_column, revive

@@ -29,8 +29,8 @@ from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
+from dpone_dagster.postgres.target_plan import Sink, TablePlan
 from dpone_dagster.reconcile.compare import Key
 
 from .deletes import apply_deletes, matching, revive

@@ -1,19 +1,26 @@
-"""PostgreSQL: sessions and snapshots, the extraction strategies, the load path, SQL names.
+"""The PostgreSQL toolkit every engine stands on. Imports no Dagster, and no engine.
 
-Imports no Dagster. Names reach SQL only through ``psycopg.sql``; values only as parameters.
+Sessions (:mod:`.connection`, the one place a failed session is classified) and snapshots
+(:mod:`.snapshot`); SQL names (:mod:`.identifiers`: names reach SQL only through
+``psycopg.sql``, values only as parameters); the catalog (:mod:`.catalog`,
+:mod:`.target_catalog`); the COPY relay (:mod:`.copy`); the one load path (:mod:`.load`):
+a target plan (:mod:`.target_plan`: which columns move, in which COPY format, how the target
+takes them), staging tables, schema changes (:mod:`.schema_change`), the user-defined types and
+extensions a target gets (:mod:`.target_types`), the sinks (:mod:`.sinks`), one COMMIT whose
+answer settles every artifact, and the row-version evidence a load takes (:mod:`.evidence`);
+deletes by key (:mod:`.delete_keys`, :mod:`.text_keys`, :mod:`.soft_deletes`), polite strong
+locks (:mod:`.lock_wait`) and the one catalog of database failures (:mod:`.failures`). The
+snapshot copy, the backfill, the incremental stream, the replication and the generic sources
+all load through it.
 
-The entry point of a snapshot copy is :func:`copy_tables` (or :class:`SnapshotCopy`, step by
-step), its options one :class:`SnapshotCopyOptions`. A copy reads its tables under one snapshot
-with one of the five strategies (:class:`Strategy`) and loads them through the one load path
-(:mod:`.load`): staging tables, sinks, one COMMIT whose answer settles every artifact; an
-existing target whose columns differ evolves in that transaction or is refused
-(:mod:`.schema_change`). A copy can read under a snapshot the caller holds
-(``tuning=CopyOptions(snapshot_token=...)``), so that the reconciliation
-(:mod:`dpone_dagster.reconcile`) compares the target with the source exactly as the copy read it.
-The strategies' artifacts, for callers that drive them, are in their modules
-(:mod:`.whole_copy`, :mod:`.stream_rows`, :mod:`.batched_copy`, :mod:`.partitioned_copy`,
-:mod:`.internal_query`).
+The snapshot copy engine is its own package, :mod:`dpone_dagster.snapshot_copy`. Its names
+(``copy_tables``, ``SnapshotCopy``, ``SnapshotCopyOptions``, ``CopyOptions``, ``CopyReport``,
+...) still import from here for one release, with a ``DeprecationWarning``: they are looked up
+on first use (:func:`~dpone_dagster.lazy_names.moved_names`), so that this floor never imports
+the engine above it.
 """
+
+from dpone_dagster.lazy_names import moved_names
 
 from .catalog import CatalogError, Column
 from .connection import ConnectionOptions, ConnectionSettingsError, SessionError, check_dsn
@@ -24,17 +31,11 @@ from .options import (
     INCREMENTAL_BATCH_SIZE,
     SNAPSHOT_COPY_BATCH_SIZE,
     BatchSize,
-    CopyOptions,
 )
-from .plan import CopyPlanError, Sink, TablePlan
-from .progress import CopyProgress
-from .report import CopyError, CopyReport, TableCopyReport
 from .schema_change import ColumnChange, SchemaChangeError, SchemaChanges
 from .sinks import SinkResult
 from .snapshot import LazySnapshot, SnapshotError, SnapshotSession
-from .snapshot_copy import SnapshotCopy, copy_tables
-from .snapshot_copy_options import SnapshotCopyOptions
-from .strategy import Strategy
+from .target_plan import CopyPlanError, Sink, TablePlan
 from .target_types import TargetTypes
 from .user_types import TargetTypeError
 
@@ -48,11 +49,7 @@ __all__ = [
     "ColumnChange",
     "ConnectionOptions",
     "ConnectionSettingsError",
-    "CopyError",
-    "CopyOptions",
     "CopyPlanError",
-    "CopyProgress",
-    "CopyReport",
     "IdentifierError",
     "LazySnapshot",
     "SchemaChangeError",
@@ -60,12 +57,8 @@ __all__ = [
     "SessionError",
     "Sink",
     "SinkResult",
-    "SnapshotCopy",
-    "SnapshotCopyOptions",
     "SnapshotError",
     "SnapshotSession",
-    "Strategy",
-    "TableCopyReport",
     "TableName",
     "TablePlan",
     "TargetCommitUnknownError",
@@ -73,5 +66,21 @@ __all__ = [
     "TargetTypes",
     "check_dsn",
     "check_identifier",
-    "copy_tables",
 ]
+
+_MOVED = dict.fromkeys(
+    (
+        "CopyError",
+        "CopyOptions",
+        "CopyProgress",
+        "CopyReport",
+        "SnapshotCopy",
+        "SnapshotCopyOptions",
+        "Strategy",
+        "TableCopyReport",
+        "copy_tables",
+    ),
+    "dpone_dagster.snapshot_copy",
+)
+
+__getattr__ = moved_names(__name__, _MOVED)

@@ -46,10 +46,10 @@ from .connection import Connection, ConnectionOptions, set_transaction_mode
 from .evidence import RowVersionEvidence, load_writers
 from .identifiers import TableName
 from .lock_wait import under_lock_wait
-from .plan import Sink, TablePlan
 from .schema_change import ColumnChange, alter_statement, apply_changes
 from .sinks import SinkResult, apply_sink
 from .staging import staging_table
+from .target_plan import Sink, TablePlan
 from .target_types import commit_enum_labels, create_types
 
 R = TypeVar("R")

@@ -31,7 +31,7 @@ from .catalog import column_list, relation_oid
 from .connection import Connection
 from .identifiers import MAX_IDENTIFIER_BYTES, TableName
 from .lock_wait import under_lock_wait
-from .plan import Sink, TablePlan
+from .target_plan import Sink, TablePlan
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dpone_dagster.lifecycle import DponeError, redact
 from .catalog import Column, column_type
 from .connection import Connection, ConnectionOptions, SessionError, connect, describe_dsn
 from .identifiers import TableName
-from .plan import TablePlan
+from .target_plan import TablePlan
 
 # Everything a swapped-in table must keep from the old one, except indexes (built after the
 # load, which is faster) and identity (a swap never replaces a table that has one).

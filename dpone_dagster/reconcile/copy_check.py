@@ -24,7 +24,7 @@ What the check proves depends on the sink, and every result names its :class:`Gu
   rows among the others, so the sink must have inserted exactly the snapshot's row count and the
   target must hold at least that many.
 
-With a :class:`~dpone_dagster.postgres.CopyReport`, each table's extraction receipt must also
+With a :class:`~dpone_dagster.snapshot_copy.CopyReport`, each table's extraction receipt must also
 count the rows the snapshot holds: a copy that read another snapshot fails the check even if the
 target happens to match. A copy whose COMMIT acknowledgement was lost can be reconciled too:
 ``equal`` says the commit happened.
@@ -43,20 +43,14 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import DponeError, redact, token_digest
-from dpone_dagster.postgres import (
-    ConnectionOptions,
-    CopyReport,
-    Sink,
-    SnapshotSession,
-    TableName,
-    TablePlan,
-)
+from dpone_dagster.postgres import ConnectionOptions, Sink, SnapshotSession, TableName, TablePlan
 from dpone_dagster.postgres.catalog import column_list, normal_type, table_catalog
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay, select_columns
 from dpone_dagster.postgres.failures import FailureSide, database_error
 from dpone_dagster.postgres.snapshot import check_snapshot_token
 from dpone_dagster.postgres.target_catalog import target_catalog
+from dpone_dagster.snapshot_copy import CopyReport
 
 from .copy_verdict import CopiedTable, Guarantee, TableReconciliation, judge
 from .digest import (

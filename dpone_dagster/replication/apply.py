@@ -29,7 +29,7 @@ order, and the batch goes the staged way.
 A ``TRUNCATE`` splits a table's batch: under ``hard`` the rows staged before it are dropped (the
 truncate wipes them) and the target is truncated; under ``soft`` they are applied, then every
 live row is marked. A Relation message whose columns differ splits it too: the rows staged under
-the old columns are applied, then the target evolves (:mod:`.plan`).
+the old columns are applied, then the target evolves (:mod:`.group_plan`).
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import evolve_target
 from dpone_dagster.postgres.lock_wait import under_lock_wait
-from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column
 from dpone_dagster.postgres.staging import PostgresStagingTable
+from dpone_dagster.postgres.target_plan import TablePlan
 
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held

@@ -31,10 +31,10 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .apply import TableApply
 from .changes import Lsn, lsn_text
-from .report import TableChanges
+from .group_state import GroupLedger
+from .replication_report import TableChanges
 from .slot import advance_slot
 from .staging_copy import StagingCopy
-from .state import GroupLedger
 from .worker import ApplyWorker
 
 

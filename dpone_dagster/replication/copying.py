@@ -2,7 +2,7 @@
 
 The group's initial copy (:mod:`.engine`) and the copy of a table that joins a streaming group
 (:mod:`.join`) are the same operation: the snapshot copy engine
-(:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts) reads the tables
+(:class:`~dpone_dagster.snapshot_copy.engine.SnapshotCopy`, its receipts) reads the tables
 under the snapshot a slot was created with and loads them in one target transaction, in which
 ``before_commit`` writes the ledger's record of what the rows are (:func:`copy_under`).
 :class:`GroupContext` is what a run of the group works with: the group, its ledger, the two
@@ -19,16 +19,16 @@ from psycopg import IsolationLevel, sql
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.options import CopyOptions
-from dpone_dagster.postgres.plan import Sink, TableSpec
-from dpone_dagster.postgres.report import CopyReport
-from dpone_dagster.postgres.snapshot_copy import SnapshotCopy
-from dpone_dagster.postgres.snapshot_copy_options import SnapshotCopyOptions
-from dpone_dagster.postgres.strategy import Strategy
+from dpone_dagster.postgres.target_plan import Sink, TableSpec
+from dpone_dagster.snapshot_copy.copy_report import CopyReport
+from dpone_dagster.snapshot_copy.engine import SnapshotCopy
+from dpone_dagster.snapshot_copy.options import SnapshotCopyOptions
+from dpone_dagster.snapshot_copy.strategy import Strategy
+from dpone_dagster.snapshot_copy.tuning import CopyOptions
 
-from .plan import ReplicationGroup
+from .group_plan import ReplicationGroup
+from .group_state import GroupLedger
 from .slot_health import SlotWait
-from .state import GroupLedger
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class GroupContext:
         target_options: The target sessions' options.
         owner_comment: The comment the group's own publication carries (:mod:`.setup`).
         slot_wait: Seconds a run waits for the slot while another session holds it.
-        progress: Called with each step's phase (:class:`~.report.ReplicationProgress`).
+        progress: Called with each step's phase (:class:`~.replication_report.ReplicationProgress`).
         on_slot_wait: Called when a wait for the slot begins and ends (:func:`~.slot.
             wait_for_slot`).
     """

@@ -6,7 +6,7 @@ One :meth:`Replication.run`:
    written first (phase ``copying``: from then on the slot is this ledger's), the publication
    made to match the tables, the slot created with an exported snapshot, and every table copied
    under exactly that snapshot by the snapshot copy engine
-   (:class:`~dpone_dagster.postgres.snapshot_copy.SnapshotCopy`, its receipts), whose load
+   (:class:`~dpone_dagster.snapshot_copy.engine.SnapshotCopy`, its receipts), whose load
    commits the ledger's ``streaming`` phase and the slot's consistent point with the rows.
    Otherwise the group meets its definition (:mod:`.follow`): a table that joined it is copied
    alone under a snapshot whose place in the stream is known (:mod:`.join`), one that left is
@@ -58,19 +58,20 @@ from dpone_dagster.postgres.connection import (
     ConnectionOptions,
 )
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink
-from dpone_dagster.postgres.report import CopyReport
+from dpone_dagster.postgres.target_plan import Sink
+from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .changes import Lsn
 from .commits import LazySession, RunState
 from .copying import GroupContext, copy_under, filled_targets
 from .failover import FailoverSource
 from .follow import GroupChange, follow_group, with_entries
+from .group_plan import ReplicationGroup, refuse_keyless
+from .group_state import GroupLedger, GroupState, TableState
 from .partitions import partition_trees
-from .plan import ReplicationGroup, refuse_keyless
 from .publication import publication_error, read_publication
 from .recorder import KeyRecorder
-from .report import ReplicationProgress, ReplicationReport, TableChanges
+from .replication_report import ReplicationProgress, ReplicationReport, TableChanges
 from .sequences import SequenceSync, sync_sequences
 from .setup import check_replication_setup, create_replication
 from .slot import (
@@ -80,7 +81,6 @@ from .slot import (
     wait_for_slot,
 )
 from .slot_health import SlotStatus, SlotWait
-from .state import GroupLedger, GroupState, TableState
 from .stream import SlotStream
 from .verify import CheckContext, verify_group
 
@@ -116,7 +116,7 @@ class Replication:
             holds it (another run of the group, or a killed run's server process still
             decoding); past it the run fails with ``replication_slot_active``, naming the pid.
         target_connection_options: Options of the target's sessions.
-        on_progress: Called at each step (:class:`~.report.ReplicationProgress`).
+        on_progress: Called at each step (:class:`~.replication_report.ReplicationProgress`).
         batch_changes: Changes per target transaction (whole source transactions).
         standby: A DSN of the source's standby: each run reads its copy of the group's slot
             (:class:`~.failover.StandbySlot`, in the report), whether a promotion of it would

@@ -44,9 +44,9 @@ from dpone_dagster.postgres.connection import (
 )
 
 from .changes import Lsn, lsn_text, parse_lsn
+from .group_state import GroupLedger, GroupState
 from .slot import replication_options, set_failover
 from .slot_health import SlotStatus, failover_supported, slot_status
-from .state import GroupLedger, GroupState
 
 __all__ = ["FailoverSource", "StandbySlot", "check_timeline", "source_timeline", "standby_slot"]
 
@@ -249,7 +249,7 @@ class FailoverSource:
         dsn: The source's DSN.
         options: The source sessions' options.
         slot: The group's slot.
-        failover: The group's option (:attr:`~.plan.ReplicationGroup.failover`): ``None`` a
+        failover: The group's option (:attr:`~.group_plan.ReplicationGroup.failover`): ``None`` a
             failover slot where the source has them, ``True`` required, ``False`` a plain slot.
         standby: A DSN of the source's standby (its copy of the slot is read at the run's
             end), or None.

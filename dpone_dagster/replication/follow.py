@@ -35,16 +35,16 @@ from psycopg import IsolationLevel
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.report import CopyReport
+from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .copying import GroupContext, filled_targets
+from .group_plan import refuse_keyless
+from .group_state import GroupState, TableState
 from .join import Joining, join_tables
 from .partitions import PartitionTree, TreeChange, compare, partition_trees
-from .plan import refuse_keyless
 from .publication import Publication, ensure_publication, read_publication
 from .setup import check_replication_setup
 from .slot import wait_for_slot
-from .state import GroupState, TableState
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def follow_group(
 def with_entries(
     members: Mapping[TableName, TableState], publication: Publication | None
 ) -> dict[TableName, TableState]:
-    """``members`` recording the publication's entry of each table (:mod:`.state`)."""
+    """``members`` recording the publication's entry of each table (:mod:`.group_state`)."""
     entries = {} if publication is None else publication.entries
     return {t: replace(m, entry=entries.get(t)) for t, m in members.items()}
 

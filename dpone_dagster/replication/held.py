@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Final, TypeAlias
 
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.delete_keys import delete_keys
-from dpone_dagster.postgres.plan import TablePlan
 from dpone_dagster.postgres.soft_deletes import ensure_soft_column
+from dpone_dagster.postgres.target_plan import TablePlan
 from dpone_dagster.postgres.text_keys import TextKeys
 
 from .changes import Value

@@ -7,9 +7,9 @@ with an exported snapshot on a replication connection: every source transaction 
 before the slot's consistent point ``P`` is in the snapshot, every later one comes after ``P``
 in the group's own slot, and the publication already names the tables there. The tables are
 copied under that snapshot (``replace``) and their rows commit with the ledger's record of each
-table and of ``P`` (:attr:`~.state.TableState.start`); from then on the stream applies a joined
-table's changes only in source transactions that commit after ``P`` (:mod:`.stream`). The other
-tables are neither copied nor paused beyond this run: it streams them right after.
+table and of ``P`` (:attr:`~.group_state.TableState.start`); from then on the stream applies a
+joined table's changes only in source transactions that commit after ``P`` (:mod:`.stream`).
+The other tables are neither copied nor paused beyond this run: it streams them right after.
 
 New partitions of a streaming partitioned table (:mod:`.partitions`) are merged into its target
 under the same snapshot, their rows committed with the ledger's record of the partitions; the
@@ -32,13 +32,13 @@ from dataclasses import dataclass, replace
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink, TableMapping
-from dpone_dagster.postgres.report import CopyReport
+from dpone_dagster.postgres.target_plan import Sink, TableMapping
+from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .changes import Lsn, lsn_text
 from .copying import GroupContext, copy_under
+from .group_state import TableState
 from .slot import create_slot
-from .state import TableState
 
 Members = dict[TableName, TableState]
 

@@ -28,7 +28,7 @@ before the commit:
 A batch that removes nothing skips step 1 (no scan of the target); one that removes rows reads
 the target once. ``TRUNCATE`` and schema changes split the batch as for a keyed table
 (:class:`~.apply.TableApply`). ``deletes="soft"`` is refused for a keyless table at plan time
-(:func:`~.plan.refuse_keyless_table`).
+(:func:`~.group_plan.refuse_keyless_table`).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
+from dpone_dagster.postgres.target_plan import Sink, TablePlan
 
 from .apply import NetHook, TableApply
 from .changes import UNCHANGED, Value
@@ -63,7 +63,7 @@ def table_apply(
 ) -> TableApply:
     """The apply of one table's changes: by key (:class:`~.apply.TableApply`) for a table with
     a primary key, by the old rows' images (:class:`KeylessApply`) for one without (its plan
-    has no source key: :func:`~.plan.relation_plan` refused it unless ``REPLICA IDENTITY
+    has no source key: :func:`~.group_plan.relation_plan` refused it unless ``REPLICA IDENTITY
     FULL``). ``on_net``: the check's record of the keys applied (a keyed table's only);
     ``copy``: the session's staging ``COPY`` the target transaction's tables share."""
     if not plan.key:

@@ -18,7 +18,6 @@ from psycopg import sql
 from dpone_dagster.postgres.catalog import column_list, columns_equal
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink, TablePlan
 from dpone_dagster.postgres.sinks import (
     MERGE_SINCE,
     aliased,
@@ -28,6 +27,7 @@ from dpone_dagster.postgres.sinks import (
 )
 from dpone_dagster.postgres.soft_deletes import revive
 from dpone_dagster.postgres.staging import staging_name_for
+from dpone_dagster.postgres.target_plan import Sink, TablePlan
 
 
 def temporary_name(target: TableName) -> TableName:

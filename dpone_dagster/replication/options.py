@@ -1,7 +1,7 @@
 """``ReplicationOptions``: a replication group's options, one frozen object validated once.
 
 :func:`~dpone_dagster.replication_assets`, :meth:`~dpone_dagster.PostgresSourceResource.
-replicate`, its events and the engine (through :class:`~.plan.ReplicationGroup`, the group's
+replicate`, its events and the engine (through :class:`~.group_plan.ReplicationGroup`, the group's
 tables, slot and publication with these options) all take this object. What is not a choice of
 the group (the DSNs, the ledger, the sessions' options, a run's ``resync`` and ``adopt``, the
 progress hook, the standby) is the engine's own arguments.

@@ -33,7 +33,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 
-from .state import Leaves
+from .group_state import Leaves
 
 _TREES = (
     "SELECT t.n, EXISTS (SELECT 1 FROM pg_catalog.pg_index AS i"

@@ -11,7 +11,7 @@ from dpone_dagster.core.ledger_schema import LedgerTables
 from dpone_dagster.core.sweep import row_estimate
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.target_plan import TablePlan
 
 from .verify_whole import WHOLE_SHARE
 

@@ -27,7 +27,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import under_lock_wait
 from dpone_dagster.postgres.schema_change import SchemaChanges
 
-from .plan import ReplicationGroup
+from .group_plan import ReplicationGroup
 
 Status = Literal["advanced", "current", "created", "unused", "unreadable", "missing"]
 """What a run did about one sequence (see :class:`SequenceSync`)."""

@@ -22,7 +22,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.compare import Key
 
 from .changes import UNCHANGED, Begin, Delete, Insert, Lsn, Relation, Row, Truncate, Update, Value
-from .plan import ReplicationGroup
+from .group_plan import ReplicationGroup
 from .reader import read_changes
 
 RowChange: TypeAlias = Insert | Update | Delete

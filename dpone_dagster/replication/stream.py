@@ -17,9 +17,9 @@ the apply worker's thread applies and commits the one before on the other sessio
 stream's order. What must see the target as every committed transaction left it waits for the
 worker first: a table's first change (its plan reads the target's catalog, and may evolve it in
 that transaction), a Relation message whose columns changed (it splits its table's batch and
-plans it again, :mod:`.plan`), a ``TRUNCATE`` (:meth:`~.apply.TableApply.truncate`). Each source
-transaction is still applied whole in one target transaction, and each target transaction
-commits with its applied position, before the slot moves.
+plans it again, :mod:`.group_plan`), a ``TRUNCATE`` (:meth:`~.apply.TableApply.truncate`).
+Each source transaction is still applied whole in one target transaction, and each target
+transaction commits with its applied position, before the slot moves.
 """
 
 from __future__ import annotations
@@ -34,18 +34,18 @@ from dpone_dagster.core.sessions import Sessions, hold_advisory_lock, release_ad
 from dpone_dagster.postgres.connection import Connection, server_encoding
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import lock_wait_of
-from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.target_plan import TablePlan
 
 from .apply import NetHook, TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .commits import Committer, LazySession, Progress, RunState, TargetTransaction
+from .group_plan import ReplicationGroup, relation_plan
+from .group_state import GroupLedger
 from .keyless import table_apply
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
-from .plan import ReplicationGroup, relation_plan
 from .reader import READ_AHEAD_BYTES, read_ahead
-from .report import TableChanges
+from .replication_report import TableChanges
 from .slot_health import SlotWait
-from .state import GroupLedger
 
 STAGE_EVERY = 10_000
 """Staged changes between two ``stage`` progress reports."""

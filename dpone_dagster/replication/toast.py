@@ -19,7 +19,7 @@ from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.catalog import column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import TablePlan
+from dpone_dagster.postgres.target_plan import TablePlan
 
 
 def _lineage(keys: Sequence[str], alias: str, *, old_keys: bool) -> list[sql.Composable]:

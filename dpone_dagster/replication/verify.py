@@ -65,9 +65,9 @@ from dpone_dagster.reconcile.compare import Comparison, Key, compare
 from dpone_dagster.reconcile.digest import row_hash
 
 from .changes import Lsn, lsn_text
-from .plan import ReplicationGroup
+from .group_plan import ReplicationGroup
+from .group_state import GroupLedger
 from .slot_changes import SlotChanges
-from .state import GroupLedger
 from .verify_keyless import KeylessTable, check_keyless
 from .verify_whole import WHOLE_SHARE, recorded_keys, whole_run_check
 

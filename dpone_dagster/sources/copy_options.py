@@ -28,8 +28,8 @@ from pydantic import field_validator
 
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.lifecycle.options import ParsedOptions
-from dpone_dagster.postgres.plan import CopyPlanError, Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_plan import CopyPlanError, Sink
 
 __all__ = ["SourceCopyOptions"]
 

@@ -36,7 +36,7 @@ from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome
 from dpone_dagster.postgres import ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect
 from dpone_dagster.postgres.load import begin_read_write
-from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.target_plan import Sink
 
 from .copy_options import SourceCopyOptions
 from .kafka_messages import APPEND_KEY, KEY_COLUMN

@@ -25,8 +25,8 @@ from pydantic import BaseModel, field_validator, model_validator
 from dpone_dagster.core.options import JobOptions
 from dpone_dagster.lifecycle import DponeError, Vocabulary
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink
 from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_plan import Sink
 
 from .kafka_client import kafka_error
 from .kafka_messages import ValueFormat, value_columns

@@ -33,7 +33,6 @@ from dpone_dagster.postgres import Column, ConnectionOptions, TableName
 from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.load import TargetLoad, begin_read_write, settle_load
-from dpone_dagster.postgres.plan import Sink, TablePlan, TargetRules, plan_target
 from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
 from dpone_dagster.postgres.sinks import SinkResult
 from dpone_dagster.postgres.staging import (
@@ -41,6 +40,7 @@ from dpone_dagster.postgres.staging import (
     staging_name_for,
     table_definition,
 )
+from dpone_dagster.postgres.target_plan import Sink, TablePlan, TargetRules, plan_target
 
 from .copy_options import SourceCopyOptions
 from .protocol import ProgressHook, RowStreamArtifact, SourceAdapter, SourceColumn

@@ -35,7 +35,7 @@ from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.dagster.components.postgres_copy.models import SnapshotCopyModel
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import Strategy, copy_tables
+from dpone_dagster.snapshot_copy import Strategy, copy_tables
 
 DSN = "postgresql://reader@db.invalid:5432/shop"
 """A DSN nothing is asked of: these tests build definitions and event iterators, never run them."""

@@ -30,9 +30,10 @@ from dpone_dagster.core.errors import ENGINE_ERRORS
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import TableName, copy_tables
+from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.connection import SESSION_ERRORS
 from dpone_dagster.postgres.failures import DATABASE_ERRORS, database_error
+from dpone_dagster.snapshot_copy import copy_tables
 from tests.dagster.test_least_privilege import (
     LEDGER_GRANTS,
     SOURCE_GRANTS,

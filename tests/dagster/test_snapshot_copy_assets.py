@@ -13,7 +13,7 @@ from dpone_dagster.dagster.failures import ERROR_CODE_KEY
 from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTargetResource
 from dpone_dagster.dagster.translator import CopyTableSpec, key_part
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import SnapshotCopyOptions
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions
 from tests.helpers import pg
 from tests.postgres.test_target_extensions import NOTES
 from tests.postgres.test_target_types import ORDERS, TYPES

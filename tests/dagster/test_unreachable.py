@@ -38,7 +38,7 @@ from dpone_dagster.backfill import Backfill
 from dpone_dagster.core import LedgerConfig
 from dpone_dagster.dagster.failures import ERROR_CODE_KEY, NEXT_ACTIONS_KEY
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import copy_tables
+from dpone_dagster.snapshot_copy import copy_tables
 from tests.helpers import pg
 from tests.helpers.http_api import ApiServer, Reply
 

@@ -143,8 +143,8 @@ def _replicate(
 ) -> int:
     from dpone_dagster.replication import ReplicationOptions
     from dpone_dagster.replication.engine import Replication
-    from dpone_dagster.replication.plan import ReplicationGroup
-    from dpone_dagster.replication.report import ReplicationProgress
+    from dpone_dagster.replication.group_plan import ReplicationGroup
+    from dpone_dagster.replication.replication_report import ReplicationProgress
 
     def on_progress(step: ReplicationProgress) -> None:
         if step.phase in ("copy", "stage"):

@@ -9,14 +9,9 @@ from dpone_dagster.backfill import OnChanged
 from dpone_dagster.core import EngineError
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.lifecycle import DponeError, Vocabulary
-from dpone_dagster.postgres import (
-    BatchSize,
-    CopyPlanError,
-    SchemaChanges,
-    Sink,
-    Strategy,
-)
+from dpone_dagster.postgres import BatchSize, CopyPlanError, SchemaChanges, Sink
 from dpone_dagster.postgres.schema_change import SchemaChangeError
+from dpone_dagster.snapshot_copy import Strategy
 
 VOCABULARIES: list[tuple[type[Vocabulary], type[DponeError], str]] = [
     (Strategy, CopyPlanError, "copy_options_invalid"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpone_dagster.postgres import CopyError, CopyOptions, copy_tables
+from dpone_dagster.snapshot_copy import CopyError, CopyOptions, copy_tables
 from tests.helpers import pg
 from tests.helpers.proxy import TcpProxy, is_commit
 

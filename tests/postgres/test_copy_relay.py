@@ -69,7 +69,7 @@ def test_a_server_with_a_non_iso_datestyle_still_copies_and_dates_receipts(
     source_dsn: str, target_dsn: str
 ) -> None:
     """Databases whose default DateStyle is SQL/DMY: every dpone session still speaks ISO."""
-    from dpone_dagster.postgres import copy_tables
+    from dpone_dagster.snapshot_copy import copy_tables
 
     for dsn in (source_dsn, target_dsn):
         name = pg.fetch_one(dsn, "SELECT current_database()")

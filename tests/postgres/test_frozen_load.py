@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from dpone_dagster.postgres import copy_tables
+from dpone_dagster.snapshot_copy import copy_tables
 from tests.helpers import pg
 
 ROWS = 3000

@@ -12,7 +12,8 @@ import pytest
 from dpone_dagster.backfill import Backfill, prepare_target
 from dpone_dagster.dagster.metadata.receipts import created_metadata, table_metadata
 from dpone_dagster.incremental import IncrementalOptions, IncrementalSync
-from dpone_dagster.postgres import TableName, copy_tables
+from dpone_dagster.postgres import TableName
+from dpone_dagster.snapshot_copy import copy_tables
 from tests.helpers import pg
 
 PRICES = """

@@ -8,20 +8,18 @@ import pytest
 from psycopg import conninfo, sql
 
 from dpone_dagster.lifecycle import SnapshotLabel, TerminalOutcome, token_digest
-from dpone_dagster.postgres import (
+from dpone_dagster.postgres import SnapshotError, SnapshotSession, TableName
+from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT
+from dpone_dagster.reconcile import Guarantee, Proof, ReconcileError, reconcile_copy
+from dpone_dagster.snapshot_copy import (
     CopyError,
     CopyOptions,
     CopyReport,
     SnapshotCopy,
     SnapshotCopyOptions,
-    SnapshotError,
-    SnapshotSession,
     Strategy,
-    TableName,
     copy_tables,
 )
-from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT
-from dpone_dagster.reconcile import Guarantee, Proof, ReconcileError, reconcile_copy
 from tests.helpers import pg
 
 COPY = TableName("public", "mixed_copy")

@@ -14,17 +14,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from dpone_dagster.postgres import (
-    ConnectionOptions,
-    ConnectionSettingsError,
-    CopyError,
-    CopyOptions,
-    CopyReport,
-    TableName,
-    copy_tables,
-)
+from dpone_dagster.postgres import ConnectionOptions, ConnectionSettingsError, TableName
 from dpone_dagster.postgres.connection import LOCK_WAIT_SETTING, connect
 from dpone_dagster.postgres.lock_wait import LOCK_ATTEMPT_SECONDS, lock_wait_of, under_lock_wait
+from dpone_dagster.snapshot_copy import CopyError, CopyOptions, CopyReport, copy_tables
 from tests.helpers import locks, pg
 
 MIXED = TableName("public", "mixed")

@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from dpone_dagster.postgres import CopyError, SinkResult, copy_tables
+from dpone_dagster.postgres import SinkResult
 from dpone_dagster.postgres.connection import connect
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.plan import Sink, TableMapping, plan_tables
 from dpone_dagster.postgres.sinks import apply_sink
+from dpone_dagster.postgres.target_plan import Sink, TableMapping, plan_tables
+from dpone_dagster.snapshot_copy import CopyError, copy_tables
 from tests.helpers import locks, pg
 
 SINK_LOG = """

@@ -11,16 +11,11 @@ import psycopg
 import pytest
 
 from dpone_dagster.lifecycle import TerminalOutcome
-from dpone_dagster.postgres import (
-    CopyError,
-    CopyOptions,
-    SnapshotCopyOptions,
-    SnapshotSession,
-    copy_tables,
-)
+from dpone_dagster.postgres import SnapshotSession
 from dpone_dagster.postgres.catalog import parse_type
 from dpone_dagster.postgres.schema_change import SchemaChangeError, widens
 from dpone_dagster.reconcile import reconcile_copy
+from dpone_dagster.snapshot_copy import CopyError, CopyOptions, SnapshotCopyOptions, copy_tables
 from tests.helpers import locks, pg
 
 FREEZE = SnapshotCopyOptions(schema_changes="freeze")

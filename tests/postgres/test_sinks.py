@@ -9,16 +9,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dpone_dagster.postgres import (
+from dpone_dagster.postgres import CopyPlanError, TableName
+from dpone_dagster.postgres.schema_change import SchemaChangeError
+from dpone_dagster.snapshot_copy import (
     CopyError,
     CopyOptions,
-    CopyPlanError,
     CopyProgress,
     SnapshotCopyOptions,
-    TableName,
     copy_tables,
 )
-from dpone_dagster.postgres.schema_change import SchemaChangeError
 from tests.helpers import locks, pg
 
 STAGING_TABLES = r"SELECT relname FROM pg_class WHERE relname LIKE '\_dpone\_stg\_%%'"

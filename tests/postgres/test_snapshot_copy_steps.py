@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dpone_dagster.lifecycle import ReceiptState
-from dpone_dagster.postgres import CopyError, CopyOptions, SnapshotCopy, SnapshotCopyOptions
-from dpone_dagster.postgres.whole_copy import WholeCopyArtifact
+from dpone_dagster.snapshot_copy import CopyError, CopyOptions, SnapshotCopy, SnapshotCopyOptions
+from dpone_dagster.snapshot_copy.whole_copy import WholeCopyArtifact
 from tests.helpers import pg
 
 

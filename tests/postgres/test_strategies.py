@@ -9,12 +9,12 @@ import pytest
 
 from dpone_dagster.lifecycle import LifecycleError, ReceiptState, token_digest
 from dpone_dagster.postgres import ConnectionOptions, LazySnapshot, SnapshotSession, TableName
-from dpone_dagster.postgres.batched_copy import batched_copy
 from dpone_dagster.postgres.catalog import table_columns
-from dpone_dagster.postgres.internal_query import InternalQueryArtifact
 from dpone_dagster.postgres.snapshot import POSTGRES_CLOCK
-from dpone_dagster.postgres.stream_rows import stream_rows
-from dpone_dagster.postgres.whole_copy import extract_whole_copy
+from dpone_dagster.snapshot_copy.batched_copy import batched_copy
+from dpone_dagster.snapshot_copy.internal_query import InternalQueryArtifact
+from dpone_dagster.snapshot_copy.stream_rows import stream_rows
+from dpone_dagster.snapshot_copy.whole_copy import extract_whole_copy
 from tests.helpers import pg
 
 MIXED = TableName("public", "mixed")

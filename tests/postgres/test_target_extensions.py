@@ -13,7 +13,8 @@ from psycopg import conninfo, sql
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.lifecycle import TerminalOutcome
-from dpone_dagster.postgres import CopyError, TargetTypeError, copy_tables
+from dpone_dagster.postgres import TargetTypeError
+from dpone_dagster.snapshot_copy import CopyError, copy_tables
 from tests.helpers import pg
 
 NOTES = """

@@ -9,8 +9,9 @@ import pytest
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
 from dpone_dagster.lifecycle import TerminalOutcome
-from dpone_dagster.postgres import CopyError, SchemaChangeError, SnapshotCopyOptions, copy_tables
+from dpone_dagster.postgres import SchemaChangeError
 from dpone_dagster.postgres.user_types import TargetTypeError
+from dpone_dagster.snapshot_copy import CopyError, SnapshotCopyOptions, copy_tables
 from tests.helpers import locks, pg
 
 TYPES = """

@@ -8,9 +8,10 @@ import pytest
 from psycopg import sql
 
 from dpone_dagster.dagster.metadata.receipts import table_metadata
-from dpone_dagster.postgres import SnapshotCopyOptions, TableName, copy_tables
+from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.catalog import CatalogError, table_catalog, table_columns
 from dpone_dagster.postgres.user_types import TargetTypeError
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions, copy_tables
 from tests.helpers import pg
 
 BUILT_IN = TableName("Sales Ops", 'Order "Items"')

@@ -16,8 +16,8 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.reconcile.digest import pin_settings
 from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
-from dpone_dagster.replication.plan import ReplicationGroup
-from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
+from dpone_dagster.replication.group_plan import ReplicationGroup
+from dpone_dagster.replication.replication_report import ReplicationProgress, ReplicationReport
 from tests.helpers import pg
 
 

@@ -89,7 +89,7 @@ RUN_CHILD = """
 import resource, sys
 from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
-from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.group_plan import ReplicationGroup
 from tests.helpers.memory import own_peak_mb
 group = ReplicationGroup(("public.big",), slot="dpone_big", publication="dpone_big",
                          options=ReplicationOptions(reconcile=False))

@@ -19,7 +19,7 @@ from dpone_dagster.core.sweep import Sweep
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.engine import Replication
-from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
+from dpone_dagster.replication.replication_report import ReplicationProgress, ReplicationReport
 from tests.helpers import pg
 from tests.replication.group import Group
 

@@ -26,7 +26,7 @@ import pytest
 from psycopg import IsolationLevel
 
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
+from dpone_dagster.replication.replication_report import ReplicationProgress, ReplicationReport
 from tests.helpers import pg
 from tests.helpers.standby import StandbyPair, standby_pair
 from tests.replication.group import Group, ledger_state

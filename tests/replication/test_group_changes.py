@@ -16,7 +16,7 @@ import pytest
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.replication.report import ReplicationProgress
+from dpone_dagster.replication.replication_report import ReplicationProgress
 from tests.helpers import pg
 from tests.replication.group import Group
 

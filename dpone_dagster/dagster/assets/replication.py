@@ -36,7 +36,7 @@ from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.replication import ReplicationOptions
-from dpone_dagster.replication.plan import ReplicationGroup
+from dpone_dagster.replication.group_plan import ReplicationGroup
 
 
 class ReplicationRunConfig(dg.Config):

@@ -3,7 +3,7 @@
 A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.copy_tables`: it builds the
 specs (keys from the translator, each spec naming its tables), the ``dpone_reconciled`` check
 specs, and an op whose body is ``yield from source.copy_tables(context, target=target,
-options=...)``, its options one :class:`~dpone_dagster.postgres.SnapshotCopyOptions`.
+options=...)``, its options one :class:`~dpone_dagster.snapshot_copy.SnapshotCopyOptions`.
 The asset is subsettable: materializing a subset copies just those tables (still under one
 snapshot).
 """
@@ -23,7 +23,8 @@ from dpone_dagster.dagster.resources import PostgresSourceResource, PostgresTarg
 from dpone_dagster.dagster.run_plane.instance import check_instance_storage
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import Sink, SnapshotCopyOptions, Strategy
+from dpone_dagster.postgres import Sink
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions, Strategy
 
 
 def copy_specs(
@@ -67,7 +68,7 @@ def snapshot_copy_assets(
     Args:
         tables: ``"schema.table"`` strings, or :class:`CopyTableSpec` (or mappings with
             ``source`` and ``target``) to copy into another name.
-        options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`):
+        options: The copy's options (:class:`~dpone_dagster.snapshot_copy.SnapshotCopyOptions`):
             ``strategy`` (``whole_copy``, ``stream_rows``, ``batched_copy``,
             ``partitioned_copy`` or ``internal_query``, source and target in one database),
             ``sink`` (``replace``, atomic; ``append``; ``merge``, by primary key), ``workers``

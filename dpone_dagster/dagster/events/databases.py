@@ -8,7 +8,8 @@ to the events: the resources import the events, never the reverse.
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from dpone_dagster.postgres import ConnectionOptions, SnapshotCopy, SnapshotSession
+from dpone_dagster.postgres import ConnectionOptions, SnapshotSession
+from dpone_dagster.snapshot_copy import SnapshotCopy
 
 Tracked = TypeVar("Tracked", SnapshotSession, SnapshotCopy)
 """What a run's events open and hand to the step's tracking: a snapshot session, a copy."""

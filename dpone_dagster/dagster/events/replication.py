@@ -49,8 +49,8 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication import ReplicationOptions
 from dpone_dagster.replication.engine import Replication
 from dpone_dagster.replication.failover import StandbySlot
-from dpone_dagster.replication.plan import ReplicationGroup
-from dpone_dagster.replication.report import ReplicationProgress, ReplicationReport
+from dpone_dagster.replication.group_plan import ReplicationGroup
+from dpone_dagster.replication.replication_report import ReplicationProgress, ReplicationReport
 from dpone_dagster.replication.slot import SlotStatus, slot_status
 
 from .databases import Database, SourceDatabase

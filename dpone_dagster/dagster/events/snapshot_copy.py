@@ -25,14 +25,9 @@ from dpone_dagster.dagster.metadata.snapshot_copy import (
 )
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator, coerce_tables
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.postgres import (
-    CopyOptions,
-    CopyReport,
-    SnapshotCopy,
-    SnapshotCopyOptions,
-    SnapshotSession,
-)
+from dpone_dagster.postgres import SnapshotSession
 from dpone_dagster.reconcile import reconcile_copy
+from dpone_dagster.snapshot_copy import CopyOptions, CopyReport, SnapshotCopy, SnapshotCopyOptions
 
 from .databases import SourceDatabase, TargetDatabase
 from .skeleton import JobEvents

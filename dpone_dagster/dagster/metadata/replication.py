@@ -32,7 +32,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.replication.changes import lsn_text
 from dpone_dagster.replication.failover import StandbySlot
 from dpone_dagster.replication.join import rows_loaded
-from dpone_dagster.replication.report import ReplicationReport, TableChanges
+from dpone_dagster.replication.replication_report import ReplicationReport, TableChanges
 from dpone_dagster.replication.slot_health import SlotStatus, SlotWait
 
 SLOT_CHECK_NAME = "dpone_slot_healthy"

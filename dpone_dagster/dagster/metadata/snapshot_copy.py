@@ -10,8 +10,8 @@ import dagster as dg
 from dagster._core.definitions.metadata import TableMetadataSet
 
 from dpone_dagster.lifecycle import ExtractionLifecycleReceipt
-from dpone_dagster.postgres import CopyReport, TableCopyReport
 from dpone_dagster.reconcile import TableReconciliation
+from dpone_dagster.snapshot_copy import CopyReport, TableCopyReport
 
 from .keys.common import CommonMetadataSet
 from .keys.copy import CopyMetadataSet

@@ -27,13 +27,9 @@ from dpone_dagster.dagster.events.databases import SourceDatabase, TargetDatabas
 from dpone_dagster.dagster.events.snapshot_copy import CopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.postgres import (
-    Sink,
-    SnapshotCopyOptions,
-    SnapshotSession,
-    Strategy,
-)
+from dpone_dagster.postgres import Sink, SnapshotSession
 from dpone_dagster.postgres.connection import Side, connect
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions, Strategy
 
 from .ledger import LedgerResource
 from .sessions import PostgresResource, checked_dsn
@@ -158,7 +154,7 @@ class PostgresSourceResource(PostgresResource):
             target: The target database.
             tables: The tables, when the assets' specs do not name them.
             translator: Maps ``tables`` to asset keys.
-            options: The copy's options (:class:`~dpone_dagster.postgres.SnapshotCopyOptions`:
+            options: The copy's options (:class:`~dpone_dagster.snapshot_copy.SnapshotCopyOptions`:
                 strategy, sink, workers, batch size, schema changes).
             strategy: Shortcut for ``options.strategy``.
             sink: Shortcut for ``options.sink``.

@@ -155,7 +155,7 @@ class PostgresResource(SecretResource):
         """Registers an artifact (or a copy that owns artifacts and sessions).
 
         Teardown settles an undecided artifact with ``abort``, and closes anything else (a
-        :class:`~dpone_dagster.postgres.SnapshotCopy` settles its own artifacts when closed).
+        :class:`~dpone_dagster.snapshot_copy.SnapshotCopy` settles its own artifacts when closed).
         """
         with self._lock:
             self._artifacts.append(artifact)

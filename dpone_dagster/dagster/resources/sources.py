@@ -20,7 +20,7 @@ from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
-from dpone_dagster.postgres.plan import Sink
+from dpone_dagster.postgres.target_plan import Sink
 from dpone_dagster.sources import (
     MySQLSettings,
     MySQLSource,

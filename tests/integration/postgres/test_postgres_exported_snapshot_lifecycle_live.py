@@ -18,20 +18,18 @@ import pytest
 from psycopg import sql
 
 from dpone_dagster.lifecycle import ReceiptState, token_digest
-from dpone_dagster.postgres import (
-    ConnectionOptions,
+from dpone_dagster.postgres import ConnectionOptions, SnapshotSession, TableName
+from dpone_dagster.postgres.catalog import table_columns
+from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT, POSTGRES_CLOCK
+from dpone_dagster.snapshot_copy import (
     CopyError,
     CopyOptions,
     CopyProgress,
     CopyReport,
     SnapshotCopyOptions,
-    SnapshotSession,
-    TableName,
     copy_tables,
 )
-from dpone_dagster.postgres.catalog import table_columns
-from dpone_dagster.postgres.partitioned_copy import PartitionedCopy
-from dpone_dagster.postgres.snapshot import EXPORTED_SNAPSHOT, POSTGRES_CLOCK
+from dpone_dagster.snapshot_copy.partitioned_copy import PartitionedCopy
 from tests.helpers import locks, pg
 
 STRATEGIES = ["whole_copy", "stream_rows", "batched_copy", "partitioned_copy"]

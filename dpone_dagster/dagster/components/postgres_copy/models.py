@@ -16,12 +16,8 @@ from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.dagster.partitions import cursor_range_partitions
 from dpone_dagster.dagster.translator import CopyTableSpec
 from dpone_dagster.incremental import CheckScope, IncrementalOptions
-from dpone_dagster.postgres import (
-    SchemaChanges,
-    Sink,
-    SnapshotCopyOptions,
-    Strategy,
-)
+from dpone_dagster.postgres import SchemaChanges, Sink
+from dpone_dagster.snapshot_copy import SnapshotCopyOptions, Strategy
 
 from .attributes import InlineAttributes, ResolvedTableAttributes, TableModel
 

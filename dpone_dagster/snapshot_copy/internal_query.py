@@ -15,14 +15,19 @@ import psycopg
 from psycopg import sql
 
 from dpone_dagster.lifecycle import SnapshotEvidence
+from dpone_dagster.postgres.catalog import Column, column_list
+from dpone_dagster.postgres.connection import Connection, set_transaction_mode
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import (
+    POSTGRES_CLOCK,
+    read_snapshot,
+    server_clock,
+    set_transaction_snapshot,
+)
 
-from .artifact import TableArtifact
-from .catalog import Column, column_list
-from .connection import Connection, set_transaction_mode
-from .identifiers import TableName
-from .progress import ProgressMeter
-from .snapshot import POSTGRES_CLOCK, read_snapshot, server_clock, set_transaction_snapshot
+from .copy_progress import ProgressMeter
 from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .table_artifact import TableArtifact
 
 
 class InternalQueryArtifact(TableArtifact):

@@ -11,14 +11,14 @@ from dpone_dagster.lifecycle import (
     SnapshotLabel,
     TerminalOutcome,
 )
+from dpone_dagster.postgres.evidence import RowVersionEvidence
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.schema_change import ColumnChange
+from dpone_dagster.postgres.sinks import SinkResult
+from dpone_dagster.postgres.target_plan import Sink
+from dpone_dagster.postgres.target_types import TargetTypes
 
-from .evidence import RowVersionEvidence
-from .identifiers import TableName
-from .plan import Sink
-from .schema_change import ColumnChange
-from .sinks import SinkResult
 from .strategy import Strategy
-from .target_types import TargetTypes
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class TableCopyReport:
 
 @dataclass(frozen=True)
 class CopyReport:
-    """The result of :func:`~dpone_dagster.postgres.snapshot_copy.copy_tables`.
+    """The result of :func:`~dpone_dagster.snapshot_copy.engine.copy_tables`.
 
     Attributes:
         strategy: The extraction strategy.

@@ -20,11 +20,9 @@ from psycopg import sql
 from psycopg.abc import Buffer
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
-
-from .artifact import TableArtifact, open_window
-from .catalog import Column, column_list
-from .connection import Connection
-from .copy import (
+from dpone_dagster.postgres.catalog import Column, column_list
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.copy import (
     CopyFormat,
     RelayResult,
     copy_in_statement,
@@ -32,11 +30,13 @@ from .copy import (
     relay,
     select_columns,
 )
-from .identifiers import TableName
-from .options import SNAPSHOT_COPY_BATCH_SIZE
-from .progress import ProgressMeter
-from .snapshot import LazySnapshot, SnapshotSession
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.options import SNAPSHOT_COPY_BATCH_SIZE
+from dpone_dagster.postgres.snapshot import LazySnapshot, SnapshotSession
+
+from .copy_progress import ProgressMeter
 from .strategy import ExtractionStrategy, Strategy
+from .table_artifact import TableArtifact, open_window
 
 KeyValue = tuple[str, ...]
 Where = tuple[sql.Composable | None, list[str]]

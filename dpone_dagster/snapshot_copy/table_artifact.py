@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpone_dagster.lifecycle import ExtractionArtifact, ExtractionLifecycleAuthority
+from dpone_dagster.postgres.catalog import Column
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.copy import CopyFormat, copy_format_for
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import POSTGRES_CLOCK, SnapshotSession
 
-from .catalog import Column
-from .connection import Connection
-from .copy import CopyFormat, copy_format_for
-from .identifiers import TableName
-from .progress import ProgressCallback, ProgressMeter, progress_hook
-from .snapshot import POSTGRES_CLOCK, SnapshotSession
+from .copy_progress import ProgressCallback, ProgressMeter, progress_hook
 
 
 class TableArtifact(ExtractionArtifact):
@@ -35,8 +35,9 @@ class TableArtifact(ExtractionArtifact):
 
     Attributes:
         freeze_load: :meth:`load_into` writes the rows with ``COPY ... FREEZE``
-            (:func:`~.copy.copy_in_statement`): set by a load whose staging tables are created in
-            the transaction that loads them (:class:`~.strategy.ExtractionStrategy`).
+            (:func:`~dpone_dagster.postgres.copy.copy_in_statement`): set by a load whose
+            staging tables are created in the transaction that loads them
+            (:class:`~.strategy.ExtractionStrategy`).
     """
 
     def __init__(

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .identifiers import TableName
+from dpone_dagster.postgres.identifiers import TableName
 
 Phase = Literal["extract", "load"]
 
@@ -34,8 +34,8 @@ ProgressCallback = Callable[[CopyProgress], None]
 class ProgressMeter:
     """Counts bytes and calls ``callback`` each time another ``every`` bytes have moved.
 
-    Called with each COPY block's size (the ``on_block`` hook of :func:`.copy.relay`), from
-    one thread or several.
+    Called with each COPY block's size (the ``on_block`` hook of
+    :func:`~dpone_dagster.postgres.copy.relay`), from one thread or several.
 
     Args:
         callback: Receives the progress.

@@ -4,11 +4,12 @@ The steps, whatever the strategy (:class:`~.strategy.Strategy`):
 
 1. **plan**: both catalogs are read (a bad name, a type the target has otherwise, an
    extension it lacks or a missing key fails here, nothing written; the types a created table
-   needs are planned here, :mod:`.target_types`);
+   needs are planned here, :mod:`~dpone_dagster.postgres.target_types`);
 2. **extract**: the strategy acquires the snapshot and reads what it reads ahead of the load;
-3. **load**: the one load path (:mod:`.load`): staging tables, rows, sinks, one COMMIT whose
-   answer settles every artifact. A failure raises :class:`~.report.CopyError` carrying the
-   report; staging tables are dropped and the target is left as it was.
+3. **load**: the one load path (:mod:`~dpone_dagster.postgres.load`): staging tables, rows,
+   sinks, one COMMIT whose answer settles every artifact. A failure raises
+   :class:`~.copy_report.CopyError` carrying the report; staging tables are dropped and the
+   target is left as it was.
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from psycopg import pq
 
 from dpone_dagster.lifecycle import DponeError, SnapshotLabel, TerminalOutcome, redact, token_digest
 from dpone_dagster.lifecycle.options import build_options
-
-from .connection import Connection, connect, set_transaction_mode
-from .extensions import extension_names
-from .failures import DATABASE_ERRORS, DatabaseError, FailureSide, database_error
-from .identifiers import TableName
-from .load import TargetLoad, settle_load
-from .options import CopyOptions
-from .plan import (
+from dpone_dagster.postgres.connection import Connection, connect, set_transaction_mode
+from dpone_dagster.postgres.extensions import extension_names
+from dpone_dagster.postgres.failures import (
+    DATABASE_ERRORS,
+    DatabaseError,
+    FailureSide,
+    database_error,
+)
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.load import TargetLoad, settle_load
+from dpone_dagster.postgres.target_plan import (
     Sink,
     TableMapping,
     TablePlan,
@@ -36,10 +40,12 @@ from .plan import (
     TargetRules,
     plan_tables,
 )
+
+from .copy_report import CopyError, CopyReport, TableCopyReport
+from .options import SnapshotCopyOptions
 from .registry import open_strategy
-from .report import CopyError, CopyReport, TableCopyReport
-from .snapshot_copy_options import SnapshotCopyOptions
 from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .tuning import CopyOptions
 
 _IDENTITY = (
     "SELECT current_database(), pg_postmaster_start_time()::text, "
@@ -187,7 +193,8 @@ class SnapshotCopy:
 
         Raises:
             CatalogError: ``table_not_found``.
-            CopyPlanError: the other plan errors (:func:`.plan.plan_tables`).
+            CopyPlanError: the other plan errors
+                (:func:`~dpone_dagster.postgres.target_plan.plan_tables`).
             SessionError: ``source_unreachable``, ``target_unreachable``,
                 ``source_login_failed``, ``target_login_failed``.
             CopyError: ``internal_query_needs_same_database``.

@@ -24,12 +24,14 @@ import psycopg
 from psycopg import pq, sql
 
 from dpone_dagster.lifecycle import DponeError, ExtractResult, redact
-
-from .artifact import TableArtifact, open_window
-from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
-from .catalog import Column
-from .connection import Connection, ConnectionOptions, connect, set_transaction_mode
-from .copy import (
+from dpone_dagster.postgres.catalog import Column
+from dpone_dagster.postgres.connection import (
+    Connection,
+    ConnectionOptions,
+    connect,
+    set_transaction_mode,
+)
+from dpone_dagster.postgres.copy import (
     CopyFormat,
     RelayResult,
     copy_in_statement,
@@ -37,10 +39,13 @@ from .copy import (
     relay,
     select_columns,
 )
-from .identifiers import TableName
-from .progress import ProgressCallback, ProgressMeter, progress_hook
-from .snapshot import SnapshotSession
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import SnapshotSession
+
+from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
+from .copy_progress import ProgressCallback, ProgressMeter, progress_hook
 from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .table_artifact import TableArtifact, open_window
 
 RANGES_PER_WORKER = 4
 """Ranges per worker: smaller ranges balance the workers and let a failure stop them sooner."""

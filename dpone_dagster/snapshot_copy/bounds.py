@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from .catalog import Column
-from .identifiers import TableName
-from .snapshot import SnapshotSession
+from dpone_dagster.postgres.catalog import Column
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import SnapshotSession
 
 INTEGER_TYPES = frozenset({20, 21, 23})
 """OIDs of int8, int2 and int4: the key types split by MIN/MAX arithmetic."""

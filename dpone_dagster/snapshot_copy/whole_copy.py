@@ -16,15 +16,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dpone_dagster.lifecycle import ExtractResult, TerminalOutcome
+from dpone_dagster.postgres.catalog import Column
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.copy import (
+    CopyFormat,
+    copy_in_statement,
+    copy_out_statement,
+    select_columns,
+)
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import SnapshotSession
 
-from .artifact import TableArtifact, open_window
-from .catalog import Column
-from .connection import Connection
-from .copy import CopyFormat, copy_in_statement, copy_out_statement, select_columns
-from .identifiers import TableName
-from .progress import ProgressCallback, ProgressMeter, progress_hook
-from .snapshot import SnapshotSession
+from .copy_progress import ProgressCallback, ProgressMeter, progress_hook
 from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .table_artifact import TableArtifact, open_window
 
 FILE_CHUNK = 1 << 20
 """Bytes read from a COPY file per write to the target."""

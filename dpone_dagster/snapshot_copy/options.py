@@ -2,10 +2,10 @@
 
 :func:`~dpone_dagster.snapshot_copy_assets`, :meth:`~dpone_dagster.PostgresSourceResource.
 copy_tables`, its events, the job of ``acquire -> extract -> load -> settle``, the component's
-``snapshot_copies`` entries and the engine (:func:`~.snapshot_copy.copy_tables`,
-:class:`~.snapshot_copy.SnapshotCopy`) all take this object. What is not a choice of the copy
+``snapshot_copies`` entries and the engine (:func:`~.engine.copy_tables`,
+:class:`~.engine.SnapshotCopy`) all take this object. What is not a choice of the copy
 (the DSNs, the tables, the sessions' options, a held snapshot, the progress hook) is the
-engine's own arguments (:class:`~.options.CopyOptions`).
+engine's own arguments (:class:`~.tuning.CopyOptions`).
 
 Examples:
     >>> SnapshotCopyOptions(strategy="partitioned_copy", workers=2).strategy
@@ -25,10 +25,10 @@ from pydantic import field_validator
 
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.lifecycle.options import ParsedOptions
+from dpone_dagster.postgres.options import SNAPSHOT_COPY_BATCH_SIZE, BatchSize
+from dpone_dagster.postgres.schema_change import SchemaChanges
+from dpone_dagster.postgres.target_plan import CopyPlanError, Sink
 
-from .options import SNAPSHOT_COPY_BATCH_SIZE, BatchSize
-from .plan import CopyPlanError, Sink
-from .schema_change import SchemaChanges
 from .strategy import Strategy
 
 __all__ = ["SnapshotCopyOptions"]

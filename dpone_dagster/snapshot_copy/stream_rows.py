@@ -14,15 +14,15 @@ from collections.abc import Iterator, Sequence
 from psycopg import sql
 
 from dpone_dagster.lifecycle import ExtractResult, LifecycleError
+from dpone_dagster.postgres.catalog import Column
+from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.copy import copy_in_statement
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import SnapshotSession
 
-from .artifact import TableArtifact, open_window
-from .catalog import Column
-from .connection import Connection
-from .copy import copy_in_statement
-from .identifiers import TableName
-from .progress import ProgressMeter
-from .snapshot import SnapshotSession
+from .copy_progress import ProgressMeter
 from .strategy import ExtractionStrategy, Strategy
+from .table_artifact import TableArtifact, open_window
 
 TextRow = tuple[str | None, ...]
 

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.identifiers import TableName
-from dpone_dagster.postgres.report import CopyReport
 from dpone_dagster.postgres.schema_change import ColumnChange
+from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .changes import Lsn
 
 if TYPE_CHECKING:
     from .failover import StandbySlot
-    from .plan import ReplicationGroup
+    from .group_plan import ReplicationGroup
     from .sequences import SequenceSync
     from .slot_health import SlotStatus, SlotWait
 

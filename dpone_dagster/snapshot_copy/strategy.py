@@ -18,16 +18,16 @@ import psycopg
 from psycopg import pq
 
 from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome, Vocabulary
+from dpone_dagster.postgres.connection import Connection, set_transaction_mode
+from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.snapshot import SnapshotSession
+from dpone_dagster.postgres.target_plan import CopyPlanError, TablePlan
 
-from .artifact import TableArtifact
-from .connection import Connection, set_transaction_mode
-from .identifiers import TableName
-from .options import CopyOptions
-from .plan import CopyPlanError, TablePlan
-from .snapshot import SnapshotSession
+from .table_artifact import TableArtifact
+from .tuning import CopyOptions
 
 if TYPE_CHECKING:  # the options name the strategies
-    from .snapshot_copy_options import SnapshotCopyOptions
+    from .options import SnapshotCopyOptions
 
 
 class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
@@ -129,10 +129,10 @@ class ExtractionStrategy:
         """The table's artifact, opened now if the strategy opens it at the read.
 
         The load path asks for it right before writing its rows into the staging table it
-        created in the same transaction (:mod:`.load`), so a ``COPY`` into it writes them frozen
-        (:attr:`~.artifact.TableArtifact.freeze_load`). The partitioned strategy's workers write
-        committed staging tables from their own sessions, unfrozen; its artifact's own load
-        writes nothing.
+        created in the same transaction (:mod:`~dpone_dagster.postgres.load`), so a ``COPY``
+        into it writes them frozen (:attr:`~.table_artifact.TableArtifact.freeze_load`). The
+        partitioned strategy's workers write committed staging tables from their own sessions,
+        unfrozen; its artifact's own load writes nothing.
         """
         artifact = self.artifacts[index]
         if artifact is None:
