@@ -35,7 +35,7 @@ the old columns are applied, then the target evolves (:mod:`.group_plan`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,7 +56,7 @@ from dpone_dagster.postgres.target_plan import TablePlan
 
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
-from .net import apply_deletes, apply_upserts, merge_net, net_table, temporary_name
+from .net import NetHook, apply_deletes, apply_upserts, merge_net, net_table, temporary_name
 from .pgoutput import COPY_ESCAPED
 from .staging_copy import StagingCopy
 from .toast import index_history, resolve_unchanged
@@ -77,12 +77,6 @@ def _text(value: bytes) -> bytes:
         value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n")
         .replace(b"\r", b"\\r")
     )  # fmt: skip
-
-
-NetHook = Callable[[Connection, TablePlan, sql.Composable, Sequence[object]], None]
-"""A hook on each net effect, before it is applied (:attr:`TableApply.on_net`): called with the
-session, the plan, a ``FROM`` item whose rows carry the net effect's keys (columns named as the
-target's key) and that item's parameters."""
 
 
 @dataclass

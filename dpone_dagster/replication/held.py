@@ -18,7 +18,7 @@ order, and the batch goes the staged way (:mod:`.apply`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import Final, TypeAlias
 
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.delete_keys import delete_keys
@@ -27,9 +27,7 @@ from dpone_dagster.postgres.target_plan import TablePlan
 from dpone_dagster.postgres.text_keys import TextKeys
 
 from .changes import Value
-
-if TYPE_CHECKING:  # the apply module imports this one
-    from .apply import NetHook
+from .net import NetHook
 
 HELD_DELETES: Final = 10_000
 """Keys of a deletes-only batch held and applied by key without staging (see the module)."""
@@ -58,7 +56,7 @@ def delete_held(
         held: The held deletes, in commit order.
         codec: The Python codec of the source's encoding (the keys' text is in it).
         soft_column: The soft-delete column under ``soft`` deletes, else None.
-        on_net: The apply's :data:`~.apply.NetHook`, called with the keys before the delete.
+        on_net: The apply's :data:`~.net.NetHook`, called with the keys before the delete.
     """
     keys = TextKeys.from_arrays(
         [plan.written[i] for i in key],

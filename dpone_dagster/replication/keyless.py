@@ -47,8 +47,9 @@ from dpone_dagster.postgres.sinks import apply_sink
 from dpone_dagster.postgres.staging import staging_name_for
 from dpone_dagster.postgres.target_plan import Sink, TablePlan
 
-from .apply import NetHook, TableApply
+from .apply import TableApply
 from .changes import UNCHANGED, Value
+from .net import NetHook
 from .staging_copy import StagingCopy
 
 

@@ -12,6 +12,8 @@ inserted), the net effect takes its steps: the netting table (:func:`net_table`)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import psycopg
 from psycopg import sql
 
@@ -28,6 +30,11 @@ from dpone_dagster.postgres.sinks import (
 from dpone_dagster.postgres.soft_deletes import revive
 from dpone_dagster.postgres.staging import staging_name_for
 from dpone_dagster.postgres.target_plan import Sink, TablePlan
+
+NetHook = Callable[[Connection, TablePlan, sql.Composable, Sequence[object]], None]
+"""A hook on each net effect, before it is applied (:attr:`~.apply.TableApply.on_net`): called
+with the session, the plan, a ``FROM`` item whose rows carry the net effect's keys (columns
+named as the target's key) and that item's parameters."""
 
 
 def temporary_name(target: TableName) -> TableName:

@@ -36,12 +36,13 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.lock_wait import lock_wait_of
 from dpone_dagster.postgres.target_plan import TablePlan
 
-from .apply import NetHook, TableApply, evolve
+from .apply import TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .commits import Committer, LazySession, Progress, RunState, TargetTransaction
 from .group_plan import ReplicationGroup, relation_plan
 from .group_state import GroupLedger
 from .keyless import table_apply
+from .net import NetHook
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
 from .reader import READ_AHEAD_BYTES, read_ahead
 from .replication_report import TableChanges

@@ -1,8 +1,9 @@
 """``backfill_asset``: a partitioned asset that runs the ordered backfill for each partition.
 
-A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.backfill`: it checks the
-table, cursor and partitions when the definitions load, builds the spec (naming the table, the
-target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
+A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.backfill`, in the cursor
+engine's asset shape (:mod:`.cursor_asset`): it checks the table, cursor and partitions when
+the definitions load, builds the spec (naming the table, the target and the cursor, with its
+partitions) and the ``dpone_reconciled`` check spec, and an op whose body is
 ``yield from source.backfill(context, target=target, ledger=ledger, options=options)``.
 """
 
@@ -16,18 +17,15 @@ from dpone_dagster.backfill import BackfillOptions, OnChanged
 from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events import BackfillEvent
 from dpone_dagster.dagster.metadata.keys.backfill import PartitionMetadataSet
-from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
-from dpone_dagster.dagster.metadata.parts import CHECK_NAME
-from dpone_dagster.dagster.metadata.tags import DponeRunTags
 from dpone_dagster.dagster.partitions import PartitionError, partition_cursor_range
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
-from dpone_dagster.postgres import check_identifier
+from dpone_dagster.dagster.translator import DponeTranslator
+
+from .cursor_asset import cursor_asset, cursor_spec, reconciled_check
 
 
 def _check_partitions(partitions_def: dg.PartitionsDefinition) -> None:
@@ -114,45 +112,27 @@ def backfill_asset(
                 options=BackfillOptions(on_changed="repair", settle_timeout=30),
             )
     """
-    spec_in = CopyTableSpec(source=table, target=target_table)
-    check_identifier(cursor, what="cursor column")
     _check_partitions(partitions_def)
-    check_instance_storage()
     shortcuts = {"batch_size": batch_size, "on_changed": on_changed}
     opts = build_options(
         BackfillOptions, options, caller="backfill_asset", shortcuts=shortcuts, legacy=legacy
     )
-    spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
-    check = dg.AssetCheckSpec(
-        CHECK_NAME, asset=spec.key, description="Target equals source at the mark, per range."
+    spec_in, spec = cursor_spec(table, cursor, target_table, translator)
+    reconciled = reconciled_check(spec.key, "Target equals source at the mark, per range.")
+    spec = spec.replace_attributes(
+        partitions_def=partitions_def,
+        metadata={**spec.metadata, **PartitionMetadataSet(on_changed=opts.on_changed.value)},
     )
 
-    @dg.multi_asset(
-        name=name or f"backfill_{spec.key.to_python_identifier()}",
-        specs=[
-            spec.replace_attributes(
-                partitions_def=partitions_def,
-                metadata={
-                    **spec.metadata,
-                    **CommonMetadataSet(cursor=cursor),
-                    **PartitionMetadataSet(on_changed=opts.on_changed.value),
-                },
-            )
-        ],
-        check_specs=[check] if opts.reconcile else [],
-        can_subset=True,
-        partitions_def=partitions_def,
-        backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
-        pool=pool,
-        op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
-        group_name=group_name,
-    )
-    def _backfill(
-        context: dg.AssetExecutionContext,
-        source: PostgresSourceResource,
-        target: PostgresTargetResource,
-        ledger: LedgerResource,
-    ) -> Iterator[BackfillEvent]:
+    def run(
+        source: PostgresSourceResource, context: dg.AssetExecutionContext,
+        target: PostgresTargetResource, ledger: LedgerResource,
+    ) -> Iterator[BackfillEvent]:  # fmt: skip
         yield from source.backfill(context, target=target, ledger=ledger, options=opts)
 
-    return _backfill
+    return cursor_asset(
+        "backfill", spec_in, spec, run, check_specs=[reconciled] if opts.reconcile else [],
+        name=name, group_name=group_name, pool=pool, op_tags=op_tags,
+        partitions_def=partitions_def,
+        backfill_policy=backfill_policy or dg.BackfillPolicy.single_run(),
+    )  # fmt: skip

@@ -1,8 +1,10 @@
 """``incremental_asset``: a non-partitioned asset that keeps a target table current.
 
-A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.incremental`: it checks the
-table, cursor and options when the definitions load, builds the spec (naming the table, the
-target and the cursor) and the ``dpone_reconciled`` check spec, and an op whose body is
+A thin factory over :meth:`~dpone_dagster.PostgresSourceResource.incremental`, in the cursor
+engine's asset shape (:mod:`.cursor_asset`): it checks the table, cursor and options when the
+definitions load, builds the spec (naming the table, the target and the cursor, with the
+freshness policy the schedule implies) and the ``dpone_reconciled`` and ``dpone_fresh`` check
+specs, and an op whose body is
 ``yield from source.incremental(context, target=target, ledger=ledger, options=options)``.
 Schedule it every few minutes; a run that finds nothing to do is an index probe.
 """
@@ -20,18 +22,15 @@ from dpone_dagster.dagster.metadata.freshness import (
     freshness_check_spec,
     stream_freshness_policy,
 )
-from dpone_dagster.dagster.metadata.keys.common import CommonMetadataSet
-from dpone_dagster.dagster.metadata.parts import CHECK_NAME
-from dpone_dagster.dagster.metadata.tags import DponeRunTags
 from dpone_dagster.dagster.resources import (
     LedgerResource,
     PostgresSourceResource,
     PostgresTargetResource,
 )
-from dpone_dagster.dagster.run_plane.instance import check_instance_storage
-from dpone_dagster.dagster.translator import CopyTableSpec, DponeTranslator
+from dpone_dagster.dagster.translator import DponeTranslator
 from dpone_dagster.incremental import IncrementalOptions
-from dpone_dagster.postgres import check_identifier
+
+from .cursor_asset import cursor_asset, cursor_spec, reconciled_check
 
 
 def incremental_asset(
@@ -115,44 +114,26 @@ def incremental_asset(
                 resources={"source": ..., "target": ..., "ledger": LedgerResource()},
             )
     """
-    spec_in = CopyTableSpec(source=table, target=target_table)
-    check_identifier(cursor, what="cursor column")
     chosen = build_options(
         IncrementalOptions, options, caller="incremental_asset",
         shortcuts={"deletes": deletes, "batch_size": batch_size}, legacy=legacy,
     )  # fmt: skip
-    check_instance_storage()
-    spec = (translator or DponeTranslator()).get_asset_spec(spec_in)
-    check_spec = dg.AssetCheckSpec(
-        CHECK_NAME, asset=spec.key, description="Target equals source at or below the mark."
-    )
+    spec_in, spec = cursor_spec(table, cursor, target_table, translator)
     policy = stream_freshness_policy(
         cron_schedule, freshness_policy, refusal="incremental_options_invalid"
     )
-    checks = ([check_spec] if chosen.reconcile else []) + (
+    reconciled = reconciled_check(spec.key, "Target equals source at or below the mark.")
+    checks = ([reconciled] if chosen.reconcile else []) + (
         [freshness_check_spec(spec.key)] if policy is not None else []
     )
 
-    @dg.multi_asset(
-        name=name or f"incremental_{spec.key.to_python_identifier()}",
-        specs=[
-            spec.replace_attributes(
-                metadata={**spec.metadata, **CommonMetadataSet(cursor=cursor)},
-                freshness_policy=policy,
-            )
-        ],
-        check_specs=checks,
-        can_subset=True,  # the check alone verifies the target without running the stream
-        pool=pool,
-        op_tags={**(op_tags or {}), **DponeRunTags(source_table=spec_in.source_table.qualified)},
-        group_name=group_name,
-    )
-    def _incremental(
-        context: dg.AssetExecutionContext,
-        source: PostgresSourceResource,
-        target: PostgresTargetResource,
-        ledger: LedgerResource,
-    ) -> Iterator[IncrementalEvent]:
+    def run(
+        source: PostgresSourceResource, context: dg.AssetExecutionContext,
+        target: PostgresTargetResource, ledger: LedgerResource,
+    ) -> Iterator[IncrementalEvent]:  # fmt: skip
         yield from source.incremental(context, target=target, ledger=ledger, options=chosen)
 
-    return _incremental
+    return cursor_asset(
+        "incremental", spec_in, spec.replace_attributes(freshness_policy=policy), run,
+        check_specs=checks, name=name, group_name=group_name, pool=pool, op_tags=op_tags,
+    )  # fmt: skip
