@@ -16,15 +16,9 @@ from datetime import date, datetime
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.cursor.backfill_documents import BackfillScope, TableRef
-from dpone_dagster.cursor.table_check import (
-    CursorTables,
-    SideCatalogs,
-    TargetRule,
-    check_tables,
-    source_catalog,
-)
+from dpone_dagster.cursor.table_check import FIXED_MARK_CHECK, CursorTables
 from dpone_dagster.postgres.catalog import CatalogError, TableCatalog, column_list, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import CopyFormat, copy_format_for, major_versions
@@ -137,8 +131,8 @@ def resolve_shape(
     src: Connection, tgt: Connection, source: TableName, target: TableName, cursor: str
 ) -> TableShape:
     """Reads both catalogs and checks that the backfill can run and prove what it copies (the one
-    table check, :func:`~dpone_dagster.cursor.table_check.check_tables`, with the backfill's
-    codes and an exact target).
+    table check with the backfill's codes and an exact target,
+    :data:`~dpone_dagster.cursor.table_check.FIXED_MARK_CHECK`).
 
     Raises:
         EngineError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
@@ -148,10 +142,8 @@ def resolve_shape(
         DatabaseError: ``source_permission_denied``, ``target_permission_denied`` (no
             ``SELECT`` on the source, no ``SELECT`` or ``INSERT`` on the target).
     """
-    found = SideCatalogs(
-        source_catalog(src, source, RefusalColumn.FIXED_MARK), _target(tgt, target)
-    )
-    tables = check_tables(found, source, target, cursor, TargetRule.EXACT, RefusalColumn.FIXED_MARK)
+    found = FIXED_MARK_CHECK.source_catalog(src, source)
+    tables = FIXED_MARK_CHECK.tables(found, _target(tgt, target), source, target, cursor)
     versions = keys_for(src, tgt, source, target, tables.columns)
     fmt = copy_format_for(tables.columns, major_versions(src, tgt))
     return TableShape(

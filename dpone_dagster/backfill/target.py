@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from dpone_dagster.core.errors import RefusalColumn, engine_error
-from dpone_dagster.cursor.table_check import check_source, source_catalog
+from dpone_dagster.core.errors import engine_error
+from dpone_dagster.cursor.table_check import FIXED_MARK_CHECK
 from dpone_dagster.lifecycle import redact
 from dpone_dagster.postgres.catalog import Column, column_list, ensure_schema, relation_oid
 from dpone_dagster.postgres.connection import (
@@ -98,9 +98,9 @@ def prepare_target(
     """
     with connect(source_dsn, options, side="source") as src, _coded("source", source):
         set_transaction_mode(src, psycopg.IsolationLevel.REPEATABLE_READ, read_only=True)
-        found = source_catalog(src, source, RefusalColumn.FIXED_MARK)
+        found = FIXED_MARK_CHECK.source_catalog(src, source)
         needed = source_types(src, [c.type_oid for c in found.columns])
-    tables = check_source(found, source, target, cursor, RefusalColumn.FIXED_MARK)
+    tables = FIXED_MARK_CHECK.source(found, source, target, cursor)
     target_options = target_options or options
     with connect(target_dsn, target_options, side="target") as tgt, _coded("target", target):
         set_transaction_mode(tgt, psycopg.IsolationLevel.READ_COMMITTED, read_only=False)

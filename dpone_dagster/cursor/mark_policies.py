@@ -40,13 +40,13 @@ from datetime import timedelta
 from psycopg import sql
 
 from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.postgres.connection import Connection
 
 from .backfill_documents import BackfillEvidence, BoundedWritePause, TrustworthyCursor
 from .marks import Mark, read_mark
 from .stream_documents import RunInProgress, StreamState
-from .table_check import CursorTables
+from .table_check import FIXED_MARK_CHECK, CursorTables
 
 Where = tuple[sql.Composable, list[str]]
 """A ``WHERE`` condition and its parameters."""
@@ -98,7 +98,7 @@ class FixedMark:
         """
         settle = None if self.write_pause is not None else self.settle_timeout
         mark, rows = read_mark(
-            conn, tables, scope, refusal=RefusalColumn.FIXED_MARK, count=True,
+            conn, tables, scope, refusal=FIXED_MARK_CHECK, count=True,
             settle_timeout=settle, poll_interval=self.poll_interval,
         )  # fmt: skip
         if mark.unsettled:

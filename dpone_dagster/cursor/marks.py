@@ -21,13 +21,12 @@ from datetime import datetime
 
 from psycopg import IsolationLevel, sql
 
-from dpone_dagster.core.errors import RefusalColumn
 from dpone_dagster.core.in_flight import in_flight_transactions, wait_out
 from dpone_dagster.core.sessions import transaction
 from dpone_dagster.lifecycle import token_digest
 from dpone_dagster.postgres.connection import Connection
 
-from .table_check import CursorTables, refuse_null_cursor
+from .table_check import CursorTables, TableCheck
 
 
 @dataclass
@@ -123,7 +122,7 @@ def read_mark(
     settle_timeout: float | None,
     poll_interval: float = 0.05,
     count: bool = False,
-    refusal: RefusalColumn | None = None,
+    refusal: TableCheck | None = None,
 ) -> tuple[Mark, int | None]:
     """Reads the largest cursor value of ``tables``' source in one snapshot (an index probe),
     then waits out the transactions in flight at that moment.
@@ -135,8 +134,8 @@ def read_mark(
         settle_timeout: Seconds to wait (:func:`settle_mark`).
         poll_interval: Seconds between two looks at ``pg_locks``.
         count: Also count the scope's rows in the same snapshot.
-        refusal: Refuse a NULL cursor in the same snapshot, before the wait, under this
-            policy's code (:func:`~.table_check.refuse_null_cursor`).
+        refusal: Refuse a NULL cursor in the same snapshot, before the wait, with this
+            policy's check (:meth:`~.table_check.TableCheck.refuse_null`).
 
     Returns:
         The mark with its evidence, and the scope's rows (``None`` unless ``count``).
@@ -151,7 +150,7 @@ def read_mark(
             params,
         ).fetchone()
         if refusal is not None:
-            refuse_null_cursor(conn, tables, refusal)
+            refusal.refuse_null(conn, tables)
     assert found is not None
     mark = None if found[0] is None else str(found[0])
     settled = settle_mark(

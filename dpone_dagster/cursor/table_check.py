@@ -209,6 +209,52 @@ def _check_target_key(have: TableCatalog, tables: CursorTables, column: RefusalC
         raise refusal_error(TableRefusal.TARGET_KEY, column, detail)
 
 
+@dataclass(frozen=True)
+class TableCheck:
+    """The one table check bound to a policy: what it asks of the target and whose codes its
+    refusals carry (:data:`FIXED_MARK_CHECK`, :data:`MOVING_MARK_CHECK`).
+
+    Attributes:
+        rule: What the target must be.
+        column: The policy's column of :data:`~dpone_dagster.core.errors.TABLE_REFUSALS`.
+    """
+
+    rule: TargetRule
+    column: RefusalColumn
+
+    def source_catalog(self, conn: Connection, table: TableName) -> TableCatalog:
+        """The source's catalog, its privilege checked (:func:`source_catalog`)."""
+        return source_catalog(conn, table, self.column)
+
+    def source(
+        self, found: TableCatalog, source: TableName, target: TableName, cursor: str
+    ) -> CursorTables:
+        """The source's checks alone (:func:`check_source`)."""
+        return check_source(found, source, target, cursor, self.column)
+
+    def tables(
+        self,
+        source_found: TableCatalog,
+        target_found: TableCatalog | None,
+        source: TableName,
+        target: TableName,
+        cursor: str,
+    ) -> CursorTables:
+        """The source's checks, then the target's by :attr:`rule` (:func:`check_tables`)."""
+        found = SideCatalogs(source_found, target_found)
+        return check_tables(found, source, target, cursor, self.rule, self.column)
+
+    def refuse_null(self, conn: Connection, tables: CursorTables) -> None:
+        """The last step, an index probe for NULL cursor values (:func:`refuse_null_cursor`)."""
+        refuse_null_cursor(conn, tables, self.column)
+
+
+FIXED_MARK_CHECK: Final = TableCheck(TargetRule.EXACT, RefusalColumn.FIXED_MARK)
+"""The fixed mark's check: an exact target (made by ``prepare_target``), the backfill's codes."""
+MOVING_MARK_CHECK: Final = TableCheck(TargetRule.KEY_ONLY, RefusalColumn.MOVING_MARK)
+"""The moving mark's check: a target with the source's key if it exists, the stream's codes."""
+
+
 def refuse_null_cursor(conn: Connection, tables: CursorTables, column: RefusalColumn) -> None:
     """Refuses a source with a NULL cursor value (an index probe), the check's last step: no
     range holds such a row, so no batch would ever copy it.

@@ -16,7 +16,7 @@ from dataclasses import replace
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.deletes import Deletes
-from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
 from dpone_dagster.core.ledger_schema import DEFAULT_LEDGER_SCHEMA
 from dpone_dagster.core.options import build_options
@@ -33,7 +33,7 @@ from dpone_dagster.cursor.handoff import Handoff, StreamScope, backfill_handoff
 from dpone_dagster.cursor.mark_policies import MovingMark, greatest, nothing_to_do
 from dpone_dagster.cursor.marks import Mark
 from dpone_dagster.cursor.stream_documents import StreamReceipt, StreamState
-from dpone_dagster.cursor.table_check import refuse_null_cursor
+from dpone_dagster.cursor.table_check import MOVING_MARK_CHECK
 from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
@@ -162,7 +162,7 @@ class IncrementalSync(CursorCopy):
                     fillfactor=self.options.fillfactor,
                     create_extensions=self.create_extensions)  # fmt: skip
         sessions.target.commit()
-        refuse_null_cursor(sessions.source, shape, RefusalColumn.MOVING_MARK)
+        MOVING_MARK_CHECK.refuse_null(sessions.source, shape)
         if self.options.lookback is not None and not shape.cursor_is_time:
             raise engine_error(
                 "incremental_options_invalid",

@@ -15,16 +15,10 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from dpone_dagster.core.errors import RefusalColumn, engine_error
+from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.keyed import keyed_sides, live_rows
 from dpone_dagster.cursor.stream_documents import Checkpoint
-from dpone_dagster.cursor.table_check import (
-    CursorTables,
-    SideCatalogs,
-    TargetRule,
-    check_tables,
-    source_catalog,
-)
+from dpone_dagster.cursor.table_check import MOVING_MARK_CHECK, CursorTables
 from dpone_dagster.postgres import check_identifier
 from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list
 from dpone_dagster.postgres.connection import Connection
@@ -151,7 +145,7 @@ def read_catalogs(
     # Leaving the block waits for the target's read, whatever the source's did.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
         target_side = pool.submit(target_catalog, tgt, target, swap=False)
-        found = source_catalog(src, source, RefusalColumn.MOVING_MARK)
+        found = MOVING_MARK_CHECK.source_catalog(src, source)
     return StreamCatalogs(found, target_side.result())
 
 
@@ -159,8 +153,8 @@ def resolve_stream(
     found: StreamCatalogs, source: TableName, target: TableName, cursor: str, soft: str | None
 ) -> StreamShape:
     """Refuses a stream that cannot be copied incrementally, from both catalogs (the one table
-    check, :func:`~dpone_dagster.cursor.table_check.check_tables`, with the stream's codes; an
-    existing target must have the source's key).
+    check with the stream's codes, :data:`~dpone_dagster.cursor.table_check.MOVING_MARK_CHECK`:
+    an existing target must have the source's key).
 
     Raises:
         EngineError: ``cursor_not_found``, ``incremental_cursor_invalid``,
@@ -168,9 +162,8 @@ def resolve_stream(
             ``incremental_target_key_differs``, ``incremental_options_invalid`` (a soft-delete
             column that is also a source column).
     """
-    sides = SideCatalogs(found.source, None if found.target is None else found.target.table)
-    rule, column = TargetRule.KEY_ONLY, RefusalColumn.MOVING_MARK
-    tables = check_tables(sides, source, target, cursor, rule, column)
+    target_found = None if found.target is None else found.target.table
+    tables = MOVING_MARK_CHECK.tables(found.source, target_found, source, target, cursor)
     if soft is not None:
         check_identifier(soft, what="soft-delete column")
         if soft in {c.name for c in tables.columns}:
