@@ -39,8 +39,8 @@ def phase_lines(rounds: list[dict[str, Any]]) -> list[str]:
              f"{statistics.median(s['plan_seconds'] for s in stats):.2f} s):"]  # fmt: skip
     labels = {
         "before copy": "before the copy (run lock, ledger reads, snapshot, bounds, columns)",
-        "copy": "the copy (relay and its content hash, target count and evidence)",
-        "commit": "the commit (receipt and run written in the ledger, COMMIT)",
+        "copy": "the copy (relay, content hash, target count, evidence, receipt written)",
+        "commit": "the commit (COMMIT)",
     }
     for phase, label in labels.items():
         values = [s["phases"][phase] for s in stats]

@@ -260,6 +260,57 @@ def _move(
     )
 
 
+@dataclass(frozen=True)
+class AppendBatch:
+    """How a fixed mark's batch lands (the cursor engine's batch-commit protocol calls
+    :meth:`admit` then :meth:`land`): the requested range appended by a direct COPY, staged
+    when rows of it exist; its ranges are reconciled when the run reaches its mark
+    (:mod:`.reconcile`).
+
+    Attributes:
+        sessions: The run's sessions.
+        ledger: The run's records.
+        shape: The run's tables.
+        request: The batch asked for.
+        on_changed: What a row the target holds with other values does (``fail``,
+            ``repair``).
+        on_phase: The batch's phase calls.
+    """
+
+    sessions: Sessions
+    ledger: RunLedger
+    shape: TableShape
+    request: BatchRequest
+    on_changed: OnChanged = OnChanged.FAIL
+    on_phase: PhaseHook = lambda _: None
+
+    def admit(
+        self, conn: Connection, durable: BackfillRun | None
+    ) -> BackfillRun | Answered[BatchResult]:
+        """The durable run the batch builds on, or the stored receipt of the same request (a
+        lost response, replayed).
+
+        Raises:
+            EngineError: ``backfill_run_invalid`` (no run), the request's refusals
+                (:func:`~dpone_dagster.cursor.run_rules.check_request`).
+        """
+        request = self.request
+        if durable is None:
+            raise engine_error("backfill_run_invalid", f"The ledger has no run {request.run_id}.")
+        stored = replay(request, self.ledger.receipt(conn, request.run_id, request.batch_id))
+        if stored is not None:
+            return Answered(BatchResult(durable, stored, replayed=True))
+        check_request(durable, request)
+        return durable
+
+    def land(self, durable: BackfillRun) -> tuple[Landed[BackfillRun, BatchReceipt], None]:
+        """Copies the range under its own snapshot; the run and receipt after it."""
+        repair = self.on_changed is OnChanged.REPAIR
+        seen = _move(self.sessions, self.shape, self.request, self.on_phase, repair)
+        run, receipt = apply_batch(durable, self.request, seen)
+        return Landed(run, receipt), None
+
+
 def copy_batch(
     sessions: Sessions,
     ledger: RunLedger,
@@ -269,8 +320,9 @@ def copy_batch(
     on_phase: PhaseHook = lambda _: None,
     on_changed: OnChanged = OnChanged.FAIL,
 ) -> BatchResult:
-    """Copies and commits one batch through the cursor engine's batch-commit protocol
-    (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`), or answers it by replay.
+    """Copies and commits one batch (an :class:`AppendBatch`) through the cursor engine's
+    batch-commit protocol (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`), or answers
+    it by replay.
 
     A row of the batch that the target already holds with other values (the source changed it,
     or moved its cursor value into this batch's range, after an earlier batch copied it) is
@@ -287,22 +339,10 @@ def copy_batch(
         psycopg.Error: a session failed; nothing of the batch was committed unless the failure
             hit the target's COMMIT with the ledger elsewhere (also resolved by replay).
     """
-
-    def admit(conn: Connection, durable: BackfillRun | None) -> BackfillRun | Answered[BatchResult]:
-        if durable is None:
-            raise engine_error("backfill_run_invalid", f"The ledger has no run {request.run_id}.")
-        stored = replay(request, ledger.receipt(conn, request.run_id, request.batch_id))
-        if stored is not None:
-            return Answered(BatchResult(durable, stored, replayed=True))
-        check_request(durable, request)
-        return durable
-
-    def land(durable: BackfillRun) -> tuple[Landed[BackfillRun, BatchReceipt], None]:
-        seen = _move(sessions, shape, request, on_phase, on_changed is OnChanged.REPAIR)
-        run, receipt = apply_batch(durable, request, seen)
-        return Landed(run, receipt), None
-
-    done = commit_batch(sessions, ledger, request.run_id, admit, land, on_phase=on_phase)
+    landing = AppendBatch(sessions, ledger, shape, request, on_changed, on_phase)
+    done = commit_batch(
+        sessions, ledger, request.run_id, landing.admit, landing.land, on_phase=on_phase
+    )
     if isinstance(done, Answered):
         return done.answer
     return BatchResult(done.after, done.receipt, replayed=False)

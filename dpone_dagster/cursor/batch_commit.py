@@ -7,9 +7,13 @@ transaction of the ledger's session, in this order (:func:`commit_batch`):
    CursorLedger`); the policy admits the batch against it, or answers without writing (a
    receipt already stored for the same request: a lost response, replayed; a run another
    process ended);
-2. the policy lands the rows under a source snapshot of their own (the fixed mark: a direct
-   COPY, staged when rows exist; the moving mark: the load path's merge, then its deletes and
-   check) and derives the advanced document and the receipt from what landed;
+2. the policy lands the rows under a source snapshot of their own and derives the advanced
+   document and the receipt from what landed. How rows land is the policy's value, its
+   landing (``admit`` and ``land``): the fixed mark's
+   :class:`~dpone_dagster.backfill.copier.AppendBatch` (a direct COPY, staged when rows exist;
+   its ranges reconciled at the end), the moving mark's
+   :class:`~dpone_dagster.incremental.batch.MergeBatch` (the load path's merge, then its
+   deletes and check);
 3. the receipt and the document are written by compare-and-swap (a concurrent writer's
    revision fails the swap with the policy's stale code);
 4. COMMIT (with the ledger in another database, the rows commit first in the target's own

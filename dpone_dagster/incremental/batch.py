@@ -22,7 +22,6 @@ from datetime import datetime
 
 from psycopg import IsolationLevel
 
-from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
 from dpone_dagster.cursor.batch_commit import Answered, Landed, commit_batch
@@ -38,7 +37,7 @@ from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.copy import copy_in_statement, copy_out_statement, relay
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.load import TargetLoad
-from dpone_dagster.postgres.schema_change import ColumnChange, SchemaChanges
+from dpone_dagster.postgres.schema_change import ColumnChange
 from dpone_dagster.postgres.target_plan import (
     Sink,
     TableMapping,
@@ -50,10 +49,11 @@ from dpone_dagster.postgres.target_plan import (
 from dpone_dagster.postgres.target_types import TargetTypes
 
 from .deletes import ensure_soft_column, revive
+from .options import IncrementalOptions
 from .repair import repair_keys
 from .row_count import moved
 from .shape import StreamCatalogs, StreamShape, read_catalogs
-from .sweep import CheckScope, Sweep, SweepLedger
+from .sweep import SweepLedger
 from .verify import FinalCheck, RunCheck, final_check
 
 PhaseHook = Callable[[str], None]
@@ -123,37 +123,117 @@ class BatchOutcome:
     virtual_as_stored: tuple[str, ...] = ()
 
 
-def copy_batch(
-    sessions: Sessions,
-    ledger: StreamLedger,
-    shape: StreamShape,
-    stream: tuple[str, int],
-    *,
-    target_dsn: str,
-    batch_size: int,
-    deletes: Deletes,
-    verify: bool = False,
-    check: tuple[CheckScope, Sweep] = (CheckScope.FULL, Sweep()),
-    repair: bool = False,
-    on_phase: PhaseHook = lambda _: None,
-    schema_changes: SchemaChanges = SchemaChanges.EVOLVE,
-    fillfactor: int | None = None,
-    create_extensions: Collection[str] = (),
-) -> BatchOutcome | None:
-    """Copies and commits the next batch of run ``stream[1]`` of stream ``stream[0]``, through
-    the cursor engine's batch-commit protocol
-    (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`).
+@dataclass(frozen=True)
+class MergeBatch:
+    """How a moving mark's batch lands (a :class:`~dpone_dagster.cursor.batch_commit.Landing`):
+    its rows merged into the target through the one load path, then, after the run's final
+    batch, its deletes found and its check run, in the batch's transaction.
+
+    Attributes:
+        sessions: The run's sessions (the ledger's is the target's).
+        ledger: The stream's records.
+        shape: The stream.
+        stream_id: The stream's id.
+        number: The run the batch belongs to.
+        options: How the stream runs (batch size, deletes, the check and repair, schema
+            changes, fillfactor), whole.
+        target_dsn: The target database (the load's staging guard drops from a fresh session).
+        create_extensions: Extensions a target the batch creates may get.
+        on_phase: The batch's phase calls.
+    """
+
+    sessions: Sessions
+    ledger: StreamLedger
+    shape: StreamShape
+    stream_id: str
+    number: int
+    options: IncrementalOptions
+    target_dsn: str
+    create_extensions: Collection[str] = ()
+    on_phase: PhaseHook = lambda _: None
+
+    def admit(self, _: Connection, state: StreamState | None) -> StreamState | Answered[None]:
+        """The stream's state when its run ``number`` is still in progress, else no batch."""
+        if state is None or state.run is None or state.run.number != self.number:
+            return Answered(None)  # the run is over: another process completed it
+        return state
+
+    def land(self, state: StreamState) -> tuple[Landed[StreamState, StreamReceipt], TablePlan]:
+        """Merges the next rows after the state's checkpoint; the state and receipt after it,
+        and the load's plan (what it changed in the target's schema and types)."""
+        assert state.run is not None
+        src, tgt, how = self.sessions.source, self.sessions.target, self.options
+        with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
+            window = open_read_window(src)
+            plan = stream_plan(src, tgt, self.shape, how, create_extensions=self.create_extensions)
+            rows = _Rows(src, self.shape, plan, state.run, how.batch_size, window, self.on_phase)
+            # The initial load's keys are new to the target, bar a late commit's.
+            initial = state.run.lower is None and state.mark is None
+            load = TargetLoad(tgt, self.target_dsn, [plan], Sink.MERGE, new_keys_expected=initial)
+            landed: list[Landed[StreamState, StreamReceipt]] = []
+
+            def finish(conn: Connection) -> None:
+                landed.append(self._finish(conn, state, rows, load))
+
+            load.run(lambda _: rows, begin=lambda _: None, before_commit=finish, commit=False)
+        return landed[0], plan
+
+    def _finish(
+        self, conn: Connection, state: StreamState, rows: _Rows, load: TargetLoad
+    ) -> Landed[StreamState, StreamReceipt]:
+        """After the final batch, finds deletes and verifies (as asked), repairs what differs
+        (with ``repair``); then derives the receipt and the new state."""
+        run, how, shape = state.run, self.options, self.shape
+        assert run is not None
+        final = rows.rows < rows.size
+        found = FinalCheck()
+        if final:
+            ensure_soft_column(conn, shape)
+            at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
+            check = RunCheck(how.check, how.sweep, SweepLedger(self.ledger.store),
+                             state.stream_id, run.lower)  # fmt: skip
+            found = final_check(rows.src, conn, shape, deletes=how.deletes, verify=how.reconcile,
+                                how=check, mark=run.mark, at=at)  # fmt: skip
+            if how.repair and found.unexplained and found.verification is not None:
+                found = _repaired(rows.src, conn, shape, rows.plan, found, at)
+        sink = load.tables[0].sink_result
+        inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
+        live = found.target_rows
+        if live is None:
+            live = moved(state.target_rows, gained=inserted + rows.revived, lost=found.deleted)
+        receipt = StreamReceipt(
+            stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
+            after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
+            updated=updated, deleted=found.deleted, keys_compared=found.keys_compared,
+            final=final, extraction=rows.extraction_receipt, verification=found.verification,
+        )  # fmt: skip
+        progressed = run.model_copy(
+            update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,
+                    "updated": run.updated + updated, "batches": run.batches + 1}
+        )  # fmt: skip
+        after = state.model_copy(
+            update={"revision": state.revision + 1, "sequence": state.sequence + 1,
+                    "run": progressed, "target_rows": live}
+        )  # fmt: skip
+        if final:
+            after = complete_run(after, progressed)
+        return Landed(after, receipt)
+
+
+def copy_batch(landing: MergeBatch) -> BatchOutcome | None:
+    """Copies and commits the next batch of ``landing``'s run through the cursor engine's
+    batch-commit protocol (:func:`~dpone_dagster.cursor.batch_commit.commit_batch`).
 
     ``on_phase`` is called with ``"copy"`` (the rows start moving), ``"apply"`` (they are
     staged; the merge follows), ``"commit"`` (just before the COMMIT) and ``"committed"``. The
     batch plans its load from both catalogs inside its own transactions, so a source whose
     columns changed evolves the target (``schema_changes="evolve"``) with the batch's rows, in
-    the batch's commit. A target the batch creates takes ``fillfactor`` and brings the
-    user-defined types its columns need (the extensions they come from only when named in
-    ``create_extensions``). A verified run's final batch checks it as ``check`` says (its scope
-    and the sweep's budget, :class:`.verify.RunCheck`); with ``repair``, the keys it finds
-    differing for no known reason are rewritten from the source in the same transaction
-    (:mod:`.repair`).
+    the batch's commit. A target the batch creates takes the options' ``fillfactor`` and brings
+    the user-defined types its columns need (the extensions they come from only when named in
+    ``create_extensions``). A verified run's final batch checks it as the options' ``check``
+    says (its scope and the sweep's budget, :class:`.verify.RunCheck`); with ``repair``, the
+    keys it finds differing for no known reason are rewritten from the source in the same
+    transaction (:mod:`.repair`).
 
     Returns:
         The committed batch, or ``None`` when the run is no longer in progress (another
@@ -167,37 +247,10 @@ def copy_batch(
         DponeError, psycopg.Error: the load failed; nothing of the batch was committed (every
             open transaction is rolled back first).
     """
-    src, tgt = sessions.source, sessions.target
-    stream_id, number = stream
-
-    def admit(_: Connection, state: StreamState | None) -> StreamState | Answered[None]:
-        if state is None or state.run is None or state.run.number != number:
-            return Answered(None)  # the run is over: another process completed it
-        return state
-
-    def land(state: StreamState) -> tuple[Landed[StreamState, StreamReceipt], TablePlan]:
-        assert state.run is not None
-        with transaction(src, IsolationLevel.REPEATABLE_READ, read_only=True):
-            window = open_read_window(src)
-            plan = stream_plan(
-                src, tgt, shape, schema_changes, fillfactor=fillfactor,
-                create_extensions=create_extensions,
-            )  # fmt: skip
-            rows = _Rows(src, shape, plan, state.run, batch_size, window, on_phase)
-            # The initial load's keys are new to the target, bar a late commit's.
-            initial = state.run.lower is None and state.mark is None
-            load = TargetLoad(tgt, target_dsn, [plan], Sink.MERGE, new_keys_expected=initial)
-            landed: list[Landed[StreamState, StreamReceipt]] = []
-
-            def finish(conn: Connection) -> None:
-                landed.append(
-                    _finish(conn, ledger, shape, state, rows, load, deletes, verify, check, repair)
-                )
-
-            load.run(lambda _: rows, begin=lambda _: None, before_commit=finish, commit=False)
-        return landed[0], plan
-
-    done = commit_batch(sessions, ledger, stream_id, admit, land, on_phase=on_phase)
+    done = commit_batch(
+        landing.sessions, landing.ledger, landing.stream_id, landing.admit, landing.land,
+        on_phase=landing.on_phase,
+    )  # fmt: skip
     if isinstance(done, Answered):
         return None
     plan = done.landing
@@ -210,15 +263,15 @@ def stream_plan(
     src: Connection,
     tgt: Connection,
     shape: StreamShape,
-    mode: SchemaChanges,
+    options: IncrementalOptions,
     found: StreamCatalogs | None = None,
     *,
-    fillfactor: int | None = None,
     create_extensions: Collection[str] = (),
 ) -> TablePlan:
     """The load's plan of the stream's table (the soft-delete column is the stream's own), from
-    both catalogs (``found``, else read now); a target it creates takes ``fillfactor`` and the
-    types its columns need (extensions only when named in ``create_extensions``).
+    both catalogs (``found``, else read now), as the options' ``schema_changes`` allow; a
+    target it creates takes the options' ``fillfactor`` and the types its columns need
+    (extensions only when named in ``create_extensions``).
 
     Raises:
         SchemaChangeError: ``schema_change_incompatible`` (see :func:`.schema_change.decide`).
@@ -226,62 +279,12 @@ def stream_plan(
     found = found or read_catalogs(src, tgt, shape.source, shape.target)
     own = () if shape.soft_column is None else (shape.soft_column,)
     mapping = TableMapping(shape.source, shape.target)
+    fillfactor = options.fillfactor
     packed = fillfactor is None or fillfactor == 100  # PostgreSQL's own default: no option
     plan = new_target_plan(mapping, found.source, src, tgt)
     plan = replace(plan, storage=() if packed else (f"fillfactor={fillfactor}",))
-    rules = TargetRules(mode, own, create_extensions)
+    rules = TargetRules(options.schema_changes, own, create_extensions)
     return plan_target(tgt, plan, Sink.MERGE, rules=rules, found=found.target)
-
-
-def _finish(
-    conn: Connection,
-    ledger: StreamLedger,
-    shape: StreamShape,
-    state: StreamState,
-    rows: _Rows,
-    load: TargetLoad,
-    deletes: Deletes,
-    verify: bool,
-    check: tuple[CheckScope, Sweep],
-    repair: bool,
-) -> Landed[StreamState, StreamReceipt]:
-    """After the final batch, finds deletes and verifies (as asked), repairs what differs (with
-    ``repair``); then derives the receipt and the new state (the protocol records them)."""
-    run = state.run
-    assert run is not None
-    final = rows.rows < rows.size
-    found = FinalCheck()
-    if final:
-        ensure_soft_column(conn, shape)
-        at = rows.window.authority.receipt.snapshot_acquired_at or run.taken_at
-        how = RunCheck(check[0], check[1], SweepLedger(ledger.store), state.stream_id,
-                       run.lower)  # fmt: skip
-        found = final_check(rows.src, conn, shape, deletes=deletes, verify=verify, how=how,
-                            mark=run.mark, at=at)  # fmt: skip
-        if repair and found.unexplained and found.verification is not None:
-            found = _repaired(rows.src, conn, shape, rows.plan, found, at)
-    sink = load.tables[0].sink_result
-    inserted, updated = (sink.rows_inserted, sink.rows_updated) if sink else (0, 0)
-    live = found.target_rows
-    if live is None:
-        live = moved(state.target_rows, gained=inserted + rows.revived, lost=found.deleted)
-    receipt = StreamReceipt(
-        stream_id=state.stream_id, sequence=state.sequence + 1, run=run.number,
-        after=run.checkpoint, last=rows.last, rows=rows.rows, inserted=inserted,
-        updated=updated, deleted=found.deleted, keys_compared=found.keys_compared, final=final,
-        extraction=rows.extraction_receipt, verification=found.verification,
-    )  # fmt: skip
-    progressed = run.model_copy(
-        update={"checkpoint": rows.last or run.checkpoint, "inserted": run.inserted + inserted,
-                "updated": run.updated + updated, "batches": run.batches + 1}
-    )  # fmt: skip
-    after = state.model_copy(
-        update={"revision": state.revision + 1, "sequence": state.sequence + 1,
-                "run": progressed, "target_rows": live}
-    )  # fmt: skip
-    if final:
-        after = complete_run(after, progressed)
-    return Landed(after, receipt)
 
 
 def _repaired(

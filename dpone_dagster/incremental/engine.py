@@ -39,7 +39,7 @@ from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_types import TargetTypes
 
-from .batch import BatchOutcome, PhaseHook, copy_batch, stream_plan
+from .batch import BatchOutcome, MergeBatch, PhaseHook, copy_batch, stream_plan
 from .options import IncrementalOptions
 from .report import IncrementalResult, build_result
 from .row_count import count_target
@@ -158,8 +158,7 @@ class IncrementalSync(CursorCopy):
         found = read_catalogs(sessions.source, sessions.target, self.source, self.target)
         shape = resolve_stream(found, self.source, self.target, self.cursor, self.soft)
         # Refuses early; each batch plans again from the catalogs inside its own transactions.
-        stream_plan(sessions.source, sessions.target, shape, self.options.schema_changes, found,
-                    fillfactor=self.options.fillfactor,
+        stream_plan(sessions.source, sessions.target, shape, self.options, found,
                     create_extensions=self.create_extensions)  # fmt: skip
         sessions.target.commit()
         MOVING_MARK_CHECK.refuse_null(sessions.source, shape)
@@ -323,13 +322,9 @@ class IncrementalSync(CursorCopy):
     def _batch(
         self, sessions: Sessions, shape: StreamShape, stream_id: str, number: int
     ) -> BatchOutcome | None:
-        how = self.options
         return copy_batch(
-            sessions, self.ledger, shape, (stream_id, number), target_dsn=self.target_dsn,
-            batch_size=how.batch_size, deletes=how.deletes, verify=how.reconcile,
-            check=(how.check, how.sweep), repair=how.repair, on_phase=self.on_phase,
-            schema_changes=how.schema_changes, fillfactor=how.fillfactor,
-            create_extensions=self.create_extensions,
+            MergeBatch(sessions, self.ledger, shape, stream_id, number, self.options,
+                       self.target_dsn, self.create_extensions, self.on_phase)
         )  # fmt: skip
 
     def _state(self, sessions: Sessions, shape: StreamShape, stream_id: str) -> StreamState:

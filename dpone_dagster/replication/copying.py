@@ -22,8 +22,7 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_plan import Sink, TableSpec
 from dpone_dagster.snapshot_copy.copy_report import CopyReport
 from dpone_dagster.snapshot_copy.engine import SnapshotCopy
-from dpone_dagster.snapshot_copy.options import SnapshotCopyOptions
-from dpone_dagster.snapshot_copy.strategy import Strategy
+from dpone_dagster.snapshot_copy.options import SnapshotCopyOptions, Strategy
 from dpone_dagster.snapshot_copy.tuning import CopyOptions
 
 from .group_plan import ReplicationGroup

@@ -22,8 +22,7 @@ them; the reconciliation, the replication and the Dagster layer stand on it.
 from .copy_progress import CopyProgress
 from .copy_report import CopyError, CopyReport, TableCopyReport
 from .engine import SnapshotCopy, copy_tables
-from .options import SnapshotCopyOptions
-from .strategy import Strategy
+from .options import SnapshotCopyOptions, Strategy
 from .tuning import CopyOptions
 
 __all__ = [

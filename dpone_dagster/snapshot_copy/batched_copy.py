@@ -35,7 +35,8 @@ from dpone_dagster.postgres.options import SNAPSHOT_COPY_BATCH_SIZE
 from dpone_dagster.postgres.snapshot import LazySnapshot, SnapshotSession
 
 from .copy_progress import ProgressMeter
-from .strategy import ExtractionStrategy, Strategy
+from .options import Strategy
+from .strategy import ExtractionStrategy
 from .table_artifact import TableArtifact, open_window
 
 KeyValue = tuple[str, ...]

@@ -18,7 +18,7 @@ from dpone_dagster.postgres.sinks import SinkResult
 from dpone_dagster.postgres.target_plan import Sink
 from dpone_dagster.postgres.target_types import TargetTypes
 
-from .strategy import Strategy
+from .options import Strategy
 
 
 @dataclass(frozen=True)

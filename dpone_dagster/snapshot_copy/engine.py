@@ -42,9 +42,9 @@ from dpone_dagster.postgres.target_plan import (
 )
 
 from .copy_report import CopyError, CopyReport, TableCopyReport
-from .options import SnapshotCopyOptions
+from .options import SnapshotCopyOptions, Strategy
 from .registry import open_strategy
-from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .strategy import ExtractionStrategy, SourceReads
 from .tuning import CopyOptions
 
 _IDENTITY = (

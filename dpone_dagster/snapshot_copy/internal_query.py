@@ -26,7 +26,8 @@ from dpone_dagster.postgres.snapshot import (
 )
 
 from .copy_progress import ProgressMeter
-from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .options import Strategy
+from .strategy import ExtractionStrategy, SourceReads
 from .table_artifact import TableArtifact
 
 

@@ -23,15 +23,28 @@ from typing import Any, ClassVar
 
 from pydantic import field_validator
 
-from dpone_dagster.lifecycle import DponeError
+from dpone_dagster.lifecycle import DponeError, Vocabulary
 from dpone_dagster.lifecycle.options import ParsedOptions
 from dpone_dagster.postgres.options import SNAPSHOT_COPY_BATCH_SIZE, BatchSize
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.target_plan import CopyPlanError, Sink
 
-from .strategy import Strategy
+__all__ = ["SnapshotCopyOptions", "Strategy"]
 
-__all__ = ["SnapshotCopyOptions"]
+
+class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
+    """How a snapshot copy reads the source (the one strategy vocabulary)."""
+
+    WHOLE_COPY = "whole_copy"
+    """Each table ``COPY``'d whole to a file under the snapshot, then loaded from the file."""
+    STREAM_ROWS = "stream_rows"
+    """A server-side cursor; every value reaches Python as PostgreSQL's text."""
+    BATCHED_COPY = "batched_copy"
+    """Lazy primary-key ranges, each one ``COPY`` relayed block by block into the target."""
+    PARTITIONED_COPY = "partitioned_copy"
+    """Worker sessions import one exported snapshot and relay integer-key ranges in parallel."""
+    INTERNAL_QUERY = "internal_query"
+    """Same database: ``INSERT INTO staging ... SELECT`` in the target session."""
 
 
 class SnapshotCopyOptions(ParsedOptions):

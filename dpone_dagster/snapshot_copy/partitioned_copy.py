@@ -44,7 +44,8 @@ from dpone_dagster.postgres.snapshot import SnapshotSession
 
 from .bounds import KeyBounds, KeyRange, compute_bounds, split_column, split_ranges
 from .copy_progress import ProgressCallback, ProgressMeter, progress_hook
-from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .options import Strategy
+from .strategy import ExtractionStrategy, SourceReads
 from .table_artifact import TableArtifact, open_window
 
 RANGES_PER_WORKER = 4

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 
 from .batched_copy import BatchedCopyStrategy
 from .internal_query import InternalQueryStrategy
+from .options import Strategy
 from .partitioned_copy import PartitionedCopyStrategy
-from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .strategy import ExtractionStrategy, SourceReads
 from .stream_rows import StreamRowsStrategy
 from .whole_copy import WholeCopyStrategy
 

@@ -1,7 +1,8 @@
-"""The extraction strategies' one vocabulary and one protocol.
+"""The extraction strategies' one protocol.
 
 A snapshot copy reads its tables with one of five strategies, each named the same way in the
-core, the Dagster assets, the job, the component and the docs (:class:`Strategy`). Each is an
+core, the Dagster assets, the job, the component and the docs (:class:`Strategy`, the one
+vocabulary, declared beside the options that name it, :mod:`.options`). Each is an
 object behind one small protocol (:class:`ExtractionStrategy`): it plans its reads (what it must
 read before the load: files, split bounds, a snapshot session) and opens one artifact per table,
 which the load path then writes into that table's staging table. The registry
@@ -12,37 +13,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import psycopg
 from psycopg import pq
 
-from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome, Vocabulary
+from dpone_dagster.lifecycle import SnapshotEvidence, TerminalOutcome
 from dpone_dagster.postgres.connection import Connection, set_transaction_mode
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.snapshot import SnapshotSession
-from dpone_dagster.postgres.target_plan import CopyPlanError, TablePlan
+from dpone_dagster.postgres.target_plan import TablePlan
 
+from .options import SnapshotCopyOptions, Strategy
 from .table_artifact import TableArtifact
 from .tuning import CopyOptions
-
-if TYPE_CHECKING:  # the options name the strategies
-    from .options import SnapshotCopyOptions
-
-
-class Strategy(Vocabulary, option="strategy", refusal="copy_options_invalid", error=CopyPlanError):
-    """How a snapshot copy reads the source (the one strategy vocabulary)."""
-
-    WHOLE_COPY = "whole_copy"
-    """Each table ``COPY``'d whole to a file under the snapshot, then loaded from the file."""
-    STREAM_ROWS = "stream_rows"
-    """A server-side cursor; every value reaches Python as PostgreSQL's text."""
-    BATCHED_COPY = "batched_copy"
-    """Lazy primary-key ranges, each one ``COPY`` relayed block by block into the target."""
-    PARTITIONED_COPY = "partitioned_copy"
-    """Worker sessions import one exported snapshot and relay integer-key ranges in parallel."""
-    INTERNAL_QUERY = "internal_query"
-    """Same database: ``INSERT INTO staging ... SELECT`` in the target session."""
 
 
 class SourceReads:

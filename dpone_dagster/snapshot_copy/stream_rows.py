@@ -21,7 +21,8 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.snapshot import SnapshotSession
 
 from .copy_progress import ProgressMeter
-from .strategy import ExtractionStrategy, Strategy
+from .options import Strategy
+from .strategy import ExtractionStrategy
 from .table_artifact import TableArtifact, open_window
 
 TextRow = tuple[str | None, ...]

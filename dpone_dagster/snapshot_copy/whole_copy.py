@@ -28,7 +28,8 @@ from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.snapshot import SnapshotSession
 
 from .copy_progress import ProgressCallback, ProgressMeter, progress_hook
-from .strategy import ExtractionStrategy, SourceReads, Strategy
+from .options import Strategy
+from .strategy import ExtractionStrategy, SourceReads
 from .table_artifact import TableArtifact, open_window
 
 FILE_CHUNK = 1 << 20
