@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from dpone_dagster.incremental import IncrementalOptions
     from dpone_dagster.replication import ReplicationOptions
     from dpone_dagster.snapshot_copy import SnapshotCopyOptions
-    from dpone_dagster.sources import KafkaCopyOptions, SourceCopyOptions
+    from dpone_dagster.sources import KafkaCopyOptions, MySQLRead, RestRead, SourceCopyOptions
 
 _LAZY: dict[str, str] = {
     "BackfillOptions": "dpone_dagster.backfill",
@@ -58,11 +58,13 @@ _LAZY: dict[str, str] = {
     "KafkaCopyOptions": "dpone_dagster.sources",
     "KafkaSourceResource": "dpone_dagster.dagster.resources",
     "LedgerResource": "dpone_dagster.dagster.resources",
+    "MySQLRead": "dpone_dagster.sources",
     "MySQLSourceResource": "dpone_dagster.dagster.resources",
     "PostgresCopyComponent": "dpone_dagster.dagster.components",
     "PostgresSourceResource": "dpone_dagster.dagster.resources",
     "PostgresTargetResource": "dpone_dagster.dagster.resources",
     "ReplicationOptions": "dpone_dagster.replication",
+    "RestRead": "dpone_dagster.sources",
     "RestSourceResource": "dpone_dagster.dagster.resources",
     "SnapshotCopyOptions": "dpone_dagster.snapshot_copy",
     "SourceCopyOptions": "dpone_dagster.sources",
@@ -90,11 +92,13 @@ __all__ = [
     "KafkaCopyOptions",
     "KafkaSourceResource",
     "LedgerResource",
+    "MySQLRead",
     "MySQLSourceResource",
     "PostgresCopyComponent",
     "PostgresSourceResource",
     "PostgresTargetResource",
     "ReplicationOptions",
+    "RestRead",
     "RestSourceResource",
     "SnapshotCopyOptions",
     "SourceCopyOptions",

@@ -123,6 +123,8 @@ def build_options(
     caller: str,
     shortcuts: Mapping[str, Any] | None = None,
     legacy: Mapping[str, Any] | None = None,
+    argument: str = "options",
+    stacklevel: int = 3,
 ) -> _T:
     """The options a factory or resource method runs with.
 
@@ -135,6 +137,9 @@ def build_options(
         legacy: Keyword arguments the caller took before the options object (its ``**kwargs``):
             accepted for one release with a ``DeprecationWarning``; a name that is not a field
             of ``cls`` is a ``TypeError``, as for any unknown keyword argument.
+        argument: The caller's argument that takes the object (``options``, ``read``), for
+            the messages.
+        stacklevel: The warning's stack level (3: the caller of the function that calls this).
 
     Raises:
         TypeError: for an unknown keyword argument.
@@ -148,13 +153,13 @@ def build_options(
         names = ", ".join(sorted(legacy))
         warnings.warn(
             f"{caller}(..., {names}=...) is deprecated and will be removed in the next release: "
-            f"pass options={cls.__name__}({names}=...) instead.",
+            f"pass {argument}={cls.__name__}({names}=...) instead.",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
     given = {**legacy, **{k: v for k, v in (shortcuts or {}).items() if v is not None}}
     if options is None:
         return cls.parse(given)
     if not isinstance(options, cls):
-        raise TypeError(f"{caller}(options=...) takes a {cls.__name__}, not {type(options)!r}")
+        raise TypeError(f"{caller}({argument}=...) takes a {cls.__name__}, not {type(options)!r}")
     return options.replace(**given) if given else options

@@ -19,6 +19,7 @@ from .kafka_options import KafkaCopyOptions, LostOffsets
 from .load import SourceLoadError, SourceLoadReport, StagedRows, load_source, stage_rows
 from .mysql import MySQLSettings, MySQLSource, MySQLStream
 from .mysql_catalog import quote_mysql_identifier
+from .mysql_read import MySQLRead
 from .protocol import (
     ByteMeter,
     Row,
@@ -36,6 +37,7 @@ from .rest_pagination import (
     PageRequest,
     Pagination,
 )
+from .rest_read import RestRead
 from .rest_schema import model_columns
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "KafkaSettings",
     "KafkaSource",
     "LostOffsets",
+    "MySQLRead",
     "MySQLSettings",
     "MySQLSource",
     "MySQLStream",
@@ -55,6 +58,7 @@ __all__ = [
     "PageRequest",
     "Pagination",
     "PartitionRead",
+    "RestRead",
     "RestSettings",
     "RestSource",
     "Row",

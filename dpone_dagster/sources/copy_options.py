@@ -4,11 +4,11 @@
 ``copy_table`` (:meth:`~dpone_dagster.MySQLSourceResource.copy_table`,
 :meth:`~dpone_dagster.RestSourceResource.copy_table`), their events and the loader
 (:func:`~.load.load_source`) all take this object: how the rows land in the target. What is
-read (a MySQL table, query, database and columns; an API path, its model, records path,
-pagination, parameters, id field and page limit) is the source reader's own description
-(:class:`~.mysql.MySQLSource`, :class:`~.rest.RestSource`), as the topic is a Kafka copy's and
-the tables are a snapshot copy's; the target table, the target session's options and the
-progress hook are the loader's own arguments.
+read is the source's own object beside it (:class:`~.mysql_read.MySQLRead`,
+:class:`~.rest_read.RestRead`), as the topic is a Kafka copy's and the tables are a snapshot
+copy's; the target table, the target session's options and the progress hook are the loader's
+own arguments. :func:`build_source_copy` builds both from a factory's or a resource method's
+arguments.
 
 Examples:
     >>> SourceCopyOptions(sink="merge", primary_key=["id"]).primary_key
@@ -22,16 +22,17 @@ Examples:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import field_validator
 
 from dpone_dagster.lifecycle import DponeError
-from dpone_dagster.lifecycle.options import ParsedOptions
+from dpone_dagster.lifecycle.options import ParsedOptions, build_options
 from dpone_dagster.postgres.schema_change import SchemaChanges
 from dpone_dagster.postgres.target_plan import CopyPlanError, Sink
 
-__all__ = ["SourceCopyOptions"]
+__all__ = ["SourceCopyOptions", "build_source_copy"]
 
 
 class SourceCopyOptions(ParsedOptions):
@@ -68,3 +69,52 @@ class SourceCopyOptions(ParsedOptions):
                 ["Name each key column once, e.g. primary_key=['id']."],
             )
         return value
+
+
+_R = TypeVar("_R", bound=ParsedOptions)
+
+
+def build_source_copy(
+    read_class: type[_R],
+    read: _R | None,
+    options: SourceCopyOptions | None,
+    *,
+    caller: str,
+    shortcuts: Mapping[str, Any],
+    legacy: Mapping[str, Any],
+) -> tuple[_R, SourceCopyOptions]:
+    """What a generic source's copy reads and how its rows land, from its caller's arguments.
+
+    Each object is built by :func:`~dpone_dagster.lifecycle.options.build_options`: a shortcut
+    or a deprecated keyword goes to the object that has a field of its name (``table=`` to the
+    read, ``sink=`` to the options), and a deprecated keyword warns naming the argument that
+    takes its object (``read=`` or ``options=``).
+
+    Args:
+        read_class: The source's read class (:class:`~.mysql_read.MySQLRead`,
+            :class:`~.rest_read.RestRead`).
+        read: The read the caller passed (``None``: built from the keywords).
+        options: The options the caller passed (``None``: the defaults and the keywords).
+        caller: The public name called, for the messages.
+        shortcuts: The caller's keyword shortcuts (``None`` values: not given).
+        legacy: The caller's other keyword arguments (its ``**legacy``), deprecated.
+
+    Raises:
+        TypeError: for an unknown keyword argument.
+        SourceError: the read class's refusal (``mysql_source_invalid``,
+            ``rest_source_invalid``) for a bad read.
+        CopyPlanError: ``copy_options_invalid`` for bad options.
+    """
+
+    def of_read(values: Mapping[str, Any], to_read: bool) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if (k in read_class.model_fields) == to_read}
+
+    chosen = build_options(
+        SourceCopyOptions, options, caller=caller, shortcuts=of_read(shortcuts, False),
+        legacy=of_read(legacy, False), stacklevel=4,
+    )  # fmt: skip
+    what = build_options(
+        read_class, read, caller=caller, shortcuts=of_read(shortcuts, True),
+        legacy=of_read(legacy, True), argument="read", stacklevel=4,
+    )  # fmt: skip
+    return what, chosen

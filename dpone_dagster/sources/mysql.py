@@ -25,8 +25,10 @@ import pymysql
 import pymysql.cursors
 
 from dpone_dagster.lifecycle import ExtractResult, redact
+from dpone_dagster.lifecycle.options import build_options
 
 from .mysql_catalog import query_columns, quote_mysql_identifier, table_columns
+from .mysql_read import MySQLRead
 from .mysql_types import MySQLColumnType, row_converter, source_column
 from .protocol import ByteMeter, Row, RowStreamArtifact, SourceColumn, SourceError, extract_stream
 
@@ -172,49 +174,34 @@ def _check_unchanged(label: str, columns: Sequence[SourceColumn], description: A
 class MySQLSource:
     """A MySQL/MariaDB table or query as a generic source.
 
-    Give exactly one of ``table`` and ``query``.
-
     Args:
         settings: How to reach the server.
-        table: The table to copy (in ``settings.database`` unless ``database`` is given).
-        query: A SELECT whose rows to copy (its column names become the target's).
-        database: The table's database, when it is not ``settings.database``.
-        columns: Copy only these columns of ``table``, in this order.
+        read: What is read (:class:`~.mysql_read.MySQLRead`: a table, its database and
+            columns, or a query).
+        **legacy: ``table``, ``query``, ``database`` and ``columns`` as keywords: deprecated
+            (``read=MySQLRead(...)``), for one release.
+
+    Raises:
+        SourceError: ``mysql_source_invalid`` for a bad read given as keywords,
+            ``identifier_invalid`` for an empty database name.
 
     Examples:
-        >>> source = MySQLSource(MySQLSettings(database="shop"), table="orders")
+        >>> source = MySQLSource(MySQLSettings(database="shop"), MySQLRead(table="orders"))
         >>> source.label
         'mysql://root@127.0.0.1:3306/shop.orders'
     """
 
     def __init__(
-        self,
-        settings: MySQLSettings,
-        *,
-        table: str | None = None,
-        query: str | None = None,
-        database: str | None = None,
-        columns: Sequence[str] | None = None,
+        self, settings: MySQLSettings, read: MySQLRead | None = None, **legacy: Any
     ) -> None:
-        if (table is None) == (query is None):
-            raise SourceError(
-                "mysql_source_invalid",
-                "Give a MySQL source exactly one of table= and query=.",
-                ["Pass table='orders' or query='SELECT ...'."],
-            )
-        if query is not None and columns is not None:
-            raise SourceError(
-                "mysql_source_invalid",
-                "columns= selects columns of a table; a query selects its own.",
-                ["Name the columns in the query's SELECT list."],
-            )
+        read = build_options(MySQLRead, read, caller="MySQLSource", legacy=legacy, argument="read")
         self.settings = settings
-        self.table = table
-        self.query = None if query is None else query.strip().rstrip(";").strip()
-        self.database = database or settings.database
-        self.columns = None if columns is None else list(columns)
-        if table is not None:
-            quote_mysql_identifier(table)
+        self.read = read
+        self.table = read.table
+        self.query = read.query
+        self.database = read.database or settings.database
+        self.columns = None if read.columns is None else list(read.columns)
+        if read.table is not None:
             quote_mysql_identifier(self.database)
 
     @property

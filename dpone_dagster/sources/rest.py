@@ -23,9 +23,11 @@ import tenacity
 from pydantic import BaseModel, ValidationError
 
 from dpone_dagster.lifecycle import ExtractResult
+from dpone_dagster.lifecycle.options import build_options
 
 from .protocol import ByteMeter, Row, RowStreamArtifact, SourceColumn, SourceError, extract_stream
-from .rest_pagination import PageNumberPagination, PageRequest, Pagination, lookup
+from .rest_pagination import PageNumberPagination, PageRequest, lookup
+from .rest_read import RestRead
 from .rest_schema import model_columns, row_builder
 
 
@@ -168,43 +170,50 @@ class RestSource:
 
     Args:
         settings: How to reach the API.
-        path: The resource's path, relative to ``settings.base_url``.
-        model: The pydantic model every record must satisfy; its fields are the columns.
-        records_path: Dotted path of the record list in each body; None when the body is it.
-        pagination: How to reach the next page; None for a single page.
-        params: Query parameters for every request.
-        id_field: The record key that names a record in a validation error.
-        max_pages: Stop with ``rest_too_many_pages`` past this many pages (a runaway API).
+        read: What is read (:class:`~.rest_read.RestRead`: the path, the model every record
+            must satisfy, where the records are, pagination, parameters, id field, page limit).
+        model: Deprecated: with the path as ``read`` (``RestSource(settings, "/items", Item)``),
+            for one release.
+        **legacy: ``path``, ``records_path``, ``pagination``, ``params``, ``id_field`` and
+            ``max_pages`` as keywords: deprecated (``read=RestRead(...)``), for one release.
+
+    Raises:
+        SourceError: ``rest_source_invalid`` for a bad read given as keywords,
+            ``rest_type_unmappable`` for a model field no column type fits.
 
     Examples:
         >>> class Item(BaseModel):
         ...     id: int
-        >>> source = RestSource(RestSettings("https://api.example.com/v1"), "/items", Item)
-        >>> source.label
+        >>> read = RestRead(path="/items", model=Item)
+        >>> RestSource(RestSettings("https://api.example.com/v1"), read).label
         'https://api.example.com/v1/items'
     """
 
     def __init__(
         self,
         settings: RestSettings,
-        path: str,
-        model: type[BaseModel],
-        *,
-        records_path: str | None = None,
-        pagination: Pagination | None = None,
-        params: Mapping[str, object] | None = None,
-        id_field: str = "id",
-        max_pages: int | None = None,
+        read: RestRead | str | None = None,
+        model: type[BaseModel] | None = None,
+        **legacy: Any,
     ) -> None:
+        if isinstance(read, str):  # the path and model given positionally, before RestRead
+            legacy = {"path": read, **({} if model is None else {"model": model}), **legacy}
+        elif model is not None:
+            legacy = {"model": model, **legacy}
+        read = build_options(
+            RestRead, None if isinstance(read, str) else read, caller="RestSource",
+            legacy=legacy, argument="read",
+        )  # fmt: skip
         self.settings = settings
-        self.path = path
-        self.model = model
-        self.records_path = records_path
-        self.pagination = pagination
-        self.params = tuple((k, str(v)) for k, v in (params or {}).items())
-        self.id_field = id_field
-        self.max_pages = max_pages
-        self._columns = model_columns(model)
+        self.read = read
+        self.path = read.path
+        self.model = read.model
+        self.records_path = read.records_path
+        self.pagination = read.pagination
+        self.params = tuple((k, str(v)) for k, v in read.params.items())
+        self.id_field = read.id_field
+        self.max_pages = read.max_pages
+        self._columns = model_columns(read.model)
 
     @property
     def label(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -34,6 +34,7 @@ def lookup(body: Any, path: str | None) -> Any:
     return value
 
 
+@runtime_checkable
 class Pagination(Protocol):
     """How the next page's request follows from the current page."""
 

@@ -6,6 +6,7 @@ the guarantees' tests')."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -17,10 +18,12 @@ from dpone_dagster import (
     KafkaCopyOptions,
     KafkaSourceResource,
     LedgerResource,
+    MySQLRead,
     MySQLSourceResource,
     PostgresSourceResource,
     PostgresTargetResource,
     ReplicationOptions,
+    RestRead,
     RestSourceResource,
     SnapshotCopyOptions,
     SourceCopyOptions,
@@ -36,6 +39,14 @@ from dpone_dagster.dagster.components.postgres_copy.models import SnapshotCopyMo
 from dpone_dagster.dagster.failures import DponeFailure
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.snapshot_copy import Strategy, copy_tables
+from dpone_dagster.sources import (
+    MySQLSettings,
+    MySQLSource,
+    PageNumberPagination,
+    RestSettings,
+    RestSource,
+    SourceError,
+)
 
 DSN = "postgresql://reader@db.invalid:5432/shop"
 """A DSN nothing is asked of: these tests build definitions and event iterators, never run them."""
@@ -236,55 +247,187 @@ def test_replication_assets_old_keywords_build_the_same_definition_and_warn() ->
         source.replicate(dg.build_asset_context(), target=target, deletes="ignore")
 
 
-def test_the_generic_source_factories_old_keywords_build_the_same_definition_and_warn() -> None:
-    class Item(BaseModel):
-        id: int
+def _source_args(asset: dg.AssetsDefinition) -> dict[str, Any]:
+    """What a generic source's asset hands its resource's ``copy_table`` (target table, read,
+    options), read from the asset body's closure."""
+    body = asset.op.compute_fn.decorated_fn  # type: ignore[union-attr]
+    return dict(inspect.getclosurevars(body).nonlocals["source_args"])
 
+
+class Item(BaseModel):
+    id: int
+
+
+def test_the_generic_source_factories_old_keywords_build_the_same_definition_and_warn() -> None:
     options = SourceCopyOptions(sink="merge", primary_key=["id"], schema_changes="freeze")
-    read = {"key": "orders", "table": "orders", "target_table": "raw.orders"}
-    rest = {"key": "items", "target_table": "raw.items", "path": "/items", "model": Item}
-    for factory, args in ((mysql_copy_asset, read), (rest_copy_asset, rest)):
-        new = factory(**args, options=options)
-        with _deprecated("schema_changes"):
-            old = factory(**args, sink="merge", primary_key=["id"], schema_changes="freeze")
+    my_read = MySQLRead(table="orders", database="shop", columns=["id"])
+    rest_read = RestRead(
+        path="/items", model=Item, records_path="data", pagination=PageNumberPagination(),
+        params={"size": 10}, id_field="id", max_pages=5,
+    )  # fmt: skip
+    cases: list[tuple[Any, dict[str, Any], Any, dict[str, Any]]] = [
+        (mysql_copy_asset, {"key": "orders", "target_table": "raw.orders"}, my_read,
+         {"table": "orders", "database": "shop", "columns": ["id"]}),
+        (mysql_copy_asset, {"key": "recent", "target_table": "raw.recent"},
+         MySQLRead(query="SELECT 1 AS id"), {"query": "SELECT 1 AS id"}),
+        (rest_copy_asset, {"key": "items", "target_table": "raw.items"}, rest_read,
+         {"path": "/items", "model": Item, "records_path": "data",
+          "pagination": PageNumberPagination(), "params": {"size": 10}, "id_field": "id",
+          "max_pages": 5}),
+    ]  # fmt: skip
+    for factory, args, read, read_keywords in cases:
+        new = factory(**args, read=read, options=options)
+        assert _source_args(new)["read"] == read
+        shortcuts = {"table", "path", "model"}
+        old_names = sorted({*read_keywords} - shortcuts)
+        with _deprecated(", ".join(old_names)) as caught:
+            old = factory(**args, **read_keywords, options=options)
+        assert "pass read=" in str(caught[0].message)
         assert _specs(old) == _specs(new)
         assert old.descriptions_by_key == new.descriptions_by_key
+        assert _source_args(old) == _source_args(new)
+        option_names = ["primary_key", "schema_changes"] + (["sink"] * (factory is rest_copy_asset))
+        with _deprecated(", ".join(sorted(option_names))) as caught:
+            old = factory(
+                **args, read=read, sink="merge", primary_key=["id"], schema_changes="freeze"
+            )
+        assert "pass options=SourceCopyOptions(" in str(caught[0].message)
+        assert _source_args(old) == _source_args(new)
         assert "(merge)" in str(new.descriptions_by_key[new.key])
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # the shortcuts are not deprecated
-            shortcut = factory(**args, sink="merge", primary_key=["id"])
-        assert _specs(shortcut) == _specs(new)
         with pytest.raises(TypeError, match="unexpected keyword argument 'sinks'"):
-            factory(**args, sinks="merge")
+            factory(**args, read=read, sinks="merge")
         with pytest.raises(DponeError, match="copy_options_invalid"):
-            factory(**args, primary_key=["id", "id"])  # refused when the definitions load
+            factory(**args, read=read, options=SourceCopyOptions.parse({"sink": "upsert"}))
         with pytest.raises(TypeError, match="takes a SourceCopyOptions"):
-            factory(**args, options=KafkaCopyOptions())
+            factory(**args, read=read, options=KafkaCopyOptions())
+        with pytest.raises(TypeError, match=r"\(read=\.\.\.\) takes a"):
+            factory(**args, read=options)
+
+
+def test_the_generic_source_factories_shortcuts_build_the_read_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the shortcuts are not deprecated
+        table = mysql_copy_asset(key="o", target_table="raw.o", table="orders", sink="merge")
+        rest = rest_copy_asset(key="i", target_table="raw.i", path="/items", model=Item)
+        override = rest_copy_asset(
+            key="i", target_table="raw.i", read=RestRead(path="/old", model=Item), path="/items"
+        )
+    assert _source_args(table)["read"] == MySQLRead(table="orders")
+    assert _source_args(table)["options"] == SourceCopyOptions(sink="merge")
+    assert _source_args(rest)["read"] == RestRead(path="/items", model=Item)
+    assert _source_args(override)["read"] == RestRead(path="/items", model=Item)
+    with pytest.raises(DponeError, match="mysql_source_invalid"):  # table= and a query
+        mysql_copy_asset(key="o", target_table="raw.o", read=MySQLRead(query="SELECT 1"), table="t")
+    with pytest.raises(DponeError, match="rest_source_invalid"):  # a path and no model
+        rest_copy_asset(key="i", target_table="raw.i", path="/items")
 
 
 def test_the_generic_source_resources_old_keywords_warn_and_reach_the_events() -> None:
-    class Item(BaseModel):
-        id: int
-
     context, target = dg.build_asset_context(), PostgresTargetResource(dsn=DSN)
     mysql = MySQLSourceResource(host="db.invalid", user="reader", database="shop")
-    with _deprecated("schema_changes"):
+    with _deprecated("primary_key, schema_changes"):
         events = mysql.copy_table(
             context, target=target, target_table="raw.orders", table="orders", sink="merge",
-            schema_changes="freeze",
+            primary_key=["id"], schema_changes="freeze",
         )  # fmt: skip
-    assert events.options == SourceCopyOptions(sink="merge", schema_changes="freeze")
+    assert events.options == SourceCopyOptions(
+        sink="merge", primary_key=["id"], schema_changes="freeze"
+    )
     assert events.target_table.qualified == "raw.orders"
+    assert events.source.read == MySQLRead(table="orders")  # type: ignore[attr-defined]
+    with _deprecated("columns, database"):
+        events = mysql.copy_table(
+            context, target=target, target_table="raw.orders", table="orders", database="db2",
+            columns=["id"],
+        )  # fmt: skip
+    assert events.source.read == MySQLRead(table="orders", database="db2", columns=["id"])  # type: ignore[attr-defined]
+    read = MySQLRead(query="SELECT 1 AS id")
+    same = mysql.copy_table(context, target=target, target_table="raw.o", read=read)
+    assert same.source.read is read  # type: ignore[attr-defined]
     given = SourceCopyOptions(primary_key=["id"])
     rest = RestSourceResource(base_url="http://api.invalid")
+    rest_read = RestRead(path="/items", model=Item)
     same = rest.copy_table(
-        context, target=target, target_table="raw.items", path="/items", model=Item, options=given
+        context, target=target, target_table="raw.items", read=rest_read, options=given
     )
     assert same.options is given
-    shortcut = rest.copy_table(
-        context, target=target, target_table="raw.items", path="/items", model=Item,
-        options=given, sink="append",
-    )  # fmt: skip
-    assert shortcut.options == SourceCopyOptions(sink="append", primary_key=["id"])
+    assert same.source.read is rest_read  # type: ignore[attr-defined]
+    with _deprecated("sink"), _deprecated("max_pages, records_path"):
+        old = rest.copy_table(
+            context, target=target, target_table="raw.items", path="/items", model=Item,
+            options=given, sink="append", records_path="data", max_pages=3,
+        )  # fmt: skip
+    assert old.options == SourceCopyOptions(sink="append", primary_key=["id"])
+    assert old.source.read == RestRead(  # type: ignore[attr-defined]
+        path="/items", model=Item, records_path="data", max_pages=3
+    )
+    with pytest.raises(DponeFailure, match="rest_source_invalid"):
+        rest.copy_table(context, target=target, target_table="raw.i", read=rest_read, path="")
     with pytest.raises(DponeFailure, match="copy_options_invalid"):
         mysql.copy_table(context, target=target, target_table="raw.o", table="o", sink="upsert")
+
+
+def test_the_read_objects_refuse_bad_values_with_their_source_codes() -> None:
+    """What a generic source reads is validated once, with the codes the adapters always had
+    (``mysql_source_invalid``) or the REST source's own (``rest_source_invalid``)."""
+
+    class Odd(BaseModel):
+        either: int | str
+
+    refused_mysql: list[dict[str, Any]] = [
+        {},  # neither table nor query
+        {"table": "orders", "query": "SELECT 1"},  # both
+        {"query": "SELECT 1", "columns": ["id"]},  # a query selects its own columns
+        {"table": 5},  # not a name
+        {"table": "orders", "limit": 10},  # no such field
+    ]
+    for values in refused_mysql:
+        with pytest.raises(SourceError) as caught:
+            MySQLRead.parse(values)
+        assert caught.value.code == "mysql_source_invalid", values
+    for values in ({"table": ""}, {"table": "t", "database": ""}, {"table": "t", "columns": [""]}):
+        with pytest.raises(SourceError, match="identifier_invalid"):
+            MySQLRead.parse(values)
+    refused_rest: list[dict[str, Any]] = [
+        {"path": "/items"},  # no model
+        {"path": "", "model": Item},
+        {"path": "/items", "model": Item, "id_field": " "},
+        {"path": "/items", "model": Item, "max_pages": 0},
+        {"path": "/items", "model": Item, "pagination": "page"},  # not a pagination
+        {"path": "/items", "model": dict},  # not a pydantic model
+        {"path": "/items", "model": Item, "page_size": 10},  # no such field
+    ]
+    for values in refused_rest:
+        with pytest.raises(SourceError) as caught:
+            RestRead.parse(values)
+        assert caught.value.code == "rest_source_invalid", values
+    with pytest.raises(SourceError, match="rest_type_unmappable"):
+        RestRead(path="/odd", model=Odd)
+    read = MySQLRead(table="orders")
+    with pytest.raises(ValidationError):  # frozen
+        read.table = "other"  # type: ignore[misc]
+    assert read.replace(columns=["id"]) == MySQLRead(table="orders", columns=("id",))
+    assert MySQLRead(query=" SELECT 1 ;").query == "SELECT 1"
+
+
+def test_the_adapters_take_the_read_whole_and_their_old_keywords_for_one_release() -> None:
+    settings = MySQLSettings(database="shop")
+    read = MySQLRead(table="orders", columns=["id"])
+    assert MySQLSource(settings, read).read is read
+    with _deprecated("columns, table") as caught:
+        old = MySQLSource(settings, table="orders", columns=["id"])
+    assert "pass read=MySQLRead(" in str(caught[0].message)
+    assert old.read == read and old.label == MySQLSource(settings, read).label
+    with pytest.raises(SourceError, match="mysql_source_invalid"), _deprecated("query, table"):
+        MySQLSource(settings, table="orders", query="SELECT 1")
+    api = RestSettings("https://api.example.com/v1")
+    rest_read = RestRead(path="/items", model=Item, max_pages=2)
+    assert RestSource(api, rest_read).read is rest_read
+    with _deprecated("max_pages, model, path"):
+        positional = RestSource(api, "/items", Item, max_pages=2)
+    assert positional.read == rest_read
+    with _deprecated("model, path"):
+        keywords = RestSource(api, path="/items", model=Item)
+    assert keywords.read == RestRead(path="/items", model=Item)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'pages'"):
+        RestSource(api, rest_read, pages=2)

@@ -28,7 +28,7 @@ from dpone_dagster import (
     snapshot_copy_assets,
 )
 from dpone_dagster.dagster.resources import RestSourceResource
-from dpone_dagster.sources import PageNumberPagination
+from dpone_dagster.sources import PageNumberPagination, RestRead, SourceCopyOptions
 from tests.helpers import pg
 from tests.helpers.http_api import ApiServer, Reply, Request
 from tests.helpers.roles import as_role, role_with
@@ -158,8 +158,10 @@ class Item(BaseModel):
 def rest_asset() -> dg.AssetsDefinition:
     """A REST source's asset into ``analytics.items`` (the generic sources' target side)."""
     return rest_copy_asset(
-        key="items", target_table="analytics.items", path="/items", model=Item,
-        records_path="data", pagination=PageNumberPagination(), primary_key=["id"],
+        key="items", target_table="analytics.items", options=SourceCopyOptions(primary_key=["id"]),
+        read=RestRead(
+            path="/items", model=Item, records_path="data", pagination=PageNumberPagination()
+        ),
     )  # fmt: skip
 
 

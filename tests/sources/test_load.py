@@ -12,9 +12,11 @@ from pydantic import BaseModel
 from dpone_dagster.lifecycle import ReceiptState, TerminalOutcome
 from dpone_dagster.postgres import ConnectionOptions, TableName
 from dpone_dagster.sources import (
+    MySQLRead,
     MySQLSettings,
     MySQLSource,
     PageNumberPagination,
+    RestRead,
     RestSettings,
     RestSource,
     SourceCopyOptions,
@@ -44,7 +46,7 @@ def _orders(settings: MySQLSettings, count: int = 3) -> None:
 
 def test_mysql_replace_append_merge_and_receipts(mysql_db: MySQLSettings, target_dsn: str) -> None:
     _orders(mysql_db)
-    source = MySQLSource(mysql_db, table="orders")
+    source = MySQLSource(mysql_db, MySQLRead(table="orders"))
     report = load_source(source, target_dsn, TARGET, primary_key=["id"])
     assert report.outcome is TerminalOutcome.SUCCESS and report.rows_loaded == 3
     assert _rows(target_dsn) == [(1, "n1"), (2, "n2"), (3, "n3")]
@@ -82,7 +84,9 @@ def test_mysql_killed_mid_stream_aborts_and_leaves_the_target_unchanged(
         "INSERT INTO big SELECT seq, REPEAT('x', 200) FROM seq_1_to_100000",
     )
     load_source(
-        MySQLSource(mysql_db, query="SELECT id, pad FROM big WHERE id < 5"), target_dsn, TARGET
+        MySQLSource(mysql_db, MySQLRead(query="SELECT id, pad FROM big WHERE id < 5")),
+        target_dsn,
+        TARGET,
     )
     before = pg.table_fingerprint(target_dsn, TARGET.schema, TARGET.name)
     proxy = TcpProxy(mysql_db.host, mysql_db.port)
@@ -90,7 +94,7 @@ def test_mysql_killed_mid_stream_aborts_and_leaves_the_target_unchanged(
     try:
         with pytest.raises(SourceLoadError) as caught:
             load_source(
-                MySQLSource(routed, table="big"),
+                MySQLSource(routed, MySQLRead(table="big")),
                 target_dsn,
                 TARGET,
                 on_progress=lambda _: proxy.cut_all(),
@@ -109,7 +113,7 @@ def test_mysql_killed_mid_stream_aborts_and_leaves_the_target_unchanged(
 def test_an_unmappable_type_touches_nothing(mysql_db: MySQLSettings, target_dsn: str) -> None:
     mysql.execute(mysql_db, "CREATE TABLE shapes (id int, g geometry)")
     with pytest.raises(SourceError) as caught:
-        load_source(MySQLSource(mysql_db, table="shapes"), target_dsn, TARGET)
+        load_source(MySQLSource(mysql_db, MySQLRead(table="shapes")), target_dsn, TARGET)
     assert caught.value.code == "mysql_type_unmappable"
     assert not pg.table_exists(target_dsn, TARGET.schema, TARGET.name)
     assert pg.staging_tables(target_dsn) == []
@@ -126,7 +130,8 @@ PAGES = [[{"id": 1, "name": "a"}, {"id": 2, "name": "b"}], [{"id": 3, "name": "c
 def _rest(server: ApiServer) -> RestSource:
     settings = RestSettings(server.url, max_retries=1, backoff_seconds=0.01)
     return RestSource(
-        settings, "/items", Item, records_path="data", pagination=PageNumberPagination()
+        settings,
+        RestRead(path="/items", model=Item, records_path="data", pagination=PageNumberPagination()),
     )
 
 
@@ -179,7 +184,9 @@ def test_a_lost_commit_answer_retains_and_still_rolls_back_the_source(
         # Forward the COMMIT (not the BEGIN ... READ COMMITTED), then drop its answer.
         proxy.cut_after_client_message(is_commit)
         with pytest.raises(SourceLoadError) as caught:
-            load_source(MySQLSource(mysql_db, table="orders"), proxy.dsn(target_dsn), TARGET)
+            load_source(
+                MySQLSource(mysql_db, MySQLRead(table="orders")), proxy.dsn(target_dsn), TARGET
+            )
     finally:
         proxy.close()
     report = caught.value.report
@@ -199,7 +206,9 @@ def test_a_target_without_the_columns_is_refused_before_any_row_is_read(
     _orders(mysql_db)
     pg.execute(target_dsn, 'CREATE SCHEMA raw; CREATE TABLE raw."Orders ""x""" (id numeric(20))')
     with pytest.raises(SourceLoadError) as caught:
-        load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, options=FREEZE)
+        load_source(
+            MySQLSource(mysql_db, MySQLRead(table="orders")), target_dsn, TARGET, options=FREEZE
+        )
     assert caught.value.code == "schema_change_incompatible"
     assert "added 'note' varchar(" in caught.value.message and "mysql://" in caught.value.message
     receipt = caught.value.report.extraction_receipt
@@ -212,7 +221,7 @@ def test_load_source_takes_its_old_keywords_for_one_release_with_a_warning(
     """``schema_changes=`` still reaches the load, and the session's options passed as
     ``options=`` (their name before ``connection_options=``) still open the target session."""
     _orders(mysql_db)
-    source = MySQLSource(mysql_db, table="orders")
+    source = MySQLSource(mysql_db, MySQLRead(table="orders"))
     moved = r"load_source\(\.\.\., options=ConnectionOptions\(\.\.\.\)\) is deprecated"
     with pytest.warns(DeprecationWarning, match=moved):
         report = load_source(
@@ -236,16 +245,22 @@ def test_mysql_an_added_column_and_a_widened_type_evolve_the_target_with_the_dat
     mysql_db: MySQLSettings, target_dsn: str
 ) -> None:
     _orders(mysql_db)
-    load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, primary_key=["id"])
+    load_source(
+        MySQLSource(mysql_db, MySQLRead(table="orders")), target_dsn, TARGET, primary_key=["id"]
+    )
     # varchar(20) from MySQL against the target's character varying(20): no change at all.
-    same = load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, options=FREEZE)
+    same = load_source(
+        MySQLSource(mysql_db, MySQLRead(table="orders")), target_dsn, TARGET, options=FREEZE
+    )
     assert same.outcome is TerminalOutcome.SUCCESS and same.schema_changes == ()
     mysql.execute(
         mysql_db,
         "ALTER TABLE orders MODIFY note varchar(200), ADD qty int NOT NULL DEFAULT 5",
         "UPDATE orders SET qty = id * 10, note = REPEAT('x', 100) WHERE id = 2",
     )
-    report = load_source(MySQLSource(mysql_db, table="orders"), target_dsn, TARGET, sink="merge")
+    report = load_source(
+        MySQLSource(mysql_db, MySQLRead(table="orders")), target_dsn, TARGET, sink="merge"
+    )
     changes = {c.column: (c.kind, c.before, c.after) for c in report.schema_changes}
     assert changes == {
         "note": ("widened", "character varying(20)", "varchar(200)"),
@@ -277,7 +292,13 @@ def test_rest_a_field_added_to_the_model_adds_a_column_with_the_data(target_dsn:
     with ApiServer(lambda r: Reply({"data": priced[int(r.query["page"]) - 1]})) as server:
         settings = RestSettings(server.url, max_retries=1, backoff_seconds=0.01)
         source = RestSource(
-            settings, "/items", PricedItem, records_path="data", pagination=PageNumberPagination()
+            settings,
+            RestRead(
+                path="/items",
+                model=PricedItem,
+                records_path="data",
+                pagination=PageNumberPagination(),
+            ),
         )
         report = load_source(source, target_dsn, TARGET, sink="merge")
     [change] = report.schema_changes

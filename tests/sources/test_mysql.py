@@ -11,7 +11,7 @@ import pytest
 
 from dpone_dagster.lifecycle import ORCHESTRATOR_UTC, ReceiptState, TerminalOutcome
 from dpone_dagster.postgres import TableName
-from dpone_dagster.sources import MySQLSettings, MySQLSource, SourceError, stage_rows
+from dpone_dagster.sources import MySQLRead, MySQLSettings, MySQLSource, SourceError, stage_rows
 from tests.helpers import mysql
 from tests.helpers.pg import staging_tables
 from tests.helpers.proxy import TcpProxy
@@ -61,7 +61,9 @@ def test_types_map_faithfully_and_values_round_trip(
 ) -> None:
     _fill(mysql_db)
     result, staged, rows, types = stage_and_read(
-        MySQLSource(mysql_db, table="all_types"), target_dsn, TableName("public", "all_types")
+        MySQLSource(mysql_db, MySQLRead(table="all_types")),
+        target_dsn,
+        TableName("public", "all_types"),
     )
     assert types == {
         "id": "integer", "ti": "smallint", "tiu": "smallint", "si": "integer", "mi": "integer",
@@ -99,8 +101,10 @@ def test_a_query_maps_its_result_metadata(mysql_db: MySQLSettings, target_dsn: s
     _fill(mysql_db)
     source = MySQLSource(
         mysql_db,
-        query="SELECT id, biu, dec_wide, dec_signed * 2 AS doubled, dtm, vb, "
-        "CONCAT(vc, '!') AS shout FROM all_types WHERE id = 1;",
+        MySQLRead(
+            query="SELECT id, biu, dec_wide, dec_signed * 2 AS doubled, dtm, vb, "
+            "CONCAT(vc, '!') AS shout FROM all_types WHERE id = 1;"
+        ),
     )
     assert [(c.name, c.pg_type) for c in source.describe()] == [
         ("id", "integer"),
@@ -127,7 +131,7 @@ def test_an_unmappable_type_fails_before_any_row_moves(
         "INSERT INTO places VALUES (1, POINT(1, 2))",
     )
     with pytest.raises(SourceError) as caught:
-        MySQLSource(mysql_db, table="places").extract()
+        MySQLSource(mysql_db, MySQLRead(table="places")).extract()
     assert caught.value.code == "mysql_type_unmappable"
     assert "'spot'" in caught.value.message and "point" in caught.value.message
     # The error comes from extract(): no artifact, no read, no staging table.
@@ -135,7 +139,7 @@ def test_an_unmappable_type_fails_before_any_row_moves(
     assert mysql.sessions(mysql_db) == []
     # Leaving the column out copies the rest.
     _, _, rows, _ = stage_and_read(
-        MySQLSource(mysql_db, table="places", columns=["id"]),
+        MySQLSource(mysql_db, MySQLRead(table="places", columns=["id"])),
         target_dsn,
         TableName("public", "places"),
     )
@@ -146,7 +150,7 @@ def test_completion_only_after_exhaustion_and_never_a_snapshot_claim(
     mysql_db: MySQLSettings,
 ) -> None:
     mysql.execute(mysql_db, "CREATE TABLE t (id int)", "INSERT INTO t SELECT seq FROM seq_1_to_3")
-    result = MySQLSource(mysql_db, table="t").extract()
+    result = MySQLSource(mysql_db, MySQLRead(table="t")).extract()
     artifact = result.artifact
     assert result.extraction_receipt.state is ReceiptState.PENDING
     assert mysql.sessions(mysql_db) == []  # nothing was opened by extract()
@@ -176,7 +180,7 @@ def test_abort_mid_stream_rolls_back_and_closes_without_draining(mysql_db: MySQL
         "CREATE TABLE big (id int, pad char(200))",
         "INSERT INTO big SELECT seq, REPEAT('x', 200) FROM seq_1_to_200000",
     )
-    result = MySQLSource(mysql_db, table="big").extract()
+    result = MySQLSource(mysql_db, MySQLRead(table="big")).extract()
     rows = result.artifact.rows()
     assert next(rows)[0] == 1
     terminal = result.artifact.abort()
@@ -199,7 +203,7 @@ def test_a_killed_connection_mid_stream_aborts_and_drops_staging(
     )
     proxy = TcpProxy(mysql_db.host, mysql_db.port)
     routed = dataclasses.replace(mysql_db, host="127.0.0.1", port=proxy.port)
-    result = MySQLSource(routed, table="big").extract()
+    result = MySQLSource(routed, MySQLRead(table="big")).extract()
     try:
         with psycopg.connect(target_dsn) as conn, pytest.raises(SourceError) as caught:
             stage_rows(
@@ -231,7 +235,7 @@ def test_hostile_names_are_quoted_on_both_sides(mysql_db: MySQLSettings, target_
             f"CREATE TABLE {q(db)}.{q(table)} (id int, {q(column)} varchar(10))",
             f"INSERT INTO {q(db)}.{q(table)} VALUES (1, 'ok')",
         )
-        source = MySQLSource(mysql_db, table=table, database=db)
+        source = MySQLSource(mysql_db, MySQLRead(table=table, database=db))
         _, _, rows, types = stage_and_read(source, target_dsn, TableName("public", table))
     finally:
         mysql.execute(mysql_db, f"DROP DATABASE {mysql.quote_mysql_identifier(db)}")
@@ -248,7 +252,7 @@ def test_a_zero_date_stops_the_load_with_a_clear_code(
         "CREATE TABLE z (id int, d date)",
         "INSERT INTO z VALUES (1, '2020-01-01'), (2, '0000-00-00')",
     )
-    result = MySQLSource(mysql_db, table="z").extract()
+    result = MySQLSource(mysql_db, MySQLRead(table="z")).extract()
     with psycopg.connect(target_dsn) as conn, pytest.raises(SourceError) as caught:
         stage_rows(conn, TableName("public", "z"), result.artifact, dsn=target_dsn)
     result.artifact.abort()

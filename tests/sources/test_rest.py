@@ -19,6 +19,7 @@ from dpone_dagster.sources import (
     CursorPagination,
     NextLinkPagination,
     PageNumberPagination,
+    RestRead,
     RestSettings,
     RestSource,
     SourceError,
@@ -80,7 +81,10 @@ def stage_failing(respond: Any, dsn: str) -> tuple[ApiServer, Any, Any, Any]:
     """Stages a paged source from a server expected to fail; settles it ``abort``."""
     with ApiServer(respond) as server:
         source = RestSource(
-            settings(server), "/items", Item, records_path="data", pagination=PageNumberPagination()
+            settings(server),
+            RestRead(
+                path="/items", model=Item, records_path="data", pagination=PageNumberPagination()
+            ),
         )
         result = source.extract()
         with psycopg.connect(dsn) as conn, pytest.raises(SourceError) as caught:
@@ -96,7 +100,8 @@ def api() -> Iterator[ApiServer]:
 
 def test_pages_are_validated_typed_and_staged(api: ApiServer, target_dsn: str) -> None:
     source = RestSource(
-        settings(api), "/items", Item, records_path="data", pagination=PageNumberPagination()
+        settings(api),
+        RestRead(path="/items", model=Item, records_path="data", pagination=PageNumberPagination()),
     )
     result, _, rows, types = stage_and_read(source, target_dsn, ITEMS)
     assert types == {
@@ -152,7 +157,8 @@ def test_cursor_and_next_link_pagination(
 ) -> None:
     with ApiServer(respond) as server:
         source = RestSource(
-            settings(server), path, Item, records_path="items", pagination=pagination
+            settings(server),
+            RestRead(path=path, model=Item, records_path="items", pagination=pagination),
         )
         result, _, rows, _ = stage_and_read(source, target_dsn, ITEMS)
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5]
@@ -167,7 +173,9 @@ def test_retries_back_off_and_honour_retry_after(target_dsn: str) -> None:
         return next(script, None) or Reply([item(1)])
 
     with ApiServer(respond) as server:
-        source = RestSource(settings(server, backoff_seconds=0.05), "/items", Item)
+        source = RestSource(
+            settings(server, backoff_seconds=0.05), RestRead(path="/items", model=Item)
+        )
         _, _, rows, _ = stage_and_read(source, target_dsn, ITEMS)
     assert [r[0] for r in rows] == [1]
     first, second, third = (r.at for r in server.requests)
@@ -177,12 +185,16 @@ def test_retries_back_off_and_honour_retry_after(target_dsn: str) -> None:
 
 def test_retries_are_bounded_and_client_errors_are_not_retried() -> None:
     with ApiServer(lambda r: Reply({}, status=500 if r.path == "/down" else 404)) as server:
-        down = RestSource(settings(server, max_retries=2), "/down", Item).extract()
+        down = RestSource(
+            settings(server, max_retries=2), RestRead(path="/down", model=Item)
+        ).extract()
         with pytest.raises(SourceError) as failed:
             list(down.artifact.rows())
         assert failed.value.code == "rest_request_failed" and "3 attempt" in failed.value.message
         assert len(server.requests) == 3
-        missing = RestSource(settings(server), "/missing?token=abc", Item).extract()
+        missing = RestSource(
+            settings(server), RestRead(path="/missing?token=abc", model=Item)
+        ).extract()
         with pytest.raises(SourceError) as refused:
             list(missing.artifact.rows())
         assert refused.value.code == "rest_http_error" and "HTTP 404" in refused.value.message
@@ -194,7 +206,9 @@ def test_retries_are_bounded_and_client_errors_are_not_retried() -> None:
 
 def test_a_timeout_is_retried_then_fails() -> None:
     with ApiServer(lambda r: HANG) as server:
-        source = RestSource(settings(server, timeout=0.2, max_retries=1), "/slow", Item)
+        source = RestSource(
+            settings(server, timeout=0.2, max_retries=1), RestRead(path="/slow", model=Item)
+        )
         with pytest.raises(SourceError) as failed:
             list(source.extract().artifact.rows())
     assert failed.value.code == "rest_request_failed" and "Timeout" in failed.value.message
@@ -235,7 +249,8 @@ def test_a_server_that_drops_the_socket_midway_aborts_with_staging_gone(target_d
 
 def test_completion_only_after_exhaustion(api: ApiServer) -> None:
     source = RestSource(
-        settings(api), "/items", Item, records_path="data", pagination=PageNumberPagination()
+        settings(api),
+        RestRead(path="/items", model=Item, records_path="data", pagination=PageNumberPagination()),
     )
     result = source.extract()
     assert result.extraction_receipt.state is ReceiptState.PENDING and api.requests == []
@@ -258,7 +273,7 @@ def test_an_unmappable_field_fails_before_any_request(api: ApiServer) -> None:
         either: int | str
 
     with pytest.raises(SourceError) as caught:
-        RestSource(settings(api), "/items", Odd)
+        RestSource(settings(api), RestRead(path="/items", model=Odd))
     assert caught.value.code == "rest_type_unmappable" and "Odd.either" in caught.value.message
     assert api.requests == []
 
@@ -266,7 +281,10 @@ def test_an_unmappable_field_fails_before_any_request(api: ApiServer) -> None:
 def test_a_pagination_loop_is_refused(target_dsn: str) -> None:
     with ApiServer(lambda r: Reply({"items": [item(1)], "next": "/same"})) as server:
         source = RestSource(
-            settings(server), "/same", Item, records_path="items", pagination=NextLinkPagination()
+            settings(server),
+            RestRead(
+                path="/same", model=Item, records_path="items", pagination=NextLinkPagination()
+            ),
         )
         with pytest.raises(SourceError) as caught:
             list(source.extract().artifact.rows())

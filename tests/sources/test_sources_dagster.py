@@ -19,8 +19,10 @@ from dpone_dagster.dagster.resources import (
 )
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.sources import (
+    MySQLRead,
     MySQLSettings,
     PageNumberPagination,
+    RestRead,
     SourceCopyOptions,
     SourceError,
 )
@@ -147,14 +149,58 @@ def test_the_options_object_reaches_the_load_and_the_old_keyword_still_does(
     )
 
 
+def test_mysql_assets_with_read_objects_load_a_query_and_chosen_columns(
+    mysql_db: MySQLSettings, target_dsn: str
+) -> None:
+    """What is read is one object: a query, or some columns of a table in another database;
+    each materialization loads exactly those rows and columns."""
+    mysql.execute(
+        mysql_db,
+        "CREATE TABLE orders (id int PRIMARY KEY, total decimal(10,2) NOT NULL, note text)",
+        "INSERT INTO orders VALUES (1, 9.99, 'a'), (2, 20.00, 'b'), (3, 30.00, 'c')",
+    )
+    big = mysql_copy_asset(
+        key="big_orders", target_table="raw.big_orders",
+        read=MySQLRead(query="SELECT id, total FROM orders WHERE total > 10 ORDER BY id;"),
+        options=SourceCopyOptions(sink="merge", primary_key=["id"]),
+    )  # fmt: skip
+    ids = mysql_copy_asset(
+        key="order_ids", target_table="raw.order_ids",
+        read=MySQLRead(table="orders", database=mysql_db.database, columns=["note", "id"]),
+    )  # fmt: skip
+    resources = {
+        "mysql": _mysql_resource(mysql_db),
+        "target": PostgresTargetResource(dsn=target_dsn),
+    }
+    result = dg.materialize([big, ids], resources=resources)
+    assert result.success
+    assert pg.fetch_all(target_dsn, "SELECT id, total::text FROM raw.big_orders ORDER BY id") == [
+        (2, "20.00"),
+        (3, "30.00"),
+    ]
+    assert _primary_key(target_dsn, "raw.big_orders") == [("id",)]
+    assert pg.fetch_all(target_dsn, "SELECT * FROM raw.order_ids ORDER BY id") == [
+        ("a", 1),
+        ("b", 2),
+        ("c", 3),
+    ]
+    counts = {
+        node: result.asset_materializations_for_node(node)[0].metadata["dagster/row_count"].value
+        for node in ("big_orders", "order_ids")
+    }
+    assert counts == {"big_orders": 2, "order_ids": 3}
+
+
 def test_a_rest_asset_with_the_options_object_appends_its_rows(target_dsn: str) -> None:
     def respond(request: Request) -> Reply:
         page = int(request.query["page"])
         return Reply({"data": [{"id": page, "name": f"p{page}"}] if page <= 2 else []})
 
     asset = rest_copy_asset(
-        key="items", target_table="raw.items", path="/items", model=Item, records_path="data",
-        pagination=PageNumberPagination(), options=SourceCopyOptions(sink="append"),
+        key="items", target_table="raw.items", options=SourceCopyOptions(sink="append"),
+        read=RestRead(
+            path="/items", model=Item, records_path="data", pagination=PageNumberPagination()
+        ),
     )  # fmt: skip
     with ApiServer(respond) as server:
         resources = {
@@ -185,11 +231,10 @@ def test_a_rest_asset_materializes_and_a_failure_carries_its_code(target_dsn: st
     asset = rest_copy_asset(
         key="items",
         target_table="raw.items",
-        path="/items",
-        model=Item,
-        records_path="data",
-        pagination=PageNumberPagination(),
-        primary_key=["id"],
+        read=RestRead(
+            path="/items", model=Item, records_path="data", pagination=PageNumberPagination()
+        ),
+        options=SourceCopyOptions(primary_key=["id"]),
     )
     # The model is known when the definitions load: so is the target's column schema.
     [spec] = asset.specs
@@ -238,8 +283,8 @@ def test_hand_written_assets_copy_through_the_resources_event_iterators(
     ) -> Iterator[dg.MaterializeResult[Any]]:
         context.log.info("copying the orders")
         yield from mysql.copy_table(
-            context, target=target, target_table="raw.orders", table="orders", sink="merge",
-            primary_key=["id"],
+            context, target=target, target_table="raw.orders", read=MySQLRead(table="orders"),
+            options=SourceCopyOptions(sink="merge", primary_key=["id"]),
         )  # fmt: skip
 
     @dg.asset(key="items")
@@ -247,8 +292,10 @@ def test_hand_written_assets_copy_through_the_resources_event_iterators(
         context, rest: RestSourceResource, target: PostgresTargetResource
     ) -> Iterator[dg.MaterializeResult[Any]]:
         yield from rest.copy_table(
-            context, target=target, target_table="raw.items", path="/items", model=Item,
-            records_path="data", pagination=PageNumberPagination(),
+            context, target=target, target_table="raw.items",
+            read=RestRead(
+                path="/items", model=Item, records_path="data", pagination=PageNumberPagination()
+            ),
         )  # fmt: skip
 
     def respond(request: Request) -> Reply:
@@ -300,6 +347,9 @@ def test_bad_definitions_fail_when_they_load() -> None:
     with pytest.raises(DponeError) as neither:
         mysql_copy_asset(key="x", target_table="raw.t")
     assert neither.value.code == "mysql_source_invalid"
+    with pytest.raises(SourceError) as no_model:
+        rest_copy_asset(key="x", target_table="raw.t", path="/items")
+    assert no_model.value.code == "rest_source_invalid" and "model" in no_model.value.message
 
 
 @pytest.mark.parametrize("fault", ["down", "refused"])
@@ -340,8 +390,9 @@ def test_a_mysql_column_added_between_two_runs_is_listed_in_the_materialization(
         "INSERT INTO orders VALUES (1, 9.99), (2, 20.00)",
     )
     asset = mysql_copy_asset(
-        key="orders", table="orders", target_table="raw.orders", sink="merge", primary_key=["id"]
-    )
+        key="orders", table="orders", target_table="raw.orders",
+        options=SourceCopyOptions(sink="merge", primary_key=["id"]),
+    )  # fmt: skip
     resources = {
         "mysql": _mysql_resource(mysql_db),
         "target": PostgresTargetResource(dsn=target_dsn),

@@ -1,34 +1,35 @@
 """The generic sources' resources: a MySQL/MariaDB server and an HTTP JSON API.
 
 Each holds its source's settings (secrets as ``EnvVar``) and carries the event iterator
-``copy_table(context, target=target, ..., options=...)``: the copy of one table, query or API
-resource into a PostgreSQL table, through a staging table and a sink (its options one
-:class:`~dpone_dagster.sources.SourceCopyOptions`), that
+``copy_table(context, target=target, target_table=..., read=..., options=...)``: the copy of
+one table, query or API resource (what is read one :class:`~dpone_dagster.sources.MySQLRead` or
+:class:`~dpone_dagster.sources.RestRead`) into a PostgreSQL table, through a staging table and a
+sink (its options one :class:`~dpone_dagster.sources.SourceCopyOptions`), that
 :func:`~dpone_dagster.mysql_copy_asset` and :func:`~dpone_dagster.rest_copy_asset` are thin
 over. A generic source makes no snapshot claim (label ``no_snapshot_claim``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 from pydantic import BaseModel, Field, field_validator
 
-from dpone_dagster.core.options import build_options
 from dpone_dagster.dagster.events.source_copy import SourceCopyEvents
 from dpone_dagster.dagster.failures import dagster_failures
 from dpone_dagster.postgres import TableName
 from dpone_dagster.postgres.target_plan import Sink
 from dpone_dagster.sources import (
+    MySQLRead,
     MySQLSettings,
     MySQLSource,
-    Pagination,
+    RestRead,
     RestSettings,
     RestSource,
     SourceCopyOptions,
 )
+from dpone_dagster.sources.copy_options import build_source_copy
 
 from .postgres import PostgresTargetResource
 from .secrets import SecretResource, warn_if_literal
@@ -84,13 +85,10 @@ class MySQLSourceResource(SecretResource):
         *,
         target: PostgresTargetResource,
         target_table: str | TableName,
-        table: str | None = None,
-        query: str | None = None,
-        database: str | None = None,
-        columns: Sequence[str] | None = None,
+        read: MySQLRead | None = None,
         options: SourceCopyOptions | None = None,
+        table: str | None = None,
         sink: Sink | str | None = None,
-        primary_key: Sequence[str] | None = None,
         **legacy: Any,
     ) -> SourceCopyEvents:
         """Copies a MySQL/MariaDB table or query into a PostgreSQL table; yields the asset's
@@ -100,20 +98,21 @@ class MySQLSourceResource(SecretResource):
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``, parsed as SQL reads it).
-            table: The MySQL table (give ``table`` or ``query``); ``query``, ``database`` and
-                ``columns`` are :func:`~dpone_dagster.mysql_copy_asset`'s.
+            read: What is read (:class:`~dpone_dagster.sources.MySQLRead`, as
+                :func:`~dpone_dagster.mysql_copy_asset` takes it).
             options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`, as
                 :func:`~dpone_dagster.mysql_copy_asset` takes them).
+            table: Shortcut for ``read.table``.
             sink: Shortcut for ``options.sink``.
-            primary_key: Shortcut for ``options.primary_key``.
-            **legacy: ``schema_changes`` as a keyword: deprecated
-                (``options=SourceCopyOptions(...)``), for one release.
+            **legacy: ``query``, ``database``, ``columns``, ``primary_key`` and
+                ``schema_changes`` as keywords: deprecated (``read=MySQLRead(...)``,
+                ``options=SourceCopyOptions(...)``), for one release.
 
         Returns:
             The copy's events; iterating them runs it.
 
         Raises:
-            DponeFailure: ``mysql_source_invalid`` for a bad source spec, ``copy_options_invalid``
+            DponeFailure: ``mysql_source_invalid`` for a bad read, ``copy_options_invalid``
                 for bad options, ``identifier_invalid`` for a bad target name (when called), any
                 copy error (while the events are iterated), with its code and next actions.
 
@@ -123,19 +122,17 @@ class MySQLSourceResource(SecretResource):
                 @dg.asset(deps=["mysql_orders"])
                 def orders(context, mysql: MySQLSourceResource, target: PostgresTargetResource):
                     yield from mysql.copy_table(
-                        context, target=target, target_table="raw.orders", table="orders"
+                        context, target=target, target_table="raw.orders",
+                        read=MySQLRead(table="orders"),
                     )
         """
         with dagster_failures():
-            chosen = build_options(
-                SourceCopyOptions, options, caller="copy_table",
-                shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
+            what, chosen = build_source_copy(
+                MySQLRead, read, options, caller="copy_table",
+                shortcuts={"table": table, "sink": sink}, legacy=legacy,
             )  # fmt: skip
-            source = MySQLSource(
-                self.settings(), table=table, query=query, database=database, columns=columns
-            )
             return SourceCopyEvents(
-                context, source=source, target=target.database,
+                context, source=MySQLSource(self.settings(), what), target=target.database,
                 target_table=_table_name(target_table), options=chosen,
             )  # fmt: skip
 
@@ -193,42 +190,37 @@ class RestSourceResource(SecretResource):
         *,
         target: PostgresTargetResource,
         target_table: str | TableName,
-        path: str,
-        model: type[BaseModel],
-        records_path: str | None = None,
-        pagination: Pagination | None = None,
-        params: Mapping[str, object] | None = None,
-        id_field: str = "id",
-        max_pages: int | None = None,
+        read: RestRead | None = None,
         options: SourceCopyOptions | None = None,
-        sink: Sink | str | None = None,
-        primary_key: Sequence[str] | None = None,
+        path: str | None = None,
+        model: type[BaseModel] | None = None,
         **legacy: Any,
     ) -> SourceCopyEvents:
         """Copies the records of an API resource into a PostgreSQL table, each validated by
-        ``model`` (whose fields are the columns); yields the asset's materialization.
+        the read's model (whose fields are the columns); yields the asset's materialization.
 
         Args:
             context: The asset's execution context (an asset of one key).
             target: The PostgreSQL target.
             target_table: The PostgreSQL table (``schema.table``).
-            path: The resource's path under the base URL; ``model``, ``records_path``,
-                ``pagination``, ``params``, ``id_field`` and ``max_pages`` are
-                :func:`~dpone_dagster.rest_copy_asset`'s.
+            read: What is read (:class:`~dpone_dagster.sources.RestRead`, as
+                :func:`~dpone_dagster.rest_copy_asset` takes it).
             options: The copy's options (:class:`~dpone_dagster.sources.SourceCopyOptions`, as
                 :func:`~dpone_dagster.rest_copy_asset` takes them).
-            sink: Shortcut for ``options.sink``.
-            primary_key: Shortcut for ``options.primary_key``.
-            **legacy: ``schema_changes`` as a keyword: deprecated
-                (``options=SourceCopyOptions(...)``), for one release.
+            path: Shortcut for ``read.path``.
+            model: Shortcut for ``read.model``.
+            **legacy: ``records_path``, ``pagination``, ``params``, ``id_field``,
+                ``max_pages``, ``sink``, ``primary_key`` and ``schema_changes`` as keywords:
+                deprecated (``read=RestRead(...)``, ``options=SourceCopyOptions(...)``), for
+                one release.
 
         Returns:
             The copy's events; iterating them runs it.
 
         Raises:
-            DponeFailure: ``rest_type_unmappable`` for a model field no column type fits,
-                ``copy_options_invalid`` for bad options (when called), any copy error (while
-                the events are iterated).
+            DponeFailure: ``rest_source_invalid`` for a bad read, ``rest_type_unmappable`` for
+                a model field no column type fits, ``copy_options_invalid`` for bad options
+                (when called), any copy error (while the events are iterated).
 
         Examples:
             .. code-block:: python
@@ -236,21 +228,20 @@ class RestSourceResource(SecretResource):
                 @dg.asset
                 def items(context, rest: RestSourceResource, target: PostgresTargetResource):
                     yield from rest.copy_table(
-                        context, target=target, target_table="raw.items", path="/items",
-                        model=Item, records_path="data", pagination=PageNumberPagination(),
+                        context, target=target, target_table="raw.items",
+                        read=RestRead(
+                            path="/items", model=Item, records_path="data",
+                            pagination=PageNumberPagination(),
+                        ),
                     )
         """
         with dagster_failures():
-            chosen = build_options(
-                SourceCopyOptions, options, caller="copy_table",
-                shortcuts={"sink": sink, "primary_key": primary_key}, legacy=legacy,
-            )  # fmt: skip
-            source = RestSource(
-                self.settings(), path, model, records_path=records_path, pagination=pagination,
-                params=params, id_field=id_field, max_pages=max_pages,
+            what, chosen = build_source_copy(
+                RestRead, read, options, caller="copy_table",
+                shortcuts={"path": path, "model": model}, legacy=legacy,
             )  # fmt: skip
             return SourceCopyEvents(
-                context, source=source, target=target.database,
+                context, source=RestSource(self.settings(), what), target=target.database,
                 target_table=_table_name(target_table), options=chosen,
             )  # fmt: skip
 
