@@ -30,7 +30,7 @@ from dpone_dagster.cursor.backfill_documents import (
     BatchReceipt,
     BatchRequest,
 )
-from dpone_dagster.cursor.batch_commit import LostCommitError
+from dpone_dagster.cursor.batch_commit import LostCommitError, PhaseHook
 from dpone_dagster.cursor.chain import verify_chain
 from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.cursor.engine import CursorCopy
@@ -41,7 +41,7 @@ from dpone_dagster.postgres.connection import Connection, ConnectionOptions
 from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
-from .copier import BatchResult, PhaseHook, copy_batch
+from .copier import BatchResult, copy_batch
 from .options import BackfillOptions
 from .reconcile import reconcile_run
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation

@@ -34,7 +34,6 @@ A batch is:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -50,7 +49,7 @@ from dpone_dagster.cursor.backfill_documents import (
     BatchReceipt,
     BatchRequest,
 )
-from dpone_dagster.cursor.batch_commit import Answered, Landed, commit_batch
+from dpone_dagster.cursor.batch_commit import Answered, Landed, PhaseHook, commit_batch
 from dpone_dagster.cursor.cursor_ledger import RunLedger
 from dpone_dagster.cursor.range_checks import OnChanged
 from dpone_dagster.cursor.run_rules import apply_batch, check_request, replay
@@ -67,8 +66,6 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .existing_rows import apply_existing
 from .shape import TableShape, check_columns_unchanged
-
-PhaseHook = Callable[[str], None]
 
 
 @dataclass(frozen=True)

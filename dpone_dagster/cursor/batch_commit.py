@@ -49,6 +49,8 @@ from .cursor_ledger import CursorLedger, D, R
 A = TypeVar("A")
 L = TypeVar("L")
 PhaseHook = Callable[[str], None]
+"""Called with a batch's phases (``"copy"``... ``"commit"``, ``"committed"``): the one type of
+both policies' ``on_phase``."""
 
 
 class LostCommitError(Exception):

@@ -37,10 +37,9 @@ from dpone_dagster.postgres.connection import Connection, ConnectionOptions, Sid
 from dpone_dagster.postgres.failures import database_error
 from dpone_dagster.postgres.identifiers import TableName
 
-from .batch_commit import wait_for_lost_commit
+from .batch_commit import PhaseHook, wait_for_lost_commit
 
 T = TypeVar("T")
-PhaseHook = Callable[[str], None]
 
 
 def _table(name: TableName | str) -> TableName:

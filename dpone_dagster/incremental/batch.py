@@ -16,7 +16,7 @@ cursor engine's batch-commit protocol (:mod:`dpone_dagster.cursor.batch_commit`)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -24,7 +24,7 @@ from psycopg import IsolationLevel
 
 from dpone_dagster.core.read_window import ReadWindow, close_read_window, open_read_window
 from dpone_dagster.core.sessions import Sessions, transaction
-from dpone_dagster.cursor.batch_commit import Answered, Landed, commit_batch
+from dpone_dagster.cursor.batch_commit import Answered, Landed, PhaseHook, commit_batch
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
 from dpone_dagster.cursor.stream_documents import (
     Checkpoint,
@@ -55,8 +55,6 @@ from .row_count import moved
 from .shape import StreamCatalogs, StreamShape, read_catalogs
 from .sweep import SweepLedger
 from .verify import FinalCheck, RunCheck, final_check
-
-PhaseHook = Callable[[str], None]
 
 
 @dataclass

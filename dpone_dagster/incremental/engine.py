@@ -26,7 +26,7 @@ from dpone_dagster.core.sessions import (
     transaction,
 )
 from dpone_dagster.core.verification import Verification
-from dpone_dagster.cursor.batch_commit import LostCommitError
+from dpone_dagster.cursor.batch_commit import LostCommitError, PhaseHook
 from dpone_dagster.cursor.cursor_ledger import StreamLedger
 from dpone_dagster.cursor.engine import CursorCopy
 from dpone_dagster.cursor.handoff import Handoff, StreamScope, backfill_handoff
@@ -39,7 +39,7 @@ from dpone_dagster.postgres.extensions import extension_names
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_types import TargetTypes
 
-from .batch import BatchOutcome, MergeBatch, PhaseHook, copy_batch, stream_plan
+from .batch import BatchOutcome, MergeBatch, copy_batch, stream_plan
 from .options import IncrementalOptions
 from .report import IncrementalResult, build_result
 from .row_count import count_target
