@@ -182,6 +182,7 @@ def instrument_backfill(clock: Clock) -> None:
     """Times the backfill's engine functions where the run looks them up."""
     from dpone_dagster.backfill import api, copier, reconcile
     from dpone_dagster.cursor.cursor_ledger import RunLedger
+    from dpone_dagster.cursor.mark_policies import FixedMark
     from dpone_dagster.dagster.events import backfill as events
     from dpone_dagster.dagster.events.progress import ProgressReporter
 
@@ -190,7 +191,7 @@ def instrument_backfill(clock: Clock) -> None:
     clock.wrap(api.Backfill, "_connect", "sessions: connect")
     clock.wrap(RunLedger, "ensure", "ledger: ensure its schema")
     clock.wrap(api.Backfill, "_plan", "plan: shape, run")
-    clock.wrap(api, "take_high_water_mark", "plan: high-water mark")
+    clock.wrap(FixedMark, "take", "plan: high-water mark")
     clock.wrap(api, "copy_batch", "batches: lock, ledger reads, commit (rest)")
     clock.wrap(copier, "_bounds", "batches: bounds")
     clock.wrap(copier, "_copy", "copy: the rows (relay + content hash)")

@@ -6,8 +6,9 @@ confirmed position to the run's LSN, even when the group's tables were quiet), b
 moves the restart point only past WAL no open transaction still needs: every transaction open
 on the source *server* (any database: logical decoding reads the whole server's WAL) that wrote
 before the slot's last recorded point keeps it there, however often the group runs.
-:func:`slot_status` reads the slot's positions, ``wal_status`` and lag, and names those
-transactions (:class:`SlotHolder`) in the same statement.
+:func:`slot_status` reads the slot's positions, ``wal_status`` and lag in one statement, and
+names those transactions (:class:`SlotHolder`) in a second one, read only when the oldest
+transaction running may hold the slot (most runs find none and skip the scan of the sessions).
 
 How a holder is found, as the server decides it: each time the slot's position is recorded at
 one of the server's running-transactions records, its ``catalog_xmin`` becomes the oldest
@@ -149,12 +150,21 @@ _STATUS = sql.SQL(
     "SELECT s.slot_name::text, s.plugin::text, s.active, s.active_pid, s.wal_status,"
     " s.safe_wal_size, (coalesce(s.confirmed_flush_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
     " (coalesce(s.restart_lsn, '0/0') - '0/0'::pg_lsn)::int8,"
-    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {holders}, {failover}"
+    " (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8, s.database::text, {held}, {failover}"
     " FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = %s"
 )
-"""A slot's state; ``holders`` is :data:`_HOLDERS`, or an empty list where no caller reads
-them (a wait on the slot, a read's check that no session holds it); ``failover`` is
-:data:`_FAILOVER` on PostgreSQL 17+, NULLs before."""
+"""A slot's state; ``held`` is :data:`_MAY_BE_HELD` (whether a transaction open now may hold
+it), or false where no caller reads the holders (a wait on the slot, a read's check that no
+session holds it); ``failover`` is :data:`_FAILOVER` on PostgreSQL 17+, NULLs before."""
+
+_MAY_BE_HELD = sql.SQL(
+    "s.catalog_xmin IS NOT NULL AND age(pg_catalog.xid(pg_catalog.pg_snapshot_xmin("
+    "pg_catalog.pg_current_snapshot()))) >= age(s.catalog_xmin)"
+)
+"""Whether the oldest transaction id running now is at or before the slot's ``catalog_xmin``:
+no backend's ``backend_xid`` is older than the oldest running one, so when this is false no
+transaction holds the slot, and :data:`_HOLDERS` (a scan of the server's sessions, the dearer
+half of the status) is not read."""
 
 # The failover column, the names synchronized_standby_slots lists, and those of them without a
 # valid physical slot on this server (PostgreSQL 17+).
@@ -172,17 +182,16 @@ _NO_FAILOVER = sql.SQL("NULL::bool, '{}'::text[], '{}'::text[]")
 
 # The holders: backends whose transaction id is at or before the slot's catalog_xmin (age()
 # counts back from the server's next transaction id, so it orders ids across wraparound).
-_HOLDERS = sql.SQL(
-    "(SELECT coalesce(json_agg(json_build_object('pid', a.pid, 'database', a.datname,"
+_HOLDERS = (
+    "SELECT coalesce(json_agg(json_build_object('pid', a.pid, 'database', a.datname,"
     "   'user', a.usename, 'application_name', nullif(a.application_name, ''),"
     "   'state', a.state, 'xact_start', a.xact_start,"
     "   'seconds', extract(epoch FROM clock_timestamp() - a.xact_start), 'query', a.query)"
     "   ORDER BY a.xact_start NULLS LAST, a.pid), '[]')"
-    "  FROM pg_catalog.pg_stat_activity AS a"
-    "  WHERE s.catalog_xmin IS NOT NULL AND a.backend_xid IS NOT NULL"
-    "  AND age(a.backend_xid) >= age(s.catalog_xmin) AND a.pid <> pg_backend_pid())"
+    " FROM pg_catalog.pg_replication_slots AS s, pg_catalog.pg_stat_activity AS a"
+    " WHERE s.slot_name = %s AND s.catalog_xmin IS NOT NULL AND a.backend_xid IS NOT NULL"
+    " AND age(a.backend_xid) >= age(s.catalog_xmin) AND a.pid <> pg_backend_pid()"
 )
-_NO_HOLDERS = sql.SQL("'[]'::json")
 
 
 FAILOVER_VERSION = 170000
@@ -196,10 +205,10 @@ def failover_supported(conn: Connection) -> bool:
 
 def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotStatus | None:
     """The state of ``slot`` on ``conn``'s server, or None when there is no such slot;
-    without ``holders``, :attr:`SlotStatus.held_by` is empty (a lighter query: no scan of the
-    server's sessions)."""
+    without ``holders``, :attr:`SlotStatus.held_by` is empty and the holders are never read
+    (with it, they are read only when a transaction running now may hold the slot)."""
     failover = _FAILOVER if failover_supported(conn) else _NO_FAILOVER
-    query = _STATUS.format(holders=_HOLDERS if holders else _NO_HOLDERS, failover=failover)
+    query = _STATUS.format(held=_MAY_BE_HELD if holders else sql.SQL("false"), failover=failover)
     row = conn.execute(query, (slot,)).fetchone()
     if row is None:
         return None
@@ -217,15 +226,21 @@ def slot_status(conn: Connection, slot: str, *, holders: bool = True) -> SlotSta
         active_pid=pid,
         retained_bytes=max(0, int(current) - int(restart)) if restart else 0,
         database=database,
-        held_by=tuple(_holder(h) for h in row[10]),
+        held_by=_holders(conn, slot) if row[10] else (),
         failover=row[11],
         synchronized_standbys=tuple(row[12]),
         missing_standbys=tuple(row[13]),
     )
 
 
+def _holders(conn: Connection, slot: str) -> tuple[SlotHolder, ...]:
+    """The transactions that hold ``slot`` back, oldest first (see the module)."""
+    row = conn.execute(_HOLDERS, (slot,)).fetchone()
+    return () if row is None else tuple(_holder(h) for h in row[0])
+
+
 def _holder(row: dict[str, Any]) -> SlotHolder:
-    """A holder from its JSON object (see :data:`_STATUS`)."""
+    """A holder from its JSON object (see :data:`_HOLDERS`)."""
     started = row.get("xact_start")
     seconds = row.get("seconds")
     return SlotHolder(
