@@ -76,6 +76,21 @@ def test_the_domain_core_imports_without_loading_dagster() -> None:
     assert result.stdout.strip() == "[]", result.stdout
 
 
+def test_a_run_worker_loads_no_certificate_parser() -> None:
+    """A run worker that imports every factory and resource does not load ``cryptography``
+    (about 20 ms of every cold run): only a failed TLS setup reads the server's certificate
+    (``tests/tls/test_tls.py`` proves that path)."""
+    code = (
+        "import sys, dagster; from dpone_dagster import LedgerResource, PostgresSourceResource, "
+        "PostgresTargetResource, backfill_asset, incremental_asset, replication_assets, "
+        "snapshot_copy_assets; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cryptography'))"
+    )
+    result = run(sys.executable, "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+
+
 def test_the_postgres_toolkit_loads_no_engine() -> None:
     """Every module of the toolkit (``dpone_dagster.postgres``) imports without loading an engine
     (the snapshot copy above it included): the layers contract sees static imports, this sees

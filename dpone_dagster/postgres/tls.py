@@ -15,8 +15,6 @@ import ssl
 import struct
 from dataclasses import dataclass
 
-from cryptography import x509
-
 _SSL_REQUEST = struct.pack("!ii", 8, 80877103)  # length, then the SSLRequest code (1234.5679)
 
 
@@ -57,10 +55,16 @@ def server_certificate(host: str, port: int, timeout: float) -> ServerCertificat
         return None
     if not der:
         return None
-    return _names(x509.load_der_x509_certificate(der))
+    return _names(der)
 
 
-def _names(certificate: x509.Certificate) -> ServerCertificate:
+def _names(der: bytes) -> ServerCertificate:
+    """The names of the DER certificate ``der``."""
+    # Imported here: only a failed TLS setup reads a certificate, and the import costs every
+    # run worker about 20 ms.
+    from cryptography import x509
+
+    certificate: x509.Certificate = x509.load_der_x509_certificate(der)
     try:
         alt = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = [*alt.get_values_for_type(x509.DNSName)]
