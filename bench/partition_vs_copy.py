@@ -7,7 +7,9 @@ floor under it: the raw pipe into a new table loaded with ``FREEZE`` and keyed a
 snapshot copy's way to load) beside the raw pipe into the table with its key (the way a
 backfill batch must load: into the table users query, whose key finds the rows a batch already
 holds). The keyed pipe's share of the frozen one is the most a partition's ratio over the
-copy's can reach on this machine, whatever the engine spends beside the load.
+copy's can reach on this machine, whatever the engine spends beside the load. Beside them, the
+raw pipe into a new unkeyed table made before the load and keyed afterwards: the most a
+backfill could reach that built the key of a target it created once its rows are in.
 """
 
 from __future__ import annotations
@@ -31,13 +33,29 @@ def frozen_pipe(source: str, target: str) -> float:
     """Seconds of the raw pipe into a new table created in the load's transaction, loaded with
     ``FREEZE`` and keyed afterwards (``ADD PRIMARY KEY``): the snapshot copy's way to load, where
     the raw pipe loads the way a backfill batch must, into the table with its key."""
+    return _pipe_into_new_table(source, target, frozen=True)
+
+
+def deferred_pipe(source: str, target: str) -> float:
+    """Seconds of the raw pipe into a new table without a key, created before the load (no
+    ``FREEZE``: a backfill's batches cannot load into a table their own transaction made), then
+    keyed (``ADD PRIMARY KEY``): the most a backfill could reach that built the key of a target
+    it created once its rows are in, instead of loading into the keyed table."""
+    return _pipe_into_new_table(source, target, frozen=False)
+
+
+def _pipe_into_new_table(source: str, target: str, *, frozen: bool) -> float:
+    """The raw pipe into a new unkeyed table, keyed after the load (see the two callers)."""
     pg.execute(target, f"DROP TABLE IF EXISTS {FROZEN}")
+    create = f"CREATE TABLE {FROZEN} (LIKE public.mixed INCLUDING DEFAULTS)"
+    if not frozen:  # the table exists before the load's transaction, as a backfill's does
+        pg.execute(target, create)
     pg.execute(target, "CHECKPOINT")
     out = [*pipe.psql_args(source), "-c", "COPY public.mixed TO STDOUT (FORMAT binary)"]
+    copy = f"COPY {FROZEN} FROM STDIN (FORMAT binary{', FREEZE' if frozen else ''})"
     load = [
-        *pipe.psql_args(target), "-c", "BEGIN",
-        "-c", f"CREATE TABLE {FROZEN} (LIKE public.mixed INCLUDING DEFAULTS)",
-        "-c", f"COPY {FROZEN} FROM STDIN (FORMAT binary, FREEZE)",
+        *pipe.psql_args(target), "-c", "BEGIN", *(["-c", create] if frozen else []),
+        "-c", copy, *(["-c", "COMMIT", "-c", "BEGIN"] if not frozen else []),
         "-c", f"ALTER TABLE {FROZEN} ADD PRIMARY KEY (id)", "-c", "COMMIT",
     ]  # fmt: skip
     started = time.perf_counter()
@@ -46,7 +64,7 @@ def frozen_pipe(source: str, target: str) -> float:
     assert producer.stdout is not None
     producer.stdout.close()
     if producer.wait() != 0:
-        raise RuntimeError("the frozen psql pipe failed")
+        raise RuntimeError("the psql pipe into a new table failed")
     seconds = time.perf_counter() - started
     pg.execute(target, f"DROP TABLE {FROZEN}")
     return seconds
@@ -74,20 +92,34 @@ def _share_row(
     return {**row, **cells}, f"{name:<56} ratios best {best}, median {median}"
 
 
-def load_floor(floors: list[tuple[float, float]], limit: float) -> list[dict[str, object]]:
+Floor = tuple[float, float, float]
+"""One round's floor: the keyed raw pipe, the frozen-then-keyed pipe, the deferred-key pipe."""
+
+
+def load_floor(floors: list[Floor], limit: float) -> list[dict[str, object]]:
     """The floor under ``backfill partition / snapshot copy``: each round's frozen-then-keyed
-    pipe over the keyed raw pipe right before it (best, median), as a result row."""
+    pipe over the keyed raw pipe right before it, and over the deferred-key pipe after it
+    (best, median), as result rows."""
     if not floors:
         return []
+    keyed_pipes = [keyed for keyed, _, _ in floors]
     row, line = _share_row(
         "ceiling: keyed pipe, of the frozen-then-keyed pipe",
-        [frozen / keyed for keyed, frozen in floors], [keyed for keyed, _ in floors], limit,
-        best_seconds=round(min(f for _, f in floors), 2),
+        [frozen / keyed for keyed, frozen, _ in floors], keyed_pipes, limit,
+        best_seconds=round(min(f for _, f, _ in floors), 2),
     )  # fmt: skip
     print(f"{line}: the most a load into the keyed table reaches of the snapshot copy's load; "
           f"each round's keyed / frozen pipe seconds "
-          f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f in floors)}")  # fmt: skip
-    return [row]
+          f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f, _ in floors)}")  # fmt: skip
+    deferred, deferred_line = _share_row(
+        "ceiling: key built after the load, of the frozen-then-keyed pipe",
+        [frozen / later for _, frozen, later in floors], keyed_pipes, limit,
+        best_seconds=round(min(d for _, _, d in floors), 2),
+    )  # fmt: skip
+    print(f"{deferred_line}: the most a backfill reaches that keys a target it created once "
+          f"its rows are in; each round's deferred / frozen pipe seconds "
+          f"{', '.join(f'{d:.2f} / {f:.2f}' for _, f, d in floors)}")  # fmt: skip
+    return [row, deferred]
 
 
 def backfill_of_copy(

@@ -24,7 +24,9 @@ source database and an indexed copy of its shape in a fresh target database, the
   snapshot copy's way to load) beside the raw pipe into the keyed table (the way a backfill
   batch must load, into the table users query, whose key finds the rows a batch already holds).
   The second over the first is the most a partition's ratio over the copy's can reach on this
-  machine whatever the engine spends beside the load.
+  machine whatever the engine spends beside the load. A third pipe loads a new unkeyed table
+  made before the load (no ``FREEZE``) and keys it afterwards: what a backfill could reach that
+  built the key of a target it created once its rows are in.
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
@@ -63,7 +65,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench import backfill, pipe, result_file  # noqa: E402
 from bench.partition_vs_copy import (  # noqa: E402
+    Floor,
     backfill_of_copy,
+    deferred_pipe,
     frozen_pipe,
     load_cell,
     load_floor,
@@ -247,15 +251,16 @@ def report(
 
 def measure_rounds(
     args: argparse.Namespace, source: str, target: str
-) -> tuple[list[float], dict[str, list[dict[str, Any]]], list[tuple[float, float]]]:
+) -> tuple[list[float], dict[str, list[dict[str, Any]]], list[Floor]]:
     """The rounds, each: raw pipe, a strategy, raw pipe, the next strategy, ... so that every
     run is compared with the raw pipe measured right before and right after it (the machine's
     speed drifts; a baseline taken minutes earlier would blur the ratio). With a backfill in
     the run, each round ends with the frozen pipe beside the keyed one before it (the floor).
-    Returns the raw pipe's seconds, each strategy's runs and the floor's (keyed, frozen) pairs."""
+    Returns the raw pipe's seconds, each strategy's runs and the floor's (keyed, frozen,
+    deferred-key) seconds."""
     raws: list[float] = [raw_pipe(source, target)]
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.strategies}
-    floors: list[tuple[float, float]] = []
+    floors: list[Floor] = []
     for round_ in range(args.repeat):
         for strategy in args.strategies:
             load = os.getloadavg()[0]
@@ -268,7 +273,7 @@ def measure_rounds(
             figures["ratio"] = (raws[-2] + raws[-1]) / 2 / figures["seconds"]
             runs[strategy].append(figures)
         if any(s.endswith(":backfill") for s in args.strategies):
-            floors.append((raws[-1], frozen_pipe(source, target)))
+            floors.append((raws[-1], frozen_pipe(source, target), deferred_pipe(source, target)))
     return raws, runs, floors
 
 
