@@ -96,30 +96,32 @@ Floor = tuple[float, float, float]
 """One round's floor: the keyed raw pipe, the frozen-then-keyed pipe, the deferred-key pipe."""
 
 
+_FLOORS = (
+    ("ceiling: keyed pipe, of the frozen-then-keyed pipe", 0, 1, "keyed",
+     "the most a load into the keyed table reaches of the snapshot copy's load"),
+    ("ceiling: key built after the load, of the frozen-then-keyed pipe", 2, 2, "deferred",
+     "the most a backfill reaches that keys a target it created once its rows are in"),
+)  # fmt: skip
+"""Each floor row: its name, its pipe's place in a :data:`Floor`, the place of the pipe whose
+best seconds the row shows, the pipe's name, what it is."""
+
+
 def load_floor(floors: list[Floor], limit: float) -> list[dict[str, object]]:
     """The floor under ``backfill partition / snapshot copy``: each round's frozen-then-keyed
     pipe over the keyed raw pipe right before it, and over the deferred-key pipe after it
     (best, median), as result rows."""
     if not floors:
         return []
-    keyed_pipes = [keyed for keyed, _, _ in floors]
-    row, line = _share_row(
-        "ceiling: keyed pipe, of the frozen-then-keyed pipe",
-        [frozen / keyed for keyed, frozen, _ in floors], keyed_pipes, limit,
-        best_seconds=round(min(f for _, f, _ in floors), 2),
-    )  # fmt: skip
-    print(f"{line}: the most a load into the keyed table reaches of the snapshot copy's load; "
-          f"each round's keyed / frozen pipe seconds "
-          f"{', '.join(f'{k:.2f} / {f:.2f}' for k, f, _ in floors)}")  # fmt: skip
-    deferred, deferred_line = _share_row(
-        "ceiling: key built after the load, of the frozen-then-keyed pipe",
-        [frozen / later for _, frozen, later in floors], keyed_pipes, limit,
-        best_seconds=round(min(d for _, _, d in floors), 2),
-    )  # fmt: skip
-    print(f"{deferred_line}: the most a backfill reaches that keys a target it created once "
-          f"its rows are in; each round's deferred / frozen pipe seconds "
-          f"{', '.join(f'{d:.2f} / {f:.2f}' for _, f, d in floors)}")  # fmt: skip
-    return [row, deferred]
+    rows = []
+    for name, place, shown, pipe_name, meaning in _FLOORS:
+        row, line = _share_row(
+            name, [f[1] / f[place] for f in floors], [f[0] for f in floors], limit,
+            best_seconds=round(min(f[shown] for f in floors), 2),
+        )  # fmt: skip
+        seconds = ", ".join(f"{f[place]:.2f} / {f[1]:.2f}" for f in floors)
+        print(f"{line}: {meaning}; each round's {pipe_name} / frozen pipe seconds {seconds}")
+        rows.append(row)
+    return rows
 
 
 def backfill_of_copy(
