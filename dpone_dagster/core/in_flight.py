@@ -11,6 +11,14 @@ waits on too). They then wait those transactions out before reading the range, s
 commit below the mark is visible to the read that covers it. What an engine does with a
 transaction that outlives its wait is the engine's rule (the backfill refuses, the stream reads
 that range again later).
+
+One kind of transaction is not waited for: an engine batch's own read of the source (another
+partition's, another job's). It is ``READ ONLY`` and can commit no row, and it holds the shared
+advisory lock :data:`READER_LOCK` for its whole life (taken by
+:func:`~dpone_dagster.core.read_window.open_read_window`, in the statement that takes its
+snapshot), which is how the listing tells it apart. Without that, a partition's mark would wait
+on every batch read of the partitions running beside it, and be refused when one of them is held
+open longer than the wait (a batch whose ``COPY`` waits on a row lock in the target).
 """
 
 from __future__ import annotations
@@ -22,12 +30,19 @@ from dpone_dagster.postgres.connection import Connection
 
 from .waits import wait_while
 
+READER_LOCK = 0x64_706F6E65
+"""The key of the shared advisory lock an engine batch's ``READ ONLY`` read of the source holds
+until its transaction ends (``b"dpone"`` as a number): the marks do not wait for it."""
+
 _IN_FLIGHT = """
 SELECT l.virtualxid, a.pid, coalesce(a.application_name, ''), coalesce(a.state, '')
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
   AND a.datname = current_database() AND a.backend_type = 'client backend'
   AND l.pid <> pg_backend_pid()
+  AND NOT EXISTS (SELECT 1 FROM pg_locks r WHERE r.pid = l.pid AND r.locktype = 'advisory'
+                  AND r.classid = %s::bigint::oid AND r.objid = %s::bigint::oid
+                  AND r.objsubid = 1 AND r.mode = 'ShareLock' AND r.granted)
 """
 
 _STILL_RUNNING = """
@@ -53,8 +68,11 @@ class Settled:
 
 def in_flight_transactions(conn: Connection) -> list[str]:
     """The virtual transaction ids of every other client session of the database with a
-    transaction open (written or not), read in ``conn``'s current snapshot."""
-    return [str(r[0]) for r in conn.execute(_IN_FLIGHT).fetchall()]
+    transaction open (written or not), read in ``conn``'s current snapshot; an engine batch's
+    read of the source (holding :data:`READER_LOCK`) is left out."""
+    # pg_locks shows a bigint advisory key as its high and low 32 bits.
+    key = (READER_LOCK >> 32, READER_LOCK & 0xFFFFFFFF)
+    return [str(r[0]) for r in conn.execute(_IN_FLIGHT, key).fetchall()]
 
 
 def still_running(conn: Connection, in_flight: Sequence[str]) -> list[tuple[str, int]]:

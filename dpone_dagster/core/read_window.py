@@ -30,19 +30,23 @@ from dpone_dagster.lifecycle import (
 )
 from dpone_dagster.postgres.connection import Connection
 
+from .in_flight import READER_LOCK
+
 SERVER_CLOCK = "postgresql.clock_timestamp"
 """The clock authority of every engine receipt: the source server's ``clock_timestamp()``."""
 SNAPSHOT_AUTHORITY = "postgresql.pg_current_snapshot"
 """The snapshot authority of every engine receipt."""
 
 
+# The read transaction's first statement: it takes the snapshot, and the reader's lock that tells
+# the marks this read-only transaction can commit no row (dpone_dagster.core.in_flight).
 _OPEN = """
 SELECT clock_timestamp(), s::text, clock_timestamp(), coalesce(
     (SELECT min(x) FROM pg_snapshot_xip(s) AS x
-     WHERE (x::text::bigint % 4294967296)::text NOT IN (
+     WHERE (x::text::bigint %% 4294967296)::text NOT IN (
          SELECT backend_xid::text FROM pg_stat_activity
          WHERE backend_xid IS NOT NULL AND datname <> current_database())),
-    pg_snapshot_xmax(s))::text
+    pg_snapshot_xmax(s))::text, pg_advisory_xact_lock_shared(%s)
 FROM pg_current_snapshot() AS s
 """
 
@@ -59,10 +63,12 @@ class ReadWindow:
 
 def open_read_window(src: Connection) -> ReadWindow:
     """Records the source transaction's snapshot and clock in a new lifecycle authority (the
-    session must be inside its ``REPEATABLE READ`` transaction)."""
-    snap = src.execute(_OPEN).fetchone()
+    session must be inside its ``REPEATABLE READ READ ONLY`` transaction), and takes the shared
+    lock :data:`~dpone_dagster.core.in_flight.READER_LOCK` until it ends: a mark taken meanwhile
+    does not wait for this read (it can commit no row)."""
+    snap = src.execute(_OPEN, (READER_LOCK,)).fetchone()
     assert snap is not None
-    started, token, acquired, oldest = snap
+    started, token, acquired, oldest, _ = snap
     assert isinstance(started, datetime)
     assert isinstance(acquired, datetime)
     authority = ExtractionLifecycleAuthority()

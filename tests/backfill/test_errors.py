@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import psycopg
 import pytest
@@ -80,6 +81,42 @@ def test_a_transaction_in_flight_at_the_mark_that_never_ends_is_unsettled(pair: 
         idle.execute("SELECT 1")
         run = backfill(pair, write_pause="maintenance window 42", settle_timeout=0.3).plan()
         assert run.boundary.kind == "bounded_write_pause"
+
+
+def test_a_mark_does_not_wait_on_another_partitions_batch_read_held_open(pair: Pair) -> None:
+    """Partitions run beside each other: the first's batch read stays open (its COPY waits on a
+    row the target holds locked), and the second's mark, taken meanwhile, does not wait for it
+    (a batch's read is READ ONLY and commits no row). A client's own transaction is still
+    waited for, READ ONLY or not: nothing outside says it will not write."""
+    first = backfill(pair, upper=2500)
+    request = next_request(first.plan(), 1000)
+    done: list[object] = []
+    with psycopg.connect(pair.target) as holder:
+        holder.execute("INSERT INTO mixed (id, qty) VALUES (10, 1)")  # in the first batch's range
+        copying = threading.Thread(target=lambda: done.append(first.apply(request)))
+        copying.start()
+        try:
+            pg.wait_until(
+                lambda: pg.fetch_one(
+                    pair.target,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE 'COPY %%' AND datname = current_database()",
+                ) == 1,
+                timeout=30, what="the first partition's COPY waits on the held row",
+            )  # fmt: skip
+            second = backfill(pair, lower=2500, upper=4000, settle_timeout=0.3).plan()
+            assert second.status is BackfillStatus.PLANNED
+            with psycopg.connect(pair.source) as client:
+                client.execute("BEGIN READ ONLY")
+                client.execute("SELECT 1")
+                assert code_of(lambda: backfill(pair, lower=4000, settle_timeout=0.3).plan()) == (
+                    "backfill_high_water_mark_unsettled"
+                )
+        finally:
+            holder.rollback()
+            copying.join(60)
+    [result] = done
+    assert result.receipt.observation.copied_count == 1000  # type: ignore[attr-defined]
 
 
 def test_the_wait_for_a_lost_commit_raises_when_the_old_backend_does_not_exit(
