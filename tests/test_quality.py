@@ -78,7 +78,7 @@ def test_the_domain_core_imports_without_loading_dagster() -> None:
 
 def test_a_run_worker_loads_no_certificate_parser() -> None:
     """A run worker that imports every factory and resource does not load ``cryptography``
-    (about 20 ms of every cold run): only a failed TLS setup reads the server's certificate
+    (an import every cold run would pay): only a failed TLS setup reads the server's certificate
     (``tests/tls/test_tls.py`` proves that path)."""
     code = (
         "import sys, dagster; from dpone_dagster import LedgerResource, PostgresSourceResource, "

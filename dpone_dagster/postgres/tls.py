@@ -60,8 +60,8 @@ def server_certificate(host: str, port: int, timeout: float) -> ServerCertificat
 
 def _names(der: bytes) -> ServerCertificate:
     """The names of the DER certificate ``der``."""
-    # Imported here: only a failed TLS setup reads a certificate, and the import costs every
-    # run worker about 20 ms.
+    # Imported here: only a failed TLS setup reads a certificate, and every run worker would
+    # otherwise pay the import.
     from cryptography import x509
 
     certificate: x509.Certificate = x509.load_der_x509_certificate(der)
