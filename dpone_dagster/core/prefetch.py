@@ -11,12 +11,13 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from dpone_dagster.core.threads import background
+
 _T = TypeVar("_T")
-_U = TypeVar("_U")
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,7 @@ def prefetched(items: Callable[[], Iterator[_T]], *, ahead: int) -> Iterator[_T]
         BaseException: whatever ``items()`` raised, where it raised it.
     """
     reader = _Reader(items, queue.Queue(ahead), threading.Event())
-    thread = threading.Thread(target=reader.run, name="dpone-prefetch", daemon=True)
-    thread.start()
+    reading = background().submit(reader.run)
     try:
         while (item := reader.box.get()) is not _END:
             if isinstance(item, _Failed):
@@ -71,18 +71,8 @@ def prefetched(items: Callable[[], Iterator[_T]], *, ahead: int) -> Iterator[_T]
             yield item  # type: ignore[misc]
     finally:
         reader.stop.set()
-        while thread.is_alive():  # a reader blocked on a full box is let through
+        while not reading.done():  # a reader blocked on a full box is let through
             try:
                 reader.box.get_nowait()
             except queue.Empty:
-                thread.join(0.01)
-
-
-def at_once(first: Callable[[], _T], second: Callable[[], _U]) -> tuple[_T, _U]:
-    """The results of ``first`` and ``second``, run at the same time, each on a thread of its own
-    (each with a session of its own: both servers of a comparison work at once); both have
-    ended when it returns or raises, and the first failure is the one raised.
-    """
-    with ThreadPoolExecutor(2, thread_name_prefix="dpone-at-once") as pool:
-        one, two = pool.submit(first), pool.submit(second)
-        return one.result(), two.result()
+                wait([reading], timeout=0.01)

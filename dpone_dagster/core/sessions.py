@@ -15,7 +15,7 @@ database error.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
@@ -24,6 +24,7 @@ import psycopg
 from psycopg import IsolationLevel, pq
 
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.threads import background
 from dpone_dagster.core.waits import wait_while
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import (
@@ -67,12 +68,12 @@ def open_at_once(*openers: Callable[[], Connection]) -> list[Connection]:
             every opener has ended; the sessions the others opened are closed.
     """
     interrupted: BaseException | None = None
-    with ThreadPoolExecutor(max_workers=len(openers), thread_name_prefix="dpone-connect") as pool:
-        started = [pool.submit(opener) for opener in openers]
-        try:
-            wait(started)
-        except BaseException as exc:  # the pool's exit still waits for every opener
-            interrupted = exc
+    started = [background().submit(opener) for opener in openers]
+    try:
+        wait(started)
+    except BaseException as exc:  # every opener still ends before its session is closed
+        interrupted = exc
+        wait(started)
     failures = [f.exception() for f in started if f.exception() is not None]
     failure = interrupted or (failures[0] if failures else None)
     if failure is not None:

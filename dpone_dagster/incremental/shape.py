@@ -10,13 +10,14 @@ as a bind parameter cast from text to its column's type; every name through
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.keyed import keyed_sides, live_rows
+from dpone_dagster.core.threads import at_once
 from dpone_dagster.cursor.stream_documents import Checkpoint
 from dpone_dagster.cursor.table_check import MOVING_MARK_CHECK, CursorTables
 from dpone_dagster.postgres import check_identifier
@@ -142,11 +143,11 @@ def read_catalogs(
         EngineError: ``table_not_found`` for a source table that does not exist.
         DatabaseError: ``source_permission_denied`` without ``SELECT`` on it.
     """
-    # Leaving the block waits for the target's read, whatever the source's did.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpone-catalog") as pool:
-        target_side = pool.submit(target_catalog, tgt, target, swap=False)
-        found = MOVING_MARK_CHECK.source_catalog(src, source)
-    return StreamCatalogs(found, target_side.result())
+    found, target_side = at_once(
+        partial(MOVING_MARK_CHECK.source_catalog, src, source),
+        partial(target_catalog, tgt, target, swap=False),
+    )
+    return StreamCatalogs(found, target_side)
 
 
 def resolve_stream(

@@ -27,12 +27,12 @@ count-based delete scan (:mod:`dpone_dagster.incremental.ranges`) drills with th
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar, cast
 
 from psycopg import sql
 
+from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres import Column, TableName
 from dpone_dagster.postgres.connection import Connection
 
@@ -55,10 +55,8 @@ keys cost less to send than the levels cost to digest)."""
 
 def both(source: Callable[[], _T], target: Callable[[], _T]) -> tuple[_T, _T]:
     """Runs the source side and the target side at once (two sessions, two servers)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        other = pool.submit(source)
-        mine = target()
-        return other.result(), mine
+    mine, other = at_once(target, source)
+    return other, mine
 
 
 def drill(

@@ -42,7 +42,6 @@ from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.ledger import LedgerConfig
-from dpone_dagster.core.prefetch import at_once
 from dpone_dagster.core.sessions import (
     Sessions,
     fail_run,
@@ -51,6 +50,7 @@ from dpone_dagster.core.sessions import (
     prepared_session,
     transaction,
 )
+from dpone_dagster.core.threads import at_once
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (

@@ -11,11 +11,12 @@ happened, and is applied in the data's transaction.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
+from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres.catalog import Column, TableCatalog, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName, check_identifier
@@ -186,14 +187,10 @@ def relation_plan(
         EngineError: ``replica_identity_missing``, ``replication_options_invalid``
             (:func:`refuse_keyless_table`).
     """
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the two servers' catalogs at once
-        reading = pool.submit(target_catalog, tgt, table, swap=False)
-        try:
-            catalog = relation_columns(src, table, relation)
-        except BaseException:
-            wait([reading])  # the source's failure is the one raised
-            raise
-        found = reading.result()
+    catalog, found = at_once(  # the two servers' catalogs at once
+        partial(relation_columns, src, table, relation),
+        partial(target_catalog, tgt, table, swap=False),
+    )
     if not catalog.key:  # applied by the old rows' images (.keyless), never merged by key
         refuse_keyless_table(str(table), relation.replica_identity, group)
     elif relation.replica_identity == "i" and (

@@ -21,8 +21,8 @@ from datetime import datetime
 from psycopg import sql
 
 from dpone_dagster.core.keyed import KeyedTables
-from dpone_dagster.core.prefetch import at_once
 from dpone_dagster.core.sweep import Later, Sweep, SweepPosition, classify, slice_rows
+from dpone_dagster.core.threads import at_once
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName

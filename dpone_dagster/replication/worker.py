@@ -1,5 +1,6 @@
-"""The stream's apply worker: one thread that commits the stream's target transactions, in order,
-while the stream reads and stages the next one.
+"""The stream's apply worker: commits the stream's target transactions in order, on a thread of
+the process's pool (:func:`~dpone_dagster.core.threads.background`), while the stream reads and
+stages the next one.
 
 A target transaction's apply (its net effect by key, the merge, the ledger's applied position,
 the commit; the slot's advance after it runs on a thread of its own, :mod:`.commits`) is the
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, wait
 
+from dpone_dagster.core.threads import background
 from dpone_dagster.postgres.connection import Connection
 
 CANCEL_TIMEOUT = 10.0
@@ -23,10 +25,9 @@ CANCEL_TIMEOUT = 10.0
 
 
 class ApplyWorker:
-    """Runs the stream's apply jobs on one background thread, one at a time, in order."""
+    """Runs the stream's apply jobs on a background thread, one at a time, in order."""
 
     def __init__(self) -> None:
-        self._executor: ThreadPoolExecutor | None = None
         self._job: Future[None] | None = None
 
     @property
@@ -38,9 +39,7 @@ class ApplyWorker:
         """Runs ``job`` on the worker's thread once the job before it has ended (its failure
         is raised here, and ``job`` is not run)."""
         self.wait()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="dpone-replication-apply")
-        self._job = self._executor.submit(job)
+        self._job = background().submit(job)
 
     def wait(self) -> None:
         """Waits for the job in flight, if any; raises its failure."""
@@ -60,10 +59,10 @@ class ApplyWorker:
                         conn.cancel_safe(timeout=CANCEL_TIMEOUT)
             with contextlib.suppress(BaseException):
                 job.result()
-        self.close()
 
     def close(self) -> None:
-        """Ends the worker's thread (after the job in flight, if any)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Waits for the job in flight, if any, leaving its failure to whoever waited before
+        (the thread it ran on goes back to :func:`~dpone_dagster.core.threads.background`)."""
+        job, self._job = self._job, None
+        if job is not None:
+            wait([job])
