@@ -20,7 +20,7 @@ from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres.catalog import Column, TableCatalog, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName, check_identifier
-from dpone_dagster.postgres.target_catalog import target_catalog
+from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
 from dpone_dagster.postgres.target_plan import (
     Sink,
     TableMapping,
@@ -168,12 +168,26 @@ def relation_columns(src: Connection, table: TableName, relation: Relation) -> T
     return replace(found, columns=tuple(columns))
 
 
+def relation_catalogs(
+    src: Connection, tgt: Connection, table: TableName, relation: Relation
+) -> tuple[TableCatalog, TargetCatalog | None]:
+    """What :func:`relation_plan` reads: the source's columns as ``relation`` describes them
+    (:func:`relation_columns`) and the target's catalog (None: no such target), both servers
+    at once."""
+    return at_once(
+        partial(relation_columns, src, table, relation),
+        partial(target_catalog, tgt, table, swap=False),
+    )
+
+
 def relation_plan(
     src: Connection,
     tgt: Connection,
     table: TableName,
     relation: Relation,
     group: ReplicationGroup,
+    *,
+    catalogs: tuple[TableCatalog, TargetCatalog | None] | None = None,
 ) -> TablePlan:
     """The merge plan of ``table`` into its target from ``relation``: the schema-change policy
     decides what the target takes (its ``ALTER TABLE`` runs in the data's transaction).
@@ -181,16 +195,22 @@ def relation_plan(
     A table without a primary key is planned with the ``append`` sink (its changes are applied
     by :mod:`.keyless`), after :func:`refuse_keyless_table`.
 
+    Args:
+        src: A source session (its catalog).
+        tgt: The target session of the data's transaction.
+        table: The table.
+        relation: The slot's Relation message of the table.
+        group: The group (its options).
+        catalogs: What :func:`relation_catalogs` returns, when the caller has it
+            (:mod:`.kept_catalogs`); read here otherwise.
+
     Raises:
         SchemaChangeError: ``schema_change_incompatible``.
         CopyPlanError: ``merge_needs_primary_key`` for a target without the source's key.
         EngineError: ``replica_identity_missing``, ``replication_options_invalid``
             (:func:`refuse_keyless_table`).
     """
-    catalog, found = at_once(  # the two servers' catalogs at once
-        partial(relation_columns, src, table, relation),
-        partial(target_catalog, tgt, table, swap=False),
-    )
+    catalog, found = catalogs or relation_catalogs(src, tgt, table, relation)
     if not catalog.key:  # applied by the old rows' images (.keyless), never merged by key
         refuse_keyless_table(str(table), relation.replica_identity, group)
     elif relation.replica_identity == "i" and (

@@ -9,7 +9,9 @@ under the group's advisory lock, taken by the caller's transaction (:meth:`Group
 Its ``tables`` hold, per table, ``[schema, name]``, or ``[schema, name, state]`` where ``state``
 (:class:`TableState`) says where the table joined the stream (a table copied alone after the
 group's initial copy, :mod:`.join`) and, for a partitioned table, which partitions the target
-holds the rows of (:mod:`.partitions`).
+holds the rows of (:mod:`.partitions`), and under ``kept`` the catalogs the table's last plan
+read (:mod:`.kept_catalogs`; a rewrite of the tables drops them, and the next plan reads the
+catalogs again).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class GroupState:
         members: Each table's :class:`TableState`, by table (every table of ``tables``).
         source_timeline: The source's timeline the applied position was read on (None: not
             recorded yet; :mod:`.failover`).
+        kept: Each table's kept catalogs, as the ledger's document (:mod:`.kept_catalogs`
+            reads it), by table (a table whose plan kept none is absent).
     """
 
     slot: str
@@ -85,6 +89,7 @@ class GroupState:
     transactions: int
     members: Mapping[TableName, TableState] = field(default_factory=dict)
     source_timeline: int | None = None
+    kept: Mapping[TableName, object] = field(default_factory=dict)
 
     @property
     def starts(self) -> dict[TableName, Lsn]:
@@ -141,6 +146,7 @@ class GroupLedger:
             phase="copying" if row[3] == "copying" else "streaming",
             consistent_lsn=_lsn(row[4]), applied_lsn=_lsn(row[5]), applied_end_lsn=_lsn(row[6]),
             applied_commit_time=row[7], transactions=int(row[8]), source_timeline=row[9],
+            kept=_kept(row[2]),
         )  # fmt: skip
 
     def begin_copy(
@@ -200,6 +206,18 @@ class GroupLedger:
         )
         conn.execute(query, (_tables(members), slot))
 
+    def keep(self, conn: Connection, slot: str, table: TableName, document: object) -> None:
+        """Keeps ``document`` as the catalogs ``table``'s plan read (:mod:`.kept_catalogs`), in
+        the caller's transaction."""
+        query = self.store.tables.sql(
+            "UPDATE {replication_groups} SET tables = (SELECT jsonb_agg(CASE"
+            " WHEN e->>0 = %s AND e->>1 = %s THEN jsonb_build_array(e->0, e->1,"
+            " coalesce(e->2, '{{}}'::jsonb) || jsonb_build_object('kept', %s::jsonb)) ELSE e END"
+            " ORDER BY n) FROM jsonb_array_elements(tables) WITH ORDINALITY AS t(e, n))"
+            " WHERE slot = %s"
+        )
+        conn.execute(query, (table.schema, table.name, Jsonb(document), slot))
+
     def applied(
         self,
         conn: Connection,
@@ -244,6 +262,15 @@ def _tables(members: Mapping[TableName, TableState] | tuple[TableName, ...]) -> 
             extra["entry"] = state.entry
         entries.append([table.schema, table.name, *([extra] if extra else [])])
     return Jsonb(entries)
+
+
+def _kept(entries: list[list[Any]]) -> dict[TableName, object]:
+    """The kept catalogs' documents of a ``tables`` document, by table."""
+    return {
+        TableName(str(schema), str(name)): extra[0]["kept"]
+        for schema, name, *extra in entries
+        if extra and isinstance(extra[0], dict) and "kept" in extra[0]
+    }
 
 
 def _members(entries: list[list[Any]]) -> dict[TableName, TableState]:

@@ -39,8 +39,9 @@ from dpone_dagster.postgres.target_plan import TablePlan
 from .apply import TableApply, evolve
 from .changes import Begin, Commit, Lsn, Relation, Truncate
 from .commits import Committer, LazySession, Progress, RunState, TargetTransaction
-from .group_plan import ReplicationGroup, relation_plan
-from .group_state import GroupLedger
+from .group_plan import ReplicationGroup
+from .group_state import GroupLedger, GroupState
+from .kept_catalogs import KeptCatalogs, kept_plan
 from .keyless import table_apply
 from .net import NetHook
 from .pgoutput import RowChange, decode, new_tuple_text, row_change
@@ -69,6 +70,7 @@ class _Reading:
     skipping: bool = False
     final: Lsn = 0  # the commit LSN of the source transaction being read
     starts: Mapping[TableName, Lsn] = field(default_factory=dict)  # tables that joined, and where
+    kept: dict[TableName, object] = field(default_factory=dict)  # the ledger's kept catalogs
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
     staged_mark: int = STAGE_EVERY
     relations: dict[int, tuple[TableName, Relation]] = field(default_factory=dict)
@@ -127,11 +129,11 @@ class SlotStream:
         """
         tgt, key = sessions.target, self.ledger.lock_key(self.group.slot)
         self._hold(tgt, key)
-        starts = self._applied(tgt, run)
+        state = self._applied(tgt, run)
         committer = Committer(self.group.slot, self.ledger, tgt, second, control, run,
                               self._report)  # fmt: skip
         reading = _Reading(sessions, run, committer, server_encoding(sessions.source),
-                           starts=starts)  # fmt: skip
+                           starts=state.starts, kept=dict(state.kept))  # fmt: skip
         try:
             seen = self._read(reading, upto)
             target, reading.target = reading.target, None
@@ -173,16 +175,17 @@ class SlotStream:
         if self._on_wait is not None:
             self._on_wait(wait)
 
-    def _applied(self, tgt: Connection, run: RunState) -> Mapping[TableName, Lsn]:
+    def _applied(self, tgt: Connection, run: RunState) -> GroupState:
         """``run`` from the ledger's applied position (another run may have moved it); the
-        tables that joined the group, each with the position its copy holds the source at."""
+        group's row (its tables that joined the group, each with the position its copy holds
+        the source at, and the catalogs kept of its tables)."""
         state = self.ledger.fetch(tgt, self.group.slot)
         if state is None or state.applied_lsn is None:
             raise engine_error("replication_failed", "The group's ledger row is gone.")
         if state.applied_lsn > run.applied:
             run.applied, run.applied_end = state.applied_lsn, state.applied_end_lsn or 0
             run.applied_at = state.applied_commit_time
-        return state.starts
+        return state
 
     def _read(self, reading: _Reading, upto: Lsn) -> int:
         """Stages every message of the read; the messages the server output (what it counts
@@ -309,7 +312,11 @@ class SlotStream:
             target.copy.end()
             # The source's catalog on the control session: the source session is the reader's.
             catalog = reading.committer.control
-            plan = relation_plan(catalog, tgt, name, relation, self.group)
+            kept = KeptCatalogs.parse(reading.kept.get(name))
+            plan, keep = kept_plan(catalog, tgt, name, relation, self.group, kept)
+            if keep is not None:  # in the data's transaction: kept only if its rows commit
+                reading.kept[name] = document = keep.document()
+                self.ledger.keep(tgt, self.group.slot, name, document)
             evolve(tgt, plan)
             if plan.schema_changes:
                 counted = run.counts.get(name) or TableChanges(name)
