@@ -15,7 +15,7 @@ from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dpone_dagster.core.threads import background
+from dpone_dagster.postgres.threads import background
 
 _T = TypeVar("_T")
 

@@ -24,7 +24,6 @@ import psycopg
 from psycopg import IsolationLevel, pq
 
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.core.threads import background
 from dpone_dagster.core.waits import wait_while
 from dpone_dagster.lifecycle import DponeError, redact
 from dpone_dagster.postgres.connection import (
@@ -36,6 +35,7 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.failures import FailureSide, database_error, denied_object
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.threads import background
 from dpone_dagster.reconcile.digest import DIGEST_SETTINGS
 
 

@@ -17,7 +17,6 @@ from psycopg import sql
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.keyed import keyed_sides, live_rows
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.cursor.stream_documents import Checkpoint
 from dpone_dagster.cursor.table_check import MOVING_MARK_CHECK, CursorTables
 from dpone_dagster.postgres import check_identifier
@@ -25,6 +24,7 @@ from dpone_dagster.postgres.catalog import Column, TableCatalog, column_list
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_catalog import TargetCatalog, target_catalog
+from dpone_dagster.postgres.threads import at_once
 from dpone_dagster.reconcile.compare import Rows, Side
 
 

@@ -32,9 +32,9 @@ from typing import TypeVar, cast
 
 from psycopg import sql
 
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres import Column, TableName
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.threads import at_once
 
 from .digest import row_hash
 

@@ -24,7 +24,9 @@ One :meth:`Replication.run`:
    whole read, to ``upto_lsn``);
 3. **sequences** (unless the group's ``sequences=False``), at once with the slot's last
    advance: the target's sequences of the tables' identity and ``serial`` columns are brought
-   to at least the source's values (:mod:`.sequences`).
+   to at least the source's values (:mod:`.sequences`). A slot whose restart point the advance
+   left far behind is given a running-transactions record to move it past
+   (:func:`~.slot.mark_restart_point`).
 
 A ``kill -9`` anywhere leaves the target and the ledger at the last commit: a transaction
 committed but not yet confirmed to the slot is read again by the next run and skipped.
@@ -50,7 +52,6 @@ from dpone_dagster.core.sessions import (
     prepared_session,
     transaction,
 )
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres.connection import (
@@ -59,6 +60,7 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_plan import Sink
+from dpone_dagster.postgres.threads import at_once
 from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .changes import Lsn
@@ -77,6 +79,7 @@ from .setup import check_replication_setup, create_replication
 from .slot import (
     advance_slot,
     current_lsn,
+    mark_restart_point,
     slot_status,
     wait_for_slot,
 )
@@ -389,9 +392,13 @@ __all__ = ["BATCH_CHANGES", "DponeError", "Replication"]
 
 
 def _advanced_status(control: Connection, slot: str, confirmed: Lsn) -> SlotStatus | None:
-    """Moves ``slot`` to ``confirmed`` and reads its state after (the control session)."""
+    """Moves ``slot`` to ``confirmed`` and reads its state after (the control session); marks
+    a restart point when the slot's lags far behind (:func:`~.slot.mark_restart_point`)."""
     advance_slot(control, slot, confirmed)
-    return slot_status(control, slot)
+    status = slot_status(control, slot)
+    if status is not None:
+        mark_restart_point(control, status)
+    return status
 
 
 def _synced_sequences(

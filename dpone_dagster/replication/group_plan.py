@@ -16,7 +16,6 @@ from functools import partial
 
 from dpone_dagster.core.deletes import Deletes
 from dpone_dagster.core.errors import engine_error
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres.catalog import Column, TableCatalog, table_catalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName, check_identifier
@@ -29,6 +28,7 @@ from dpone_dagster.postgres.target_plan import (
     new_target_plan,
     plan_target,
 )
+from dpone_dagster.postgres.threads import at_once
 
 from .changes import Relation
 from .options import ReplicationOptions

@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.postgres.catalog import Column, TableCatalog
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_catalog import TargetCatalog
 from dpone_dagster.postgres.target_plan import TablePlan
+from dpone_dagster.postgres.threads import at_once
 
 from .changes import Relation
 from .group_plan import ReplicationGroup, relation_catalogs, relation_plan

@@ -41,6 +41,7 @@ __all__ = [  # the slot's state and its wait live in .slot_health; importable fr
     "current_lsn",
     "drop_replication",
     "failover_supported",
+    "mark_restart_point",
     "replication_options",
     "set_failover",
     "slot_creation_error",
@@ -93,6 +94,47 @@ def advance_slot(conn: Connection, slot: str, lsn: Lsn) -> Lsn:
 
 # One round trip: the slot's confirmed position, advanced only when ``lsn`` is ahead of it (the
 # server refuses a move backwards; a CASE branch's subquery runs only when the branch is taken).
+RESTART_LAG_BYTES = 1 << 20
+"""WAL between a slot's restart point and its confirmed position past which a run marks a new
+restart point (:func:`mark_restart_point`): what every later read would decode again."""
+
+STANDBY_SNAPSHOT_VERSION = 160000
+"""The first server version with ``pg_log_standby_snapshot()`` (``server_version_num``)."""
+
+_MARK = (
+    "SELECT pg_catalog.pg_log_standby_snapshot() WHERE NOT pg_catalog.pg_is_in_recovery()"
+    " AND pg_catalog.has_function_privilege('pg_catalog.pg_log_standby_snapshot()', 'EXECUTE')"
+)
+
+
+def mark_restart_point(conn: Connection, status: SlotStatus) -> bool:
+    """Writes a running-transactions record (``pg_log_standby_snapshot()``) after a run that
+    left ``status``'s slot with its restart point more than :data:`RESTART_LAG_BYTES` behind
+    its confirmed position, and no transaction holding it there.
+
+    A slot's restart point moves only to such a record, once a read of the slot has decoded
+    it and its position is confirmed past it. The server's background writer writes one every
+    15 s of activity; until then every run decodes again everything since the restart point (a
+    large run's changes, run after run) and the slot retains that WAL. The record written here
+    lets the next run move the restart point past it. Nothing is written on a server before
+    PostgreSQL 16, on a standby, or for a role that may not execute the function (a superuser's
+    by default: ``GRANT EXECUTE ON FUNCTION pg_log_standby_snapshot() TO ...`` allows it).
+
+    Args:
+        conn: An autocommit session of the slot's server.
+        status: The slot's state after the run's advance.
+
+    Returns:
+        Whether a record was written.
+    """
+    lag = status.confirmed_flush_lsn - status.restart_lsn
+    if not status.restart_lsn or lag <= RESTART_LAG_BYTES or status.held_by:
+        return False
+    if conn.info.server_version < STANDBY_SNAPSHOT_VERSION:
+        return False
+    return conn.execute(_MARK).fetchone() is not None
+
+
 _ADVANCE = """
 SELECT CASE WHEN s.confirmed < %(lsn)s::pg_lsn
             THEN (SELECT (a.end_lsn - '0/0'::pg_lsn)::int8

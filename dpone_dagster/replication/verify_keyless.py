@@ -30,11 +30,11 @@ from datetime import datetime
 from psycopg import sql
 
 from dpone_dagster.core.sweep import Sweep, SweepPosition, row_estimate, slice_rows
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.catalog import Column, column_type
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.threads import at_once
 from dpone_dagster.reconcile.digest import digest_sums, row_hash
 
 from .changes import Lsn, lsn_text

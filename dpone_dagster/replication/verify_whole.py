@@ -22,11 +22,11 @@ from psycopg import sql
 
 from dpone_dagster.core.keyed import KeyedTables
 from dpone_dagster.core.sweep import Later, Sweep, SweepPosition, classify, slice_rows
-from dpone_dagster.core.threads import at_once
 from dpone_dagster.core.verification import Verification
 from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.text_keys import TextKeys
+from dpone_dagster.postgres.threads import at_once
 from dpone_dagster.reconcile.compare import Key, compare
 from dpone_dagster.reconcile.digest import digest_sums, row_hash
 

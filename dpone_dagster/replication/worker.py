@@ -1,5 +1,5 @@
 """The stream's apply worker: commits the stream's target transactions in order, on a thread of
-the process's pool (:func:`~dpone_dagster.core.threads.background`), while the stream reads and
+the process's pool (:func:`~dpone_dagster.postgres.threads.background`), while the stream reads and
 stages the next one.
 
 A target transaction's apply (its net effect by key, the merge, the ledger's applied position,
@@ -17,8 +17,8 @@ import contextlib
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 
-from dpone_dagster.core.threads import background
 from dpone_dagster.postgres.connection import Connection
+from dpone_dagster.postgres.threads import background
 
 CANCEL_TIMEOUT = 10.0
 """Seconds the cancel of a job's statement in flight is given (:meth:`ApplyWorker.stop`)."""
@@ -62,7 +62,7 @@ class ApplyWorker:
 
     def close(self) -> None:
         """Waits for the job in flight, if any, leaving its failure to whoever waited before
-        (the thread it ran on goes back to :func:`~dpone_dagster.core.threads.background`)."""
+        (the thread it ran on goes back to :func:`~dpone_dagster.postgres.threads.background`)."""
         job, self._job = self._job, None
         if job is not None:
             wait([job])

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
+from dpone_dagster.replication.slot import RESTART_LAG_BYTES
 from tests.helpers import pg
 from tests.helpers.logical import drop_logical_database
 from tests.helpers.private_server import (
@@ -96,6 +97,36 @@ def test_a_quiet_groups_slot_moves_while_other_tables_and_databases_write(
     assert after.slot.retained_bytes < BOUND and after.slot.held_by == ()
     pg.execute(src, "UPDATE shop.orders SET note = 'late' WHERE id = 1")
     assert group.run().tables[0].updated == 1
+    group.assert_equal()
+
+
+def test_the_run_after_a_large_one_moves_the_restart_point_past_it_without_a_checkpoint(
+    databases: Callable[[str], str], target_dsn: str
+) -> None:
+    """A run applies about 4 MB of the group's own changes; the slot's restart point then lags
+    its confirmed position by that WAL, which every read would decode again until a
+    running-transactions record is decoded past it (a checkpoint's, or the background writer's
+    every 15 s of activity). The run writes one (:func:`~dpone_dagster.replication.slot.
+    mark_restart_point`), so the very next run, with nothing to apply, moves the restart point
+    past the large run: the slot retains none of its WAL."""
+    group, src, _ = _group(databases, target_dsn)
+    pg.execute(
+        src,
+        "INSERT INTO shop.orders SELECT g, repeat(md5(g::text), 30)"
+        " FROM generate_series(1000, 5000) AS g",
+    )
+    large = group.run()
+    assert large.tables[0].inserted == 4001
+    confirmed, restart, _ = slot_positions(src, SLOT)
+    assert confirmed - restart > RESTART_LAG_BYTES  # the large run's WAL, still retained
+    # The record is written, not flushed: a read decodes flushed WAL only. A commit flushes it
+    # (here another table's; the WAL writer does within wal_writer_delay, 200 ms by default).
+    pg.execute(src, "INSERT INTO public.busy (pad) VALUES ('flush')")
+    quiet = group.run()
+    assert quiet.transactions == 0
+    _, restart, current = slot_positions(src, SLOT)
+    assert restart >= confirmed, "the slot still retains the large run's WAL"
+    assert quiet.slot.retained_bytes < RESTART_LAG_BYTES and current - restart < MB
     group.assert_equal()
 
 
