@@ -259,7 +259,7 @@ class Replication:
             copied, adopted = self._initial_copy(sessions, control, state)
         else:
             self.failover.follow_timeline(control, tgt, state, self.ledger)
-            change = follow_group(self.context, sessions, state, adopt=self.adopt)
+            change = follow_group(self.context, sessions, control, state, adopt=self.adopt)
         if copied is not None or change.copies or change.left:
             state = self._state(tgt)
         assert state is not None

@@ -22,19 +22,23 @@ and brings them together without copying or pausing the tables that did not chan
   decoded.
 
 A run whose group did not change reads the slot's state, the publication and the partition
-trees (three queries) and changes nothing.
+trees (three queries: the slot's on the source session, the other two meanwhile on the control
+session, and again after a wait for the slot) and changes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from psycopg import IsolationLevel
 
 from dpone_dagster.core.errors import engine_error
 from dpone_dagster.core.sessions import Sessions, transaction
+from dpone_dagster.postgres.connection import Connection
 from dpone_dagster.postgres.identifiers import TableName
+from dpone_dagster.postgres.threads import at_once
 from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .copying import GroupContext, filled_targets
@@ -45,6 +49,7 @@ from .partitions import PartitionTree, TreeChange, compare, partition_trees
 from .publication import Publication, ensure_publication, read_publication
 from .setup import check_replication_setup
 from .slot import wait_for_slot
+from .slot_health import SlotWait
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,15 @@ class GroupChange:
 
 
 def follow_group(
-    context: GroupContext, sessions: Sessions, state: GroupState, *, adopt: bool
+    context: GroupContext,
+    sessions: Sessions,
+    control: Connection,
+    state: GroupState,
+    *,
+    adopt: bool,
 ) -> GroupChange:
     """Brings the source's publication, the ledger and the target to the group (see the
-    module).
+    module); ``control`` is another session of the source.
 
     Raises:
         EngineError: ``replication_group_changed`` (another publication),
@@ -87,8 +97,21 @@ def follow_group(
              "resync=True to start over with the new one."],
         )  # fmt: skip
     # A slot another run (or a killed one's server process) still holds is waited for, as long
-    # as a lock is (``lock_wait``), before the publication is touched.
-    status = wait_for_slot(src, group.slot, context.slot_wait, context.on_slot_wait)
+    # as a lock is (``lock_wait``), before the publication is touched; it is read meanwhile,
+    # and read again when the slot was held (the run that held it may have changed it).
+    waits: list[SlotWait] = []
+
+    def waiting(wait: SlotWait) -> None:
+        waits.append(wait)
+        if context.on_slot_wait is not None:
+            context.on_slot_wait(wait)
+
+    status, (found, trees) = at_once(
+        partial(wait_for_slot, src, group.slot, context.slot_wait, waiting),
+        partial(_source_group, control, group.publication, group.tables),
+    )
+    if waits:
+        found, trees = _source_group(control, group.publication, group.tables)
     if status is None:
         raise engine_error(
             "replication_slot_missing",
@@ -101,8 +124,8 @@ def follow_group(
             f"synchronized_standby_slots names {', '.join(status.missing_standbys)}, which "
             f"the source {src.info.dbname!r} has no valid physical slot of.",
         )
-    publication = _own_publication(context, read_publication(src, group.publication))
-    joining, left = _plan(context, state, publication, partition_trees(src, group.tables))
+    publication = _own_publication(context, found)
+    joining, left = _plan(context, state, publication, trees)
     if not (joining or left or set(publication.tables) != set(group.tables)):
         if joining.members != dict(state.members):  # what a ledger before entries lacked
             _record(context, sessions, joining)
@@ -127,6 +150,13 @@ def follow_group(
     )
     merged = tuple(leaf for leaf, _ in joining.merge)
     return GroupChange(joining.whole, merged, left, copies)
+
+
+def _source_group(
+    conn: Connection, publication: str, tables: tuple[TableName, ...]
+) -> tuple[Publication | None, dict[TableName, PartitionTree]]:
+    """The publication and the group's partition trees, as the source has them now."""
+    return read_publication(conn, publication), partition_trees(conn, tables)
 
 
 def with_entries(
