@@ -49,7 +49,7 @@ from .partitions import PartitionTree, TreeChange, compare, partition_trees
 from .publication import Publication, ensure_publication, read_publication
 from .setup import check_replication_setup
 from .slot import wait_for_slot
-from .slot_health import SlotWait
+from .slot_health import SlotStatus, SlotWait
 
 
 @dataclass(frozen=True)
@@ -96,22 +96,7 @@ def follow_group(
             ["Name the publication the group was created with, or run once with "
              "resync=True to start over with the new one."],
         )  # fmt: skip
-    # A slot another run (or a killed one's server process) still holds is waited for, as long
-    # as a lock is (``lock_wait``), before the publication is touched; it is read meanwhile,
-    # and read again when the slot was held (the run that held it may have changed it).
-    waits: list[SlotWait] = []
-
-    def waiting(wait: SlotWait) -> None:
-        waits.append(wait)
-        if context.on_slot_wait is not None:
-            context.on_slot_wait(wait)
-
-    status, (found, trees) = at_once(
-        partial(wait_for_slot, src, group.slot, context.slot_wait, waiting),
-        partial(_source_group, control, group.publication, group.tables),
-    )
-    if waits:
-        found, trees = _source_group(control, group.publication, group.tables)
+    status, found, trees = _read_source(context, src, control)
     if status is None:
         raise engine_error(
             "replication_slot_missing",
@@ -150,6 +135,29 @@ def follow_group(
     )
     merged = tuple(leaf for leaf, _ in joining.merge)
     return GroupChange(joining.whole, merged, left, copies)
+
+
+def _read_source(
+    context: GroupContext, src: Connection, control: Connection
+) -> tuple[SlotStatus | None, Publication | None, dict[TableName, PartitionTree]]:
+    """The slot's state, once no other session holds it (waited for as long as a lock is,
+    ``lock_wait``, before the publication is touched), with the publication and the partition
+    trees, read meanwhile on ``control`` and again when the slot was held (the run that held
+    it may have changed them)."""
+    group, waits = context.group, list[SlotWait]()
+
+    def waiting(wait: SlotWait) -> None:
+        waits.append(wait)
+        if context.on_slot_wait is not None:
+            context.on_slot_wait(wait)
+
+    status, (found, trees) = at_once(
+        partial(wait_for_slot, src, group.slot, context.slot_wait, waiting),
+        partial(_source_group, control, group.publication, group.tables),
+    )
+    if waits:
+        found, trees = _source_group(control, group.publication, group.tables)
+    return status, found, trees
 
 
 def _source_group(
