@@ -57,7 +57,7 @@ from dpone_dagster.postgres.target_plan import TablePlan
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
 from .net import NetHook, apply_deletes, apply_upserts, merge_net, net_table, temporary_name
-from .pgoutput import COPY_ESCAPED
+from .pgoutput import copy_ready
 from .staging_copy import StagingCopy
 from .toast import index_history, resolve_unchanged
 
@@ -65,7 +65,7 @@ FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
 _SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
-"""What ``COPY`` text escapes (:data:`~.pgoutput.COPY_ESCAPED`, and the tab)."""
+"""What ``COPY`` text escapes (the tab, the backslash, the newline, the carriage return)."""
 _NULL: Final = b"\\N"
 
 
@@ -179,7 +179,7 @@ class TableApply:
         except TypeError:
             line = self._line(op, values, at, old)
         else:
-            if body.count(9) != self.width - 1 or COPY_ESCAPED.search(body) is not None:
+            if not copy_ready(body, self.width):
                 body = b"\t".join([_text(v) for v in values])  # type: ignore[arg-type]
             line = b"%d\t%b\t\\N\t%b\t%b%b\n" % (self._seq, op, at, body, self._no_old_key)
         self._append(line)

@@ -22,9 +22,10 @@ One :meth:`Replication.run`:
    applied position (checked against the one it began from) and commits; only then is the slot
    advanced, on a thread of its own (to the end of the last applied commit record; after the
    whole read, to ``upto_lsn``);
-3. **sequences** (unless the group's ``sequences=False``), at once with the slot's last
-   advance: the target's sequences of the tables' identity and ``serial`` columns are brought
-   to at least the source's values (:mod:`.sequences`). A slot whose restart point the advance
+3. **sequences** (unless the group's ``sequences=False``): the source's values are read once the
+   slot's read has ended (while the last target transaction commits) and, at once with the
+   slot's last advance, the target's sequences of the tables' identity and ``serial`` columns
+   are brought to at least them (:mod:`.sequences`). A slot whose restart point the advance
    left far behind is given a running-transactions record to move it past
    (:func:`~.slot.mark_restart_point`).
 
@@ -35,6 +36,7 @@ committed but not yet confirmed to the slot is read again by the next run and sk
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
@@ -60,7 +62,7 @@ from dpone_dagster.postgres.connection import (
 )
 from dpone_dagster.postgres.identifiers import TableName
 from dpone_dagster.postgres.target_plan import Sink
-from dpone_dagster.postgres.threads import at_once
+from dpone_dagster.postgres.threads import at_once, background
 from dpone_dagster.snapshot_copy.copy_report import CopyReport
 
 from .changes import Lsn
@@ -74,7 +76,7 @@ from .partitions import partition_trees
 from .publication import publication_error, read_publication
 from .recorder import KeyRecorder
 from .replication_report import ReplicationProgress, ReplicationReport, TableChanges
-from .sequences import SequenceSync, sync_sequences
+from .sequences import SourceSequence, source_sequences, sync_sequences
 from .setup import check_replication_setup, create_replication
 from .slot import (
     advance_slot,
@@ -272,17 +274,14 @@ class Replication:
             self.record_keys.reset()
         run = RunState(state.applied_lsn, state.applied_end_lsn or state.applied_lsn,
                        state.applied_commit_time)  # fmt: skip
-        try:
-            self.stream.run(sessions, control, second, run, upto)
-        except psycopg.errors.UndefinedObject as exc:  # PostgreSQL 15: a publication gone
-            raise publication_error(group.publication, "the slot's read", exc) from exc
+        owned = self._stream(sessions, control, second, run, upto)
         confirmed = run.applied_end
         if not run.budget_reached:
             confirmed = max(confirmed, upto)  # every transaction committed before upto is applied
         # The slot's advance and the sequences' sync use different sessions: they run at once.
         status, sequences = at_once(
             partial(_advanced_status, control, group.slot, confirmed),
-            partial(_synced_sequences, sessions.source, tgt, group),
+            lambda: sync_sequences(tgt, group, owned()),
         )
         assert status is not None
         status, standby = self.failover.slot_end(control, status)
@@ -307,6 +306,28 @@ class Replication:
             tables_joined=change.joined, partitions_merged=change.merged,
             join_copies=change.copies, sequences=sequences, standby=standby,
         )  # fmt: skip
+
+    def _stream(
+        self, sessions: Sessions, control: Connection, second: LazySession, run: RunState,
+        upto: Lsn,
+    ) -> Callable[[], tuple[SourceSequence, ...]]:  # fmt: skip
+        """The stream (:mod:`.stream`). Returns the source's sequences (none when the group
+        leaves them alone), read on the source session once the slot's read has ended, while
+        the last target transaction is applied and commits: waiting for them is the caller's."""
+        ahead: list[Future[tuple[SourceSequence, ...]]] = []
+
+        def read_sequences() -> None:
+            if self.group.options.sequences:
+                ahead.append(background().submit(source_sequences, sessions.source, self.group))
+
+        try:
+            self.stream.run(sessions, control, second, run, upto, on_read_end=read_sequences)
+        except BaseException as exc:
+            wait(ahead)  # the source session is closed only once its read has ended
+            if isinstance(exc, psycopg.errors.UndefinedObject):  # PostgreSQL 15: publication gone
+                raise publication_error(self.group.publication, "the slot's read", exc) from exc
+            raise
+        return ahead[0].result if ahead else tuple
 
     def _state(self, tgt: Connection) -> GroupState | None:
         """The group's ledger row, the ledger brought up to date; ``None`` while the ledger has
@@ -399,11 +420,3 @@ def _advanced_status(control: Connection, slot: str, confirmed: Lsn) -> SlotStat
     if status is not None:
         mark_restart_point(control, status)
     return status
-
-
-def _synced_sequences(
-    src: Connection, tgt: Connection, group: ReplicationGroup
-) -> tuple[SequenceSync, ...]:
-    """The group's sequences brought along (:func:`.sequences.sync_sequences`), unless the
-    group leaves them alone."""
-    return sync_sequences(src, tgt, group) if group.options.sequences else ()

@@ -115,13 +115,15 @@ class SlotStream:
 
     def run(
         self, sessions: Sessions, control: Connection, second: LazySession, run: RunState,
-        upto: Lsn,
+        upto: Lsn, on_read_end: Callable[[], object] = lambda: None,
     ) -> None:  # fmt: skip
         """Reads the slot up to ``upto`` (within the group's budget) and applies every source
         transaction after the ledger's applied position, a target transaction at a time, each
         committed with the ledger's applied position and then confirmed to the slot; ``run``
         follows what committed. Target transactions alternate between the target session and
         ``second`` (another session of the target, in autocommit, opened when needed).
+        ``on_read_end`` is called once the read has ended (the source session is free again),
+        before the last target transaction is applied.
 
         Raises:
             EngineError: ``replication_slot_active`` when another run holds the group past the
@@ -136,6 +138,7 @@ class SlotStream:
                            starts=state.starts, kept=dict(state.kept))  # fmt: skip
         try:
             seen = self._read(reading, upto)
+            on_read_end()
             target, reading.target = reading.target, None
             committer.end(target)
         except BaseException:

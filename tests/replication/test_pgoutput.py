@@ -442,15 +442,16 @@ def test_the_fast_paths_text_is_the_decoded_values_joined_or_none_where_copy_nee
 ) -> None:
     """:func:`~dpone_dagster.replication.pgoutput.new_tuple_text` (the apply's fast path) on
     the server's own messages: an insert's and a plain update's row is the decoded values
-    joined by tabs; a NULL, text that COPY escapes (tab, newline, backslash), an update with
-    its old key, a delete, an unchanged TOASTed value and a truncated message give None (the
-    decoder's path, which codes a malformed message)."""
+    joined by tabs; a NULL, text that COPY escapes (tab, newline, backslash, carriage return),
+    an update with its old key, a delete, an unchanged TOASTed value and a truncated message
+    give None (the decoder's path, which codes a malformed message)."""
     source.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b text)")
     replicate(source, "t")
     source.execute(
         "INSERT INTO t VALUES (1, 'plain', 'x'), (2, NULL, 'x'), (3, e'tab\\there', 'x')"
     )
-    source.execute("INSERT INTO t VALUES (4, e'new\\nline', 'x'), (5, e'back\\\\slash', 'x')")
+    source.execute("INSERT INTO t VALUES (4, e'new\\nline', 'x'), (5, e'back\\\\slash', 'x'),"
+                   " (7, 'x', e'carriage\\rreturn')")  # fmt: skip
     source.execute("UPDATE t SET a = 'upd' WHERE id = 1")
     source.execute("UPDATE t SET id = 10 WHERE id = 2")  # its old key is sent
     source.execute("INSERT INTO t VALUES (6, 'toast', repeat('y', 300000))")
@@ -467,9 +468,9 @@ def test_the_fast_paths_text_is_the_decoded_values_joined_or_none_where_copy_nee
     ]
     fast = [new_tuple_text(r, 3) for r in rows]
     plain = [b"\t".join(row_change(r)[2]) for r, f in zip(rows, fast, strict=True) if f]
-    assert fast == [b"1\tplain\tx", None, None, None, None, b"1\tupd\tx", None, fast[7], None,
-                    None]  # fmt: skip
-    assert fast[7] is not None and fast[7].startswith(b"6\ttoast\tyyy")
+    assert fast == [b"1\tplain\tx", None, None, None, None, None, b"1\tupd\tx", None, fast[8],
+                    None, None]  # fmt: skip
+    assert fast[8] is not None and fast[8].startswith(b"6\ttoast\tyyy")
     assert [f for f in fast if f] == plain
     assert new_tuple_text(rows[0][:-2], 3) is None  # truncated: the decoder says why
     with pytest.raises(EngineError) as caught:
