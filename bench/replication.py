@@ -52,7 +52,8 @@ end. The table is ``bench/incremental.py``'s ``shop.orders`` (id bigint key, six
   logical-replication subscriber, by the engine alone and by ``dagster.materialize`` with its
   defaults (check included), in turn on the same cluster: each one's ratio to the native
   subscriber, CPU seconds by process, and the engine's peak RSS (``--native-only`` runs this
-  section alone; with ``--json NAME.json``, its rows go to ``NAME_native.json``).
+  section alone; with ``--json NAME.json``, its rows go to ``NAME_native.json``, or with
+  ``--native-only`` to ``NAME.json`` itself).
 
 Each engine figure is the engine call (``Replication(...).run()``, without its check:
 ``reconcile=False``), without Dagster's process start. A CHECKPOINT precedes each timed run and
@@ -545,9 +546,10 @@ def main() -> None:
         if args.native_repeat:
             yardstick = native.report([native.measure(shape, args.changes, args.native_repeat)
                                        for shape in native.SHAPES])  # fmt: skip
-            if args.json:  # its own file, beside: <name>_native.json
+            if args.json:  # alone: the file named; else its own file beside, <name>_native.json
+                beside = args.json.removesuffix(".json") + "_native.json"
                 result_file.write(
-                    args.json.removesuffix(".json") + "_native.json", "replication_native",
+                    args.json if args.native_only else beside, "replication_native",
                     began, yardstick, table_rows=args.changes, repeat=args.native_repeat,
                     source_postgresql=source_version,
                 )  # fmt: skip
