@@ -311,9 +311,10 @@ class Replication:
         self, sessions: Sessions, control: Connection, second: LazySession, run: RunState,
         upto: Lsn,
     ) -> Callable[[], tuple[SourceSequence, ...]]:  # fmt: skip
-        """The stream (:mod:`.stream`). Returns the source's sequences (none when the group
-        leaves them alone), read on the source session once the slot's read has ended, while
-        the last target transaction is applied and commits: waiting for them is the caller's."""
+        """The stream (:mod:`.stream`). Returns the call that gives the source's sequences
+        (none when the group leaves them alone): they are read on the source session once the
+        slot's read has ended, while the last target transaction is applied and commits, and
+        the call waits for that read."""
         ahead: list[Future[tuple[SourceSequence, ...]]] = []
 
         def read_sequences() -> None:
