@@ -57,15 +57,15 @@ from dpone_dagster.postgres.target_plan import TablePlan
 from .changes import UNCHANGED, Value
 from .held import HELD_DELETES, Held, delete_held
 from .net import NetHook, apply_deletes, apply_upserts, merge_net, net_table, temporary_name
-from .pgoutput import copy_ready
+from .pgoutput import COPY_SPECIAL, copy_ready
 from .staging_copy import StagingCopy
 from .toast import index_history, resolve_unchanged
 
 FLUSH_BYTES: Final = 1 << 20
 """Staged text a table buffers before it is written into its staging table's open ``COPY``."""
 
-_SPECIAL: Final = re.compile(rb"[\\\t\n\r]")
-"""What ``COPY`` text escapes (the tab, the backslash, the newline, the carriage return)."""
+_SPECIAL: Final = re.compile(b"[" + re.escape(COPY_SPECIAL) + b"]")
+"""A byte ``COPY`` text escapes (:data:`~.pgoutput.COPY_SPECIAL`), to find in one value."""
 _NULL: Final = b"\\N"
 
 

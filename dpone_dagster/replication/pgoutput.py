@@ -127,7 +127,7 @@ def _tuple(data: bytes, pos: int, count: int) -> tuple[list[Value], int]:
     return values, pos
 
 
-_COPY_SPECIAL: Final = b"\t\\\n\r"
+COPY_SPECIAL: Final = b"\t\\\n\r"
 """The bytes ``COPY ... (FORMAT text)`` escapes inside a field (the tab, the backslash, the
 newline and the carriage return)."""
 
@@ -135,7 +135,7 @@ newline and the carriage return)."""
 def copy_ready(body: bytes, width: int) -> bool:
     """Whether ``body``, ``width`` fields joined by tabs, is ``COPY`` text as it stands: its
     only special bytes are the ``width - 1`` tabs that join them (one pass in C, no pattern)."""
-    return len(body) - len(body.translate(None, _COPY_SPECIAL)) == width - 1
+    return len(body) - len(body.translate(None, COPY_SPECIAL)) == width - 1
 
 
 def new_tuple_text(data: bytes, width: int) -> bytes | None:
