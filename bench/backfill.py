@@ -278,14 +278,17 @@ LEDGER_TABLES = "dpone_ledger.backfill_runs, dpone_ledger.backfill_batch_receipt
 )
 
 
-def fresh_target(dsn: str) -> None:
-    """An empty target table and a ledger that holds no run: its tables exist, as every
-    partition but a target database's first finds them (the first creates them, once)."""
+def fresh_target(dsn: str, *, table: bool = True) -> None:
+    """A ledger that holds no run (its tables exist, as every run but a target database's
+    first finds them) and an empty target table with its key; with ``table=False`` no target
+    table: the asset's step creates it, as a first backfill of the table does (its key then
+    built once the rows are in, ``dpone_dagster.backfill.deferred_key``)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         RunLedger().ensure(conn)
     pg.execute(dsn, f"TRUNCATE {LEDGER_TABLES}")
     pg.execute(dsn, "DROP TABLE IF EXISTS public.mixed")
-    pg.create_mixed_table(dsn, rows=0)
+    if table:
+        pg.create_mixed_table(dsn, rows=0)
     pg.execute(dsn, "CHECKPOINT")
 
 
@@ -295,7 +298,7 @@ def run_child(
     """The backfill (``--child``), its asset after a warm-up (``--dagster``) or its asset in a
     cold process (``--cold``), in a process of its own from an empty target: (the process's
     seconds from start to exit, its figures, its peak RSS in MB)."""
-    fresh_target(target)
+    fresh_target(target, table=mode == "--child")  # the engine alone creates no table
     return pipe.cold_process(
         [sys.executable, __file__, mode, source, target, str(batch), str(rows)]
     )

@@ -199,6 +199,8 @@ def wal_bytes(dsn: str) -> int:
 def measure(job: str, source: str, target: str, rows: int, partition_rows: int) -> dict[str, Any]:
     """One job in a child process into a fresh target: its figures, the target's rows checked."""
     fresh_target(target)
+    if job == "backfill":  # its step creates the table, as a first backfill does
+        pg.execute(target, "DROP TABLE public.narrow")
     wal = wal_bytes(target)
     load = os.getloadavg()[0]
     if job == "pipe":

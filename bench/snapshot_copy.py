@@ -175,10 +175,11 @@ def run_strategy(
     strategy: str, source: str, target: str, workers: int, rows: int
 ) -> dict[str, Any]:
     """One run of ``strategy`` in its own process: its seconds, rows and peak RSS (a ``cold:``
-    run's seconds are the whole process's, from its start to its exit). A backfill starts from
-    an empty target without a ledger; a snapshot copy replaces the pipe's rows."""
+    run's seconds are the whole process's, from its start to its exit). A backfill starts
+    without a target table (its step creates it) and with a ledger that holds no run; a
+    snapshot copy replaces the pipe's rows."""
     if strategy.endswith(":backfill"):
-        backfill.fresh_target(target)
+        backfill.fresh_target(target, table=False)
     settle_server(target)
     argv = [
         sys.executable, __file__, "--child", strategy, "--source", source, "--target", target,

@@ -42,6 +42,7 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
 from .copier import BatchResult, copy_batch
+from .deferred_key import build_key, deferred_key
 from .options import BackfillOptions
 from .reconcile import reconcile_run
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
@@ -68,6 +69,11 @@ class Backfill(CursorCopy):
             ``target_connection_options`` is given.
         target_connection_options: Options of the target's (and the ledger's) sessions.
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
+        keyless_load: This run created the target without its primary key
+            (``prepare_target(defer_key=True)``) and appends its batches so
+            (:mod:`.deferred_key`); the key is built by :func:`~.deferred_key.build_key`, or
+            by :meth:`reconcile`. Any other run that finds the key deferred builds it when it
+            plans.
 
     Raises:
         TypeError: ``options`` is not a :class:`BackfillOptions`.
@@ -105,6 +111,7 @@ class Backfill(CursorCopy):
         connection_options: ConnectionOptions | None = None,
         target_connection_options: ConnectionOptions | None = None,
         on_phase: PhaseHook | None = None,
+        keyless_load: bool = False,
     ) -> None:
         if cursor is None:
             raise engine_error("backfill_cursor_missing", "No cursor column was given.")
@@ -120,6 +127,7 @@ class Backfill(CursorCopy):
         self.ledger = RunLedger(self.ledger_config.schema)
         self.marks = FixedMark(self.options.settle_timeout, self.options.write_pause)
         self.lower, self.upper = lower, upper
+        self.keyless_load = keyless_load
         self._shape: TableShape | None = None
         self._scope: BackfillScope | None = None
 
@@ -132,8 +140,9 @@ class Backfill(CursorCopy):
     def _resolve(self, sessions: Sessions) -> tuple[TableShape, BackfillScope]:
         if self._shape is None or self._scope is None:
             shape = resolve_shape(
-                sessions.source, sessions.target, self.source, self.target, self.cursor
-            )
+                sessions.source, sessions.target, self.source, self.target, self.cursor,
+                keyless_load=self.keyless_load,
+            )  # fmt: skip
             src_db = str(sessions.source.info.dbname)
             tgt_db = str(sessions.target.info.dbname)
             if (sessions.source.info.host, sessions.source.info.port, src_db, self.source) == (
@@ -171,6 +180,8 @@ class Backfill(CursorCopy):
         return self.guard(self._plan)
 
     def _plan(self, sessions: Sessions) -> BackfillRun:
+        if not self.keyless_load:  # a load that deferred the key ended or stopped: finish it
+            self._build_key(sessions)
         shape, scope = self._resolve(sessions)
         existing = self.ledger.fetch(sessions.ledger, run_id_for(scope))
         if existing is not None:
@@ -188,6 +199,11 @@ class Backfill(CursorCopy):
         except BaseException:
             sessions.abandon()
             raise
+
+    def _build_key(self, sessions: Sessions) -> None:
+        """Builds the target's deferred primary key, if it is deferred (:mod:`.deferred_key`)."""
+        if deferred_key(sessions.target, self.target) is not None:
+            build_key(sessions.target, self.target)
 
     def _refuse_changed_columns(self, sessions: Sessions, scope: BackfillScope) -> None:
         """A run of the same tables, cursor and range that stopped under other columns would be
@@ -377,6 +393,7 @@ class Backfill(CursorCopy):
     def _reconcile(
         self, sessions: Sessions, repair: bool, row_versions: bool
     ) -> ReconciliationReport:
+        self._build_key(sessions)  # a range is read by the key's index
         shape, scope = self._resolve(sessions)
         reader = self._connect(self.target_dsn, "target")
         try:

@@ -61,7 +61,7 @@ from dpone_dagster.postgres.copy import (
     copy_out_statement,
     relay,
 )
-from dpone_dagster.postgres.evidence import RowVersionEvidence, written_rows
+from dpone_dagster.postgres.evidence import RowVersionEvidence, own_writes, written_rows
 from dpone_dagster.postgres.identifiers import TableName
 
 from .existing_rows import apply_existing
@@ -173,11 +173,16 @@ def _copy(
     A direct COPY runs inside a savepoint; when a row of the range already exists in the target
     (a unique violation) only the savepoint is rolled back, and the same snapshot is copied again
     through the staged apply (which, with ``overwrite``, replaces existing rows that differ).
+    A keyless load (:mod:`.deferred_key`) copies without a savepoint: no key refuses a row, and
+    the rows carry the batch transaction's own id.
     """
     src, tgt = sessions.source, sessions.target
     select, params = shape.select_range(shape.source, after, upper)
     copy_out = copy_out_statement(select, shape.fmt)
     copy_in = copy_in_statement(shape.target, shape.columns, shape.fmt)
+    if shape.keyless:
+        relayed = relay(src, copy_out, tgt, copy_in, params=params, hashed=True)
+        return _Moved(relayed, relayed.rows_in, 0, ApplyPath.DIRECT)
     try:
         with tgt.transaction(savepoint_name="dpone_batch"):
             relayed = relay(src, copy_out, tgt, copy_in, params=params, hashed=True)
@@ -204,7 +209,14 @@ def _count_target(
     range held no row before the COPY (``was_empty``) and the table has no user trigger (the
     evidence is taken only then), the range now holds exactly the rows the COPY inserted: its
     command tag is the count, and the range is not read again.
+    A keyless load's rows are all the batch transaction's own: its count is the tag, its
+    evidence that transaction's id (:func:`own_writes`), and nothing is read.
     """
+    if shape.keyless:
+        versions = None
+        if shape.versions is not None and moved.relayed.rows_in:
+            versions = own_writes(tgt, shape.versions, source_xmin=xmin)
+        return _Counted(moved.relayed.rows_in, versions)
     if moved.path is ApplyPath.DIRECT and shape.versions is not None and bounds.first is not None:
         probe = sql.SQL("{} = {}").format(shape.cursor.ident, shape.value())
         counted, versions = written_rows(
@@ -231,8 +243,10 @@ def _move(
             check_columns_unchanged(src, shape)
             tgt = sessions.target
             # Only a table whose row versions prove its content takes its count from the tag.
-            was_empty = shape.versions is not None and (
-                _over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True
+            was_empty = (
+                shape.versions is not None
+                and not shape.keyless
+                and (_over_range(tgt, shape, shape.target, after, bounds.upper, _EMPTY) is True)
             )
             on_phase("copy")
             moved = _copy(sessions, shape, after, bounds.upper, overwrite)

@@ -10,7 +10,7 @@ pinned to ``TimeZone=UTC`` and ISO dates, so the same value always has the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
 
 import psycopg
@@ -28,6 +28,8 @@ from dpone_dagster.postgres.privileges import require_table
 from dpone_dagster.postgres.schema_change import column_differences
 from dpone_dagster.postgres.target_catalog import target_catalog
 
+from .deferred_key import deferred_key
+
 
 @dataclass(frozen=True)
 class TableShape(CursorTables):
@@ -37,10 +39,13 @@ class TableShape(CursorTables):
         fmt: ``binary``, or ``text`` when a user-defined type is copied.
         versions: Both tables' row-version keys, or ``None`` when row versions cannot prove
             their content (:mod:`dpone_dagster.postgres.evidence`).
+        keyless: The target's primary key is deferred and this run loads it without one
+            (:mod:`.deferred_key`).
     """
 
     fmt: CopyFormat
     versions: TableKeys | None = None
+    keyless: bool = False
 
     @property
     def cursor_type(self) -> sql.Identifier:
@@ -128,11 +133,20 @@ def check_columns_unchanged(src: Connection, shape: TableShape) -> None:
 
 
 def resolve_shape(
-    src: Connection, tgt: Connection, source: TableName, target: TableName, cursor: str
+    src: Connection,
+    tgt: Connection,
+    source: TableName,
+    target: TableName,
+    cursor: str,
+    *,
+    keyless_load: bool = False,
 ) -> TableShape:
     """Reads both catalogs and checks that the backfill can run and prove what it copies (the one
     table check with the backfill's codes and an exact target,
     :data:`~dpone_dagster.cursor.table_check.FIXED_MARK_CHECK`).
+
+    A target whose primary key is deferred (:mod:`.deferred_key`) is checked as the table it
+    will be once its key is built; with ``keyless_load`` the shape is ``keyless``.
 
     Raises:
         EngineError: ``plan_invalid`` (no source table, no primary key, an unsupported cursor
@@ -143,12 +157,16 @@ def resolve_shape(
             ``SELECT`` on the source, no ``SELECT`` or ``INSERT`` on the target).
     """
     found = FIXED_MARK_CHECK.source_catalog(src, source)
-    tables = FIXED_MARK_CHECK.tables(found, _target(tgt, target), source, target, cursor)
+    have = _target(tgt, target)
+    deferred = deferred_key(tgt, target) if have is not None else None
+    if have is not None and deferred is not None:  # checked as it will be once keyed
+        have = replace(have, key=deferred, index_leads=have.index_leads | {deferred[0]})
+    tables = FIXED_MARK_CHECK.tables(found, have, source, target, cursor)
     versions = keys_for(src, tgt, source, target, tables.columns)
     fmt = copy_format_for(tables.columns, major_versions(src, tgt))
     return TableShape(
         tables.source, tables.target, tables.columns, tables.cursor, tables.key, fmt=fmt,
-        versions=versions,
+        versions=versions, keyless=keyless_load and deferred is not None,
     )  # fmt: skip
 
 

@@ -3,12 +3,13 @@
 The copier refuses a target that does not match the source (``destination_expansion_incomplete``);
 this step makes the common case work without hand-written DDL: a missing target is created with
 the source's columns (types, NOT NULL, constant defaults; generated columns as generated, a
-``VIRTUAL`` one as ``STORED`` on a server before PostgreSQL 18), its primary key, and an index on
-the cursor when the key does not start with it, together with the user-defined types its columns
-need (:mod:`dpone_dagster.postgres.target_types`: created in the same transaction, enum labels
-the source gained added; the extensions they come from only when named in
-``create_extensions``). An existing target is never altered: if it differs, the copier's check
-reports exactly how.
+``VIRTUAL`` one as ``STORED`` on a server before PostgreSQL 18), its primary key (or, with
+``defer_key`` and a cursor that is the whole key, the marker of a key built once the rows are in:
+:mod:`.deferred_key`), and an index on the cursor when the key does not start with it,
+together with the user-defined types its columns need
+(:mod:`dpone_dagster.postgres.target_types`: created in the same transaction, enum labels the
+source gained added; the extensions they come from only when named in ``create_extensions``).
+An existing target is never altered: if it differs, the copier's check reports exactly how.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from dpone_dagster.postgres.target_types import (
 )
 from dpone_dagster.postgres.user_types import source_types
 
+from .deferred_key import build_key, mark_deferred
+
 
 @dataclass(frozen=True)
 class PreparedTarget:
@@ -54,11 +57,14 @@ class PreparedTarget:
         target_types: What was created for its types (extensions, types, enum labels).
         virtual_as_stored: The source's ``VIRTUAL`` generated columns the table defines as
             ``STORED`` (a target before PostgreSQL 18).
+        deferred_key: The table was created without its primary key, marked to get it once
+            the rows are in (:mod:`.deferred_key`).
     """
 
     created: bool
     target_types: TargetTypes = field(default_factory=TargetTypes)
     virtual_as_stored: tuple[str, ...] = ()
+    deferred_key: bool = False
 
     def __bool__(self) -> bool:
         return self.created
@@ -74,9 +80,15 @@ def prepare_target(
     options: ConnectionOptions | None = None,
     target_options: ConnectionOptions | None = None,
     create_extensions: Collection[str] = (),
+    defer_key: bool = False,
 ) -> PreparedTarget:
     """Creates ``target`` shaped like ``source`` if it does not exist yet, with the types its
     columns need.
+
+    With ``defer_key``, a table whose cursor is its whole primary key is created without the
+    key and marked to get it once the rows are in (:mod:`.deferred_key`): only for a caller
+    that loads it with ``Backfill(keyless_load=True)`` and a ledger in the target database,
+    then calls :func:`~.deferred_key.build_key`.
 
     Two orchestrators racing here are safe: the creation takes a transaction-scoped advisory
     lock on the target's name and re-checks under it.
@@ -119,8 +131,31 @@ def prepare_target(
             create_types(tgt, [types])
             major = tgt.info.server_version // 10000
             definition, stored = generated_as_target_can(found.columns, major)
-            _create_table(tgt, target, definition, tables.key_names, cursor)
-    return PreparedTarget(True, types, stored)
+            deferred = defer_key and tables.key_names == (cursor,)
+            key = () if deferred else tables.key_names
+            _create_table(tgt, target, definition, key, cursor)
+            if deferred:
+                mark_deferred(tgt, target, tables.key_names)
+    return PreparedTarget(True, types, stored, deferred_key=deferred)
+
+
+def build_deferred_key(
+    target_dsn: str, target: TableName, *, options: ConnectionOptions | None = None
+) -> bool:
+    """Builds ``target``'s deferred primary key on a session of its own, if it is deferred
+    (:func:`~.deferred_key.build_key`); the step that loaded it keyless calls this once its
+    partitions' batches are in.
+
+    Returns:
+        True when this call built the key.
+
+    Raises:
+        EngineError: ``backfill_key_duplicated`` (nothing changed).
+        DatabaseError: the target's failures, coded (``target_lock_timeout``...).
+    """
+    with connect(target_dsn, options, side="target") as tgt, _coded("target", target):
+        tgt.autocommit = True
+        return build_key(tgt, target)
 
 
 def _coded(side: FailureSide, table: TableName) -> AbstractContextManager[None]:
@@ -135,11 +170,12 @@ def _coded(side: FailureSide, table: TableName) -> AbstractContextManager[None]:
 def _create_table(
     tgt: Connection, target: TableName, columns: Sequence[Column], key: Sequence[str], cursor: str
 ) -> None:
+    """Creates the table with ``key`` as its primary key (none when empty: a deferred key, whose
+    cursor is the key) and an index on the cursor when the key does not start with it."""
     ensure_schema(tgt, target.schema)
+    primary = sql.SQL(", PRIMARY KEY ({})").format(column_list(key)) if key else sql.SQL("")
     tgt.execute(
-        sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY ({}))").format(
-            target.ident, table_definition(columns), column_list(key)
-        )
+        sql.SQL("CREATE TABLE {} ({}{})").format(target.ident, table_definition(columns), primary)
     )
-    if key[0] != cursor:
+    if key and key[0] != cursor:
         tgt.execute(sql.SQL("CREATE INDEX ON {} ({})").format(target.ident, sql.Identifier(cursor)))

@@ -105,6 +105,15 @@ ENGINE_ERRORS: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
             "again (a new run, with its own id, copies the partition from its start).",
         ),
     ),
+    "backfill_key_duplicated": (
+        "The target holds a key more than once, so the primary key the backfill deferred while "
+        "it loaded the table it created cannot be built; nothing was changed.",
+        (
+            "Find the rows put in beside the backfill (the message shows some of the keys), "
+            "delete the ones the source does not hold, and run again: the key is built first, "
+            "then the run resumes after its last durable checkpoint.",
+        ),
+    ),
     "backfill_run_invalid": (
         "The backfill run failed its integrity validation.",
         ("Resume from the last integrity-valid durable revision; do not edit ledger rows.",),

@@ -173,6 +173,34 @@ _LOAD = """SELECT pg_current_xact_id()::text,
     EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = %s::bigint::oid AND NOT tgisinternal)"""
 
 
+def own_writes(
+    tgt: Connection, keys: TableKeys, *, source_xmin: int | None = None
+) -> RowVersionEvidence | None:
+    """The evidence of rows the open target transaction wrote itself, no savepoint open (a
+    ``COPY`` into a table nobody else writes): its own id, without reading a row back.
+
+    Args:
+        tgt: The target session, inside the writing transaction, after the write.
+        keys: Both tables' keys (:func:`keys_for`).
+        source_xmin: The reading snapshot's ``xmin``, when the source will need a proof.
+
+    Returns:
+        The evidence, or None when the target has user triggers.
+    """
+    row = tgt.execute(_LOAD, (keys.target_oid,)).fetchone()
+    assert row is not None
+    if row[1]:
+        return None
+    top = int(str(row[0]))
+    return RowVersionEvidence(
+        source_xmin=source_xmin,
+        source_table=keys.source,
+        target_xids=(top % 2**32,),
+        target_top_xid=top,
+        target_table=keys.target,
+    )
+
+
 def load_writers(
     tgt: Connection, target: TableName, columns: Sequence[Column], *, others: Sequence[int] = ()
 ) -> RowVersionEvidence | None:

@@ -12,6 +12,7 @@ last recorded for a partition with the ledger's checkpoint chain, and a mismatch
 
 from collections.abc import Iterator
 from dataclasses import KW_ONLY, dataclass
+from functools import partial
 from typing import Any
 
 import dagster as dg
@@ -22,6 +23,8 @@ from dpone_dagster.backfill import (
     BackfillReconciliationError,
     BackfillResult,
     BackfillStatus,
+    PreparedTarget,
+    build_deferred_key,
     prepare_target,
 )
 from dpone_dagster.core.ledger import LedgerConfig
@@ -142,16 +145,21 @@ class _PartitionRunner:
     def run_all(
         self, partitions: list[str]
     ) -> tuple[list[dict[str, Any]], BackfillReconciliationError | None]:
-        """Runs every partition in order; stops at the first whose reconciliation failed."""
+        """Runs every partition in order; stops at the first whose reconciliation failed.
+
+        When this step creates the target, it creates it without its primary key
+        (:mod:`dpone_dagster.backfill.deferred_key`), loads every partition's batches, builds
+        the key, then reconciles each partition: a row then costs no index insertion.
+        """
         checks: list[dict[str, Any]] = []
         self.progress.begin(len(partitions))
-        for partition in partitions:
-            rng = partition_cursor_range(self.what.partitions_def, partition)
-            self.context.log.info(
-                f"dpone: partition {partition}: {self.what.cursor} in ({rng.lower}, {rng.upper}]"
-            )
+        prepared = self._prepare() if self.what.key in self.context.selected_asset_keys else None
+        if prepared is not None and prepared.deferred_key:
+            self._load_keyless(partitions)
+        for i, partition in enumerate(partitions):
+            rng = self._range(partition)
             try:
-                checks.append(self.run(partition, rng))
+                checks.append(self.run(partition, rng, prepared if i == 0 else None))
             except BackfillReconciliationError as exc:
                 # Report the failed check, then fail the step: a partition whose target
                 # differs from its source at the mark is never reported as materialized.
@@ -165,7 +173,40 @@ class _PartitionRunner:
                 return checks, exc
         return checks, None
 
-    def _backfill(self, rng: CursorRange) -> Backfill:
+    def _range(self, partition: str) -> CursorRange:
+        """The partition's cursor range, logged."""
+        rng = partition_cursor_range(self.what.partitions_def, partition)
+        self.context.log.info(
+            f"dpone: partition {partition}: {self.what.cursor} in ({rng.lower}, {rng.upper}]"
+        )
+        return rng
+
+    def _prepare(self) -> PreparedTarget:
+        """Creates the target if it is missing (its key deferred when the ledger is in the
+        target database)."""
+        what = self.what
+        prepared = prepare_target(
+            self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
+            options=self.source.options, target_options=self.target.options,
+            create_extensions=self.target.create_extensions, defer_key=self.ledger.in_target,
+        )  # fmt: skip
+        if prepared:
+            built = "once its rows are in" if prepared.deferred_key else "now"
+            self.context.log.info(f"dpone: created target table {what.target} (key: {built})")
+        return prepared
+
+    def _load_keyless(self, partitions: list[str]) -> None:
+        """Every partition's batches into the target this step created without its key, then
+        the key (the partitions' reconciliations follow in :meth:`run`)."""
+        for partition in partitions:
+            rng = self._range(partition)
+            with self._backfill(rng, keyless_load=True) as backfill:
+                _cross_check(backfill, self._recorded_checkpoint(partition), partition)
+                backfill.run(on_batch=partial(self.progress.report, partition), reconcile=False)
+        if build_deferred_key(self.target.dsn, self.what.target, options=self.target.options):
+            self.context.log.info(f"dpone: built the primary key of {self.what.target}")
+
+    def _backfill(self, rng: CursorRange, *, keyless_load: bool = False) -> Backfill:
         return Backfill(
             self.source.dsn,
             self.target.dsn,
@@ -178,23 +219,27 @@ class _PartitionRunner:
             options=self.options,
             connection_options=self.source.options,
             target_connection_options=self.target.options,
+            keyless_load=keyless_load,
         )
 
-    def run(self, partition: str, rng: CursorRange) -> dict[str, Any]:
+    def run(
+        self, partition: str, rng: CursorRange, prepared: PreparedTarget | None = None
+    ) -> dict[str, Any]:
         """Runs one partition's backfill to its mark; returns its check summary.
 
         When the run selected the check alone, nothing is copied (:meth:`_check_only`).
+
+        Args:
+            partition: The partition's key.
+            rng: Its cursor range.
+            prepared: What the step's first preparation of the target did (its metadata goes
+                with the first partition); prepared here when ``None``.
         """
         what = self.what
         if what.key not in self.context.selected_asset_keys:
             return self._check_only(partition, rng)
-        prepared = prepare_target(
-            self.source.dsn, self.target.dsn, what.source, what.target, what.cursor,
-            options=self.source.options, target_options=self.target.options,
-            create_extensions=self.target.create_extensions,
-        )  # fmt: skip
-        if prepared:
-            self.context.log.info(f"dpone: created target table {what.target}")
+        if prepared is None:
+            prepared = self._prepare()
         with self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
             # A partition materialized again is a refresh in Dagster's eyes: a run already at
