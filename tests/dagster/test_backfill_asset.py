@@ -20,6 +20,7 @@ from dpone_dagster.dagster.resources import (
     PostgresTargetResource,
 )
 from dpone_dagster.lifecycle import DponeError
+from tests.backfill.conftest import wait_for_older_transactions
 from tests.helpers import pg
 
 KEY = dg.AssetKey(["public", "mixed"])
@@ -233,6 +234,41 @@ def test_a_missing_target_is_created_from_the_source_even_with_quoted_names(
         target_dsn, "SELECT indexdef FROM pg_indexes WHERE tablename = 'Items' AND indexdef ~ 'qty'"
     )
     assert index is not None, "the cursor got an index in the created target"
+
+
+def test_a_target_the_step_creates_gets_its_key_once_every_partitions_rows_are_in(
+    source_dsn: str, target_dsn: str, tmp_path: Any
+) -> None:
+    pg.create_mixed_table(source_dsn, rows=3000)
+    wait_for_older_transactions(source_dsn)  # so that row versions prove every range
+    asset = backfill_asset("public.mixed", cursor="id", partitions_def=PARTS, batch_size=500)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        result = dg.materialize(
+            [asset], resources=resources(source_dsn, target_dsn), instance=instance,
+            tags=partition_range("0..1000", "2000..3000"),
+        )  # fmt: skip
+        logs = [
+            e.message
+            for e in instance.all_logs(result.run_id)
+            if e.message and e.message.startswith("dpone:")
+        ]
+    assert result.success
+    created = logs.index("dpone: created target table public.mixed (key: once its rows are in)")
+    built = logs.index("dpone: built the primary key of public.mixed")
+    # Every partition's batches before the key; each partition's reconciliation after it.
+    assert created < built and sum(1 for m in logs[:built] if "partition 2000..3000" in m) == 1
+    key = pg.fetch_all(
+        target_dsn,
+        "SELECT i.indisprimary, obj_description('public.mixed'::regclass, 'pg_class')"
+        " FROM pg_index i WHERE i.indrelid = 'public.mixed'::regclass",
+    )
+    assert key == [(True, None)]
+    [check] = result.get_asset_check_evaluations()
+    partitions = check.metadata["dpone/partitions"].value
+    assert check.passed and [p["proven_by_row_versions"] for p in partitions] == [2, 2, 2]
+    assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
+        target_dsn, "public", "mixed"
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """One engine run in its own process, for the crash and concurrency tests of every engine.
 
 ``python -m tests.helpers.crash_child ENGINE SOURCE_DSN TARGET_DSN BATCH_SIZE`` runs one engine's
-job to the end: ``backfill`` backfills ``public.mixed`` (cursor ``id``), ``incremental`` runs the
+job to the end: ``backfill`` backfills ``public.mixed`` (cursor ``id``), ``backfill_keyless``
+the same into a target it creates with its key deferred (``key`` printed before the key is
+built), ``incremental`` runs the
 stream of ``shop.orders`` (cursor ``updated_at``, hard deletes) once, ``kafka`` (SOURCE is
 ``BOOTSTRAP/TOPIC``) runs the stream ``TOPIC -> events.clicks`` (append) in runs of at most
 BATCH_SIZE messages until one reads nothing, ``replication`` runs the replication group
@@ -25,7 +27,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from dpone_dagster.backfill import Backfill, BackfillOptions, BatchResult
+from dpone_dagster.backfill import (
+    Backfill,
+    BackfillOptions,
+    BatchResult,
+    build_deferred_key,
+    prepare_target,
+)
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
 from dpone_dagster.lifecycle import DponeError
 from dpone_dagster.postgres import TableName
@@ -61,6 +69,27 @@ def backfill(source: str, target: str, batch_size: int, phases: Phases) -> int:
     job = Backfill(source, target, "public.mixed", cursor="id", options=options,
                    on_phase=phases.on_phase)  # fmt: skip
     return job.run(on_batch=on_batch).run.progress.copied_count
+
+
+def backfill_keyless(source: str, target: str, batch_size: int, phases: Phases) -> int:
+    """Backfills ``public.mixed`` as ``backfill_asset``'s step does a target it creates: the
+    table created with its key deferred, the batches loaded keyless, ``key`` printed, the key
+    built, then the reconciliation. A target that exists already (a resume) is loaded keyed,
+    its deferred key built first. The rows it copied."""
+
+    def on_batch(result: BatchResult) -> None:
+        phases.committed(result.receipt.sequence, result.replayed)
+
+    table = TableName("public", "mixed")
+    prepared = prepare_target(source, target, table, table, "id", defer_key=True)
+    options = BackfillOptions(batch_size=batch_size)
+    with Backfill(source, target, table, cursor="id", options=options, on_phase=phases.on_phase,
+                  keyless_load=prepared.deferred_key) as job:  # fmt: skip
+        job.run(on_batch=on_batch, reconcile=False)
+    print("key", flush=True)
+    build_deferred_key(target, table)
+    with Backfill(source, target, table, cursor="id", options=options) as job:
+        return job.run().run.progress.copied_count
 
 
 def incremental(source: str, target: str, batch_size: int, phases: Phases) -> int:
@@ -169,6 +198,7 @@ def _replicate(
 
 ENGINES: dict[str, Callable[[str, str, int, Phases], int]] = {
     "backfill": backfill,
+    "backfill_keyless": backfill_keyless,
     "incremental": incremental,
     "kafka": kafka,
     "replication": replication,
