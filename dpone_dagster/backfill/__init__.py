@@ -42,7 +42,7 @@ from .copier import BatchResult
 from .options import BackfillOptions
 from .results import BackfillReconciliationError, BackfillResult
 from .state import ScopeState
-from .target import PreparedTarget, build_deferred_key, prepare_target
+from .target import PreparedTarget, prepare_target
 
 __all__ = [
     "BACKFILL_PROTOCOL",
@@ -75,6 +75,5 @@ __all__ = [
     "TableRef",
     "TrustworthyCursor",
     "backfill_handoff",
-    "build_deferred_key",
     "prepare_target",
 ]

@@ -71,8 +71,8 @@ class Backfill(CursorCopy):
         on_phase: Called with ``"copy"``, ``"commit"`` and ``"committed"`` during each batch.
         keyless_load: This run created the target without its primary key
             (``prepare_target(defer_key=True)``) and appends its batches so
-            (:mod:`.deferred_key`); the key is built by :func:`~.deferred_key.build_key`, or
-            by :meth:`reconcile`. Any other run that finds the key deferred builds it when it
+            (:mod:`.deferred_key`); the key is built by :meth:`build_key`, or by
+            :meth:`reconcile`. Any other run that finds the key deferred builds it when it
             plans.
 
     Raises:
@@ -200,10 +200,23 @@ class Backfill(CursorCopy):
             sessions.abandon()
             raise
 
-    def _build_key(self, sessions: Sessions) -> None:
-        """Builds the target's deferred primary key, if it is deferred (:mod:`.deferred_key`)."""
-        if deferred_key(sessions.target, self.target) is not None:
-            build_key(sessions.target, self.target)
+    def build_key(self) -> bool:
+        """Builds the target's deferred primary key, if it is deferred (:mod:`.deferred_key`):
+        what the run that loaded the target keyless calls once its batches are in.
+
+        Returns:
+            True when this call built the key.
+
+        Raises:
+            EngineError: ``backfill_key_duplicated`` (nothing changed),
+                ``backfill_persistence_failed``.
+        """
+        return self.guard(self._build_key)
+
+    def _build_key(self, sessions: Sessions) -> bool:
+        if deferred_key(sessions.target, self.target) is None:
+            return False
+        return build_key(sessions.target, self.target)
 
     def _refuse_changed_columns(self, sessions: Sessions, scope: BackfillScope) -> None:
         """A run of the same tables, cursor and range that stopped under other columns would be

@@ -30,6 +30,11 @@ A batch is:
    order and counts, and the receipt and the advanced run are written to the ledger: in the
    target's own transaction when the ledger is there (one COMMIT for rows and receipt), else
    right after the target's commit.
+
+A keyless load (the run that created its target with the key deferred, :mod:`.deferred_key`)
+skips the savepoint and the probe of step 3: no key can refuse a row, every row of the range is
+the batch's own (the cursor is the whole key, and the run admits each range once), so the count
+is the tag and the evidence is the batch transaction's own id, and nothing is read back.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from dpone_dagster.postgres.target_types import (
 )
 from dpone_dagster.postgres.user_types import source_types
 
-from .deferred_key import build_key, mark_deferred
+from .deferred_key import mark_deferred
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def prepare_target(
     With ``defer_key``, a table whose cursor is its whole primary key is created without the
     key and marked to get it once the rows are in (:mod:`.deferred_key`): only for a caller
     that loads it with ``Backfill(keyless_load=True)`` and a ledger in the target database,
-    then calls :func:`~.deferred_key.build_key`.
+    then calls :meth:`~dpone_dagster.backfill.Backfill.build_key`.
 
     Two orchestrators racing here are safe: the creation takes a transaction-scoped advisory
     lock on the target's name and re-checks under it.
@@ -137,25 +137,6 @@ def prepare_target(
             if deferred:
                 mark_deferred(tgt, target, tables.key_names)
     return PreparedTarget(True, types, stored, deferred_key=deferred)
-
-
-def build_deferred_key(
-    target_dsn: str, target: TableName, *, options: ConnectionOptions | None = None
-) -> bool:
-    """Builds ``target``'s deferred primary key on a session of its own, if it is deferred
-    (:func:`~.deferred_key.build_key`); the step that loaded it keyless calls this once its
-    partitions' batches are in.
-
-    Returns:
-        True when this call built the key.
-
-    Raises:
-        EngineError: ``backfill_key_duplicated`` (nothing changed).
-        DatabaseError: the target's failures, coded (``target_lock_timeout``...).
-    """
-    with connect(target_dsn, options, side="target") as tgt, _coded("target", target):
-        tgt.autocommit = True
-        return build_key(tgt, target)
 
 
 def _coded(side: FailureSide, table: TableName) -> AbstractContextManager[None]:

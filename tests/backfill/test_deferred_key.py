@@ -12,7 +12,6 @@ import pytest
 from dpone_dagster.backfill import (
     Backfill,
     BackfillOptions,
-    build_deferred_key,
     prepare_target,
 )
 from dpone_dagster.backfill.deferred_key import MARKER
@@ -59,16 +58,16 @@ def test_a_keyless_load_writes_no_index_then_gets_its_key_and_every_range_proven
     with loader(source_dsn, target_dsn, 1000) as job:
         result = job.run(reconcile=False)
         receipts = job.receipts()
-    assert result.run.progress.copied_count == 5000 and result.reconciliation is None
-    assert key_state(target_dsn)[:2] == (False, 0), "no index while the rows go in"
-    for receipt in receipts:  # no savepoint: the rows carry the batch transaction's own id
-        versions = receipt.observation.row_versions
-        assert versions is not None
-        assert versions.target_xids == (versions.target_top_xid % 2**32,)
+        assert result.run.progress.copied_count == 5000 and result.reconciliation is None
+        assert key_state(target_dsn)[:2] == (False, 0), "no index while the rows go in"
+        for receipt in receipts:  # no savepoint: the rows carry the batch transaction's own id
+            versions = receipt.observation.row_versions
+            assert versions is not None
+            assert versions.target_xids == (versions.target_top_xid % 2**32,)
 
-    assert build_deferred_key(target_dsn, MIXED) is True
-    assert key_state(target_dsn) == (True, 1, None)
-    assert build_deferred_key(target_dsn, MIXED) is False, "built once"
+        assert job.build_key() is True
+        assert key_state(target_dsn) == (True, 1, None)
+        assert job.build_key() is False, "built once"
 
     wait_for_older_transactions(source_dsn)
     with loader(source_dsn, target_dsn, 1000) as job:
@@ -120,8 +119,8 @@ def test_a_key_put_in_twice_by_hand_stops_the_key_build_changing_nothing_until_i
     with loader(source_dsn, target_dsn, 1000) as job:
         assert len(list(job.batches(max_batches=2))) == 2
     pg.execute(target_dsn, "INSERT INTO public.mixed SELECT * FROM public.mixed WHERE id = 7")
-    with pytest.raises(EngineError) as caught:
-        build_deferred_key(target_dsn, MIXED)
+    with loader(source_dsn, target_dsn, 1000) as job, pytest.raises(EngineError) as caught:
+        job.build_key()
     error = caught.value
     assert error.code == "backfill_key_duplicated"
     assert "7 (2 rows)" in str(error) and error.next_actions

@@ -31,7 +31,6 @@ from dpone_dagster.backfill import (
     Backfill,
     BackfillOptions,
     BatchResult,
-    build_deferred_key,
     prepare_target,
 )
 from dpone_dagster.incremental import BatchOutcome, IncrementalOptions, IncrementalSync
@@ -86,9 +85,8 @@ def backfill_keyless(source: str, target: str, batch_size: int, phases: Phases) 
     with Backfill(source, target, table, cursor="id", options=options, on_phase=phases.on_phase,
                   keyless_load=prepared.deferred_key) as job:  # fmt: skip
         job.run(on_batch=on_batch, reconcile=False)
-    print("key", flush=True)
-    build_deferred_key(target, table)
-    with Backfill(source, target, table, cursor="id", options=options) as job:
+        print("key", flush=True)
+        job.build_key()
         return job.run().run.progress.copied_count
 
 

@@ -24,7 +24,6 @@ from dpone_dagster.backfill import (
     BackfillResult,
     BackfillStatus,
     PreparedTarget,
-    build_deferred_key,
     prepare_target,
 )
 from dpone_dagster.core.ledger import LedgerConfig
@@ -154,23 +153,21 @@ class _PartitionRunner:
         checks: list[dict[str, Any]] = []
         self.progress.begin(len(partitions))
         prepared = self._prepare() if self.what.key in self.context.selected_asset_keys else None
-        if prepared is not None and prepared.deferred_key:
-            self._load_keyless(partitions)
-        for i, partition in enumerate(partitions):
-            rng = self._range(partition)
-            try:
-                checks.append(self.run(partition, rng, prepared if i == 0 else None))
-            except BackfillReconciliationError as exc:
-                # Report the failed check, then fail the step: a partition whose target
-                # differs from its source at the mark is never reported as materialized.
-                report = exc.report
-                checks.append({
-                    "partition": partition, "ok": False, "code": exc.code,
-                    "differing": [r.sequence for r in report.differing],
-                    "differing_ranges": [[r.after, r.upper] for r in report.differing],
-                    "proved_at": report.proved_at.isoformat(),
-                })  # fmt: skip
-                return checks, exc
+        last = self._load_keyless(partitions) if prepared and prepared.deferred_key else None
+        try:
+            for i, partition in enumerate(partitions):
+                first = prepared if i == 0 else PreparedTarget(False)  # created: said once
+                again = last if i == len(partitions) - 1 else None
+                try:
+                    checks.append(self.run(partition, self._range(partition), first, again))
+                except BackfillReconciliationError as exc:
+                    # Report the failed check, then fail the step: a partition whose target
+                    # differs from its source at the mark is never reported as materialized.
+                    checks.append(_failed_check(partition, exc))
+                    return checks, exc
+        finally:
+            if last is not None:
+                last.close()
         return checks, None
 
     def _range(self, partition: str) -> CursorRange:
@@ -195,16 +192,25 @@ class _PartitionRunner:
             self.context.log.info(f"dpone: created target table {what.target} (key: {built})")
         return prepared
 
-    def _load_keyless(self, partitions: list[str]) -> None:
+    def _load_keyless(self, partitions: list[str]) -> Backfill | None:
         """Every partition's batches into the target this step created without its key, then
-        the key (the partitions' reconciliations follow in :meth:`run`)."""
-        for partition in partitions:
-            rng = self._range(partition)
-            with self._backfill(rng, keyless_load=True) as backfill:
+        the key (the partitions' reconciliations follow in :meth:`run`); returns the last
+        partition's backfill still open, so that its reconciliation reuses its sessions."""
+        backfill: Backfill | None = None
+        try:
+            for partition in partitions:
+                if backfill is not None:
+                    backfill.close()
+                backfill = self._backfill(self._range(partition), keyless_load=True)
                 _cross_check(backfill, self._recorded_checkpoint(partition), partition)
                 backfill.run(on_batch=partial(self.progress.report, partition), reconcile=False)
-        if build_deferred_key(self.target.dsn, self.what.target, options=self.target.options):
-            self.context.log.info(f"dpone: built the primary key of {self.what.target}")
+            if backfill is not None and backfill.build_key():
+                self.context.log.info(f"dpone: built the primary key of {self.what.target}")
+        except BaseException:
+            if backfill is not None:
+                backfill.close()
+            raise
+        return backfill
 
     def _backfill(self, rng: CursorRange, *, keyless_load: bool = False) -> Backfill:
         return Backfill(
@@ -223,7 +229,11 @@ class _PartitionRunner:
         )
 
     def run(
-        self, partition: str, rng: CursorRange, prepared: PreparedTarget | None = None
+        self,
+        partition: str,
+        rng: CursorRange,
+        prepared: PreparedTarget | None = None,
+        backfill: Backfill | None = None,
     ) -> dict[str, Any]:
         """Runs one partition's backfill to its mark; returns its check summary.
 
@@ -232,15 +242,17 @@ class _PartitionRunner:
         Args:
             partition: The partition's key.
             rng: Its cursor range.
-            prepared: What the step's first preparation of the target did (its metadata goes
-                with the first partition); prepared here when ``None``.
+            prepared: What the step's preparation of the target did (its metadata goes with
+                the first partition); prepared here when ``None``.
+            backfill: The partition's backfill, open from its keyless load; a new one when
+                ``None``.
         """
         what = self.what
         if what.key not in self.context.selected_asset_keys:
             return self._check_only(partition, rng)
         if prepared is None:
             prepared = self._prepare()
-        with self._backfill(rng) as backfill:
+        with backfill or self._backfill(rng) as backfill:
             _cross_check(backfill, self._recorded_checkpoint(partition), partition)
             # A partition materialized again is a refresh in Dagster's eyes: a run already at
             # its mark is verified against the source as it is now (reverify), never assumed.
@@ -314,6 +326,17 @@ def _cross_check(backfill: Backfill, recorded: str | None, partition: str) -> No
                 "in Dagster and run it again.",
             ],
         )
+
+
+def _failed_check(partition: str, exc: BackfillReconciliationError) -> dict[str, Any]:
+    """The check summary of a partition whose reconciliation failed."""
+    report = exc.report
+    return {
+        "partition": partition, "ok": False, "code": exc.code,
+        "differing": [r.sequence for r in report.differing],
+        "differing_ranges": [[r.after, r.upper] for r in report.differing],
+        "proved_at": report.proved_at.isoformat(),
+    }  # fmt: skip
 
 
 def _check_summary(partition: str, result: BackfillResult) -> dict[str, Any]:
