@@ -14,7 +14,8 @@ COPY), one after the other:
   into an empty target with the same primary key, right before and right after each measured
   path (raw, backfill, raw, Dagster path, raw, ...): a path's ratio is the mean of the two raw
   times around it over its own time, since this machine's speed drifts;
-* the backfill, in a child process (its peak RSS is its own ``VmHWM``), from an empty target:
+* the backfill, in a child process (its peak RSS is its own ``VmHWM``), from an empty target
+  with its key (the engine alone creates no table):
   ``Backfill.batches()`` to the mark (each batch under its own snapshot, counted, hashed,
   committed with its receipt), then ``Backfill.reconcile()`` (every batch range on both servers,
   under one snapshot each: proven by row versions where nobody wrote it since its batch, else
@@ -23,7 +24,8 @@ COPY), one after the other:
 * the checkpoint cost: the real ``RunLedger.record`` (receipt INSERT and run compare-and-swap)
   timed 400 times inside the real batch transaction at ~100,000 and at ~1,000,000 rows already
   copied, each time rolled back to a savepoint so the ledger is left as it was; medians;
-* what a Dagster user runs, in another child process, from an empty target: ``dagster.materialize``
+* what a Dagster user runs, in another child process, without a target table (the step creates
+  it, and builds its key once the rows are in, as a first backfill does): ``dagster.materialize``
   of ``backfill_asset("public.mixed", cursor="id", partitions_def=cursor_range_partitions(0,
   rows, rows))`` for its one partition, with the factory's default options
   (batches sized from the table's width) and its default ``dpone_reconciled`` check, timed

@@ -10,8 +10,9 @@ process and splits its time. Two runs, each in a child process of its own:
   ["public.mixed"])`` with its defaults and its ``dpone_reconciled`` check, into a target that
   holds the raw pipe's rows (as in ``bench/snapshot_copy.py``: the swap drops a full table);
 - ``backfill``: one ``0..rows`` partition of ``backfill_asset("public.mixed", cursor="id")``
-  with its defaults and its check, into an empty target with the same primary key, whose
-  ledger holds no run (as in ``bench/backfill.py``).
+  with its defaults and its check, without a target table (its step creates it, its key built
+  once the rows are in), into a target database whose ledger holds no run (as in
+  ``bench/backfill.py``).
 
 How each phase is timed:
 
@@ -197,6 +198,7 @@ def instrument_backfill(clock: Clock) -> None:
     clock.wrap(copier, "_copy", "copy: the rows (relay + content hash)")
     clock.wrap(copier, "_count_target", "batches: target count + evidence")
     clock.wrap(RunLedger, "record", "batches: receipt + run write")
+    clock.wrap(api.Backfill, "_build_key", "key build: ADD PRIMARY KEY (deferred key)")
     clock.wrap(api.Backfill, "_reconcile", "check: reconcile (rest)")
     clock.wrap(reconcile, "_prove", "check: row-version proofs (both sides)")
     clock.wrap(api.Backfill, "receipts", "ledger: receipts read")

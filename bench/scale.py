@@ -25,7 +25,8 @@ after a warm-up materialization (Dagster's own start is left out, as a run worke
 - ``snapshot``: ``snapshot_copy_assets(["public.narrow"])`` with its defaults and its check;
 - ``backfill``: ``backfill_asset("public.narrow", cursor="id")`` over partitions of
   ``--partition-rows`` rows, every partition in one run (its ``BackfillPolicy.single_run``
-  default), its default batches and check, into an empty target;
+  default), its default batches and check, without a target table (its step creates it and
+  builds its key once the rows are in, as a first backfill does);
 - ``replication``: the first materialization of ``replication_assets(["public.narrow"])`` (the
   publication, the slot and the initial copy under its snapshot, its check), into an empty
   target.

@@ -16,17 +16,19 @@ source database and an indexed copy of its shape in a fresh target database, the
   asset job, timed from the process's start to its exit (``bench/materialize.py``);
 - the same table backfilled instead (``dagster:backfill``, ``cold:backfill``): one ``0..rows``
   partition of ``backfill_asset("public.mixed", cursor="id")`` with its defaults and its check,
-  into an empty target whose ledger holds no run (``bench/backfill.py``'s asset and target: the
-  ledger's tables exist, as every partition but a target database's first finds them). Beside
+  without a target table (its step creates it and builds its key once the rows are in, as a
+  first backfill does), whose ledger holds no run (``bench/backfill.py``'s asset and target:
+  the ledger's tables exist, as every partition but a target database's first finds them). Beside
   the rows, each round's backfill ratio over the snapshot copy's ratio of the same kind and
   round (``backfill partition / snapshot copy``: the issue's target is 0.9), and its floor: once
   a round, the raw pipe into a new table loaded with ``FREEZE`` and keyed afterwards (the
   snapshot copy's way to load) beside the raw pipe into the keyed table (the way a backfill
   batch must load, into the table users query, whose key finds the rows a batch already holds).
   The second over the first is the most a partition's ratio over the copy's can reach on this
-  machine whatever the engine spends beside the load. A third pipe loads a new unkeyed table
-  made before the load (no ``FREEZE``) and keys it afterwards: what a backfill could reach that
-  built the key of a target it created once its rows are in.
+  machine whatever the engine spends beside the load into a keyed target (one that exists). A
+  third pipe loads a new unkeyed table made before the load (no ``FREEZE``) and keys it
+  afterwards: the most the backfill reaches that builds the key of a target it created once its
+  rows are in (``dpone_dagster.backfill.deferred_key``).
 
 Every run is bracketed by raw-pipe runs (raw, strategy, raw, next strategy, ...), and its ratio
 is the mean of the two raw-pipe times around it over its own time (1.0 is as fast as the pipe):
