@@ -27,6 +27,12 @@ ratio is at most the pipe's seconds over their sum. Both are upper bounds: no co
 them (the engine's own ratio is printed beside), and a bound under a target says the machine,
 not the code, keeps the target out of reach at that size.
 
+Last, what the cold process's target (its ratio at least :data:`OF_CEILING` of that bound)
+asks: the floor plus the raw pipe, summed, is a cold process that does the pipe and nothing
+else (no code of its own to import, no key to build, no check). Its share of the bound is
+printed beside the snapshot copy's; when it is under the target too, no integration that copies
+as fast as the pipe meets the target on this machine.
+
 Run from the repository root (a quiet machine: the pipe's spread is printed)::
 
     .venv/bin/python bench/ceiling.py                     # 1M rows
@@ -57,8 +63,9 @@ from tests.helpers import pg  # noqa: E402
 from tests.helpers.memory import own_peak_mb  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
-TARGETS = {"snapshot copy, cold": 1.0, "backfill partition, cold": 0.85}
-"""The cold targets of the speed issue, for the ceiling's verdict."""
+OF_CEILING = 0.85
+"""The cold target of the speed issue: a cold process's ratio at least this share of the
+ceiling."""
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -325,9 +332,13 @@ def main() -> None:
             f"a cold process: >= {floor + best_copy:.2f} s, ratio <= {cold_ceiling:.2f} "
             f"(the cold process: {p['seconds'] / cold:.2f})"
         )
-        for name, goal in TARGETS.items():
-            verdict = "out of reach on this machine" if cold_ceiling < goal else "within reach"
-            print(f"  target {name} >= {goal:.2f}: {verdict}")
+        bare = p["seconds"] / (floor + p["seconds"])  # Dagster's floor, then the pipe alone
+        print(
+            f"a cold process that does the raw pipe and nothing else (the floor plus the pipe): "
+            f"{floor + p['seconds']:.2f} s, ratio {bare:.2f}, {bare / cold_ceiling:.2f} of the "
+            f"ceiling; the snapshot copy's cold process: {p['seconds'] / cold / cold_ceiling:.2f} "
+            f"of it (target {OF_CEILING:.2f})"
+        )
         ratio = {"raw binary psql pipe": 1.0, "two raw pipes at once": p["seconds"] / d["seconds"],
                  "batched_copy engine": p["seconds"] / e["seconds"]}  # fmt: skip
         rows = [
@@ -336,6 +347,8 @@ def main() -> None:
                               ("batched_copy engine", e))
         ]  # fmt: skip
         rows.append(table_row("Dagster floor, cold (one asset doing nothing)", {"seconds": floor}))
+        rows.append(table_row("the floor plus the raw pipe (a cold process doing only the pipe)",
+                              {"seconds": floor + p["seconds"]}, bare, cold_ceiling))  # fmt: skip
         rows.append(table_row("snapshot copy, cold process", {"seconds": cold},
                               p["seconds"] / cold, cold_ceiling))  # fmt: skip
         if args.json:

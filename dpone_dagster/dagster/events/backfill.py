@@ -8,6 +8,11 @@ updates the run's ``dpone/checkpoint`` and ``dpone/copied`` tags, so progress sh
 while the run is going. The ledger is the authority: a re-run compares the checkpoint Dagster
 last recorded for a partition with the ledger's checkpoint chain, and a mismatch stops the run
 (``backfill_ledger_mismatch``) instead of silently overwriting either side.
+
+A step that creates its target creates it without its primary key, loads every partition's
+batches, builds the key, then reconciles each partition
+(:mod:`dpone_dagster.backfill.deferred_key`): its rows cost no index insertion, as a snapshot
+copy's do not.
 """
 
 from collections.abc import Iterator
