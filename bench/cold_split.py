@@ -198,7 +198,7 @@ def instrument_backfill(clock: Clock) -> None:
     clock.wrap(copier, "_copy", "copy: the rows (relay + content hash)")
     clock.wrap(copier, "_count_target", "batches: target count + evidence")
     clock.wrap(RunLedger, "record", "batches: receipt + run write")
-    clock.wrap(api.Backfill, "_build_key", "key build: ADD PRIMARY KEY (deferred key)")
+    clock.wrap(api, "build_key", "key build: ADD PRIMARY KEY (deferred key)")
     clock.wrap(api.Backfill, "_reconcile", "check: reconcile (rest)")
     clock.wrap(reconcile, "_prove", "check: row-version proofs (both sides)")
     clock.wrap(api.Backfill, "receipts", "ledger: receipts read")

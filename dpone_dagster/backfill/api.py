@@ -42,7 +42,7 @@ from dpone_dagster.postgres.identifiers import TableName
 
 from .batch_size import batch_size_for, width_batch_size
 from .copier import BatchResult, copy_batch
-from .deferred_key import build_key, deferred_key
+from .deferred_key import build_key
 from .options import BackfillOptions
 from .reconcile import reconcile_run
 from .results import BackfillReconciliationError, BackfillResult, needs_reconciliation
@@ -181,7 +181,7 @@ class Backfill(CursorCopy):
 
     def _plan(self, sessions: Sessions) -> BackfillRun:
         if not self.keyless_load:  # a load that deferred the key ended or stopped: finish it
-            self._build_key(sessions)
+            build_key(sessions.target, self.target)
         shape, scope = self._resolve(sessions)
         existing = self.ledger.fetch(sessions.ledger, run_id_for(scope))
         if existing is not None:
@@ -211,12 +211,7 @@ class Backfill(CursorCopy):
             EngineError: ``backfill_key_duplicated`` (nothing changed),
                 ``backfill_persistence_failed``.
         """
-        return self.guard(self._build_key)
-
-    def _build_key(self, sessions: Sessions) -> bool:
-        if deferred_key(sessions.target, self.target) is None:
-            return False
-        return build_key(sessions.target, self.target)
+        return self.guard(lambda s: build_key(s.target, self.target))
 
     def _refuse_changed_columns(self, sessions: Sessions, scope: BackfillScope) -> None:
         """A run of the same tables, cursor and range that stopped under other columns would be
@@ -406,7 +401,7 @@ class Backfill(CursorCopy):
     def _reconcile(
         self, sessions: Sessions, repair: bool, row_versions: bool
     ) -> ReconciliationReport:
-        self._build_key(sessions)  # a range is read by the key's index
+        build_key(sessions.target, self.target)  # a range is read by the key's index
         shape, scope = self._resolve(sessions)
         reader = self._connect(self.target_dsn, "target")
         try:

@@ -75,7 +75,8 @@ def build_key(conn: Connection, table: TableName) -> bool:
     """Adds ``table``'s deferred primary key and clears its marker, in one transaction; nothing
     when the key is not deferred (built by another session meanwhile, or never deferred).
 
-    Two sessions racing here are safe: the build takes the advisory lock
+    A table whose key is not deferred costs one catalog read, without a transaction. Two
+    sessions racing here are safe: the build takes the advisory lock
     :func:`~dpone_dagster.backfill.prepare_target` creates under, and reads the marker again
     under it. ``ADD PRIMARY KEY`` waits for the batches open on the table (its lock is
     ``ACCESS EXCLUSIVE``) and the batches that follow wait for it.
@@ -87,6 +88,8 @@ def build_key(conn: Connection, table: TableName) -> bool:
         EngineError: ``backfill_key_duplicated`` when the table holds a key twice (rows put in
             by hand); nothing is changed, the marker stays.
     """
+    if deferred_key(conn, table) is None:
+        return False
     with conn.transaction():
         # psycopg has no API for advisory locks: this one ends with the transaction.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"dpone:{table.qualified}",))

@@ -5,6 +5,7 @@ hand, and the tables whose key is not deferred."""
 from __future__ import annotations
 
 import random
+import threading
 
 import psycopg
 import pytest
@@ -110,6 +111,34 @@ def test_another_run_arriving_mid_load_builds_the_key_first_and_the_loader_goes_
     assert pg.table_fingerprint(source_dsn, "public", "mixed") == pg.table_fingerprint(
         target_dsn, "public", "mixed"
     )
+
+
+def test_the_key_build_waits_for_a_batch_open_on_the_table_then_completes(
+    source_dsn: str, target_dsn: str
+) -> None:
+    keyless_target(source_dsn, target_dsn, 2000)
+    with loader(source_dsn, target_dsn, 1000) as job:
+        assert len(list(job.batches(max_batches=1))) == 1
+    built: list[bool] = []
+    with psycopg.connect(target_dsn) as batch:  # a batch's COPY holds ROW EXCLUSIVE until it ends
+        batch.execute("LOCK TABLE public.mixed IN ROW EXCLUSIVE MODE")
+        other = Backfill(source_dsn, target_dsn, MIXED, cursor="id")
+        builder = threading.Thread(target=lambda: built.append(other.build_key()))
+        builder.start()
+        pg.wait_until(
+            lambda: pg.fetch_one(
+                target_dsn,
+                "SELECT count(*) FROM pg_locks WHERE relation = 'public.mixed'::regclass"
+                " AND mode = 'AccessExclusiveLock' AND NOT granted AND database ="
+                " (SELECT oid FROM pg_database WHERE datname = current_database())",
+            ) == 1,
+            timeout=30, what="the key build waits for the open batch",
+        )  # fmt: skip
+        assert builder.is_alive() and key_state(target_dsn)[0] is False
+        batch.commit()
+    builder.join(30)
+    other.close()
+    assert built == [True] and key_state(target_dsn) == (True, 1, None)
 
 
 def test_a_key_put_in_twice_by_hand_stops_the_key_build_changing_nothing_until_it_is_removed(
